@@ -1,0 +1,61 @@
+#include "kernels/layernorm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/column_sum.h"
+
+namespace pstar::kernels::cpu {
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    double m = sum / double(C);
+    double var = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      double d = x[c] - m;
+      var += d * d;
+    }
+    float s = float(1.0 / std::sqrt(var / double(C) + double(kLayerNormEps)));
+    float mf = float(m);
+    float* o = out + n * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * s * weight[c] + bias[c];
+    mean[n] = mf;
+    rstd[n] = s;
+  }
+}
+
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean,
+                       const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* dy = dout + n * C;
+    const float* x = inp + n * C;
+    float m = mean[n], s = rstd[n];
+    double sum_dn = 0.0, sum_dn_xhat = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      float xhat = (x[c] - m) * s;
+      float dn = weight[c] * dy[c];
+      sum_dn += dn;
+      sum_dn_xhat += double(dn) * xhat;
+    }
+    float mean_dn = float(sum_dn / double(C));
+    float mean_dn_xhat = float(sum_dn_xhat / double(C));
+    float* dx = dinp + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      float xhat = (x[c] - m) * s;
+      float dn = weight[c] * dy[c];
+      dx[c] += (dn - mean_dn - xhat * mean_dn_xhat) * s;
+    }
+  }
+  AccumulateColumns(dbias, N, C, [&](int64_t n, int64_t c) { return dout[n * C + c]; });
+  AccumulateColumns(dweight, N, C, [&](int64_t n, int64_t c) {
+    return dout[n * C + c] * ((inp[n * C + c] - mean[n]) * rstd[n]);
+  });
+}
+
+}  // namespace pstar::kernels::cpu

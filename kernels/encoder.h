@@ -1,0 +1,15 @@
+// Token + position embedding. Layout: wte (V, C), wpe (maxT, C), out (B, T, C).
+#pragma once
+#include <cstdint>
+
+namespace pstar::kernels::cpu {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                    int64_t B, int64_t T, int64_t C);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic:
+// rows are summed in (b, t) order whatever the thread count.
+void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                     int64_t B, int64_t T, int64_t C);
+
+}  // namespace pstar::kernels::cpu

@@ -1,0 +1,16 @@
+// LayerNorm over the last dimension (eps 1e-5). inp/out (N, C); mean/rstd (N).
+#pragma once
+#include <cstdint>
+
+namespace pstar::kernels::cpu {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int64_t N, int64_t C);
+// dinp += ..., dweight += ..., dbias += ... (accumulating, deterministic order).
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean,
+                       const float* rstd, int64_t N, int64_t C);
+
+}  // namespace pstar::kernels::cpu

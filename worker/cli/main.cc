@@ -1,0 +1,34 @@
+// pstar: the PatrickStar worker CLI.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "worker/cli/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: pstar <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train [--config FILE] [--set KEY=VALUE]... [--print-config]\n"
+    "        train a GPT; without --config, the built-in default job\n"
+    "  tokenize --input TEXT --output SHARD.bin\n"
+    "        write a byte-level token shard from a text file\n"
+    "  info  print the build and the compute devices\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? pstar::cli::kExitBadInput : pstar::cli::kExitOk;
+  }
+  std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "train") return pstar::cli::TrainCommand(args);
+  if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
+  if (command == "info") return pstar::cli::InfoCommand(args);
+  return pstar::cli::UsageError("unknown command '" + command + "' (try 'pstar help')");
+}

@@ -1,0 +1,423 @@
+#include "worker/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "worker/core/file_util.h"
+
+namespace pstar {
+
+namespace {
+
+// Thrown inside the parser and turned into a Status at the boundary.
+struct ConfigError {
+  std::string message;
+};
+
+[[noreturn]] void Fail(const std::string& path, const std::string& what) {
+  throw ConfigError{path + ": " + what};
+}
+
+std::string Describe(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+// A mapping node whose keys are checked against the ones read from it.
+class Section {
+ public:
+  Section(YAML::Node node, std::string path) : node_(std::move(node)), path_(std::move(path)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) Fail(path_.empty() ? "config" : path_, "expected a mapping, got " + Describe(node_));
+  }
+
+  std::string Key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+
+  YAML::Node Get(const std::string& k) {
+    known_.insert(k);
+    if (!node_ || node_.IsNull()) return YAML::Node();
+    return node_[k];
+  }
+
+  bool Has(const std::string& k) {
+    YAML::Node n = Get(k);
+    return n && !n.IsNull();
+  }
+
+  Section Child(const std::string& k) { return Section(Get(k), Key(k)); }
+
+  template <typename T>
+  void Read(const std::string& k, T& out) {
+    YAML::Node n = Get(k);
+    if (!n || n.IsNull()) return;
+    if (!n.IsScalar()) Fail(Key(k), "expected a scalar, got " + Describe(n));
+    try {
+      out = n.as<T>();
+    } catch (const YAML::Exception&) {
+      Fail(Key(k), "expected " + TypeName<T>() + ", got " + Describe(n));
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(out)) Fail(Key(k), "must be a finite number, got " + Describe(n));
+    }
+  }
+
+  // Rejects every key that no Get() asked for.
+  void CheckNoUnknownKeys() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      std::string k = kv.first.as<std::string>();
+      if (!known_.count(k)) {
+        std::string allowed;
+        for (const auto& a : known_) allowed += (allowed.empty() ? "" : ", ") + a;
+        Fail(Key(k), "unknown key (allowed here: " + allowed + ")");
+      }
+    }
+  }
+
+ private:
+  template <typename T>
+  static std::string TypeName() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else return "a string";
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  std::set<std::string> known_;
+};
+
+template <typename T>
+void RequirePositive(const std::string& key, T v) {
+  if (!(v > 0)) {
+    std::ostringstream ss;
+    ss << "must be positive, got " << v;
+    Fail(key, ss.str());
+  }
+}
+
+template <typename T>
+void RequireNonNegative(const std::string& key, T v) {
+  if (v < 0) {
+    std::ostringstream ss;
+    ss << "must not be negative, got " << v;
+    Fail(key, ss.str());
+  }
+}
+
+void RequireRatio(const std::string& key, double v, bool allow_zero) {
+  if (v > 1.0 || v < 0.0 || (!allow_zero && v == 0.0)) {
+    std::ostringstream ss;
+    ss << "must be in " << (allow_zero ? "[0, 1]" : "(0, 1]") << ", got " << v;
+    Fail(key, ss.str());
+  }
+}
+
+void ParseModel(Section s, ModelSection& m) {
+  s.Read("preset", m.preset);
+  if (!m.preset.empty()) {
+    auto preset = FindGptPreset(m.preset);
+    if (!preset) {
+      std::string names;
+      for (const auto& p : GptPresets()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+      Fail(s.Key("preset"), "unknown preset '" + m.preset + "' (known: " + names + ")");
+    }
+    m.gpt = *preset;
+  }
+  s.Read("n_layer", m.gpt.n_layer);
+  s.Read("n_head", m.gpt.n_head);
+  s.Read("n_embd", m.gpt.n_embd);
+  s.Read("vocab_size", m.gpt.vocab_size);
+  s.Read("max_seq_len", m.gpt.max_seq_len);
+  s.CheckNoUnknownKeys();
+  RequirePositive(s.Key("n_layer"), m.gpt.n_layer);
+  RequirePositive(s.Key("n_head"), m.gpt.n_head);
+  RequirePositive(s.Key("n_embd"), m.gpt.n_embd);
+  RequirePositive(s.Key("vocab_size"), m.gpt.vocab_size);
+  RequirePositive(s.Key("max_seq_len"), m.gpt.max_seq_len);
+  if (m.gpt.n_embd % m.gpt.n_head != 0) {
+    Fail(s.Key("n_head"), std::to_string(m.gpt.n_head) + " does not divide n_embd " +
+                              std::to_string(m.gpt.n_embd));
+  }
+  if (m.gpt.vocab_size > std::numeric_limits<int32_t>::max()) Fail(s.Key("vocab_size"), "too large");
+}
+
+void ParseData(Section s, DataSection& d) {
+  std::string source = "generated";
+  s.Read("source", source);
+  if (source == "generated") d.source = DataSourceKind::kGenerated;
+  else if (source == "text") d.source = DataSourceKind::kText;
+  else if (source == "tokens") d.source = DataSourceKind::kTokens;
+  else Fail(s.Key("source"), "must be generated, text or tokens, got '" + source + "'");
+  s.Read("path", d.path);
+  s.Read("generated_tokens", d.generated_tokens);
+  s.Read("seed", d.seed);
+  s.CheckNoUnknownKeys();
+  RequirePositive(s.Key("generated_tokens"), d.generated_tokens);
+  if (d.source != DataSourceKind::kGenerated && d.path.empty()) {
+    Fail(s.Key("path"), "is required when data.source is " + source);
+  }
+  if (d.source == DataSourceKind::kGenerated && !d.path.empty()) {
+    Fail(s.Key("path"), "is not used by the generated corpus (set data.source to text or tokens)");
+  }
+}
+
+void ParseOptimizer(Section s, OptimizerSection& o) {
+  s.Read("type", o.type);
+  if (o.type != "Adam" && o.type != "AdamW") {
+    Fail(s.Key("type"), "must be Adam or AdamW, got '" + o.type + "'");
+  }
+  Section p = s.Child("params");
+  p.Read("lr", o.lr);
+  YAML::Node betas = p.Get("betas");
+  if (betas && !betas.IsNull()) {
+    if (!betas.IsSequence() || betas.size() != 2) Fail(p.Key("betas"), "expected a list of two numbers");
+    try {
+      o.beta1 = betas[0].as<float>();
+      o.beta2 = betas[1].as<float>();
+    } catch (const YAML::Exception&) {
+      Fail(p.Key("betas"), "expected a list of two numbers");
+    }
+  }
+  p.Read("eps", o.eps);
+  p.Read("weight_decay", o.weight_decay);
+  p.Read("use_hybrid_adam", o.use_hybrid_adam);
+  p.CheckNoUnknownKeys();
+  s.CheckNoUnknownKeys();
+  RequirePositive(p.Key("lr"), o.lr);
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) Fail(p.Key("betas"), "beta1 must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) Fail(p.Key("betas"), "beta2 must be in [0, 1)");
+  RequirePositive(p.Key("eps"), o.eps);
+  RequireNonNegative(p.Key("weight_decay"), o.weight_decay);
+}
+
+void ParseFp16(Section s, Fp16Section& f) {
+  s.Read("enabled", f.enabled);
+  s.Read("loss_scale", f.loss_scale);
+  s.Read("initial_scale_power", f.initial_scale_power);
+  s.Read("loss_scale_window", f.loss_scale_window);
+  s.Read("hysteresis", f.hysteresis);
+  s.Read("min_loss_scale", f.min_loss_scale);
+  s.CheckNoUnknownKeys();
+  RequireNonNegative(s.Key("loss_scale"), f.loss_scale);
+  RequireNonNegative(s.Key("initial_scale_power"), f.initial_scale_power);
+  if (f.initial_scale_power > 63) Fail(s.Key("initial_scale_power"), "must be at most 63");
+  RequirePositive(s.Key("loss_scale_window"), f.loss_scale_window);
+  RequirePositive(s.Key("hysteresis"), f.hysteresis);
+  RequirePositive(s.Key("min_loss_scale"), f.min_loss_scale);
+  if (f.enabled) {
+    Fail(s.Key("enabled"), "fp16 training needs the CUDA backend; the CPU backend trains in fp32");
+  }
+}
+
+void ParseMemTracer(Section s, MemTracerSection& m) {
+  s.Read("use_async_mem_monitor", m.use_async_mem_monitor);
+  s.Read("warmup_gpu_chunk_mem_ratio", m.warmup_gpu_chunk_mem_ratio);
+  s.Read("overall_gpu_mem_ratio", m.overall_gpu_mem_ratio);
+  s.Read("overall_cpu_mem_ratio", m.overall_cpu_mem_ratio);
+  s.Read("margin_use_ratio", m.margin_use_ratio);
+  s.Read("use_fake_dist", m.use_fake_dist);
+  s.Read("with_static_partition", m.with_static_partition);
+  s.CheckNoUnknownKeys();
+  RequireRatio(s.Key("warmup_gpu_chunk_mem_ratio"), m.warmup_gpu_chunk_mem_ratio, false);
+  RequireRatio(s.Key("overall_gpu_mem_ratio"), m.overall_gpu_mem_ratio, false);
+  RequireRatio(s.Key("overall_cpu_mem_ratio"), m.overall_cpu_mem_ratio, false);
+  RequireRatio(s.Key("margin_use_ratio"), m.margin_use_ratio, true);
+}
+
+void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
+  s.Read("batch_size", t.batch_size);
+  s.Read("seq_len", t.seq_len);
+  s.Read("steps", t.steps);
+  s.Read("grad_accum_steps", t.grad_accum_steps);
+  s.Read("seed", t.seed);
+  s.Read("activation_checkpointing", t.activation_checkpointing);
+  s.Read("log_every", t.log_every);
+  s.Read("grad_clip", t.grad_clip);
+  s.Read("warmup_steps", t.warmup_steps);
+  s.Read("min_lr", t.min_lr);
+  s.Read("lr_decay", t.lr_decay);
+  s.Read("threads", t.threads);
+  s.CheckNoUnknownKeys();
+  RequirePositive(s.Key("batch_size"), t.batch_size);
+  RequireNonNegative(s.Key("seq_len"), t.seq_len);
+  if (t.seq_len == 0) t.seq_len = g.max_seq_len;
+  if (t.seq_len > g.max_seq_len) {
+    Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " +
+                               std::to_string(g.max_seq_len));
+  }
+  RequirePositive(s.Key("steps"), t.steps);
+  RequirePositive(s.Key("grad_accum_steps"), t.grad_accum_steps);
+  RequirePositive(s.Key("log_every"), t.log_every);
+  RequireNonNegative(s.Key("grad_clip"), t.grad_clip);
+  RequireNonNegative(s.Key("warmup_steps"), t.warmup_steps);
+  RequireNonNegative(s.Key("min_lr"), t.min_lr);
+  RequireNonNegative(s.Key("threads"), t.threads);
+  if (t.lr_decay != "cosine" && t.lr_decay != "constant") {
+    Fail(s.Key("lr_decay"), "must be cosine or constant, got '" + t.lr_decay + "'");
+  }
+}
+
+Config ParseRoot(const YAML::Node& root) {
+  Config c;
+  Section s(root, "");
+  // Model first: the train section checks seq_len against it.
+  if (!s.Has("model")) Fail("model", "section is required");
+  ParseModel(s.Child("model"), c.model);
+  ParseData(s.Child("data"), c.data);
+  ParseOptimizer(s.Child("optimizer"), c.optimizer);
+  ParseFp16(s.Child("fp16"), c.fp16);
+  s.Read("default_chunk_size", c.default_chunk_size);
+  RequireNonNegative("default_chunk_size", c.default_chunk_size);
+  s.Read("release_after_init", c.release_after_init);
+  s.Read("use_cpu_embedding", c.use_cpu_embedding);
+  Section client = s.Child("client");
+  ParseMemTracer(client.Child("mem_tracer"), c.mem_tracer);
+  client.CheckNoUnknownKeys();
+  ParseTrain(s.Child("train"), c.train, c.model.gpt);
+  s.CheckNoUnknownKeys();
+  if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
+  return c;
+}
+
+void SetPath(YAML::Node node, const std::vector<std::string>& parts, size_t i, const YAML::Node& value) {
+  if (i + 1 == parts.size()) {
+    node[parts[i]] = value;
+    return;
+  }
+  if (!node[parts[i]] || !node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+  SetPath(node[parts[i]], parts, i + 1, value);
+}
+
+void ApplyOverride(YAML::Node& root, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) Fail("--set " + assignment, "expected key.path=value");
+  std::string key = assignment.substr(0, eq);
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (part.empty()) Fail("--set " + assignment, "empty key component");
+    parts.push_back(part);
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    Fail("--set " + assignment, "value is not valid YAML: " + e.msg);
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) Fail("config", "top level must be a mapping");
+  SetPath(root, parts, 0, value);
+}
+
+}  // namespace
+
+Result<Config> ParseConfig(const std::string& yaml, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    return Status::InvalidArgument(source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                   std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source_name + ": YAML error: " + e.msg);
+  }
+  if (root && !root.IsNull() && !root.IsMap()) {
+    return Status::InvalidArgument(source_name + ": top level must be a mapping, got " + Describe(root));
+  }
+  try {
+    for (const auto& o : overrides) ApplyOverride(root, o);
+    return ParseRoot(root);
+  } catch (const ConfigError& e) {
+    return Status::InvalidArgument(source_name + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source_name + ": " + e.msg);
+  }
+}
+
+Result<Config> LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return Status::InvalidArgument("config " + text.status().message());
+  if (text->empty()) return Status::InvalidArgument(path + ": config file is empty");
+  return ParseConfig(*text, path, overrides);
+}
+
+std::string ConfigToYaml(const Config& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  if (!c.model.preset.empty()) e << YAML::Key << "preset" << YAML::Value << c.model.preset;
+  e << YAML::Key << "n_layer" << YAML::Value << c.model.gpt.n_layer;
+  e << YAML::Key << "n_head" << YAML::Value << c.model.gpt.n_head;
+  e << YAML::Key << "n_embd" << YAML::Value << c.model.gpt.n_embd;
+  e << YAML::Key << "vocab_size" << YAML::Value << c.model.gpt.vocab_size;
+  e << YAML::Key << "max_seq_len" << YAML::Value << c.model.gpt.max_seq_len;
+  e << YAML::EndMap;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  const char* src = c.data.source == DataSourceKind::kGenerated ? "generated"
+                    : c.data.source == DataSourceKind::kText   ? "text"
+                                                               : "tokens";
+  e << YAML::Key << "source" << YAML::Value << src;
+  if (!c.data.path.empty()) e << YAML::Key << "path" << YAML::Value << c.data.path;
+  if (c.data.source == DataSourceKind::kGenerated) {
+    e << YAML::Key << "generated_tokens" << YAML::Value << c.data.generated_tokens;
+    e << YAML::Key << "seed" << YAML::Value << c.data.seed;
+  }
+  e << YAML::EndMap;
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "type" << YAML::Value << c.optimizer.type;
+  e << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "lr" << YAML::Value << c.optimizer.lr;
+  e << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << c.optimizer.beta1
+    << c.optimizer.beta2 << YAML::EndSeq;
+  e << YAML::Key << "eps" << YAML::Value << c.optimizer.eps;
+  e << YAML::Key << "weight_decay" << YAML::Value << c.optimizer.weight_decay;
+  e << YAML::Key << "use_hybrid_adam" << YAML::Value << c.optimizer.use_hybrid_adam;
+  e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "fp16" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "enabled" << YAML::Value << c.fp16.enabled;
+  e << YAML::Key << "loss_scale" << YAML::Value << c.fp16.loss_scale;
+  e << YAML::Key << "initial_scale_power" << YAML::Value << c.fp16.initial_scale_power;
+  e << YAML::Key << "loss_scale_window" << YAML::Value << c.fp16.loss_scale_window;
+  e << YAML::Key << "hysteresis" << YAML::Value << c.fp16.hysteresis;
+  e << YAML::Key << "min_loss_scale" << YAML::Value << c.fp16.min_loss_scale;
+  e << YAML::EndMap;
+  e << YAML::Key << "default_chunk_size" << YAML::Value << c.default_chunk_size;
+  e << YAML::Key << "release_after_init" << YAML::Value << c.release_after_init;
+  e << YAML::Key << "use_cpu_embedding" << YAML::Value << c.use_cpu_embedding;
+  e << YAML::Key << "client" << YAML::Value << YAML::BeginMap << YAML::Key << "mem_tracer"
+    << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "use_async_mem_monitor" << YAML::Value << c.mem_tracer.use_async_mem_monitor;
+  e << YAML::Key << "warmup_gpu_chunk_mem_ratio" << YAML::Value << c.mem_tracer.warmup_gpu_chunk_mem_ratio;
+  e << YAML::Key << "overall_gpu_mem_ratio" << YAML::Value << c.mem_tracer.overall_gpu_mem_ratio;
+  e << YAML::Key << "overall_cpu_mem_ratio" << YAML::Value << c.mem_tracer.overall_cpu_mem_ratio;
+  e << YAML::Key << "margin_use_ratio" << YAML::Value << c.mem_tracer.margin_use_ratio;
+  e << YAML::Key << "use_fake_dist" << YAML::Value << c.mem_tracer.use_fake_dist;
+  e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
+  e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
+  e << YAML::Key << "seq_len" << YAML::Value << c.train.seq_len;
+  e << YAML::Key << "steps" << YAML::Value << c.train.steps;
+  e << YAML::Key << "grad_accum_steps" << YAML::Value << c.train.grad_accum_steps;
+  e << YAML::Key << "seed" << YAML::Value << c.train.seed;
+  e << YAML::Key << "activation_checkpointing" << YAML::Value << c.train.activation_checkpointing;
+  e << YAML::Key << "log_every" << YAML::Value << c.train.log_every;
+  e << YAML::Key << "grad_clip" << YAML::Value << c.train.grad_clip;
+  e << YAML::Key << "warmup_steps" << YAML::Value << c.train.warmup_steps;
+  e << YAML::Key << "min_lr" << YAML::Value << c.train.min_lr;
+  e << YAML::Key << "lr_decay" << YAML::Value << c.train.lr_decay;
+  e << YAML::Key << "threads" << YAML::Value << c.train.threads;
+  e << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace pstar

@@ -1,0 +1,100 @@
+// The training job's configuration: PatrickStar's keys (optimizer, fp16,
+// default_chunk_size, release_after_init, use_cpu_embedding, client.mem_tracer)
+// plus model, data and train sections. Parsing rejects unknown keys and bad
+// values with the key path and the reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/core/status.h"
+#include "worker/model/gpt_config.h"
+
+namespace pstar {
+
+enum class DataSourceKind { kGenerated, kText, kTokens };
+
+struct ModelSection {
+  std::string preset;  // empty when every shape key is given
+  GptConfig gpt;
+};
+
+struct DataSection {
+  DataSourceKind source = DataSourceKind::kGenerated;
+  std::string path;                    // text file, shard file or shard directory
+  int64_t generated_tokens = 1 << 21;  // size of the built-in corpus
+  uint64_t seed = 1234;                // built-in corpus seed
+};
+
+struct OptimizerSection {
+  std::string type = "AdamW";  // "AdamW" (decoupled decay) or "Adam" (L2)
+  float lr = 6e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  bool use_hybrid_adam = true;
+};
+
+struct Fp16Section {
+  bool enabled = false;
+  float loss_scale = 0.0f;  // 0 = dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  float min_loss_scale = 1.0f;
+};
+
+struct MemTracerSection {
+  bool use_async_mem_monitor = true;
+  double warmup_gpu_chunk_mem_ratio = 0.1;
+  double overall_gpu_mem_ratio = 0.8;
+  double overall_cpu_mem_ratio = 0.8;
+  double margin_use_ratio = 0.8;
+  bool use_fake_dist = false;
+  bool with_static_partition = false;
+};
+
+struct TrainSection {
+  int64_t batch_size = 8;
+  int64_t seq_len = 0;  // 0 = model max_seq_len
+  int64_t steps = 100;
+  int64_t grad_accum_steps = 1;
+  uint64_t seed = 42;
+  bool activation_checkpointing = false;
+  int64_t log_every = 10;
+  float grad_clip = 1.0f;  // 0 = off
+  int64_t warmup_steps = 0;
+  float min_lr = 0.0f;
+  std::string lr_decay = "cosine";  // "cosine" or "constant"
+  int64_t threads = 0;              // 0 = all cores
+};
+
+struct Config {
+  ModelSection model;
+  DataSection data;
+  OptimizerSection optimizer;
+  Fp16Section fp16;
+  int64_t default_chunk_size = 0;  // elements per chunk; 0 = chosen by the planner
+  bool release_after_init = false;
+  bool use_cpu_embedding = false;
+  MemTracerSection mem_tracer;
+  TrainSection train;
+};
+
+// Parses YAML text; `source_name` prefixes every error ("job.yaml: model.n_head: ...").
+// `overrides` are "dotted.key=yaml-value" pairs applied before validation.
+Result<Config> ParseConfig(const std::string& yaml, const std::string& source_name,
+                           const std::vector<std::string>& overrides = {});
+
+// Reads and parses a config file.
+Result<Config> LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The embedded default job (examples/default.yaml, built in).
+const std::string& DefaultConfigYaml();
+
+// The config as YAML, every key with its effective value.
+std::string ConfigToYaml(const Config& config);
+
+}  // namespace pstar

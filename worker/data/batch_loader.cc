@@ -1,0 +1,30 @@
+#include "worker/data/batch_loader.h"
+
+#include <vector>
+
+namespace pstar {
+
+Result<BatchLoader> BatchLoader::Create(const TokenSource& source, int64_t batch, int64_t seq) {
+  const int64_t need = batch * seq + 1;
+  if (source.size() < need) {
+    return Status::InvalidArgument("data holds " + std::to_string(source.size()) +
+                                   " tokens, fewer than one batch needs (batch_size*seq_len+1 = " +
+                                   std::to_string(need) + ")");
+  }
+  return BatchLoader(source, batch, seq);
+}
+
+void BatchLoader::Next(int32_t* tokens, int32_t* targets) {
+  if (cursor_ + batch_ * seq_ + 1 > source_->size()) cursor_ = 0;
+  std::vector<int32_t> window(size_t(seq_ + 1));
+  for (int64_t b = 0; b < batch_; ++b) {
+    source_->Read(cursor_ + b * seq_, seq_ + 1, window.data());
+    for (int64_t t = 0; t < seq_; ++t) {
+      tokens[b * seq_ + t] = window[size_t(t)];
+      targets[b * seq_ + t] = window[size_t(t + 1)];
+    }
+  }
+  cursor_ += batch_ * seq_;
+}
+
+}  // namespace pstar

@@ -1,0 +1,155 @@
+#include "worker/data/token_source.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "worker/core/file_util.h"
+#include "worker/data/token_shard.h"
+
+namespace pstar {
+
+void VectorTokenSource::Read(int64_t pos, int64_t n, int32_t* out) const {
+  std::copy_n(tokens_.begin() + pos, n, out);
+}
+
+namespace {
+
+// One read-only mapped shard file.
+class MappedShard {
+ public:
+  static Result<std::unique_ptr<MappedShard>> Open(const std::string& path, int64_t vocab_size) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+      return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      return Status::NotFound(path + ": cannot stat: " + std::strerror(errno));
+    }
+    auto shard = std::unique_ptr<MappedShard>(new MappedShard());
+    shard->bytes_ = st.st_size;
+    if (st.st_size > 0) {
+      void* p = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        return Status::Internal(path + ": mmap failed: " + std::strerror(errno));
+      }
+      shard->data_ = static_cast<const unsigned char*>(p);
+    }
+    ::close(fd);
+    PSTAR_ASSIGN_OR_RETURN(shard->header_, ParseTokenShardHeader(shard->data_, shard->bytes_, path));
+    if (int64_t(shard->header_.vocab_size) > vocab_size) {
+      return Status::InvalidArgument(path + ": vocabulary mismatch: shard was made for " +
+                                     std::to_string(shard->header_.vocab_size) +
+                                     " tokens but model.vocab_size is " + std::to_string(vocab_size));
+    }
+    // Every token is checked once, so a bad id can never index past an embedding.
+    const int64_t n = int64_t(shard->header_.num_tokens);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t t = shard->At(i);
+      if (t >= vocab_size) {
+        return Status::InvalidArgument(path + ": vocabulary mismatch: token " + std::to_string(t) +
+                                       " at position " + std::to_string(i) +
+                                       " is not below model.vocab_size " + std::to_string(vocab_size));
+      }
+    }
+    return shard;
+  }
+
+  ~MappedShard() {
+    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_t(bytes_));
+  }
+
+  int64_t size() const { return int64_t(header_.num_tokens); }
+  int64_t At(int64_t i) const {
+    const unsigned char* p = data_ + kTokenShardHeaderBytes + i * header_.token_bytes;
+    if (header_.token_bytes == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+
+ private:
+  MappedShard() = default;
+  const unsigned char* data_ = nullptr;
+  int64_t bytes_ = 0;
+  TokenShardHeader header_;
+};
+
+// Several shards read as one sequence.
+class ShardTokenSource final : public TokenSource {
+ public:
+  explicit ShardTokenSource(std::vector<std::unique_ptr<MappedShard>> shards)
+      : shards_(std::move(shards)) {
+    int64_t start = 0;
+    for (const auto& s : shards_) {
+      starts_.push_back(start);
+      start += s->size();
+    }
+    size_ = start;
+  }
+  int64_t size() const override { return size_; }
+  void Read(int64_t pos, int64_t n, int32_t* out) const override {
+    size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin() - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      while (pos + i - starts_[s] >= shards_[s]->size()) ++s;
+      out[i] = int32_t(shards_[s]->At(pos + i - starts_[s]));
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<int64_t> starts_;
+  int64_t size_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      if (entry.is_regular_file() && entry.path().extension() == ".bin") {
+        files.push_back(entry.path().string());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) return Status::NotFound(path + ": directory holds no *.bin token shards");
+  } else {
+    files.push_back(path);
+  }
+  std::vector<std::unique_ptr<MappedShard>> shards;
+  for (const auto& f : files) {
+    PSTAR_ASSIGN_OR_RETURN(auto shard, MappedShard::Open(f, vocab_size));
+    shards.push_back(std::move(shard));
+  }
+  return std::unique_ptr<TokenSource>(new ShardTokenSource(std::move(shards)));
+}
+
+Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size) {
+  if (vocab_size < 256) {
+    return Status::InvalidArgument("vocabulary mismatch: byte-level text needs model.vocab_size >= 256, got " +
+                                   std::to_string(vocab_size));
+  }
+  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::vector<int32_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
+  return std::unique_ptr<TokenSource>(new VectorTokenSource(std::move(tokens)));
+}
+
+}  // namespace pstar

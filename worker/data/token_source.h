@@ -1,0 +1,40 @@
+// TokenSource: a read-only sequence of token ids, from memory or from mapped
+// token-shard files, validated against the model's vocabulary when opened.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/core/status.h"
+
+namespace pstar {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t size() const = 0;
+  // out[i] = token at pos + i, for i < n; pos + n <= size().
+  virtual void Read(int64_t pos, int64_t n, int32_t* out) const = 0;
+};
+
+// Tokens held in memory (byte-level text, the generated corpus).
+class VectorTokenSource final : public TokenSource {
+ public:
+  explicit VectorTokenSource(std::vector<int32_t> tokens) : tokens_(std::move(tokens)) {}
+  int64_t size() const override { return int64_t(tokens_.size()); }
+  void Read(int64_t pos, int64_t n, int32_t* out) const override;
+
+ private:
+  std::vector<int32_t> tokens_;
+};
+
+// Opens `path`, a token-shard file or a directory of *.bin shards (read in
+// name order, as one sequence). Every token must be < vocab_size.
+Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size);
+
+// Reads `path` as raw bytes, one token per byte (ids 0..255).
+Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size);
+
+}  // namespace pstar

@@ -1,0 +1,315 @@
+#include "worker/model/gpt.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "worker/core/counter_rng.h"
+
+namespace pstar {
+
+namespace k = kernels::cpu;
+
+namespace {
+
+constexpr float kInitStd = 0.02f;
+
+std::string LayerName(int64_t l, const char* suffix) {
+  return "transformer.h." + std::to_string(l) + "." + suffix;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
+  const int64_t C = g.n_embd;
+  // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
+  const float proj_std = kInitStd / std::sqrt(2.0f * float(g.n_layer));
+  std::vector<TensorSpec> s;
+  s.push_back({"transformer.wte.weight", {g.vocab_size, C}, TensorRole::kEmbedding, kInitStd});
+  s.push_back({"transformer.wpe.weight", {g.max_seq_len, C}, TensorRole::kEmbedding, kInitStd});
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    s.push_back({LayerName(l, "ln_1.weight"), {C}, TensorRole::kNormWeight, 0});
+    s.push_back({LayerName(l, "ln_1.bias"), {C}, TensorRole::kNormBias, 0});
+    s.push_back({LayerName(l, "attn.c_attn.weight"), {3 * C, C}, TensorRole::kWeight, kInitStd});
+    s.push_back({LayerName(l, "attn.c_attn.bias"), {3 * C}, TensorRole::kBias, 0});
+    s.push_back({LayerName(l, "attn.c_proj.weight"), {C, C}, TensorRole::kWeight, proj_std});
+    s.push_back({LayerName(l, "attn.c_proj.bias"), {C}, TensorRole::kBias, 0});
+    s.push_back({LayerName(l, "ln_2.weight"), {C}, TensorRole::kNormWeight, 0});
+    s.push_back({LayerName(l, "ln_2.bias"), {C}, TensorRole::kNormBias, 0});
+    s.push_back({LayerName(l, "mlp.c_fc.weight"), {4 * C, C}, TensorRole::kWeight, kInitStd});
+    s.push_back({LayerName(l, "mlp.c_fc.bias"), {4 * C}, TensorRole::kBias, 0});
+    s.push_back({LayerName(l, "mlp.c_proj.weight"), {C, 4 * C}, TensorRole::kWeight, proj_std});
+    s.push_back({LayerName(l, "mlp.c_proj.bias"), {C}, TensorRole::kBias, 0});
+  }
+  s.push_back({"transformer.ln_f.weight", {C}, TensorRole::kNormWeight, 0});
+  s.push_back({"transformer.ln_f.bias", {C}, TensorRole::kNormBias, 0});
+  return s;
+}
+
+void InitParameters(ParamStore& store, uint64_t seed) {
+  const ParamLayout& layout = store.layout();
+  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
+    const TensorSpec& spec = layout.spec(id);
+    float* p = store.TensorData(StateKind::kParam, id);
+    const int64_t n = spec.numel();
+    switch (spec.role) {
+      case TensorRole::kEmbedding:
+      case TensorRole::kWeight:
+        FillNormal(p, n, spec.init_std, seed, StableKey(spec.name), 0);
+        break;
+      case TensorRole::kNormWeight:
+        for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+        break;
+      case TensorRole::kBias:
+      case TensorRole::kNormBias:
+        for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+        break;
+    }
+    std::memset(store.TensorData(StateKind::kExpAvg, id), 0, size_t(n) * sizeof(float));
+    std::memset(store.TensorData(StateKind::kExpAvgSq, id), 0, size_t(n) * sizeof(float));
+  }
+}
+
+int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute) {
+  // Walk the same allocation sequence Carve makes, counting what the arena charges.
+  Gpt probe(g, B, T, recompute);
+  int64_t bytes = 0;
+  probe.Lay([&](int64_t elems) -> void* {
+    bytes += int64_t(Arena::Rounded(size_t(elems) * 4));
+    return nullptr;
+  });
+  return bytes;
+}
+
+Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute)
+    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute) {}
+
+Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch,
+                        int64_t seq, bool recompute) {
+  if (seq > config.max_seq_len) {
+    return Status::InvalidArgument("sequence length " + std::to_string(seq) +
+                                   " exceeds the model's max_seq_len " +
+                                   std::to_string(config.max_seq_len));
+  }
+  Gpt gpt(config, batch, seq, recompute);
+  gpt.store_ = &store;
+  const ParamLayout& layout = store.layout();
+  auto find = [&](const std::string& name) -> Result<TensorId> {
+    TensorId id = layout.Find(name);
+    if (id < 0) return Status::Internal("layout has no tensor " + name);
+    return id;
+  };
+  PSTAR_ASSIGN_OR_RETURN(gpt.wte_, find("transformer.wte.weight"));
+  PSTAR_ASSIGN_OR_RETURN(gpt.wpe_, find("transformer.wpe.weight"));
+  PSTAR_ASSIGN_OR_RETURN(gpt.lnf_w_, find("transformer.ln_f.weight"));
+  PSTAR_ASSIGN_OR_RETURN(gpt.lnf_b_, find("transformer.ln_f.bias"));
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    LayerTensors t{};
+    PSTAR_ASSIGN_OR_RETURN(t.ln1_w, find(LayerName(l, "ln_1.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.ln1_b, find(LayerName(l, "ln_1.bias")));
+    PSTAR_ASSIGN_OR_RETURN(t.qkv_w, find(LayerName(l, "attn.c_attn.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.qkv_b, find(LayerName(l, "attn.c_attn.bias")));
+    PSTAR_ASSIGN_OR_RETURN(t.attn_proj_w, find(LayerName(l, "attn.c_proj.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.attn_proj_b, find(LayerName(l, "attn.c_proj.bias")));
+    PSTAR_ASSIGN_OR_RETURN(t.ln2_w, find(LayerName(l, "ln_2.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.ln2_b, find(LayerName(l, "ln_2.bias")));
+    PSTAR_ASSIGN_OR_RETURN(t.fc_w, find(LayerName(l, "mlp.c_fc.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.fc_b, find(LayerName(l, "mlp.c_fc.bias")));
+    PSTAR_ASSIGN_OR_RETURN(t.fc_proj_w, find(LayerName(l, "mlp.c_proj.weight")));
+    PSTAR_ASSIGN_OR_RETURN(t.fc_proj_b, find(LayerName(l, "mlp.c_proj.bias")));
+    gpt.layers_.push_back(t);
+  }
+  PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
+  return gpt;
+}
+
+template <typename Alloc>
+void Gpt::Lay(Alloc&& alloc) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, BTC = BT * C;
+  const int64_t att = B_ * config_.n_head * T_ * T_;
+  auto f = [&](int64_t n) { return static_cast<float*>(alloc(n)); };
+  Activations& a = acts_;
+  a.blocks.assign(size_t(recompute_ ? 1 : config_.n_layer), BlockActivations{});
+  for (auto& b : a.blocks) {
+    b.ln1 = f(BTC);
+    b.ln1_mean = f(BT);
+    b.ln1_rstd = f(BT);
+    b.qkv = f(3 * BTC);
+    b.att = f(att);
+    b.atty = f(BTC);
+    b.res2 = f(BTC);
+    b.ln2 = f(BTC);
+    b.ln2_mean = f(BT);
+    b.ln2_rstd = f(BT);
+    b.fch = f(4 * BTC);
+    b.fch_gelu = f(4 * BTC);
+  }
+  a.residual.clear();
+  for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(f(BTC));
+  a.lnf = f(BTC);
+  a.lnf_mean = f(BT);
+  a.lnf_rstd = f(BT);
+  a.logits = f(BT * config_.vocab_size);
+  a.lse = f(BT);
+  a.losses = f(BT);
+  a.tmp = f(BTC);
+  a.dres = f(BTC);
+  a.dtmp = f(BTC);
+  a.dqkv = f(3 * BTC);
+  a.datt = f(att);
+  a.dfch = f(4 * BTC);
+  a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
+  a.targets = static_cast<int32_t*>(alloc(BT));
+}
+
+Status Gpt::Carve(Arena& arena) {
+  Status status;
+  Lay([&](int64_t elems) -> void* {
+    if (!status.ok()) return nullptr;
+    auto r = arena.AllocateFloats(size_t(elems));
+    if (!r.ok()) {
+      status = r.status();
+      return nullptr;
+    }
+    return *r;
+  });
+  return status;
+}
+
+Gpt::BlockActivations& Gpt::BlockActs(int64_t layer) {
+  return acts_.blocks[recompute_ ? 0 : size_t(layer)];
+}
+
+void Gpt::BlockForward(int64_t l, const float* x, float* y) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
+  const LayerTensors& t = layers_[size_t(l)];
+  BlockActivations& a = BlockActs(l);
+  {
+    auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kForward);
+    k::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, u.param(t.ln1_w), u.param(t.ln1_b), BT, C);
+  }
+  {
+    auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
+    k::MatmulForward(a.qkv, a.ln1, u.param(t.qkv_w), u.param(t.qkv_b), BT, C, 3 * C);
+  }
+  k::AttentionForward(a.atty, a.att, a.qkv, B_, T_, C, NH);
+  {
+    auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
+    k::MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
+  }
+  k::ResidualForward(a.res2, x, acts_.tmp, BT * C);
+  {
+    auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kForward);
+    k::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, u.param(t.ln2_w), u.param(t.ln2_b),
+                        BT, C);
+  }
+  {
+    auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
+    k::MatmulForward(a.fch, a.ln2, u.param(t.fc_w), u.param(t.fc_b), BT, C, 4 * C);
+  }
+  k::GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
+  {
+    auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
+    k::MatmulForward(acts_.tmp, a.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
+  }
+  k::ResidualForward(y, a.res2, acts_.tmp, BT * C);
+}
+
+// On entry acts_.dres holds dL/dy; on exit it holds dL/dx.
+void Gpt::BlockBackward(int64_t l, const float* x) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
+  const LayerTensors& t = layers_[size_t(l)];
+  BlockActivations& a = BlockActs(l);
+  Activations& g = acts_;
+  {
+    auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
+    k::MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, a.fch_gelu,
+                      u.param(t.fc_proj_w), BT, 4 * C, C);
+  }
+  k::GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
+  {
+    auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
+    k::MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, u.param(t.fc_w), BT, C,
+                      4 * C);
+  }
+  {
+    auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
+    k::LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, u.param(t.ln2_w),
+                         a.ln2_mean, a.ln2_rstd, BT, C);
+  }
+  {
+    auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
+    k::MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
+                      u.param(t.attn_proj_w), BT, C, C);
+  }
+  k::AttentionBackward(g.dqkv, g.datt, g.dtmp, a.qkv, a.att, B_, T_, C, NH);
+  {
+    auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
+    k::MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, u.param(t.qkv_w), BT,
+                      C, 3 * C);
+  }
+  {
+    auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
+    k::LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, u.param(t.ln1_w),
+                         a.ln1_mean, a.ln1_rstd, BT, C);
+  }
+}
+
+float Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  Activations& a = acts_;
+  std::memcpy(a.tokens, tokens, size_t(BT) * sizeof(int32_t));
+  std::memcpy(a.targets, targets, size_t(BT) * sizeof(int32_t));
+  {
+    auto u = store_->Acquire({wte_, wpe_}, Pass::kForward);
+    k::EncoderForward(a.residual[0], a.tokens, u.param(wte_), u.param(wpe_), B_, T_, C);
+  }
+  for (int64_t l = 0; l < L; ++l) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
+  {
+    auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kForward);
+    k::LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], u.param(lnf_w_),
+                        u.param(lnf_b_), BT, C);
+  }
+  {
+    auto u = store_->Acquire({wte_}, Pass::kForward);
+    k::MatmulForward(a.logits, a.lnf, u.param(wte_), nullptr, BT, C, V);
+  }
+  k::CrossEntropyForward(a.losses, a.lse, a.logits, a.targets, BT, V);
+  double sum = 0.0;
+  for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
+  return float(sum / double(BT));
+}
+
+void Gpt::Backward(float loss_weight) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  Activations& a = acts_;
+  k::CrossEntropyBackwardInPlace(a.logits, a.lse, a.targets, loss_weight / float(BT), BT, V);
+  {
+    auto u = store_->Acquire({wte_}, Pass::kBackward);
+    k::MatmulBackward(a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, u.param(wte_), BT, C, V);
+  }
+  std::memset(a.dres, 0, size_t(BT * C) * sizeof(float));
+  {
+    auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);
+    k::LayerNormBackward(a.dres, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
+                         u.param(lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
+  }
+  for (int64_t l = L - 1; l >= 0; --l) {
+    // The shared block set still holds the last layer from the forward pass.
+    if (recompute_ && l != L - 1) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
+    BlockBackward(l, a.residual[size_t(l)]);
+  }
+  {
+    auto u = store_->Acquire({wte_, wpe_}, Pass::kBackward);
+    k::EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
+  }
+}
+
+}  // namespace pstar

@@ -1,0 +1,86 @@
+// GPT-2 forward and backward, written op by op (no autograd). Parameters are
+// reached only through ParamStore uses; activations come from a counted Arena.
+// With activation checkpointing only each block's input is kept and the block
+// is recomputed during backward, giving bit-identical gradients.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/core/arena.h"
+#include "worker/core/status.h"
+#include "worker/model/gpt_config.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/param_store.h"
+
+namespace pstar {
+
+// Model tensors in order of first use: wte, wpe, each block's tensors, ln_f.
+// Names follow Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight, ...),
+// with weights stored (out, in) as in PyTorch's nn.Linear.
+std::vector<TensorSpec> GptTensorSpecs(const GptConfig& config);
+
+// Fills every parameter from the counter RNG keyed by (tensor name, element):
+// normal(0, std) weights, zero biases, unit norm weights.
+void InitParameters(ParamStore& store, uint64_t seed);
+
+class Gpt {
+ public:
+  // Bytes of activations and workspaces one micro-batch of (batch, seq) needs.
+  static int64_t ActivationBytes(const GptConfig& config, int64_t batch, int64_t seq,
+                                 bool recompute);
+
+  // Binds the model to `store` (laid out by GptTensorSpecs) and carves its
+  // activations from `arena`.
+  static Result<Gpt> Create(const GptConfig& config, ParamStore& store, Arena& arena,
+                            int64_t batch, int64_t seq, bool recompute);
+
+  // One micro-batch of batch*seq tokens and next-token targets; returns the mean loss.
+  float Forward(const int32_t* tokens, const int32_t* targets);
+  // Adds d(loss_weight * mean loss)/d(params) into the gradients. Consumes the
+  // logits of the last Forward.
+  void Backward(float loss_weight);
+
+  // Logits (batch*seq, vocab) of the last Forward, until Backward.
+  const float* logits() const { return acts_.logits; }
+  const GptConfig& config() const { return config_; }
+
+ private:
+  struct LayerTensors {
+    TensorId ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
+    TensorId ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  };
+  // What one block keeps for its backward pass.
+  struct BlockActivations {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty;
+    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+  };
+  struct Activations {
+    std::vector<float*> residual;  // n_layer + 1 block inputs, (B, T, C) each
+    std::vector<BlockActivations> blocks;  // one per layer, or one shared when recomputing
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+    float* tmp;  // (B, T, C) projection output before the residual add
+    // Backward workspaces, reused by every layer.
+    float *dres, *dtmp, *dqkv, *datt, *dfch;
+    int32_t *tokens, *targets;
+  };
+
+  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute);
+  // Assigns every activation pointer from alloc(elements), in one fixed order.
+  template <typename Alloc>
+  void Lay(Alloc&& alloc);
+  Status Carve(Arena& arena);
+  BlockActivations& BlockActs(int64_t layer);
+  void BlockForward(int64_t layer, const float* x, float* y);
+  void BlockBackward(int64_t layer, const float* x);
+
+  GptConfig config_;
+  ParamStore* store_;
+  int64_t B_, T_;
+  bool recompute_;
+  TensorId wte_, wpe_, lnf_w_, lnf_b_;
+  std::vector<LayerTensors> layers_;
+  Activations acts_{};
+};
+
+}  // namespace pstar

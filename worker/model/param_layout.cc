@@ -1,0 +1,99 @@
+#include "worker/model/param_layout.h"
+
+#include <algorithm>
+
+namespace pstar {
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+constexpr int64_t kChunkAlign = 1024;
+
+int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// Number of chunks greedy first-use packing needs at chunk size `s`.
+int64_t CountChunks(const std::vector<TensorSpec>& specs, int64_t s) {
+  int64_t chunks = 0, used = s;
+  for (const auto& t : specs) {
+    int64_t n = t.numel();
+    if (used + n > s) {
+      ++chunks;
+      used = 0;
+    }
+    used += n;
+  }
+  return chunks;
+}
+
+}  // namespace
+
+int64_t ParamLayout::ChooseChunkElems(const std::vector<TensorSpec>& specs) {
+  int64_t largest = 0, total = 0;
+  for (const auto& t : specs) {
+    largest = std::max(largest, t.numel());
+    total += t.numel();
+  }
+  int64_t lo = RoundUp(std::max<int64_t>(largest, 1), kChunkAlign);
+  int64_t hi = std::max(lo, RoundUp(std::min(total, 2 * lo), kChunkAlign));
+  // Scan about 2000 candidates between the largest tensor and twice that.
+  int64_t step = std::max(kChunkAlign, RoundUp((hi - lo) / 2000 + 1, kChunkAlign));
+  int64_t best = lo, best_waste = CountChunks(specs, lo) * lo - total;
+  for (int64_t s = lo + step; s <= hi; s += step) {
+    int64_t waste = CountChunks(specs, s) * s - total;
+    if (waste < best_waste) {
+      best = s;
+      best_waste = waste;
+    }
+  }
+  return best;
+}
+
+Result<ParamLayout> ParamLayout::Build(std::vector<TensorSpec> specs, int64_t chunk_elems) {
+  if (specs.empty()) return Status::InvalidArgument("model has no tensors");
+  ParamLayout layout;
+  TensorId largest = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].numel() <= 0) {
+      return Status::InvalidArgument("tensor " + specs[i].name + " has no elements");
+    }
+    if (specs[i].numel() > specs[size_t(largest)].numel()) largest = TensorId(i);
+  }
+  if (chunk_elems < 0) return Status::InvalidArgument("chunk size must not be negative");
+  if (chunk_elems == 0) chunk_elems = ChooseChunkElems(specs);
+  if (chunk_elems < specs[size_t(largest)].numel()) {
+    return Status::InvalidArgument(
+        "chunk size " + std::to_string(chunk_elems) + " elements is smaller than the largest tensor " +
+        specs[size_t(largest)].name + " (" + std::to_string(specs[size_t(largest)].numel()) +
+        " elements)");
+  }
+  layout.chunk_elems_ = chunk_elems;
+  int64_t used = chunk_elems;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    int64_t n = specs[i].numel();
+    if (used + n > chunk_elems) {
+      layout.chunk_tensors_.emplace_back();
+      ++layout.num_chunks_;
+      used = 0;
+    }
+    layout.placements_.push_back({layout.num_chunks_ - 1, used});
+    layout.chunk_tensors_.back().push_back(TensorId(i));
+    used += n;
+    layout.num_elements_ += n;
+  }
+  layout.specs_ = std::move(specs);
+  return layout;
+}
+
+TensorId ParamLayout::Find(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].name == name) return TensorId(i);
+  }
+  return -1;
+}
+
+}  // namespace pstar

@@ -1,0 +1,73 @@
+// ParamLayout: the table that maps every model tensor to (chunk, offset).
+// Tensors are packed into fixed-size chunks in order of first use; a tensor never
+// straddles two chunks. Every state kind (param, grad, Adam moments) shares this
+// one layout, so a tensor has the same chunk index and offset in each kind.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/core/status.h"
+
+namespace pstar {
+
+using TensorId = int32_t;
+
+// How a tensor is initialized and whether weight decay applies to it.
+enum class TensorRole {
+  kEmbedding,       // normal(0, std), decayed
+  kWeight,          // normal(0, std), decayed
+  kBias,            // zeros, not decayed
+  kNormWeight,      // ones, not decayed
+  kNormBias,        // zeros, not decayed
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorRole role = TensorRole::kWeight;
+  float init_std = 0.0f;  // for kEmbedding / kWeight
+
+  int64_t numel() const;
+  bool decayed() const { return role == TensorRole::kEmbedding || role == TensorRole::kWeight; }
+};
+
+struct TensorPlacement {
+  int32_t chunk = 0;
+  int64_t offset = 0;  // elements from the chunk start
+};
+
+class ParamLayout {
+ public:
+  // Packs `specs` (in first-use order) into chunks of `chunk_elems` elements;
+  // 0 picks the size with the least padding (see ChooseChunkElems).
+  static Result<ParamLayout> Build(std::vector<TensorSpec> specs, int64_t chunk_elems);
+
+  // The chunk size with the least padding among sizes >= the largest tensor
+  // (ties go to the smaller chunk); rounded to 1024 elements.
+  static int64_t ChooseChunkElems(const std::vector<TensorSpec>& specs);
+
+  int32_t num_tensors() const { return int32_t(specs_.size()); }
+  const TensorSpec& spec(TensorId id) const { return specs_[size_t(id)]; }
+  const TensorPlacement& placement(TensorId id) const { return placements_[size_t(id)]; }
+  // Id of the tensor called `name`, or -1.
+  TensorId Find(const std::string& name) const;
+
+  int32_t num_chunks() const { return num_chunks_; }
+  int64_t chunk_elems() const { return chunk_elems_; }
+  int64_t num_elements() const { return num_elements_; }       // sum of tensor sizes
+  int64_t padded_elements() const { return int64_t(num_chunks_) * chunk_elems_; }
+  // Tensors in chunk `c`, in offset order.
+  const std::vector<TensorId>& chunk_tensors(int32_t c) const { return chunk_tensors_[size_t(c)]; }
+
+ private:
+  std::vector<TensorSpec> specs_;
+  std::vector<TensorPlacement> placements_;
+  std::vector<std::vector<TensorId>> chunk_tensors_;
+  int32_t num_chunks_ = 0;
+  int64_t chunk_elems_ = 0;
+  int64_t num_elements_ = 0;
+};
+
+}  // namespace pstar

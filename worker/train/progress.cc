@@ -1,0 +1,60 @@
+#include "worker/train/progress.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pstar {
+
+std::string FormatDuration(double s) {
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%dh%02dm%02ds", int(s) / 3600, int(s) / 60 % 60, int(s) % 60);
+  }
+  return buf;
+}
+
+void ProgressReporter::OnStep(const StepStats& s, double seconds) {
+  ++steps_;
+  tokens_ += s.tokens;
+  seconds_ += seconds;
+  if (steps_ > 1) {
+    steady_tokens_ += s.tokens;
+    steady_seconds_ += seconds;
+  }
+  window_tokens_ += s.tokens;
+  window_seconds_ += seconds;
+  last_loss_ = s.loss;
+  min_loss_ = steps_ == 1 ? s.loss : std::min(min_loss_, s.loss);
+  const int64_t step = s.step + 1;
+  if (step == 1 || step % every_ == 0 || step == total_) {
+    double per_step = steps_ > 1 ? steady_seconds_ / double(steps_ - 1) : seconds_;
+    double eta = per_step * double(total_ - step);
+    std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s\n",
+                 int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss,
+                 double(s.lr), s.grad_norm, double(window_tokens_) / std::max(window_seconds_, 1e-9),
+                 FormatDuration(eta).c_str());
+    std::fflush(out_);
+    window_tokens_ = 0;
+    window_seconds_ = 0;
+  }
+}
+
+double ProgressReporter::tokens_per_second_steady() const {
+  if (steps_ <= 1) return double(tokens_) / std::max(seconds_, 1e-9);
+  return double(steady_tokens_) / std::max(steady_seconds_, 1e-9);
+}
+
+void ProgressReporter::PrintSummary() const {
+  std::fprintf(out_,
+               "summary: steps=%lld tokens=%lld seconds=%.2f tokens_per_s=%.1f final_loss=%.4f "
+               "min_loss=%.4f\n",
+               (long long)steps_, (long long)tokens_, seconds_, tokens_per_second_steady(),
+               double(last_loss_), double(min_loss_));
+  std::fflush(out_);
+}
+
+}  // namespace pstar

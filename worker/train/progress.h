@@ -1,0 +1,39 @@
+// Progress lines while training and the closing summary line.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "worker/train/trainer.h"
+
+namespace pstar {
+
+// Formats seconds as "1h02m03s", "2m03s" or "4.5s".
+std::string FormatDuration(double seconds);
+
+class ProgressReporter {
+ public:
+  ProgressReporter(std::FILE* out, int64_t total_steps, int64_t log_every)
+      : out_(out), total_(total_steps), every_(log_every) {}
+
+  // Records a finished step that took `seconds`; prints every log_every steps,
+  // on the first and on the last.
+  void OnStep(const StepStats& s, double seconds);
+  // "summary: steps=... tokens=... seconds=... tokens_per_s=... final_loss=... min_loss=..."
+  // tokens_per_s leaves out the first step (start-up effects).
+  void PrintSummary() const;
+
+  double tokens_per_second_steady() const;
+
+ private:
+  std::FILE* out_;
+  int64_t total_, every_;
+  int64_t steps_ = 0, tokens_ = 0, steady_tokens_ = 0;
+  double seconds_ = 0, steady_seconds_ = 0;
+  int64_t window_tokens_ = 0;
+  double window_seconds_ = 0;
+  float last_loss_ = 0, min_loss_ = 0;
+};
+
+}  // namespace pstar

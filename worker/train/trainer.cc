@@ -1,0 +1,94 @@
+#include "worker/train/trainer.h"
+
+#include <cmath>
+
+#include "worker/data/generated_corpus.h"
+
+namespace pstar {
+
+Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
+  const int64_t vocab = config.model.gpt.vocab_size;
+  switch (config.data.source) {
+    case DataSourceKind::kGenerated:
+      return std::unique_ptr<TokenSource>(new VectorTokenSource(
+          GenerateCorpus(vocab, config.data.generated_tokens, config.data.seed)));
+    case DataSourceKind::kText: {
+      auto r = OpenByteText(config.data.path, vocab);
+      if (!r.ok()) return r.status().WithPrefix("data");
+      return std::move(r).value();
+    }
+    case DataSourceKind::kTokens: {
+      auto r = OpenTokenShards(config.data.path, vocab);
+      if (!r.ok()) return r.status().WithPrefix("data");
+      return std::move(r).value();
+    }
+  }
+  return Status::Internal("unknown data source");
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data) {
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  t->config_ = config;
+  const TrainSection& tr = config.train;
+  const GptConfig& g = config.model.gpt;
+
+  auto layout = ParamLayout::Build(GptTensorSpecs(g), config.default_chunk_size);
+  if (!layout.ok()) return layout.status().WithPrefix("default_chunk_size");
+  t->store_ = std::make_unique<ParamStore>(std::move(layout).value());
+  InitParameters(*t->store_, tr.seed);
+
+  const int64_t act_bytes = Gpt::ActivationBytes(g, tr.batch_size, tr.seq_len, tr.activation_checkpointing);
+  t->arena_ = std::make_unique<Arena>("activations", size_t(act_bytes));
+  PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
+                                                tr.activation_checkpointing));
+  t->model_ = std::make_unique<Gpt>(std::move(model));
+
+  auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len);
+  if (!loader.ok()) return loader.status().WithPrefix("data");
+  t->loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
+
+  AdamConfig adam;
+  adam.decoupled_weight_decay = config.optimizer.type == "AdamW";
+  adam.beta1 = config.optimizer.beta1;
+  adam.beta2 = config.optimizer.beta2;
+  adam.eps = config.optimizer.eps;
+  adam.weight_decay = config.optimizer.weight_decay;
+  t->optimizer_ = std::make_unique<AdamOptimizer>(adam);
+
+  t->schedule_.max_lr = config.optimizer.lr;
+  t->schedule_.min_lr = tr.min_lr;
+  t->schedule_.warmup_steps = tr.warmup_steps;
+  t->schedule_.total_steps = tr.steps;
+  t->schedule_.decay = tr.lr_decay == "constant" ? LrDecay::kConstant : LrDecay::kCosine;
+
+  t->tokens_.resize(size_t(tr.batch_size * tr.seq_len));
+  t->targets_.resize(size_t(tr.batch_size * tr.seq_len));
+  return t;
+}
+
+Result<StepStats> Trainer::Step() {
+  const int64_t accum = config_.train.grad_accum_steps;
+  StepStats stats;
+  stats.step = step_;
+  store_->ZeroGrads();
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    loader_->Next(tokens_.data(), targets_.data());
+    loss_sum += model_->Forward(tokens_.data(), targets_.data());
+    model_->Backward(1.0f / float(accum));
+  }
+  stats.loss = float(loss_sum / double(accum));
+  stats.grad_norm = GradientNorm(*store_);
+  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+    return Status::Internal("training diverged at step " + std::to_string(step_ + 1) +
+                            ": loss " + std::to_string(stats.loss) + ", gradient norm " +
+                            std::to_string(stats.grad_norm) + " (lower optimizer.params.lr?)");
+  }
+  stats.lr = schedule_.At(step_);
+  optimizer_->Step(*store_, stats.lr, ClipCoefficient(stats.grad_norm, config_.train.grad_clip));
+  stats.tokens = accum * int64_t(tokens_.size());
+  ++step_;
+  return stats;
+}
+
+}  // namespace pstar

@@ -1,0 +1,61 @@
+// Trainer: one optimizer step = grad_accum_steps micro-batches of forward and
+// backward, the global gradient norm, clipping fused into AdamW, and the LR
+// schedule. Owns the model state, the activation arena and the data cursor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/config/config.h"
+#include "worker/core/arena.h"
+#include "worker/data/batch_loader.h"
+#include "worker/data/token_source.h"
+#include "worker/model/gpt.h"
+#include "worker/model/param_store.h"
+#include "worker/optim/adam.h"
+#include "worker/optim/lr_schedule.h"
+
+namespace pstar {
+
+struct StepStats {
+  int64_t step = 0;      // 0-based index of the step just taken
+  float loss = 0.0f;     // mean over the step's micro-batches
+  float lr = 0.0f;
+  double grad_norm = 0.0;  // before clipping
+  int64_t tokens = 0;    // tokens consumed by this step
+};
+
+class Trainer {
+ public:
+  // Lays out and initializes the model and carves activations; `data` must
+  // outlive the trainer.
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data);
+
+  // One optimizer step.
+  Result<StepStats> Step();
+
+  int64_t steps_taken() const { return step_; }
+  ParamStore& store() { return *store_; }
+  Gpt& model() { return *model_; }
+  const Arena& activations() const { return *arena_; }
+  const BatchLoader& loader() const { return *loader_; }
+
+ private:
+  Trainer() = default;
+
+  Config config_;
+  std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<AdamOptimizer> optimizer_;
+  LrSchedule schedule_;
+  std::vector<int32_t> tokens_, targets_;
+  int64_t step_ = 0;
+};
+
+// The token source a config names: the generated corpus, byte-level text or token shards.
+Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config);
+
+}  // namespace pstar
