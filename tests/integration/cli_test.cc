@@ -1,0 +1,108 @@
+// The pstar binary as a user runs it: a short training run, and bad input that
+// must end with one error line and a non-zero exit, never a crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/test_util.h"
+#include "worker/data/token_shard.h"
+
+namespace pstar {
+namespace {
+
+using test::RunProcess;
+
+const char* kTiny =
+    "model: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, max_seq_len: 16}\n"
+    "train: {batch_size: 2, seq_len: 8, steps: 3, log_every: 1}\n";
+
+int CountLines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+void ExpectOneLineError(const test::ProcessResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("pstar: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+}
+
+TEST(Cli, TrainsAndPrintsProgressAndSummary) {
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  auto r = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step 1/3 | loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tok/s | ETA"), std::string::npos);
+  EXPECT_NE(r.out.find("summary: steps=3 tokens=48 "), std::string::npos) << r.out;
+}
+
+TEST(Cli, TrainsOnTextAndTokenShards) {
+  test::TempDir dir("cli");
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  test::WriteText(dir.path() + "/corpus.txt", text);
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  auto on_text = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--set",
+                             "data={source: text, path: " + dir.path() + "/corpus.txt}"});
+  ASSERT_EQ(on_text.exit_code, 0) << on_text.err;
+  auto tok = RunProcess({test::PstarBinary(), "tokenize", "--input", dir.path() + "/corpus.txt", "--output",
+                         dir.path() + "/corpus.bin"});
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  auto on_shard = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--set",
+                              "data={source: tokens, path: " + dir.path() + "/corpus.bin}"});
+  ASSERT_EQ(on_shard.exit_code, 0) << on_shard.err;
+  // Same tokens, same seed: the same run.
+  auto loss_line = [](const std::string& out) { return out.substr(out.find("summary:")); };
+  EXPECT_EQ(loss_line(on_text.out).substr(0, 40), loss_line(on_shard.out).substr(0, 40));
+}
+
+TEST(Cli, BadInputGetsOneLineAndExitTwo) {
+  test::TempDir dir("cli");
+  const std::string bin = test::PstarBinary();
+  auto with = [&](const std::string& yaml) {
+    test::WriteText(dir.path() + "/bad.yaml", yaml);
+    return RunProcess({bin, "train", "--config", dir.path() + "/bad.yaml"});
+  };
+  ExpectOneLineError(RunProcess({bin, "train", "--config", dir.path() + "/missing.yaml"}), "missing.yaml: no such file");
+  ExpectOneLineError(with("model: {n_layer: 2\n  oops: ["), "YAML syntax error");
+  ExpectOneLineError(with(""), "config file is empty");
+  ExpectOneLineError(with(std::string(kTiny) + "colour: blue\n"), "colour: unknown key");
+  ExpectOneLineError(with("model: {n_layer: 1, n_head: 2, n_embd: -16, vocab_size: 256, max_seq_len: 16}\n"),
+                     "model.n_embd: must be positive, got -16");
+  ExpectOneLineError(with("model: {n_layer: 1, n_head: 3, n_embd: 16, vocab_size: 256, max_seq_len: 16}\n"),
+                     "model.n_head: 3 does not divide n_embd 16");
+  ExpectOneLineError(with(std::string(kTiny) + "data: {source: tokens, path: " + dir.path() + "/none.bin}\n"),
+                     "none.bin: no such file");
+
+  ASSERT_TRUE(WriteTokenShard(dir.path() + "/big.bin", std::vector<int32_t>(100, 300), 512).ok());
+  ExpectOneLineError(with(std::string(kTiny) + "data: {source: tokens, path: " + dir.path() + "/big.bin}\n"),
+                     "vocabulary mismatch");
+  ASSERT_TRUE(WriteTokenShard(dir.path() + "/cut.bin", std::vector<int32_t>(100, 3), 256).ok());
+  std::filesystem::resize_file(dir.path() + "/cut.bin", 32 + 150);
+  ExpectOneLineError(with(std::string(kTiny) + "data: {source: tokens, path: " + dir.path() + "/cut.bin}\n"),
+                     "truncated token shard");
+  ASSERT_TRUE(WriteTokenShard(dir.path() + "/short.bin", std::vector<int32_t>(10, 3), 256).ok());
+  ExpectOneLineError(with(std::string(kTiny) + "data: {source: tokens, path: " + dir.path() + "/short.bin}\n"),
+                     "fewer than one batch needs");
+
+  ExpectOneLineError(RunProcess({bin, "train", "--bogus"}), "unknown option '--bogus'");
+  ExpectOneLineError(RunProcess({bin, "frobnicate"}), "unknown command 'frobnicate'");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "train.steps=-3"}), "train.steps: must be positive");
+}
+
+TEST(Cli, TokenizeWritesNothingOnFailure) {
+  test::TempDir dir("cli");
+  auto r = RunProcess({test::PstarBinary(), "tokenize", "--input", dir.path() + "/absent.txt", "--output",
+                       dir.path() + "/out.bin"});
+  ExpectOneLineError(r, "absent.txt");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(Cli, PrintConfigShowsEffectiveValues) {
+  auto r = RunProcess({test::PstarBinary(), "train", "--print-config", "--set", "train.steps=5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("steps: 5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("n_layer: 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pstar

@@ -1,0 +1,245 @@
+// Each CPU kernel against a plain double-precision reference or, for backward
+// passes, against central finite differences of its own forward.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/adam.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+
+namespace pstar::kernels::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double MaxRelative(const std::vector<float>& a, const std::vector<double>& b) {
+  double maxb = 1e-12, maxd = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    maxb = std::max(maxb, std::abs(b[i]));
+    maxd = std::max(maxd, std::abs(double(a[i]) - b[i]));
+  }
+  return maxd / maxb;
+}
+
+// d(sum(weights * f(x)))/dx by central differences in float, on `probe` indices.
+std::vector<double> NumericGrad(std::vector<float>& x, const std::vector<float>& weights,
+                                const std::function<std::vector<float>()>& f, float h) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    float keep = x[i];
+    x[i] = keep + h;
+    auto up = f();
+    x[i] = keep - h;
+    auto down = f();
+    x[i] = keep;
+    double s = 0;
+    for (size_t j = 0; j < up.size(); ++j) s += double(weights[j]) * (double(up[j]) - double(down[j]));
+    g[i] = s / (2.0 * h);
+  }
+  return g;
+}
+
+TEST(Matmul, ForwardAndBackwardMatchNaive) {
+  std::mt19937 rng(1);
+  const int64_t N = 7, C = 13, OC = 5;
+  auto x = Random(N * C, rng), w = Random(OC * C, rng), b = Random(OC, rng), dy = Random(N * OC, rng);
+  std::vector<float> y(N * OC);
+  MatmulForward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+  std::vector<double> ry(N * OC), rdx(N * C, 0), rdw(OC * C, 0), rdb(OC, 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int64_t c = 0; c < C; ++c) s += double(x[n * C + c]) * w[o * C + c];
+      ry[n * OC + o] = s;
+      rdb[o] += dy[n * OC + o];
+      for (int64_t c = 0; c < C; ++c) {
+        rdx[n * C + c] += double(dy[n * OC + o]) * w[o * C + c];
+        rdw[o * C + c] += double(dy[n * OC + o]) * x[n * C + c];
+      }
+    }
+  EXPECT_LT(MaxRelative(y, ry), 1e-6);
+  std::vector<float> dx(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
+  MatmulBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  EXPECT_LT(MaxRelative(dx, rdx), 1e-6);
+  EXPECT_LT(MaxRelative(dw, rdw), 1e-6);
+  EXPECT_LT(MaxRelative(db, rdb), 1e-6);
+}
+
+TEST(Attention, ForwardMatchesNaiveAndIsCausal) {
+  std::mt19937 rng(2);
+  const int64_t B = 2, T = 5, C = 8, NH = 2, hs = C / NH;
+  auto qkv = Random(B * T * 3 * C, rng);
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  std::vector<double> ref(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hs; ++i)
+            d += double(qkv[(b * T + t) * 3 * C + h * hs + i]) * qkv[(b * T + j) * 3 * C + C + h * hs + i];
+          s[j] = d / std::sqrt(double(hs));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t i = 0; i < hs; ++i)
+            ref[(b * T + t) * C + h * hs + i] += s[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
+        for (int64_t j = t + 1; j < T; ++j) EXPECT_EQ(att[((b * NH + h) * T + t) * T + j], 0.0f);
+      }
+  EXPECT_LT(MaxRelative(out, ref), 1e-5);
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(3);
+  const int64_t B = 1, T = 4, C = 4, NH = 2;
+  auto qkv = Random(B * T * 3 * C, rng);
+  auto w = Random(B * T * C, rng);
+  auto f = [&] {
+    std::vector<float> out(B * T * C), att(B * NH * T * T);
+    AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return out;
+  };
+  std::vector<float> out(B * T * C), att(B * NH * T * T), dqkv(B * T * 3 * C), datt(att.size());
+  AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  AttentionBackward(dqkv.data(), datt.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_LT(MaxRelative(dqkv, NumericGrad(qkv, w, f, 1e-2f)), 2e-3);
+}
+
+TEST(LayerNorm, ForwardNormalizesAndBackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(4);
+  const int64_t N = 3, C = 6;
+  auto x = Random(N * C, rng), gamma = Random(C, rng), beta = Random(C, rng), w = Random(N * C, rng);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  std::vector<float> ones(C, 1.0f), zeros(C, 0.0f);
+  LayerNormForward(out.data(), mean.data(), rstd.data(), x.data(), ones.data(), zeros.data(), N, C);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0, ss = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      s += out[n * C + c];
+      ss += double(out[n * C + c]) * out[n * C + c];
+    }
+    EXPECT_NEAR(s / C, 0.0, 1e-6);
+    EXPECT_NEAR(ss / C, 1.0, 1e-4);
+  }
+  auto f = [&] {
+    std::vector<float> o(N * C), m(N), r(N);
+    LayerNormForward(o.data(), m.data(), r.data(), x.data(), gamma.data(), beta.data(), N, C);
+    return o;
+  };
+  LayerNormForward(out.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), N, C);
+  std::vector<float> dx(N * C, 0.0f), dg(C, 0.0f), db(C, 0.0f);
+  LayerNormBackward(dx.data(), dg.data(), db.data(), w.data(), x.data(), gamma.data(), mean.data(),
+                    rstd.data(), N, C);
+  EXPECT_LT(MaxRelative(dx, NumericGrad(x, w, f, 1e-2f)), 5e-3);
+  EXPECT_LT(MaxRelative(dg, NumericGrad(gamma, w, f, 1e-2f)), 5e-3);
+  EXPECT_LT(MaxRelative(db, NumericGrad(beta, w, f, 1e-2f)), 5e-3);
+}
+
+TEST(Gelu, MatchesFormulaAndDerivative) {
+  std::mt19937 rng(5);
+  auto x = Random(64, rng, 2.0f);
+  std::vector<float> y(64), dx(64), ones(64, 1.0f);
+  GeluForward(y.data(), x.data(), 64);
+  std::vector<double> ref(64), dref(64);
+  for (int i = 0; i < 64; ++i) {
+    auto g = [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); };
+    ref[i] = g(x[i]);
+    dref[i] = (g(x[i] + 1e-6) - g(x[i] - 1e-6)) / 2e-6;
+  }
+  EXPECT_LT(MaxRelative(y, ref), 1e-6);
+  GeluBackward(dx.data(), x.data(), ones.data(), 64);
+  EXPECT_LT(MaxRelative(dx, dref), 1e-5);
+}
+
+TEST(CrossEntropy, LossAndInPlaceGradient) {
+  std::mt19937 rng(6);
+  const int64_t N = 4, V = 9;
+  auto logits = Random(N * V, rng, 3.0f);
+  std::vector<int32_t> targets = {0, 8, 3, 3};
+  std::vector<float> losses(N), lse(N);
+  CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+  std::vector<double> dref(N * V);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0;
+    for (int64_t j = 0; j < V; ++j) s += std::exp(double(logits[n * V + j]));
+    EXPECT_NEAR(losses[n], std::log(s) - logits[n * V + targets[n]], 1e-5);
+    for (int64_t j = 0; j < V; ++j) dref[n * V + j] = (std::exp(double(logits[n * V + j])) / s - (j == targets[n])) * 0.5;
+  }
+  CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), 0.5f, N, V);
+  EXPECT_LT(MaxRelative(logits, dref), 1e-6);
+}
+
+TEST(Encoder, BackwardSumsRepeatedTokensAndIsThreadCountInvariant) {
+  std::mt19937 rng(7);
+  const int64_t B = 3, T = 50, C = 37, V = 5;
+  std::vector<int32_t> tokens(B * T);
+  for (auto& t : tokens) t = int32_t(rng() % V);
+  auto dout = Random(B * T * C, rng);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+    EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    return std::make_pair(dwte, dwpe);
+  };
+  auto one = run(1), two = run(2);
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(one.first, two.first);
+  EXPECT_EQ(one.second, two.second);
+  std::vector<double> ref(V * C, 0.0);
+  for (int64_t i = 0; i < B * T; ++i)
+    for (int64_t c = 0; c < C; ++c) ref[tokens[i] * C + c] += dout[i * C + c];
+  EXPECT_LT(MaxRelative(one.first, ref), 1e-5);
+}
+
+TEST(Adam, MatchesScalarFormula) {
+  std::mt19937 rng(8);
+  const int64_t n = 1000;
+  auto p = Random(n, rng), g = Random(n, rng), m = Random(n, rng, 0.1f), v = Random(n, rng, 0.1f);
+  for (auto& x : v) x = x * x;
+  AdamParams a{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 0.5f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f};
+  std::vector<double> rp(n), rm(n), rv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double gi = double(g[i]) * a.grad_scale;
+    rm[i] = 0.9 * m[i] + 0.1 * gi;
+    rv[i] = 0.95 * v[i] + 0.05 * gi * gi;
+    double denom = std::sqrt(rv[i]) / std::sqrt(double(a.bias_correction2)) + 1e-8;
+    rp[i] = double(p[i]) * (1 - 0.01 * 0.1) - 0.01 / a.bias_correction1 * rm[i] / denom;
+  }
+  AdamUpdate(p.data(), g.data(), m.data(), v.data(), n, a);
+  EXPECT_LT(MaxRelative(p, rp), 1e-6);
+  EXPECT_LT(MaxRelative(m, rm), 1e-6);
+  EXPECT_LT(MaxRelative(v, rv), 1e-6);
+}
+
+TEST(Reduce, SumOfSquaresAndFiniteness) {
+  std::mt19937 rng(9);
+  auto x = Random(100003, rng);
+  double ref = 0;
+  for (float v : x) ref += double(v) * v;
+  EXPECT_NEAR(SumOfSquares(x.data(), int64_t(x.size())), ref, 1e-9 * ref);
+  EXPECT_TRUE(AllFinite(x.data(), int64_t(x.size())));
+  x[77777] = std::nanf("");
+  EXPECT_FALSE(AllFinite(x.data(), int64_t(x.size())));
+}
+
+}  // namespace
+}  // namespace pstar::kernels::cpu

@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include "worker/config/config.h"
+
+namespace pstar {
+namespace {
+
+std::string ErrorOf(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto c = ParseConfig(yaml, "job.yaml", overrides);
+  EXPECT_FALSE(c.ok()) << "accepted:\n" << yaml;
+  if (c.ok()) return "";
+  EXPECT_EQ(c.status().message().find('\n'), std::string::npos) << "error must be one line";
+  return c.status().message();
+}
+
+TEST(Config, DefaultJobParses) {
+  auto c = ParseConfig(DefaultConfigYaml(), "default");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.preset, "tiny");
+  EXPECT_EQ(c->data.source, DataSourceKind::kGenerated);
+  EXPECT_EQ(c->train.seq_len, 128);
+}
+
+TEST(Config, PatrickStarKeysAndPresetOverrides) {
+  auto c = ParseConfig(R"(
+model: {preset: gpt2-124m, n_layer: 2}
+optimizer:
+  type: Adam
+  params: {lr: 0.001, betas: [0.8, 0.99], eps: 1.0e-6, weight_decay: 0, use_hybrid_adam: true}
+fp16: {enabled: false, loss_scale: 0, initial_scale_power: 3, loss_scale_window: 1000, hysteresis: 2, min_loss_scale: 1}
+default_chunk_size: 67108864
+release_after_init: true
+use_cpu_embedding: false
+client:
+  mem_tracer: {use_async_mem_monitor: true, warmup_gpu_chunk_mem_ratio: 0.1, overall_gpu_mem_ratio: 0.8,
+               overall_cpu_mem_ratio: 0.8, margin_use_ratio: 0.8, use_fake_dist: false, with_static_partition: false}
+)",
+                       "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.gpt.n_layer, 2);
+  EXPECT_EQ(c->model.gpt.n_embd, 768);
+  EXPECT_EQ(c->train.seq_len, 1024);  // defaults to max_seq_len
+  EXPECT_FLOAT_EQ(c->optimizer.beta1, 0.8f);
+  EXPECT_EQ(c->default_chunk_size, 67108864);
+  EXPECT_EQ(c->fp16.initial_scale_power, 3);
+}
+
+TEST(Config, OverridesApplyBeforeValidation) {
+  auto c = ParseConfig(DefaultConfigYaml(), "default", {"train.steps=7", "model.n_layer=1", "data.seed=5"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->train.steps, 7);
+  EXPECT_EQ(c->model.gpt.n_layer, 1);
+  EXPECT_NE(ErrorOf(DefaultConfigYaml(), {"train.steps"}).find("expected key.path=value"), std::string::npos);
+}
+
+TEST(Config, RejectsBadInputNamingTheKey) {
+  const std::string m = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n";
+  EXPECT_NE(ErrorOf(m + "trian: {steps: 3}\n").find("job.yaml: trian: unknown key"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "train: {stepz: 3}\n").find("train.stepz: unknown key"), std::string::npos);
+  EXPECT_NE(ErrorOf("model: {n_layer: -2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}")
+                .find("model.n_layer: must be positive, got -2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {n_layer: 2, n_head: 5, n_embd: 16, vocab_size: 40, max_seq_len: 12}")
+                .find("model.n_head: 5 does not divide n_embd 16"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "train: {batch_size: many}\n").find("train.batch_size: expected an integer, got 'many'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "train: {seq_len: 13}\n").find("train.seq_len: 13 exceeds model.max_seq_len 12"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {n_layer: 2\n").find("job.yaml:"), std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: gpt9}").find("unknown preset 'gpt9'"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "data: {source: text}\n").find("data.path: is required"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "fp16: {enabled: true}\n").find("fp16.enabled"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "optimizer: {type: SGD}\n").find("optimizer.type"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "optimizer: {params: {betas: [0.9]}}\n").find("optimizer.params.betas"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "client: {mem_tracer: {overall_gpu_mem_ratio: 1.5}}\n")
+                .find("client.mem_tracer.overall_gpu_mem_ratio: must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "default_chunk_size: -1\n").find("default_chunk_size: must not be negative"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("- just\n- a list\n").find("top level must be a mapping"), std::string::npos);
+  EXPECT_NE(ErrorOf("train: {steps: 3}\n").find("model: section is required"), std::string::npos);
+}
+
+TEST(Config, PrintedConfigParsesBackToTheSame) {
+  auto c = ParseConfig(DefaultConfigYaml(), "default");
+  ASSERT_TRUE(c.ok());
+  std::string yaml = ConfigToYaml(*c);
+  auto again = ParseConfig(yaml, "printed");
+  ASSERT_TRUE(again.ok()) << again.status().message() << "\n" << yaml;
+  EXPECT_EQ(ConfigToYaml(*again), yaml);
+}
+
+}  // namespace
+}  // namespace pstar

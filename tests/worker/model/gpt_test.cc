@@ -1,0 +1,149 @@
+// Training invariants of the CPU GPT: recompute is bit-identical, gradient
+// accumulation equals a larger batch, chunking never changes the numbers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "worker/train/trainer.h"
+
+namespace pstar {
+namespace {
+
+const char* kBase =
+    "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n"
+    "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
+    "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
+
+Config MakeConfig(const std::vector<std::string>& overrides) {
+  auto c = ParseConfig(kBase, "test", overrides);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
+  return VectorTokenSource(std::move(t));
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;  // per tensor, after training
+  std::vector<std::vector<float>> grads;   // per tensor, of the last step
+};
+
+RunResult Train(const Config& config, const TokenSource& data) {
+  auto t = Trainer::Create(config, data);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  RunResult r;
+  for (int64_t s = 0; s < config.train.steps; ++s) {
+    auto st = (*t)->Step();
+    EXPECT_TRUE(st.ok());
+    r.losses.push_back(st->loss);
+  }
+  ParamStore& store = (*t)->store();
+  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
+    const int64_t n = store.layout().spec(id).numel();
+    const float* p = store.TensorData(StateKind::kParam, id);
+    const float* g = store.TensorData(StateKind::kGrad, id);
+    r.params.emplace_back(p, p + n);
+    r.grads.emplace_back(g, g + n);
+  }
+  return r;
+}
+
+void ExpectBitIdentical(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)));
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)))
+        << "tensor " << i;
+    EXPECT_EQ(0, std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * sizeof(float)))
+        << "gradient " << i;
+  }
+}
+
+TEST(Gpt, ActivationCheckpointingIsBitIdentical) {
+  auto data = RandomTokens(2000, 40, 1);
+  auto off = Train(MakeConfig({"train.activation_checkpointing=false"}), data);
+  auto on = Train(MakeConfig({"train.activation_checkpointing=true"}), data);
+  ExpectBitIdentical(off, on);
+}
+
+TEST(Gpt, ChunkSizeDoesNotChangeTraining) {
+  auto data = RandomTokens(2000, 40, 2);
+  auto automatic = Train(MakeConfig({}), data);
+  auto small = Train(MakeConfig({"default_chunk_size=1024"}), data);  // 40x16 wte is the largest
+  auto large = Train(MakeConfig({"default_chunk_size=100000"}), data);
+  ExpectBitIdentical(automatic, small);
+  ExpectBitIdentical(automatic, large);
+}
+
+TEST(Gpt, GradientAccumulationEqualsLargerBatch) {
+  auto data = RandomTokens(4000, 40, 3);
+  for (int k : {2, 4}) {
+    SCOPED_TRACE("accumulation " + std::to_string(k));
+    auto accum = Train(MakeConfig({"train.batch_size=2", "train.grad_accum_steps=" + std::to_string(k),
+                                   "train.steps=1"}),
+                       data);
+    auto big = Train(MakeConfig({"train.batch_size=" + std::to_string(2 * k), "train.steps=1"}), data);
+    EXPECT_NEAR(accum.losses[0], big.losses[0], 1e-6 * std::abs(big.losses[0]));
+    double worst = 0;
+    for (size_t i = 0; i < big.grads.size(); ++i) {
+      double num = 0, den = 0;
+      for (size_t j = 0; j < big.grads[i].size(); ++j) {
+        double d = double(accum.grads[i][j]) - big.grads[i][j];
+        num += d * d;
+        den += double(big.grads[i][j]) * big.grads[i][j];
+      }
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+    EXPECT_LT(worst, 1e-6) << "largest relative gradient difference";
+  }
+}
+
+TEST(Gpt, InitializationIsIndependentOfChunking) {
+  Config a = MakeConfig({}), b = MakeConfig({"default_chunk_size=1024"});
+  ParamStore sa(*ParamLayout::Build(GptTensorSpecs(a.model.gpt), 0));
+  ParamStore sb(*ParamLayout::Build(GptTensorSpecs(b.model.gpt), 1024));
+  ASSERT_NE(sa.layout().num_chunks(), sb.layout().num_chunks());
+  InitParameters(sa, 99);
+  InitParameters(sb, 99);
+  for (TensorId id = 0; id < sa.layout().num_tensors(); ++id) {
+    const int64_t n = sa.layout().spec(id).numel();
+    EXPECT_EQ(0, std::memcmp(sa.TensorData(StateKind::kParam, id), sb.TensorData(StateKind::kParam, id),
+                             size_t(n) * sizeof(float)));
+  }
+}
+
+TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
+  Config c = MakeConfig({});
+  for (bool recompute : {false, true}) {
+    ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
+    const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 4, 8, recompute);
+    Arena arena("activations", size_t(bytes));
+    auto gpt = Gpt::Create(c.model.gpt, store, arena, 4, 8, recompute);
+    ASSERT_TRUE(gpt.ok()) << gpt.status().message();
+    EXPECT_EQ(int64_t(arena.used_bytes()), bytes);
+    Arena small("activations", size_t(bytes) - 64);
+    EXPECT_FALSE(Gpt::Create(c.model.gpt, store, small, 4, 8, recompute).ok());
+  }
+  EXPECT_LT(Gpt::ActivationBytes(MakeConfig({}).model.gpt, 4, 8, true),
+            Gpt::ActivationBytes(MakeConfig({}).model.gpt, 4, 8, false));
+}
+
+TEST(Gpt, LearnsTheGeneratedCorpus) {
+  auto c = ParseConfig(kBase, "test", {"data.generated_tokens=20000", "train.steps=150",
+                                       "optimizer.params.lr=0.02", "train.warmup_steps=5"});
+  ASSERT_TRUE(c.ok());
+  auto data = OpenDataSource(*c);
+  ASSERT_TRUE(data.ok());
+  auto r = Train(*c, **data);
+  EXPECT_LT(r.losses.back(), r.losses.front() - 1.5f) << "first " << r.losses.front() << " last "
+                                                       << r.losses.back();
+}
+
+}  // namespace
+}  // namespace pstar

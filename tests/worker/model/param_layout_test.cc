@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include "worker/model/gpt.h"
+#include "worker/model/param_layout.h"
+
+namespace pstar {
+namespace {
+
+std::vector<TensorSpec> Specs(std::vector<int64_t> sizes) {
+  std::vector<TensorSpec> s;
+  for (size_t i = 0; i < sizes.size(); ++i) s.push_back({"t" + std::to_string(i), {sizes[i]}, TensorRole::kWeight, 0.02f});
+  return s;
+}
+
+TEST(ParamLayout, PacksInOrderWithoutStraddling) {
+  auto layout = ParamLayout::Build(Specs({600, 500, 300, 900, 100}), 1000);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->num_chunks(), 3);
+  EXPECT_EQ(layout->placement(0).chunk, 0);
+  EXPECT_EQ(layout->placement(1).chunk, 1);  // 600 + 500 > 1000
+  EXPECT_EQ(layout->placement(2).chunk, 1);
+  EXPECT_EQ(layout->placement(2).offset, 500);
+  EXPECT_EQ(layout->placement(3).chunk, 2);
+  EXPECT_EQ(layout->placement(4).chunk, 2);
+  EXPECT_EQ(layout->placement(4).offset, 900);
+  for (TensorId id = 0; id < layout->num_tensors(); ++id) {
+    EXPECT_LE(layout->placement(id).offset + layout->spec(id).numel(), layout->chunk_elems());
+  }
+  EXPECT_EQ(layout->num_elements(), 2400);
+}
+
+TEST(ParamLayout, RejectsChunkSmallerThanLargestTensor) {
+  auto layout = ParamLayout::Build(Specs({100, 5000}), 1000);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_NE(layout.status().message().find("t1 (5000 elements)"), std::string::npos) << layout.status().message();
+}
+
+TEST(ParamLayout, AutomaticChunkSizeLeastPadding) {
+  auto specs = Specs({3000, 1024, 1024, 1024, 3000, 1000});
+  int64_t chosen = ParamLayout::ChooseChunkElems(specs);
+  EXPECT_GE(chosen, 3000);
+  auto best = ParamLayout::Build(specs, chosen);
+  ASSERT_TRUE(best.ok());
+  int64_t best_waste = best->padded_elements() - best->num_elements();
+  for (int64_t s = 3072; s <= 6144; s += 1024) {
+    auto other = ParamLayout::Build(specs, s);
+    EXPECT_LE(best_waste, other->padded_elements() - other->num_elements()) << "chunk " << s;
+  }
+}
+
+TEST(ParamLayout, GptTensorsInFirstUseOrder) {
+  GptConfig g{2, 2, 8, 30, 16};
+  auto specs = GptTensorSpecs(g);
+  ASSERT_EQ(specs.front().name, "transformer.wte.weight");
+  ASSERT_EQ(specs[2].name, "transformer.h.0.ln_1.weight");
+  ASSERT_EQ(specs.back().name, "transformer.ln_f.bias");
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.numel();
+  EXPECT_EQ(total, g.NumParameters());
+  EXPECT_FALSE(specs[3].decayed());  // ln_1.bias
+  EXPECT_TRUE(specs[4].decayed());   // c_attn.weight
+}
+
+}  // namespace
+}  // namespace pstar

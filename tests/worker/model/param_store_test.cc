@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include "worker/model/param_store.h"
+
+namespace pstar {
+namespace {
+
+ParamStore MakeStore() {
+  std::vector<TensorSpec> specs = {{"a", {4}, TensorRole::kWeight, 0.02f}, {"b", {6}, TensorRole::kBias, 0}};
+  return ParamStore(*ParamLayout::Build(specs, 8));
+}
+
+TEST(ParamStore, UseMarksComputeAndRecordsMoments) {
+  ParamStore store = MakeStore();
+  store.SetRecording(true);
+  {
+    auto u = store.Acquire({0}, Pass::kForward);
+    EXPECT_TRUE(store.InCompute(0));
+    EXPECT_FALSE(store.InCompute(1));
+    EXPECT_EQ(u.param(0), store.TensorData(StateKind::kParam, 0));
+  }
+  EXPECT_FALSE(store.InCompute(0));
+  { auto u = store.Acquire({1, 0}, Pass::kBackward); }
+  ASSERT_EQ(store.trace().size(), 3u);
+  EXPECT_EQ(store.trace()[0].moment, 0);
+  EXPECT_EQ(store.trace()[1].moment, 1);
+  EXPECT_EQ(store.trace()[1].tensor, 1);
+  EXPECT_EQ(store.trace()[2].pass, Pass::kBackward);
+  EXPECT_EQ(store.moments(), 2);
+}
+
+TEST(ParamStore, KindsShareOneLayoutInSeparateMemory) {
+  ParamStore store = MakeStore();
+  EXPECT_EQ(store.layout().num_chunks(), 2);
+  EXPECT_NE(store.TensorData(StateKind::kParam, 1), store.TensorData(StateKind::kGrad, 1));
+  EXPECT_EQ(store.TensorData(StateKind::kGrad, 1), store.ChunkData(StateKind::kGrad, 1));
+  store.TensorData(StateKind::kGrad, 0)[3] = 5.0f;
+  store.ZeroGrads();
+  EXPECT_EQ(store.TensorData(StateKind::kGrad, 0)[3], 0.0f);
+  EXPECT_EQ(store.model_bytes(), 4 * 2 * 8 * 4);
+}
+
+TEST(ParamStoreDeathTest, TensorOutsideItsBracketAborts) {
+  ParamStore store = MakeStore();
+  EXPECT_DEATH(
+      {
+        auto u = store.Acquire({0}, Pass::kForward);
+        (void)u.param(1);
+      },
+      "used outside its bracket");
+  EXPECT_DEATH(
+      {
+        auto u = store.Acquire({0}, Pass::kForward);
+        (void)u.grad(0);
+      },
+      "forward pass");
+}
+
+}  // namespace
+}  // namespace pstar
