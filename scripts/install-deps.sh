@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the tests and the benchmarks need.
+# Safe to run again: it does nothing when everything is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ ninja-build ccache pkg-config
+  libyaml-cpp-dev libcpprest-dev prometheus-cpp-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libgloo-dev
+  libopenblas-dev libopenblas-openmp-dev
+  python3 python3-numpy python3-torch
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "installing: ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
