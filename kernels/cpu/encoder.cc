@@ -1,8 +1,6 @@
 #include "kernels/encoder.h"
 
-#include <algorithm>
-
-#include <omp.h>
+#include "kernels/cpu/column_sum.h"
 
 namespace pstar::kernels::cpu {
 
@@ -25,10 +23,7 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
   // sum order per element is fixed and no two threads write the same element.
 #pragma omp parallel
   {
-    int nthreads = omp_get_num_threads();
-    int tid = omp_get_thread_num();
-    int64_t per = (C + nthreads - 1) / nthreads;
-    int64_t c0 = std::min<int64_t>(C, tid * per), c1 = std::min<int64_t>(C, c0 + per);
+    auto [c0, c1] = ThreadColumns(C);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         const float* d = dout + (b * T + t) * C;
