@@ -4,6 +4,7 @@
 #include "worker/cli/commands.h"
 #include "worker/core/file_util.h"
 #include "worker/data/token_shard.h"
+#include "worker/data/token_source.h"
 
 namespace pstar::cli {
 
@@ -20,8 +21,7 @@ int TokenizeCommand(const std::vector<std::string>& args) {
   if (input.empty() || output.empty()) return UsageError("tokenize needs --input and --output");
   auto text = ReadFile(input);
   if (!text.ok()) return ReportError(text.status());
-  std::vector<int32_t> tokens(text->size());
-  for (size_t i = 0; i < text->size(); ++i) tokens[i] = static_cast<unsigned char>((*text)[i]);
+  const std::vector<int32_t> tokens = ByteTokenize(*text);
   Status s = WriteTokenShard(output, tokens, 256);
   if (!s.ok()) return ReportError(s);
   std::printf("wrote %zu tokens (vocab 256) to %s\n", tokens.size(), output.c_str());

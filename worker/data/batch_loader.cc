@@ -1,7 +1,5 @@
 #include "worker/data/batch_loader.h"
 
-#include <vector>
-
 namespace pstar {
 
 Result<BatchLoader> BatchLoader::Create(const TokenSource& source, int64_t batch, int64_t seq) {
@@ -16,12 +14,11 @@ Result<BatchLoader> BatchLoader::Create(const TokenSource& source, int64_t batch
 
 void BatchLoader::Next(int32_t* tokens, int32_t* targets) {
   if (cursor_ + batch_ * seq_ + 1 > source_->size()) cursor_ = 0;
-  std::vector<int32_t> window(size_t(seq_ + 1));
   for (int64_t b = 0; b < batch_; ++b) {
-    source_->Read(cursor_ + b * seq_, seq_ + 1, window.data());
+    source_->Read(cursor_ + b * seq_, seq_ + 1, window_.data());
     for (int64_t t = 0; t < seq_; ++t) {
-      tokens[b * seq_ + t] = window[size_t(t)];
-      targets[b * seq_ + t] = window[size_t(t + 1)];
+      tokens[b * seq_ + t] = window_[size_t(t)];
+      targets[b * seq_ + t] = window_[size_t(t + 1)];
     }
   }
   cursor_ += batch_ * seq_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/core/status.h"
 #include "worker/data/token_source.h"
@@ -24,10 +25,11 @@ class BatchLoader {
 
  private:
   BatchLoader(const TokenSource& source, int64_t batch, int64_t seq)
-      : source_(&source), batch_(batch), seq_(seq) {}
+      : source_(&source), batch_(batch), seq_(seq), window_(size_t(seq + 1)) {}
   const TokenSource* source_;
   int64_t batch_, seq_;
   int64_t cursor_ = 0;
+  std::vector<int32_t> window_;  // one sequence plus its last target
 };
 
 }  // namespace pstar

@@ -141,15 +141,19 @@ Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, in
   return std::unique_ptr<TokenSource>(new ShardTokenSource(std::move(shards)));
 }
 
+std::vector<int32_t> ByteTokenize(std::string_view text) {
+  std::vector<int32_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
+  return tokens;
+}
+
 Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size) {
   if (vocab_size < 256) {
     return Status::InvalidArgument("vocabulary mismatch: byte-level text needs model.vocab_size >= 256, got " +
                                    std::to_string(vocab_size));
   }
   PSTAR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::vector<int32_t> tokens(text.size());
-  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
-  return std::unique_ptr<TokenSource>(new VectorTokenSource(std::move(tokens)));
+  return std::unique_ptr<TokenSource>(new VectorTokenSource(ByteTokenize(text)));
 }
 
 }  // namespace pstar

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "worker/core/status.h"
@@ -33,6 +34,9 @@ class VectorTokenSource final : public TokenSource {
 // Opens `path`, a token-shard file or a directory of *.bin shards (read in
 // name order, as one sequence). Every token must be < vocab_size.
 Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size);
+
+// The byte-level tokenizer: one token per byte, ids 0..255.
+std::vector<int32_t> ByteTokenize(std::string_view text);
 
 // Reads `path` as raw bytes, one token per byte (ids 0..255).
 Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size);
