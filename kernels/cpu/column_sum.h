@@ -1,4 +1,5 @@
-// Column sums of a row-major (N, C) matrix added into acc (C), in row order
+// Column partitioning for OpenMP threads, and column sums of a row-major (N, C)
+// matrix added into acc (C) in row order
 // whatever the thread count: the deterministic reduction behind bias and norm
 // weight gradients.
 #pragma once
