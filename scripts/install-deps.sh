@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libgloo-dev
   libopenblas-dev libopenblas-openmp-dev
   python3 python3-numpy python3-torch
+  prometheus  # promtool, which the metrics tests run
 )
 
 missing=()

@@ -1,6 +1,11 @@
 #include "tests/test_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +67,115 @@ ProcessResult RunProcess(const std::vector<std::string>& argv) {
   r.out = Slurp(out);
   r.err = Slurp(err);
   return r;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) : dir_("child") {
+  const std::string out = dir_.path() + "/out", err = dir_.path() + "/err";
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+void ChildProcess::Signal(int signal) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, signal);
+}
+
+bool ChildProcess::Running() {
+  if (reaped_) return false;
+  if (::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+ProcessResult ChildProcess::Wait() {
+  if (!reaped_) {
+    ::waitpid(pid_, &status_, 0);
+    reaped_ = true;
+  }
+  ProcessResult r;
+  r.exit_code = WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  r.out = Slurp(dir_.path() + "/out");
+  r.err = Slurp(dir_.path() + "/err");
+  return r;
+}
+
+std::string ChildProcess::Stdout() const { return Slurp(dir_.path() + "/out"); }
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+HttpResponse HttpGet(int port, const std::string& path) {
+  HttpResponse resp;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    resp.error = "socket() failed";
+    return resp;
+  }
+  timeval timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    resp.error = "cannot connect to 127.0.0.1:" + std::to_string(port);
+    return resp;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    resp.error = "sending the request failed";
+    return resp;
+  }
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (n < 0) {
+    resp.error = "reading the response failed or timed out";
+    return resp;
+  }
+  const size_t line_end = raw.find("\r\n");
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (line_end == std::string::npos || head_end == std::string::npos) {
+    resp.error = "malformed HTTP response: " + raw;
+    return resp;
+  }
+  resp.ok = true;
+  resp.status_line = raw.substr(0, line_end);
+  resp.body = raw.substr(head_end + 4);
+  return resp;
 }
 
 void WriteText(const std::string& path, const std::string& text) {

@@ -36,6 +36,39 @@ struct ProcessResult {
 // Runs `argv` (argv[0] a path) to completion, capturing stdout and stderr.
 ProcessResult RunProcess(const std::vector<std::string>& argv);
 
+// A child process running in the background, its output captured to files.
+// The destructor kills it (SIGKILL) if it still runs.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  void Signal(int signal);
+  bool Running();
+  // Waits for exit; the result holds the exit code and everything written.
+  ProcessResult Wait();
+  // What it has written to stdout so far.
+  std::string Stdout() const;
+
+ private:
+  TempDir dir_;
+  int pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
+// GET http://127.0.0.1:port/path (HTTP/1.0). ok is false when the connection
+// or the read failed; error says why.
+struct HttpResponse {
+  bool ok = false;
+  std::string error, status_line, body;
+};
+HttpResponse HttpGet(int port, const std::string& path);
+
 void WriteText(const std::string& path, const std::string& text);
 
 }  // namespace pstar::test

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/config/config.h"
 #include "worker/core/status.h"
 
 namespace pstar::cli {
@@ -15,8 +16,24 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInterrupted = 130;
 
 int TrainCommand(const std::vector<std::string>& args);
+int PlanCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
+
+// The job options train and plan share: --config FILE, --set KEY=VALUE (repeated),
+// and the command's own `flags`, which take no value.
+struct JobArgs {
+  std::string config_path;  // empty: the built-in default job
+  std::vector<std::string> overrides;
+  std::vector<std::string> flags;
+  bool Has(const std::string& flag) const {
+    for (const auto& f : flags) if (f == flag) return true;
+    return false;
+  }
+};
+Result<JobArgs> ParseJobArgs(const std::string& command, const std::vector<std::string>& args,
+                             const std::vector<std::string>& flags);
+Result<Config> LoadJobConfig(const JobArgs& job);
 
 // Prints "pstar: error: <message>" on one line and returns the exit code for it.
 int ReportError(const Status& status);

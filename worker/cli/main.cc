@@ -13,6 +13,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train [--config FILE] [--set KEY=VALUE]... [--print-config]\n"
     "        train a GPT; without --config, the built-in default job\n"
+    "  plan  [--config FILE] [--set KEY=VALUE]... [--json]\n"
+    "        print the job's memory plan: chunks, bytes per tier, minimum memory\n"
     "  tokenize --input TEXT --output SHARD.bin\n"
     "        write a byte-level token shard from a text file\n"
     "  info  print the build and the compute devices\n";
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   std::string command = args[0];
   args.erase(args.begin());
   if (command == "train") return pstar::cli::TrainCommand(args);
+  if (command == "plan") return pstar::cli::PlanCommand(args);
   if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
   if (command == "info") return pstar::cli::InfoCommand(args);
   return pstar::cli::UsageError("unknown command '" + command + "' (try 'pstar help')");

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "worker/core/bytes.h"
 #include "worker/core/file_util.h"
 
 namespace pstar {
@@ -231,6 +232,35 @@ void ParseMemTracer(Section s, MemTracerSection& m) {
   RequireRatio(s.Key("margin_use_ratio"), m.margin_use_ratio, true);
 }
 
+int64_t ReadBytes(Section& s, const std::string& k, int64_t fallback) {
+  YAML::Node n = s.Get(k);
+  if (!n || n.IsNull()) return fallback;
+  if (!n.IsScalar()) Fail(s.Key(k), "expected a byte count, got " + Describe(n));
+  auto bytes = ParseBytes(n.Scalar());
+  if (!bytes.ok()) Fail(s.Key(k), bytes.status().message());
+  return *bytes;
+}
+
+void ParseRuntime(Section s, RuntimeSection& r) {
+  r.device_memory = ReadBytes(s, "device_memory", r.device_memory);
+  r.host_memory = ReadBytes(s, "host_memory", r.host_memory);
+  s.Read("eviction", r.eviction);
+  s.Read("prefetch_depth", r.prefetch_depth);
+  s.CheckNoUnknownKeys();
+  if (r.eviction != "opt" && r.eviction != "lru") {
+    Fail(s.Key("eviction"), "must be opt or lru, got '" + r.eviction + "'");
+  }
+  RequireNonNegative(s.Key("prefetch_depth"), r.prefetch_depth);
+}
+
+void ParseMetrics(Section s, MetricsSection& m) {
+  s.Read("port", m.port);
+  s.Read("bind_address", m.bind_address);
+  s.CheckNoUnknownKeys();
+  if (m.port < 0 || m.port > 65535) Fail(s.Key("port"), "must be in [0, 65535], got " + std::to_string(m.port));
+  if (m.bind_address.empty()) Fail(s.Key("bind_address"), "must not be empty");
+}
+
 void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   s.Read("batch_size", t.batch_size);
   s.Read("seq_len", t.seq_len);
@@ -280,6 +310,8 @@ Config ParseRoot(const YAML::Node& root) {
   Section client = s.Child("client");
   ParseMemTracer(client.Child("mem_tracer"), c.mem_tracer);
   client.CheckNoUnknownKeys();
+  ParseRuntime(s.Child("runtime"), c.runtime);
+  ParseMetrics(s.Child("metrics"), c.metrics);
   ParseTrain(s.Child("train"), c.train, c.model.gpt);
   s.CheckNoUnknownKeys();
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
@@ -402,6 +434,16 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "use_fake_dist" << YAML::Value << c.mem_tracer.use_fake_dist;
   e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
   e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "device_memory" << YAML::Value << c.runtime.device_memory;
+  e << YAML::Key << "host_memory" << YAML::Value << c.runtime.host_memory;
+  e << YAML::Key << "eviction" << YAML::Value << c.runtime.eviction;
+  e << YAML::Key << "prefetch_depth" << YAML::Value << c.runtime.prefetch_depth;
+  e << YAML::EndMap;
+  e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "port" << YAML::Value << c.metrics.port;
+  e << YAML::Key << "bind_address" << YAML::Value << c.metrics.bind_address;
+  e << YAML::EndMap;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
   e << YAML::Key << "seq_len" << YAML::Value << c.train.seq_len;

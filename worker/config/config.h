@@ -56,6 +56,20 @@ struct MemTracerSection {
   bool with_static_partition = false;
 };
 
+// Where model data lives and how it moves (the chunk runtime).
+struct RuntimeSection {
+  int64_t device_memory = 0;  // bytes of the device tier; 0 = room for all model data
+  int64_t host_memory = 0;    // host budget; 0 = the cgroup v2 limit, else physical RAM
+  std::string eviction = "opt";  // "opt" (farthest next use, from the trace) or "lru"
+  int64_t prefetch_depth = 2;    // moments of lookahead; 0 = off
+};
+
+// The Prometheus endpoint.
+struct MetricsSection {
+  int64_t port = 0;  // 0 = no endpoint; rank r listens on port + LOCAL_RANK
+  std::string bind_address = "0.0.0.0";
+};
+
 struct TrainSection {
   int64_t batch_size = 8;
   int64_t seq_len = 0;  // 0 = model max_seq_len
@@ -80,6 +94,8 @@ struct Config {
   bool release_after_init = false;
   bool use_cpu_embedding = false;
   MemTracerSection mem_tracer;
+  RuntimeSection runtime;
+  MetricsSection metrics;
   TrainSection train;
 };
 

@@ -12,9 +12,13 @@ Arena::Arena(std::string name, size_t capacity_bytes)
   if (capacity_ > 0) {
     void* p = std::aligned_alloc(kAlignment, capacity_);
     if (p == nullptr) throw std::bad_alloc();
-    block_.reset(static_cast<std::byte*>(p));
+    owned_.reset(static_cast<std::byte*>(p));
+    base_ = owned_.get();
   }
 }
+
+Arena::Arena(std::string name, std::byte* memory, size_t capacity_bytes)
+    : name_(std::move(name)), capacity_(capacity_bytes / kAlignment * kAlignment), base_(memory) {}
 
 Result<void*> Arena::Allocate(size_t bytes) {
   size_t need = Rounded(bytes);
@@ -23,7 +27,7 @@ Result<void*> Arena::Allocate(size_t bytes) {
                                      " bytes exceeds capacity " + std::to_string(capacity_) +
                                      " (in use " + std::to_string(used_) + ")");
   }
-  void* p = block_.get() + used_;
+  void* p = base_ + used_;
   used_ += need;
   if (used_ > peak_) peak_ = used_;
   return p;

@@ -18,6 +18,9 @@ class Arena {
 
   // Reserves `capacity_bytes` once (64-byte aligned, not zero-filled).
   Arena(std::string name, size_t capacity_bytes);
+  // Hands out `capacity_bytes` of `memory` (64-byte aligned), owned by someone
+  // else: the device tier's non-model region.
+  Arena(std::string name, std::byte* memory, size_t capacity_bytes);
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
@@ -47,7 +50,8 @@ class Arena {
   size_t capacity_;
   size_t used_ = 0;
   size_t peak_ = 0;
-  std::unique_ptr<std::byte, FreeDeleter> block_;
+  std::unique_ptr<std::byte, FreeDeleter> owned_;
+  std::byte* base_ = nullptr;
 };
 
 }  // namespace pstar

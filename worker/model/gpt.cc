@@ -72,9 +72,43 @@ void InitParameters(ParamStore& store, uint64_t seed) {
         for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
         break;
     }
-    std::memset(store.TensorData(StateKind::kExpAvg, id), 0, size_t(n) * sizeof(float));
-    std::memset(store.TensorData(StateKind::kExpAvgSq, id), 0, size_t(n) * sizeof(float));
   }
+  store.chunks().ZeroFill(StateKind::kExpAvg);
+  store.chunks().ZeroFill(StateKind::kExpAvgSq);
+}
+
+std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayout& layout,
+                                            bool recompute) {
+  auto id = [&](const std::string& name) { return layout.Find(name); };
+  auto block = [&](int64_t l, const char* a, const char* b) {
+    return std::vector<TensorId>{id(LayerName(l, a)), id(LayerName(l, b))};
+  };
+  auto block_forward = [&](std::vector<AccessMoment>& seq, int64_t l) {
+    for (auto [w, b] : {std::pair{"ln_1.weight", "ln_1.bias"}, {"attn.c_attn.weight", "attn.c_attn.bias"},
+                        {"attn.c_proj.weight", "attn.c_proj.bias"}, {"ln_2.weight", "ln_2.bias"},
+                        {"mlp.c_fc.weight", "mlp.c_fc.bias"}, {"mlp.c_proj.weight", "mlp.c_proj.bias"}}) {
+      seq.push_back({block(l, w, b), Pass::kForward});
+    }
+  };
+  const TensorId wte = id("transformer.wte.weight"), wpe = id("transformer.wpe.weight");
+  const TensorId lnf_w = id("transformer.ln_f.weight"), lnf_b = id("transformer.ln_f.bias");
+  std::vector<AccessMoment> seq;
+  seq.push_back({{wte, wpe}, Pass::kForward});
+  for (int64_t l = 0; l < g.n_layer; ++l) block_forward(seq, l);
+  seq.push_back({{lnf_w, lnf_b}, Pass::kForward});
+  seq.push_back({{wte}, Pass::kForward});
+  seq.push_back({{wte}, Pass::kBackward});
+  seq.push_back({{lnf_w, lnf_b}, Pass::kBackward});
+  for (int64_t l = g.n_layer - 1; l >= 0; --l) {
+    if (recompute && l != g.n_layer - 1) block_forward(seq, l);
+    for (auto [w, b] : {std::pair{"mlp.c_proj.weight", "mlp.c_proj.bias"}, {"mlp.c_fc.weight", "mlp.c_fc.bias"},
+                        {"ln_2.weight", "ln_2.bias"}, {"attn.c_proj.weight", "attn.c_proj.bias"},
+                        {"attn.c_attn.weight", "attn.c_attn.bias"}, {"ln_1.weight", "ln_1.bias"}}) {
+      seq.push_back({block(l, w, b), Pass::kBackward});
+    }
+  }
+  seq.push_back({{wte, wpe}, Pass::kBackward});
+  return seq;
 }
 
 int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute) {

@@ -24,6 +24,12 @@ std::vector<TensorSpec> GptTensorSpecs(const GptConfig& config);
 // normal(0, std) weights, zero biases, unit norm weights.
 void InitParameters(ParamStore& store, uint64_t seed);
 
+// The parameter brackets one micro-batch's Forward and Backward open, in order:
+// what the chunk trace will record, known before running (plans, budget checks).
+// A test holds it equal to the recorded trace.
+std::vector<AccessMoment> GptAccessSequence(const GptConfig& config, const ParamLayout& layout,
+                                            bool recompute);
+
 class Gpt {
  public:
   // Bytes of activations and workspaces one micro-batch of (batch, seq) needs.

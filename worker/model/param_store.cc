@@ -1,110 +1,200 @@
 #include "worker/model/param_store.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 
 namespace pstar {
 
-const char* StateKindName(StateKind kind) {
-  switch (kind) {
-    case StateKind::kParam: return "param";
-    case StateKind::kGrad: return "grad";
-    case StateKind::kExpAvg: return "exp_avg";
-    case StateKind::kExpAvgSq: return "exp_avg_sq";
+namespace {
+
+[[noreturn]] void ModelBug(const char* what, const std::string& tensor) {
+  // A model-code bug, not a user error.
+  std::fprintf(stderr, "pstar: internal error: %s %s\n", what, tensor.c_str());
+  std::abort();
+}
+
+void AddAccess(std::vector<ChunkAccess>& accesses, ChunkKey key, bool writes) {
+  for (ChunkAccess& a : accesses) {
+    if (a.key.kind == key.kind && a.key.chunk == key.chunk) {
+      a.writes = a.writes || writes;
+      return;
+    }
+  }
+  accesses.push_back({key, writes});
+}
+
+}  // namespace
+
+int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments) {
+  int32_t most = 0;
+  for (const AccessMoment& m : moments) {
+    std::vector<ChunkAccess> accesses;
+    for (TensorId id : m.tensors) {
+      const int32_t chunk = layout.placement(id).chunk;
+      AddAccess(accesses, {StateKind::kParam, chunk}, false);
+      if (m.pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
+    }
+    most = std::max(most, int32_t(accesses.size()));
+  }
+  return most;
+}
+
+const char* TensorStateName(TensorState state) {
+  switch (state) {
+    case TensorState::kFree: return "FREE";
+    case TensorState::kCompute: return "COMPUTE";
+    case TensorState::kHold: return "HOLD";
+    case TensorState::kHoldAfterForward: return "HOLD_AFTER_FWD";
+    case TensorState::kHoldAfterBackward: return "HOLD_AFTER_BWD";
   }
   return "?";
 }
 
-void ParamStore::FreeDeleter::operator()(float* p) const { std::free(p); }
+Result<std::unique_ptr<ParamStore>> ParamStore::Create(ParamLayout layout,
+                                                       std::unique_ptr<DeviceBackend> backend,
+                                                       const ChunkRuntimeOptions& options) {
+  const int64_t chunk_bytes = layout.chunk_elems() * int64_t(sizeof(float));
+  PSTAR_ASSIGN_OR_RETURN(auto chunks,
+                         ChunkManager::Create(layout.num_chunks(), chunk_bytes, std::move(backend), options));
+  return std::unique_ptr<ParamStore>(new ParamStore(std::move(layout), std::move(chunks)));
+}
+
+ParamStore::ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks)
+    : layout_(std::move(layout)), chunks_(std::move(chunks)) {
+  compute_refs_.assign(size_t(layout_.num_tensors()), 0);
+  states_.assign(size_t(layout_.num_tensors()), TensorState::kHold);
+}
 
 ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
-  const size_t bytes = size_t(layout_.chunk_elems()) * sizeof(float);
-  for (auto& kind_chunks : chunks_) {
-    for (int32_t c = 0; c < layout_.num_chunks(); ++c) {
-      void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-      if (p == nullptr) throw std::bad_alloc();
-      kind_chunks.emplace_back(static_cast<float*>(p));
-    }
-  }
+  ChunkRuntimeOptions options;  // capacity 0: every chunk fits
+  auto chunks = ChunkManager::Create(layout_.num_chunks(), layout_.chunk_elems() * int64_t(sizeof(float)),
+                                     MakeCpuBackend(), options);
+  if (!chunks.ok()) throw std::bad_alloc();
+  chunks_ = std::move(chunks).value();
   compute_refs_.assign(size_t(layout_.num_tensors()), 0);
+  states_.assign(size_t(layout_.num_tensors()), TensorState::kHold);
 }
 
 ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pass pass) {
   std::vector<TensorId> ids(tensors);
+  std::vector<ChunkAccess> accesses;
+  for (TensorId id : ids) {
+    const int32_t chunk = layout_.placement(id).chunk;
+    AddAccess(accesses, {StateKind::kParam, chunk}, false);
+    if (pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
+  }
+  chunks_->Access(accesses);
   for (TensorId id : ids) {
     ++compute_refs_[size_t(id)];
+    states_[size_t(id)] = TensorState::kCompute;
     if (recording_) trace_.push_back({moment_, id, pass});
   }
   ++moment_;
-  return Use(this, std::move(ids), pass);
+  return Use(this, std::move(ids), std::move(accesses), pass);
 }
 
-void ParamStore::Release(const std::vector<TensorId>& tensors) {
-  for (TensorId id : tensors) --compute_refs_[size_t(id)];
+void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses,
+                         Pass pass) {
+  for (TensorId id : tensors) {
+    if (--compute_refs_[size_t(id)] == 0) {
+      states_[size_t(id)] = pass == Pass::kForward ? TensorState::kHoldAfterForward
+                                                   : TensorState::kHoldAfterBackward;
+    }
+  }
+  chunks_->Release(accesses);
 }
 
-float* ParamStore::ChunkData(StateKind kind, int32_t chunk) {
-  return chunks_[size_t(kind)][size_t(chunk)].get();
-}
-
-const float* ParamStore::ChunkData(StateKind kind, int32_t chunk) const {
-  return chunks_[size_t(kind)][size_t(chunk)].get();
+ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
+  ChunkUpdate u;
+  if (chunks_->DeviceAdam(chunk)) {
+    u.accesses_ = {{{StateKind::kParam, chunk}, true},
+                   {{StateKind::kGrad, chunk}, false},
+                   {{StateKind::kExpAvg, chunk}, true},
+                   {{StateKind::kExpAvgSq, chunk}, true}};
+    chunks_->Access(u.accesses_);
+    u.chunks_ = chunks_.get();
+    u.tier_ = Tier::kDevice;
+    u.param_ = chunks_->DeviceData({StateKind::kParam, chunk});
+    u.grad_ = chunks_->DeviceData({StateKind::kGrad, chunk});
+    u.exp_avg_ = chunks_->DeviceData({StateKind::kExpAvg, chunk});
+    u.exp_avg_sq_ = chunks_->DeviceData({StateKind::kExpAvgSq, chunk});
+  } else {
+    u.tier_ = Tier::kHost;
+    u.grad_ = chunks_->HostRead({StateKind::kGrad, chunk});
+    u.param_ = chunks_->HostWrite({StateKind::kParam, chunk});
+    u.exp_avg_ = chunks_->HostWrite({StateKind::kExpAvg, chunk});
+    u.exp_avg_sq_ = chunks_->HostWrite({StateKind::kExpAvgSq, chunk});
+  }
+  for (TensorId id : layout_.chunk_tensors(chunk)) states_[size_t(id)] = TensorState::kHold;
+  return u;
 }
 
 float* ParamStore::TensorData(StateKind kind, TensorId id) {
+  if (InCompute(id)) ModelBug("host write to a tensor in use:", layout_.spec(id).name);
   const TensorPlacement& p = layout_.placement(id);
-  return ChunkData(kind, p.chunk) + p.offset;
+  return chunks_->HostWrite({kind, p.chunk}) + p.offset;
 }
 
-const float* ParamStore::TensorData(StateKind kind, TensorId id) const {
+const float* ParamStore::Peek(StateKind kind, TensorId id) {
   const TensorPlacement& p = layout_.placement(id);
-  return ChunkData(kind, p.chunk) + p.offset;
+  return chunks_->Peek({kind, p.chunk}) + p.offset;
 }
 
-void ParamStore::ZeroGrads() {
-  for (auto& chunk : chunks_[size_t(StateKind::kGrad)]) {
-    std::memset(chunk.get(), 0, size_t(layout_.chunk_elems()) * sizeof(float));
-  }
-}
+void ParamStore::ZeroGrads() { chunks_->ZeroFill(StateKind::kGrad); }
+
+void ParamStore::EndStep() { chunks_->EndStep(); }
 
 int64_t ParamStore::model_bytes() const {
-  return int64_t(kNumStateKinds) * layout_.padded_elements() * int64_t(sizeof(float));
+  return int64_t(kNumStateKinds) * chunks_->num_chunks() * chunks_->chunk_bytes();
 }
 
 ParamStore::Use::Use(Use&& other) noexcept
-    : store_(other.store_), tensors_(std::move(other.tensors_)), pass_(other.pass_) {
+    : store_(other.store_),
+      tensors_(std::move(other.tensors_)),
+      accesses_(std::move(other.accesses_)),
+      pass_(other.pass_) {
   other.store_ = nullptr;
 }
 
 ParamStore::Use::~Use() {
-  if (store_ != nullptr) store_->Release(tensors_);
+  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_);
 }
 
 void ParamStore::Use::Check(TensorId id) const {
   for (TensorId t : tensors_) {
     if (t == id) return;
   }
-  // A model-code bug, not a user error: the op touched a tensor it did not bracket.
-  std::fprintf(stderr, "pstar: internal error: tensor %s used outside its bracket\n",
-               store_->layout_.spec(id).name.c_str());
-  std::abort();
+  ModelBug("tensor used outside its bracket:", store_->layout_.spec(id).name);
 }
 
 float* ParamStore::Use::param(TensorId id) const {
   Check(id);
-  return store_->TensorData(StateKind::kParam, id);
+  const TensorPlacement& p = store_->layout_.placement(id);
+  return store_->chunks_->DeviceData({StateKind::kParam, p.chunk}) + p.offset;
 }
 
 float* ParamStore::Use::grad(TensorId id) const {
   Check(id);
-  if (pass_ != Pass::kBackward) {
-    std::fprintf(stderr, "pstar: internal error: gradient of %s requested in the forward pass\n",
-                 store_->layout_.spec(id).name.c_str());
-    std::abort();
-  }
-  return store_->TensorData(StateKind::kGrad, id);
+  if (pass_ != Pass::kBackward) ModelBug("gradient requested in the forward pass:", store_->layout_.spec(id).name);
+  const TensorPlacement& p = store_->layout_.placement(id);
+  return store_->chunks_->DeviceData({StateKind::kGrad, p.chunk}) + p.offset;
+}
+
+ParamStore::ChunkUpdate::ChunkUpdate(ChunkUpdate&& other) noexcept
+    : chunks_(other.chunks_),
+      accesses_(std::move(other.accesses_)),
+      param_(other.param_),
+      grad_(other.grad_),
+      exp_avg_(other.exp_avg_),
+      exp_avg_sq_(other.exp_avg_sq_),
+      tier_(other.tier_) {
+  other.chunks_ = nullptr;
+}
+
+ParamStore::ChunkUpdate::~ChunkUpdate() {
+  if (chunks_ != nullptr) chunks_->Release(accesses_);
 }
 
 }  // namespace pstar

@@ -1,27 +1,26 @@
-// ParamStore: where every model tensor's state lives, reached only through the
-// ParamLayout and bracketed uses. The model never holds a raw pointer past the
-// op that asked for it; a Use marks its tensors COMPUTE for its lifetime and
-// each Acquire is one "moment" of the access sequence the memory tracer
-// records. Today every chunk lives in host memory; the chunk runtime changes
-// where chunks live behind this interface, not the model code.
+// ParamStore: the model's view of its parameters, reached only through the
+// ParamLayout and bracketed uses. A Use marks its tensors COMPUTE and is one
+// "moment" of the access sequence: the ChunkManager makes the tensors' chunks
+// resident on the device for exactly that long, evicting and prefetching
+// others. The model never holds a parameter pointer past the op that asked.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <vector>
 
 #include "worker/model/param_layout.h"
+#include "worker/runtime/chunk_manager.h"
+#include "worker/runtime/runtime_counters.h"
 
 namespace pstar {
 
-// The kinds of state kept per tensor, all sharing one layout.
-enum class StateKind : int { kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3 };
-inline constexpr int kNumStateKinds = 4;
-const char* StateKindName(StateKind kind);
-
 enum class Pass : uint8_t { kForward, kBackward };
+
+// PatrickStar's tensor states; a chunk may move only while none of its tensors is COMPUTE.
+enum class TensorState : uint8_t { kFree, kCompute, kHold, kHoldAfterForward, kHoldAfterBackward };
+const char* TensorStateName(TensorState state);
 
 struct AccessRecord {
   int64_t moment;
@@ -29,54 +28,76 @@ struct AccessRecord {
   Pass pass;
 };
 
+// One bracket of the access sequence.
+struct AccessMoment {
+  std::vector<TensorId> tensors;
+  Pass pass;
+};
+
+// The most chunks any moment pins: its tensors' param chunks, plus their grad
+// chunks in the backward pass. The device budget must hold this many.
+int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments);
+
 class ParamStore {
  public:
   class Use;
+  class ChunkUpdate;
 
+  // Lays the chunks out in a ChunkManager configured by `options`.
+  static Result<std::unique_ptr<ParamStore>> Create(ParamLayout layout,
+                                                    std::unique_ptr<DeviceBackend> backend,
+                                                    const ChunkRuntimeOptions& options);
+  // Everything resident on an emulated device with room for every chunk (tools, tests).
   explicit ParamStore(ParamLayout layout);
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
   const ParamLayout& layout() const { return layout_; }
+  ChunkManager& chunks() { return *chunks_; }
+  const ChunkManager& chunks() const { return *chunks_; }
 
   // Brackets one op's use of `tensors`; pointers from the Use stay valid until
-  // it is destroyed. In the backward pass the tensors' gradients are reachable too.
+  // it is destroyed. In the backward pass the tensors' gradients are reachable
+  // (and written) too.
   Use Acquire(std::initializer_list<TensorId> tensors, Pass pass);
 
-  // A whole chunk of one kind, for chunk-wise walkers (init, optimizer, norms).
-  float* ChunkData(StateKind kind, int32_t chunk);
-  const float* ChunkData(StateKind kind, int32_t chunk) const;
+  // Param, grad and both Adam moments of one chunk for its optimizer update, on
+  // the device when the hybrid placement put its moments there, else on the host.
+  ChunkUpdate AcquireForUpdate(int32_t chunk);
 
-  // A tensor's elements outside any op (tests, export); not for model code.
+  // A tensor's host copy, current and writable; its device copy is dropped
+  // (init, tests, checkpoints). Not for model code.
   float* TensorData(StateKind kind, TensorId id);
-  const float* TensorData(StateKind kind, TensorId id) const;
+  // The current copy of a tensor wherever it lives, for reading without moving it.
+  const float* Peek(StateKind kind, TensorId id);
 
-  // Sets every gradient to zero (start of an optimizer step).
+  // Sets every gradient to zero (start of a step); lazily, without copies.
   void ZeroGrads();
 
-  // True while some Use holds `id` (the tensor is in state COMPUTE).
+  // Step boundaries for the chunk trace.
+  void BeginStep() { chunks_->BeginStep(); }
+  void EndStep();
+
+  TensorState state(TensorId id) const { return states_[size_t(id)]; }
   bool InCompute(TensorId id) const { return compute_refs_[size_t(id)] > 0; }
 
-  // Access-sequence recording for the memory tracer.
+  // Tensor-level access recording (what the model asked for, in order).
   void SetRecording(bool on) { recording_ = on; }
   const std::vector<AccessRecord>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
   int64_t moments() const { return moment_; }
 
-  // Bytes of model data held, all kinds together.
+  // Bytes of model data (home copies of every kind).
   int64_t model_bytes() const;
 
  private:
-  void Release(const std::vector<TensorId>& tensors);
-
-  struct FreeDeleter {
-    void operator()(float* p) const;
-  };
-  using ChunkBuffer = std::unique_ptr<float, FreeDeleter>;
+  ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks);
+  void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass);
 
   ParamLayout layout_;
-  std::array<std::vector<ChunkBuffer>, kNumStateKinds> chunks_;
+  std::unique_ptr<ChunkManager> chunks_;
   std::vector<int32_t> compute_refs_;
+  std::vector<TensorState> states_;
   bool recording_ = false;
   int64_t moment_ = 0;
   std::vector<AccessRecord> trace_;
@@ -96,13 +117,41 @@ class ParamStore::Use {
 
  private:
   friend class ParamStore;
-  Use(ParamStore* store, std::vector<TensorId> tensors, Pass pass)
-      : store_(store), tensors_(std::move(tensors)), pass_(pass) {}
+  Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass)
+      : store_(store), tensors_(std::move(tensors)), accesses_(std::move(accesses)), pass_(pass) {}
   void Check(TensorId id) const;
 
   ParamStore* store_;
   std::vector<TensorId> tensors_;
+  std::vector<ChunkAccess> accesses_;
   Pass pass_;
+};
+
+class ParamStore::ChunkUpdate {
+ public:
+  ChunkUpdate(ChunkUpdate&& other) noexcept;
+  ChunkUpdate(const ChunkUpdate&) = delete;
+  ChunkUpdate& operator=(const ChunkUpdate&) = delete;
+  ChunkUpdate& operator=(ChunkUpdate&&) = delete;
+  ~ChunkUpdate();
+
+  float* param() const { return param_; }
+  const float* grad() const { return grad_; }
+  float* exp_avg() const { return exp_avg_; }
+  float* exp_avg_sq() const { return exp_avg_sq_; }
+  Tier tier() const { return tier_; }
+
+ private:
+  friend class ParamStore;
+  ChunkUpdate() = default;
+
+  ChunkManager* chunks_ = nullptr;  // set while device chunks are pinned
+  std::vector<ChunkAccess> accesses_;
+  float* param_ = nullptr;
+  const float* grad_ = nullptr;
+  float* exp_avg_ = nullptr;
+  float* exp_avg_sq_ = nullptr;
+  Tier tier_ = Tier::kHost;
 };
 
 }  // namespace pstar

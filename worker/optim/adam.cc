@@ -19,26 +19,35 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale) {
   p.bias_correction2 = float(1.0 - std::pow(double(config_.beta2), double(step_)));
   const ParamLayout& layout = store.layout();
   for (int32_t c = 0; c < layout.num_chunks(); ++c) {
-    float* param = store.ChunkData(StateKind::kParam, c);
-    const float* grad = store.ChunkData(StateKind::kGrad, c);
-    float* m = store.ChunkData(StateKind::kExpAvg, c);
-    float* v = store.ChunkData(StateKind::kExpAvgSq, c);
-    for (TensorId id : layout.chunk_tensors(c)) {
-      const TensorSpec& spec = layout.spec(id);
-      const int64_t off = layout.placement(id).offset;
-      float wd = spec.decayed() ? config_.weight_decay : 0.0f;
+    ParamStore::ChunkUpdate u = store.AcquireForUpdate(c);
+    // Tensors are packed back to back, so each run of tensors with the same
+    // weight decay is one contiguous span and one kernel call.
+    const std::vector<TensorId>& tensors = layout.chunk_tensors(c);
+    for (size_t first = 0; first < tensors.size();) {
+      const bool decayed = layout.spec(tensors[first]).decayed();
+      const int64_t begin = layout.placement(tensors[first]).offset;
+      int64_t end = begin + layout.spec(tensors[first]).numel();
+      size_t last = first + 1;
+      while (last < tensors.size() && layout.spec(tensors[last]).decayed() == decayed &&
+             layout.placement(tensors[last]).offset == end) {
+        end += layout.spec(tensors[last]).numel();
+        ++last;
+      }
+      const float wd = decayed ? config_.weight_decay : 0.0f;
       p.decoupled_weight_decay = config_.decoupled_weight_decay ? wd : 0.0f;
       p.l2_weight_decay = config_.decoupled_weight_decay ? 0.0f : wd;
-      kernels::cpu::AdamUpdate(param + off, grad + off, m + off, v + off, spec.numel(), p);
+      kernels::cpu::AdamUpdate(u.param() + begin, u.grad() + begin, u.exp_avg() + begin,
+                               u.exp_avg_sq() + begin, end - begin, p);
+      first = last;
     }
   }
 }
 
-double GradientNorm(const ParamStore& store) {
+double GradientNorm(ParamStore& store) {
   const ParamLayout& layout = store.layout();
   double sum = 0.0;
   for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    sum += kernels::cpu::SumOfSquares(store.TensorData(StateKind::kGrad, id), layout.spec(id).numel());
+    sum += kernels::cpu::SumOfSquares(store.Peek(StateKind::kGrad, id), layout.spec(id).numel());
   }
   return std::sqrt(sum);
 }

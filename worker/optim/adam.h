@@ -1,4 +1,5 @@
-// Adam and AdamW over every tensor of a ParamStore, shard by chunk span.
+// Adam and AdamW over every tensor of a ParamStore, one kernel call per
+// contiguous span of a chunk, on whichever tier the hybrid placement chose.
 // Weight decay applies only to weights and embeddings, never to biases or norms.
 #pragma once
 
@@ -32,7 +33,7 @@ class AdamOptimizer {
 };
 
 // Global L2 norm of all gradients (padding excluded), summed in a fixed order.
-double GradientNorm(const ParamStore& store);
+double GradientNorm(ParamStore& store);
 
 // PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
 // 1 when max_norm <= 0 (clipping off).

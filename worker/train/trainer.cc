@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "worker/core/bytes.h"
 #include "worker/data/generated_corpus.h"
 
 namespace pstar {
@@ -32,13 +33,33 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   const TrainSection& tr = config.train;
   const GptConfig& g = config.model.gpt;
 
+  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(config));
+  const MemoryPlan& plan = t->plan_;
+  PSTAR_ASSIGN_OR_RETURN(t->host_budget_, DetectHostBudget(config.runtime.host_memory));
+  if (t->host_budget_.source != "config") {
+    // A detected limit keeps PatrickStar's headroom for the rest of the process.
+    t->host_budget_.bytes = int64_t(double(t->host_budget_.bytes) * config.mem_tracer.overall_cpu_mem_ratio);
+    t->host_budget_.source += " x overall_cpu_mem_ratio " + std::to_string(config.mem_tracer.overall_cpu_mem_ratio);
+  }
+  if (plan.min_host_bytes > t->host_budget_.bytes) {
+    return Status::ResourceExhausted(
+        "host memory budget too small: need " + std::to_string(plan.min_host_bytes) + " bytes (" +
+        FormatBytes(plan.min_host_bytes) + ": chunks " + FormatBytes(plan.host_chunk_bytes) +
+        ", emulated device " + FormatBytes(plan.device_is_host_memory ? plan.device_bytes : 0) +
+        ", data " + FormatBytes(plan.host_data_bytes) + ", overhead " +
+        FormatBytes(plan.host_overhead_bytes) + "), available " + std::to_string(t->host_budget_.bytes) +
+        " bytes (" + FormatBytes(t->host_budget_.bytes) + ", " + t->host_budget_.source + ")");
+  }
+
   auto layout = ParamLayout::Build(GptTensorSpecs(g), config.default_chunk_size);
   if (!layout.ok()) return layout.status().WithPrefix("default_chunk_size");
-  t->store_ = std::make_unique<ParamStore>(std::move(layout).value());
+  auto store = ParamStore::Create(std::move(layout).value(), MakeCpuBackend(), plan.runtime);
+  if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
+  t->store_ = std::move(store).value();
   InitParameters(*t->store_, tr.seed);
 
-  const int64_t act_bytes = Gpt::ActivationBytes(g, tr.batch_size, tr.seq_len, tr.activation_checkpointing);
-  t->arena_ = std::make_unique<Arena>("activations", size_t(act_bytes));
+  t->arena_ = std::make_unique<Arena>("activations", t->store_->chunks().non_model_memory(),
+                                      size_t(plan.activation_bytes));
   PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
                                                 tr.activation_checkpointing));
   t->model_ = std::make_unique<Gpt>(std::move(model));
@@ -70,6 +91,7 @@ Result<StepStats> Trainer::Step() {
   const int64_t accum = config_.train.grad_accum_steps;
   StepStats stats;
   stats.step = step_;
+  store_->BeginStep();
   store_->ZeroGrads();
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
@@ -86,6 +108,7 @@ Result<StepStats> Trainer::Step() {
   }
   stats.lr = schedule_.At(step_);
   optimizer_->Step(*store_, stats.lr, ClipCoefficient(stats.grad_norm, config_.train.grad_clip));
+  store_->EndStep();
   stats.tokens = accum * int64_t(tokens_.size());
   ++step_;
   return stats;

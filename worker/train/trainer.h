@@ -15,6 +15,8 @@
 #include "worker/model/param_store.h"
 #include "worker/optim/adam.h"
 #include "worker/optim/lr_schedule.h"
+#include "worker/plan/memory_plan.h"
+#include "worker/runtime/host_memory.h"
 
 namespace pstar {
 
@@ -28,8 +30,8 @@ struct StepStats {
 
 class Trainer {
  public:
-  // Lays out and initializes the model and carves activations; `data` must
-  // outlive the trainer.
+  // Plans memory, checks it against the device and host budgets, lays out and
+  // initializes the model and carves activations; `data` must outlive the trainer.
   static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data);
 
   // One optimizer step.
@@ -39,12 +41,17 @@ class Trainer {
   ParamStore& store() { return *store_; }
   Gpt& model() { return *model_; }
   const Arena& activations() const { return *arena_; }
+  const MemoryPlan& plan() const { return plan_; }
+  // Where the host budget came from and its size.
+  const HostBudget& host_budget() const { return host_budget_; }
   const BatchLoader& loader() const { return *loader_; }
 
  private:
   Trainer() = default;
 
   Config config_;
+  MemoryPlan plan_;
+  HostBudget host_budget_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Gpt> model_;

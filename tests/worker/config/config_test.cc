@@ -83,6 +83,32 @@ TEST(Config, RejectsBadInputNamingTheKey) {
   EXPECT_NE(ErrorOf("train: {steps: 3}\n").find("model: section is required"), std::string::npos);
 }
 
+TEST(Config, RuntimeAndMetricsSections) {
+  const std::string m = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n";
+  auto c = ParseConfig(m + "runtime: {device_memory: 1.5GiB, host_memory: 4000000, eviction: lru, prefetch_depth: 0}\n"
+                           "metrics: {port: 9400, bind_address: 127.0.0.1}\n",
+                       "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->runtime.device_memory, int64_t(3) << 29);
+  EXPECT_EQ(c->runtime.host_memory, 4000000);
+  EXPECT_EQ(c->runtime.eviction, "lru");
+  EXPECT_EQ(c->runtime.prefetch_depth, 0);
+  EXPECT_EQ(c->metrics.port, 9400);
+  EXPECT_EQ(c->metrics.bind_address, "127.0.0.1");
+  EXPECT_NE(ErrorOf(m + "runtime: {device_memory: 3 parsecs}\n").find("runtime.device_memory: '3 parsecs': unknown unit"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "runtime: {device_memory: [1]}\n").find("runtime.device_memory: expected a byte count"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "runtime: {eviction: fifo}\n").find("runtime.eviction: must be opt or lru"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "runtime: {prefetch_depth: -1}\n").find("runtime.prefetch_depth: must not be negative"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "runtime: {devise_memory: 1}\n").find("runtime.devise_memory: unknown key"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "metrics: {port: 70000}\n").find("metrics.port: must be in [0, 65535]"),
+            std::string::npos);
+}
+
 TEST(Config, PrintedConfigParsesBackToTheSame) {
   auto c = ParseConfig(DefaultConfigYaml(), "default");
   ASSERT_TRUE(c.ok());

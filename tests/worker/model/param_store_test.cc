@@ -12,15 +12,21 @@ ParamStore MakeStore() {
 
 TEST(ParamStore, UseMarksComputeAndRecordsMoments) {
   ParamStore store = MakeStore();
+  store.TensorData(StateKind::kParam, 0)[2] = 7.0f;
   store.SetRecording(true);
+  EXPECT_EQ(store.state(0), TensorState::kHold);
   {
     auto u = store.Acquire({0}, Pass::kForward);
     EXPECT_TRUE(store.InCompute(0));
+    EXPECT_EQ(store.state(0), TensorState::kCompute);
     EXPECT_FALSE(store.InCompute(1));
-    EXPECT_EQ(u.param(0), store.TensorData(StateKind::kParam, 0));
+    EXPECT_EQ(u.param(0)[2], 7.0f);
+    EXPECT_TRUE(store.chunks().OnDevice({StateKind::kParam, 0}));
   }
   EXPECT_FALSE(store.InCompute(0));
+  EXPECT_EQ(store.state(0), TensorState::kHoldAfterForward);
   { auto u = store.Acquire({1, 0}, Pass::kBackward); }
+  EXPECT_EQ(store.state(1), TensorState::kHoldAfterBackward);
   ASSERT_EQ(store.trace().size(), 3u);
   EXPECT_EQ(store.trace()[0].moment, 0);
   EXPECT_EQ(store.trace()[1].moment, 1);
@@ -33,11 +39,30 @@ TEST(ParamStore, KindsShareOneLayoutInSeparateMemory) {
   ParamStore store = MakeStore();
   EXPECT_EQ(store.layout().num_chunks(), 2);
   EXPECT_NE(store.TensorData(StateKind::kParam, 1), store.TensorData(StateKind::kGrad, 1));
-  EXPECT_EQ(store.TensorData(StateKind::kGrad, 1), store.ChunkData(StateKind::kGrad, 1));
   store.TensorData(StateKind::kGrad, 0)[3] = 5.0f;
+  EXPECT_EQ(store.Peek(StateKind::kGrad, 0)[3], 5.0f);
   store.ZeroGrads();
-  EXPECT_EQ(store.TensorData(StateKind::kGrad, 0)[3], 0.0f);
-  EXPECT_EQ(store.model_bytes(), 4 * 2 * 8 * 4);
+  EXPECT_EQ(store.Peek(StateKind::kGrad, 0)[3], 0.0f);
+  EXPECT_EQ(store.model_bytes(), 4 * 2 * 64);  // 8 floats per chunk, in 64-byte slots
+}
+
+TEST(ParamStore, BackwardWritesReachTheHostCopy) {
+  ParamStore store = MakeStore();
+  store.ZeroGrads();
+  {
+    auto u = store.Acquire({1}, Pass::kBackward);
+    u.grad(1)[5] = 3.5f;
+  }
+  EXPECT_EQ(store.Peek(StateKind::kGrad, 1)[5], 3.5f);  // the device copy, not moved
+  EXPECT_EQ(store.TensorData(StateKind::kGrad, 1)[5], 3.5f);  // written home
+  EXPECT_FALSE(store.chunks().OnDevice({StateKind::kGrad, 1}));
+}
+
+TEST(ParamStore, MaxChunksPerMomentCountsGradsInBackward) {
+  std::vector<TensorSpec> specs = {{"a", {8}, TensorRole::kWeight, 0.02f}, {"b", {8}, TensorRole::kBias, 0}};
+  auto layout = *ParamLayout::Build(specs, 8);
+  EXPECT_EQ(MaxChunksPerMoment(layout, {{{0, 1}, Pass::kForward}}), 2);
+  EXPECT_EQ(MaxChunksPerMoment(layout, {{{0}, Pass::kForward}, {{0, 1}, Pass::kBackward}}), 4);
 }
 
 TEST(ParamStoreDeathTest, TensorOutsideItsBracketAborts) {
@@ -54,6 +79,12 @@ TEST(ParamStoreDeathTest, TensorOutsideItsBracketAborts) {
         (void)u.grad(0);
       },
       "forward pass");
+  EXPECT_DEATH(
+      {
+        auto u = store.Acquire({0}, Pass::kForward);
+        (void)store.TensorData(StateKind::kParam, 0);
+      },
+      "in use");
 }
 
 }  // namespace

@@ -1,0 +1,343 @@
+#include <gtest/gtest.h>
+
+#include "worker/metrics/worker_metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+#include "worker/core/build_info.h"
+
+namespace pstar {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+constexpr const char* kPromtool = "/usr/bin/promtool";
+
+// GET over a plain socket; fails the test when the request does.
+test::HttpResponse HttpGet(int port, const std::string& path) {
+  test::HttpResponse resp = test::HttpGet(port, path);
+  EXPECT_TRUE(resp.ok) << resp.error;
+  return resp;
+}
+
+// The text exposition format, parsed just enough for these tests (no escapes
+// in label values, no timestamps).
+struct Sample {
+  std::string name;
+  Labels labels;
+  double value = 0;
+};
+
+struct Exposition {
+  std::vector<Sample> samples;
+  std::map<std::string, std::string> type, help;  // by family name
+
+  // The value of the one sample with exactly these labels.
+  std::optional<double> Get(const std::string& name, const Labels& labels) const {
+    std::optional<double> found;
+    for (const Sample& s : samples) {
+      if (s.name != name || s.labels != labels) continue;
+      EXPECT_FALSE(found.has_value()) << "duplicate sample " << name;
+      found = s.value;
+    }
+    return found;
+  }
+  int Count(const std::string& name) const {
+    int n = 0;
+    for (const Sample& s : samples) n += s.name == name;
+    return n;
+  }
+};
+
+Exposition Parse(const std::string& body) {
+  Exposition e;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      const std::string rest = line.substr(7);
+      const size_t sp = rest.find(' ');
+      auto& table = line[2] == 'H' ? e.help : e.type;
+      table[rest.substr(0, sp)] = sp == std::string::npos ? "" : rest.substr(sp + 1);
+      continue;
+    }
+    if (line[0] == '#') continue;
+    Sample s;
+    const size_t value_at = line.rfind(' ');
+    const std::string series = line.substr(0, value_at);
+    s.value = std::strtod(line.c_str() + value_at + 1, nullptr);
+    const size_t brace = series.find('{');
+    s.name = series.substr(0, brace);
+    if (brace != std::string::npos) {
+      // name="value",name="value"}
+      size_t i = brace + 1;
+      while (i < series.size() && series[i] != '}') {
+        const size_t eq = series.find('=', i);
+        const size_t close = series.find('"', eq + 2);
+        s.labels[series.substr(i, eq - i)] = series.substr(eq + 2, close - eq - 2);
+        i = close + 1;
+        if (i < series.size() && series[i] == ',') ++i;
+      }
+    }
+    e.samples.push_back(std::move(s));
+  }
+  return e;
+}
+
+const Labels kConstant = {{"job", "pretrain-7"}, {"namespace", "default"}, {"rank", "3"}};
+
+Labels With(Labels extra) {
+  extra.insert(kConstant.begin(), kConstant.end());
+  return extra;
+}
+
+std::unique_ptr<WorkerMetrics> StartOnLoopback() {
+  MetricsOptions options;
+  options.bind_address = "127.0.0.1";
+  options.port = 0;
+  options.job = "pretrain-7";
+  options.ns = "";  // -> "default"
+  options.rank = "3";
+  Result<std::unique_ptr<WorkerMetrics>> m = WorkerMetrics::Start(options);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok()) return nullptr;
+  EXPECT_GT((*m)->port(), 0);
+  return std::move(m).value();
+}
+
+void Fill(RuntimeCounters& c) {
+  const int dev = static_cast<int>(Tier::kDevice), host = static_cast<int>(Tier::kHost);
+  c.resident_bytes[dev][static_cast<int>(StateKind::kParam)] = 4096;
+  c.resident_chunks[dev][static_cast<int>(StateKind::kParam)] = 2;
+  c.resident_bytes[host][static_cast<int>(StateKind::kExpAvgSq)] = 1 << 20;
+  c.resident_chunks[host][static_cast<int>(StateKind::kExpAvgSq)] = 8;
+  c.non_model_bytes[dev] = 3000;
+  c.non_model_bytes[host] = 500;
+  c.device_capacity_bytes = int64_t{80} << 30;
+  c.chunk_budget_bytes = int64_t{60} << 30;
+  c.moves[static_cast<int>(Direction::kHostToDevice)] = 5;
+  c.moved_bytes[static_cast<int>(Direction::kHostToDevice)] = 5 * 4096;
+  c.moves[static_cast<int>(Direction::kDeviceToHost)] = 1;
+  c.moved_bytes[static_cast<int>(Direction::kDeviceToHost)] = 4096;
+  c.evictions[static_cast<int>(StateKind::kGrad)] = 4;
+  c.prefetches = 7;
+  c.prefetch_hits = 6;
+}
+
+TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
+  RuntimeCounters counters;  // outlives the metrics
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+
+  // Before anything is attached or recorded: build info and zero totals only.
+  test::HttpResponse first = HttpGet(metrics->port(), "/metrics");
+  ASSERT_NE(first.status_line.find(" 200"), std::string::npos) << first.status_line;
+  Exposition before = Parse(first.body);
+  EXPECT_EQ(before.Count("patrickstar_chunk_resident_bytes"), 0);
+  EXPECT_EQ(before.Count("patrickstar_collective_bytes_total"), 0);
+  EXPECT_EQ(before.Count("patrickstar_loss"), 0);
+  EXPECT_EQ(before.Get("patrickstar_steps_total", kConstant), 0.0);
+
+  Fill(counters);
+  metrics->AttachRuntimeCounters(&counters);
+  metrics->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
+  metrics->RecordStep(1.5, 1024, 3.0, 5e-4, 1.25, 65536.0, 0.45);
+  metrics->RecordSkippedStep();
+  metrics->RecordCollective("all_reduce", 1 << 20, 0.25);
+  metrics->RecordCollective("all_reduce", 1 << 20, 0.5);
+  metrics->RecordCollective("barrier", 0, 0.125);
+
+  test::HttpResponse resp = HttpGet(metrics->port(), "/metrics");
+  ASSERT_NE(resp.status_line.find(" 200"), std::string::npos) << resp.status_line;
+  Exposition e = Parse(resp.body);
+
+  const std::map<std::string, std::string> families = {
+      {"patrickstar_chunk_resident_bytes", "gauge"},
+      {"patrickstar_chunk_resident_chunks", "gauge"},
+      {"patrickstar_non_model_bytes", "gauge"},
+      {"patrickstar_device_capacity_bytes", "gauge"},
+      {"patrickstar_chunk_budget_bytes", "gauge"},
+      {"patrickstar_chunk_moves_total", "counter"},
+      {"patrickstar_chunk_moved_bytes_total", "counter"},
+      {"patrickstar_chunk_evictions_total", "counter"},
+      {"patrickstar_chunk_prefetches_total", "counter"},
+      {"patrickstar_chunk_prefetch_hits_total", "counter"},
+      {"patrickstar_step_duration_seconds", "histogram"},
+      {"patrickstar_steps_total", "counter"},
+      {"patrickstar_tokens_total", "counter"},
+      {"patrickstar_skipped_steps_total", "counter"},
+      {"patrickstar_loss", "gauge"},
+      {"patrickstar_learning_rate", "gauge"},
+      {"patrickstar_grad_norm", "gauge"},
+      {"patrickstar_loss_scale", "gauge"},
+      {"patrickstar_mfu", "gauge"},
+      {"patrickstar_collective_bytes_total", "counter"},
+      {"patrickstar_collective_seconds_total", "counter"},
+      {"patrickstar_build_info", "gauge"},
+  };
+  for (const auto& [name, type] : families) {
+    EXPECT_EQ(e.type[name], type) << name;
+    EXPECT_FALSE(e.help[name].empty()) << name << " has no HELP";
+  }
+
+  // Every one of our series carries the constant labels, and only the allowed ones.
+  const std::vector<std::string> allowed = {"job", "namespace", "rank", "device", "kind",
+                                            "direction", "op", "le", "version", "cuda"};
+  int ours = 0;
+  for (const Sample& s : e.samples) {
+    if (s.name.rfind("patrickstar_", 0) != 0) continue;
+    ++ours;
+    for (const auto& [k, v] : kConstant) EXPECT_EQ(s.labels.count(k) ? s.labels.at(k) : "<none>", v) << s.name;
+    for (const auto& [k, v] : s.labels) {
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), k), allowed.end()) << s.name << " label " << k;
+    }
+  }
+  EXPECT_GT(ours, 40);
+
+  // Chunk residency: every tier x kind, zeros included.
+  EXPECT_EQ(e.Count("patrickstar_chunk_resident_bytes"), kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_resident_chunks"), kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "device"}, {"kind", "param"}})), 4096);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"device", "device"}, {"kind", "param"}})), 2);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "host"}, {"kind", "exp_avg_sq"}})), 1 << 20);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"device", "host"}, {"kind", "exp_avg_sq"}})), 8);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "host"}, {"kind", "grad"}})), 0);
+  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"device", "device"}})), 3000);
+  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"device", "host"}})), 500);
+  EXPECT_EQ(e.Get("patrickstar_device_capacity_bytes", kConstant), double(int64_t{80} << 30));
+  EXPECT_EQ(e.Get("patrickstar_chunk_budget_bytes", kConstant), double(int64_t{60} << 30));
+  EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", With({{"direction", "h2d"}})), 5);
+  EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", With({{"direction", "d2h"}})), 1);
+  EXPECT_EQ(e.Get("patrickstar_chunk_moved_bytes_total", With({{"direction", "h2d"}})), 5 * 4096);
+  EXPECT_EQ(e.Get("patrickstar_chunk_moved_bytes_total", With({{"direction", "d2h"}})), 4096);
+  EXPECT_EQ(e.Count("patrickstar_chunk_evictions_total"), kNumStateKinds);
+  EXPECT_EQ(e.Get("patrickstar_chunk_evictions_total", With({{"kind", "grad"}})), 4);
+  EXPECT_EQ(e.Get("patrickstar_chunk_evictions_total", With({{"kind", "param"}})), 0);
+  EXPECT_EQ(e.Get("patrickstar_chunk_prefetches_total", kConstant), 7);
+  EXPECT_EQ(e.Get("patrickstar_chunk_prefetch_hits_total", kConstant), 6);
+
+  // Steps.
+  EXPECT_EQ(e.Get("patrickstar_steps_total", kConstant), 2);
+  EXPECT_EQ(e.Get("patrickstar_tokens_total", kConstant), 2048);
+  EXPECT_EQ(e.Get("patrickstar_skipped_steps_total", kConstant), 1);
+  EXPECT_EQ(e.Get("patrickstar_step_duration_seconds_count", kConstant), 2);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_step_duration_seconds_sum", kConstant).value_or(-1), 2.0);
+  int buckets = 0;
+  for (const Sample& s : e.samples) {
+    if (s.name != "patrickstar_step_duration_seconds_bucket") continue;
+    ++buckets;
+    const double le = s.labels.at("le") == "+Inf" ? 1e300 : std::stod(s.labels.at("le"));
+    EXPECT_EQ(s.value, le < 0.5 ? 0 : le < 1.5 ? 1 : 2) << "le=" << s.labels.at("le");
+  }
+  EXPECT_GE(buckets, 10);
+  EXPECT_EQ(e.Get("patrickstar_step_duration_seconds_bucket", With({{"le", "0.001"}})), 0);
+  EXPECT_EQ(e.Get("patrickstar_step_duration_seconds_bucket", With({{"le", "+Inf"}})), 2);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_loss", kConstant).value_or(-1), 3.0);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_learning_rate", kConstant).value_or(-1), 5e-4);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_grad_norm", kConstant).value_or(-1), 1.25);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_loss_scale", kConstant).value_or(-1), 65536.0);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_mfu", kConstant).value_or(-1), 0.45);
+
+  // Collectives: a series per op recorded, none for the others.
+  EXPECT_EQ(e.Get("patrickstar_collective_bytes_total", With({{"op", "all_reduce"}})), 2 << 20);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_collective_seconds_total", With({{"op", "all_reduce"}})).value_or(-1), 0.75);
+  EXPECT_EQ(e.Get("patrickstar_collective_bytes_total", With({{"op", "barrier"}})), 0);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_collective_seconds_total", With({{"op", "barrier"}})).value_or(-1), 0.125);
+  EXPECT_EQ(e.Count("patrickstar_collective_bytes_total"), 2);
+
+#ifdef PSTAR_WITH_CUDA
+  const std::string cuda = "true";
+#else
+  const std::string cuda = "false";
+#endif
+  EXPECT_EQ(e.Get("patrickstar_build_info", With({{"version", kPstarVersion}, {"cuda", cuda}})), 1);
+}
+
+TEST(WorkerMetrics, ChunkSeriesAreReadAtScrapeTime) {
+  RuntimeCounters counters;  // outlives the metrics
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  Fill(counters);
+  metrics->AttachRuntimeCounters(&counters);
+  const Labels device_param = With({{"device", "device"}, {"kind", "param"}});
+  const Labels h2d = With({{"direction", "h2d"}});
+
+  Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", device_param), 4096);
+  EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", h2d), 5);
+
+  // No step recorded in between: the new values come straight from the counters.
+  counters.resident_bytes[static_cast<int>(Tier::kDevice)][static_cast<int>(StateKind::kParam)] = 12288;
+  counters.moves[static_cast<int>(Direction::kHostToDevice)] += 3;
+  e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", device_param), 12288);
+  EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", h2d), 8);
+}
+
+TEST(WorkerMetrics, ExpositionPassesPromtool) {
+  ASSERT_TRUE(std::filesystem::exists(kPromtool))
+      << kPromtool << " is missing: install Debian's prometheus package "
+      << "(scripts/install-deps.sh installs it)";
+  RuntimeCounters counters;  // outlives the metrics
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  Fill(counters);
+  metrics->AttachRuntimeCounters(&counters);
+  metrics->RecordStep(0.02, 512, 4.5, 1e-3, 2.0, 1.0, 0.1);
+  metrics->RecordSkippedStep();
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"}) {
+    metrics->RecordCollective(op, 4096, 0.001);
+  }
+  const std::string body = HttpGet(metrics->port(), "/metrics").body;
+  ASSERT_FALSE(body.empty());
+
+  test::TempDir dir("metrics");
+  const std::string path = dir.path() + "/metrics.txt";
+  test::WriteText(path, body);
+  test::ProcessResult r = test::RunProcess(
+      {"/bin/sh", "-c", std::string("exec ") + kPromtool + " check metrics < \"$0\"", path});
+  EXPECT_EQ(r.exit_code, 0) << "promtool check metrics:\n" << r.out << r.err << "\nexposition:\n" << body;
+  EXPECT_EQ(r.out + r.err, "") << "promtool warnings";
+}
+
+TEST(WorkerMetrics, BusyPortFailsNamingAddressAndPort) {
+  std::unique_ptr<WorkerMetrics> first = StartOnLoopback();
+  ASSERT_NE(first, nullptr);
+  MetricsOptions options;
+  options.bind_address = "127.0.0.1";
+  options.port = first->port();
+  Result<std::unique_ptr<WorkerMetrics>> second = WorkerMetrics::Start(options);
+  ASSERT_FALSE(second.ok());
+  const std::string& message = second.status().message();
+  EXPECT_NE(message.find("127.0.0.1:" + std::to_string(first->port())), std::string::npos) << message;
+  EXPECT_NE(message.find("in use"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(WorkerMetrics, RejectsPortOutOfRange) {
+  MetricsOptions options;
+  options.bind_address = "127.0.0.1";
+  options.port = 70000;
+  Result<std::unique_ptr<WorkerMetrics>> m = WorkerMetrics::Start(options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("70000"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace pstar

@@ -1,0 +1,62 @@
+#include "worker/plan/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "worker/model/gpt.h"
+
+namespace pstar {
+namespace {
+
+Config Parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto c = ParseConfig(yaml, "test", overrides);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+TEST(MemoryPlan, CountsEveryKindAndTier) {
+  Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\n");
+  auto p = PlanMemory(c);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->parameters, c.model.gpt.NumParameters());
+  ASSERT_EQ(p->kinds.size(), 4u);
+  for (const KindPlan& k : p->kinds) EXPECT_EQ(k.bytes, int64_t(p->num_chunks) * p->chunk_bytes);
+  EXPECT_EQ(p->model_bytes, 4 * int64_t(p->num_chunks) * p->chunk_bytes);
+  EXPECT_EQ(p->activation_bytes, Gpt::ActivationBytes(c.model.gpt, 2, 32, false));
+  EXPECT_EQ(p->max_chunks_per_moment >= 2 && p->max_chunks_per_moment <= 4, true);
+  EXPECT_EQ(p->min_device_bytes, p->activation_bytes + p->max_chunks_per_moment * p->chunk_bytes);
+  EXPECT_EQ(p->all_resident_device_bytes, p->activation_bytes + p->model_bytes);
+  EXPECT_EQ(p->device_bytes, p->all_resident_device_bytes);  // device_memory 0: all resident
+  EXPECT_EQ(p->device_adam_chunks, p->num_chunks);  // sized for everything: all Adam on the device
+  c.runtime.device_memory = p->device_bytes;           // the same size, given explicitly: margin applies
+  auto explicit_size = PlanMemory(c);
+  ASSERT_TRUE(explicit_size.ok());
+  EXPECT_EQ(explicit_size->device_adam_chunks, int32_t(double(2 * p->num_chunks) * 0.8) / 2);
+  EXPECT_EQ(p->min_host_bytes,
+            p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->device_bytes);
+}
+
+TEST(MemoryPlan, ABudgetBelowParamsAndGradsKeepsAdamOnTheHost) {
+  Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\n");
+  auto full = PlanMemory(c);
+  ASSERT_TRUE(full.ok());
+  c.runtime.device_memory = full->activation_bytes + full->model_bytes / 4;
+  auto p = PlanMemory(c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->device_bytes, c.runtime.device_memory);
+  EXPECT_EQ(p->device_adam_chunks, 0);
+  EXPECT_LT(p->device_slots, 2 * p->num_chunks);
+}
+
+TEST(MemoryPlan, LargePresetsPlanWithoutAllocating) {
+  Config c = Parse("model: {preset: gpt3-175b}\ntrain: {batch_size: 1, seq_len: 2048, activation_checkpointing: true}\n");
+  auto p = PlanMemory(c);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_GT(p->parameters, int64_t(170e9));
+  EXPECT_GT(p->model_bytes, 16 * int64_t(170e9));
+  const std::string text = FormatPlan(*p);
+  EXPECT_NE(text.find("device: minimum"), std::string::npos);
+  EXPECT_NE(text.find("host: minimum"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pstar

@@ -1,0 +1,208 @@
+// Training through the chunk runtime: the result is bit-identical for every
+// device budget, chunk size, prefetch depth and eviction policy; the device
+// tier never exceeds its budget; OPT moves no more than LRU; budgets that
+// cannot work fail at start with the numbers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "worker/train/trainer.h"
+
+namespace pstar {
+namespace {
+
+const char* kBase =
+    "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n"
+    "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
+    "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
+
+Config MakeConfig(const std::vector<std::string>& overrides) {
+  auto c = ParseConfig(kBase, "test", overrides);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
+  return VectorTokenSource(std::move(t));
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;  // per tensor, after training
+  std::vector<std::vector<float>> moments;  // exp_avg_sq per tensor, after training
+  int64_t moved_after_warmup = 0;           // bytes, both directions, after step 1
+  int64_t evictions = 0;
+  int64_t prefetch_hits = 0;
+  int64_t peak = 0, capacity = 0;
+  int32_t device_adam_chunks = 0;
+};
+
+int64_t Moved(const ChunkManager& m) {
+  return m.counters().moved_bytes[0] + m.counters().moved_bytes[1];
+}
+
+RunResult Train(const Config& config, const TokenSource& data) {
+  auto t = Trainer::Create(config, data);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  RunResult r;
+  ChunkManager& chunks = (*t)->store().chunks();
+  chunks.SetMomentObserver([](const ChunkManager& m) {
+    ASSERT_LE(m.device_bytes_in_use(), m.device_capacity_bytes());
+  });
+  int64_t moved_at_warmup = 0;
+  for (int64_t s = 0; s < config.train.steps; ++s) {
+    auto st = (*t)->Step();
+    EXPECT_TRUE(st.ok());
+    r.losses.push_back(st->loss);
+    if (s == 0) moved_at_warmup = Moved(chunks);
+  }
+  r.moved_after_warmup = Moved(chunks) - moved_at_warmup;
+  for (int k = 0; k < kNumStateKinds; ++k) r.evictions += chunks.counters().evictions[size_t(k)];
+  r.prefetch_hits = chunks.counters().prefetch_hits;
+  r.peak = chunks.peak_device_bytes();
+  r.capacity = chunks.device_capacity_bytes();
+  r.device_adam_chunks = chunks.device_adam_chunks();
+  ParamStore& store = (*t)->store();
+  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
+    const int64_t n = store.layout().spec(id).numel();
+    const float* p = store.TensorData(StateKind::kParam, id);
+    const float* v = store.TensorData(StateKind::kExpAvgSq, id);
+    r.params.emplace_back(p, p + n);
+    r.moments.emplace_back(v, v + n);
+  }
+  return r;
+}
+
+void ExpectBitIdentical(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float))) << what;
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)))
+        << what << ": tensor " << i;
+    ASSERT_EQ(0, std::memcmp(a.moments[i].data(), b.moments[i].data(), a.moments[i].size() * sizeof(float)))
+        << what << ": exp_avg_sq of tensor " << i;
+  }
+}
+
+// Device bytes for `fraction` of the model data plus the activations, never below the minimum.
+int64_t Budget(const Config& c, double fraction) {
+  auto plan = PlanMemory(c);
+  EXPECT_TRUE(plan.ok());
+  int64_t b = plan->activation_bytes + int64_t(double(plan->model_bytes) * fraction);
+  return std::max(b, plan->min_device_bytes);
+}
+
+std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
+
+TEST(ChunkTraining, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
+  auto data = RandomTokens(3000, 40, 7);
+  for (int64_t chunk : {0, 1024, 4096}) {
+    const std::string chunk_set = Set("default_chunk_size", chunk);
+    const RunResult reference = Train(MakeConfig({chunk_set}), data);
+    EXPECT_GT(reference.device_adam_chunks, 0) << "everything fits: Adam runs on the device";
+    for (double fraction : {0.5, 0.25, 0.0}) {
+      const int64_t budget = Budget(MakeConfig({chunk_set}), fraction);
+      for (int64_t depth : {0, 2, 8}) {
+        for (const char* policy : {"opt", "lru"}) {
+          if (std::string(policy) == "lru" && depth != 0) continue;
+          const std::string what = "chunk " + std::to_string(chunk) + ", budget " + std::to_string(budget) +
+                                   ", prefetch " + std::to_string(depth) + ", " + policy;
+          RunResult r = Train(MakeConfig({chunk_set, Set("runtime.device_memory", budget),
+                                          Set("runtime.prefetch_depth", depth),
+                                          std::string("runtime.eviction=") + policy}),
+                              data);
+          ExpectBitIdentical(reference, r, what);
+          EXPECT_LE(r.peak, budget) << what;
+          if (fraction == 0.0) EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
+        }
+      }
+    }
+  }
+}
+
+TEST(ChunkTraining, GradientAccumulationAtTheMinimumBudgetIsBitIdentical) {
+  auto data = RandomTokens(3000, 40, 8);
+  const std::vector<std::string> base = {"train.grad_accum_steps=3", "default_chunk_size=1024"};
+  const RunResult reference = Train(MakeConfig(base), data);
+  auto tight = base;
+  tight.push_back(Set("runtime.device_memory", Budget(MakeConfig(base), 0.0)));
+  tight.push_back("runtime.prefetch_depth=3");
+  RunResult r = Train(MakeConfig(tight), data);
+  ExpectBitIdentical(reference, r, "accumulation at the minimum budget");
+  EXPECT_GT(r.evictions, 0);
+}
+
+TEST(ChunkTraining, PrefetchHitsWhenTheTraceIsValid) {
+  auto data = RandomTokens(3000, 40, 9);
+  const std::vector<std::string> base = {"default_chunk_size=1024", "runtime.prefetch_depth=2"};
+  RunResult r = Train(MakeConfig({base[0], base[1], Set("runtime.device_memory", Budget(MakeConfig(base), 0.25))}),
+                      data);
+  EXPECT_GT(r.prefetch_hits, 0);
+}
+
+TEST(ChunkTraining, OptMovesNoMoreThanLruOnTheRecordedTrace) {
+  auto data = RandomTokens(3000, 40, 10);
+  int strictly_fewer = 0;
+  for (double fraction : {0.5, 0.35, 0.25, 0.0}) {
+    const std::vector<std::string> base = {"default_chunk_size=1024", "runtime.prefetch_depth=0"};
+    const std::string budget = Set("runtime.device_memory", Budget(MakeConfig(base), fraction));
+    RunResult opt = Train(MakeConfig({base[0], base[1], budget, "runtime.eviction=opt"}), data);
+    RunResult lru = Train(MakeConfig({base[0], base[1], budget, "runtime.eviction=lru"}), data);
+    EXPECT_LE(opt.moved_after_warmup, lru.moved_after_warmup) << budget;
+    if (opt.moved_after_warmup < lru.moved_after_warmup) ++strictly_fewer;
+  }
+  EXPECT_GT(strictly_fewer, 0);
+}
+
+TEST(ChunkTraining, TheRecordedTraceIsTheStaticAccessSequence) {
+  auto data = RandomTokens(3000, 40, 11);
+  for (bool recompute : {false, true}) {
+    Config c = MakeConfig({std::string("train.activation_checkpointing=") + (recompute ? "true" : "false")});
+    auto t = Trainer::Create(c, data);
+    ASSERT_TRUE(t.ok());
+    ParamStore& store = (*t)->store();
+    store.SetRecording(true);
+    ASSERT_TRUE((*t)->Step().ok());
+    auto expected = GptAccessSequence(c.model.gpt, store.layout(), recompute);
+    std::vector<AccessMoment> recorded;
+    for (const AccessRecord& a : store.trace()) {
+      if (recorded.size() <= size_t(a.moment)) recorded.resize(size_t(a.moment) + 1);
+      recorded[size_t(a.moment)].tensors.push_back(a.tensor);
+      recorded[size_t(a.moment)].pass = a.pass;
+    }
+    ASSERT_EQ(recorded.size(), expected.size());
+    for (size_t m = 0; m < expected.size(); ++m) {
+      EXPECT_EQ(recorded[m].tensors, expected[m].tensors) << "moment " << m;
+      EXPECT_EQ(recorded[m].pass, expected[m].pass) << "moment " << m;
+    }
+  }
+}
+
+TEST(ChunkTraining, TooSmallBudgetsFailAtStartWithTheNumbers) {
+  auto data = RandomTokens(3000, 40, 12);
+  Config c = MakeConfig({"default_chunk_size=1024"});
+  auto plan = PlanMemory(c);
+  ASSERT_TRUE(plan.ok());
+  auto t = Trainer::Create(MakeConfig({"default_chunk_size=1024", Set("runtime.device_memory", plan->min_device_bytes - 1)}), data);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("need at least " + std::to_string(plan->min_device_bytes) + " bytes"),
+            std::string::npos)
+      << t.status().message();
+  EXPECT_NE(t.status().message().find("available " + std::to_string(plan->min_device_bytes - 1) + " bytes"),
+            std::string::npos)
+      << t.status().message();
+
+  auto h = Trainer::Create(MakeConfig({"runtime.host_memory=1MiB"}), data);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("host memory budget too small"), std::string::npos) << h.status().message();
+  EXPECT_NE(h.status().message().find("available 1048576 bytes"), std::string::npos) << h.status().message();
+}
+
+}  // namespace
+}  // namespace pstar

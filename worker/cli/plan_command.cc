@@ -1,0 +1,55 @@
+// pstar plan: the memory plan of a job, computed without allocating it.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/cli/commands.h"
+#include "worker/plan/memory_plan.h"
+
+namespace pstar::cli {
+
+namespace {
+
+nlohmann::json PlanJson(const MemoryPlan& p) {
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const KindPlan& k : p.kinds) kinds[StateKindName(k.kind)] = {{"chunks", k.chunks}, {"bytes", k.bytes}};
+  return {{"parameters", p.parameters},
+          {"tensors", p.tensors},
+          {"chunk_elems", p.chunk_elems},
+          {"chunk_bytes", p.chunk_bytes},
+          {"chunks_per_kind", p.num_chunks},
+          {"padding_elems", p.padding_elems},
+          {"kinds", kinds},
+          {"model_bytes", p.model_bytes},
+          {"activation_bytes", p.activation_bytes},
+          {"max_chunks_per_moment", p.max_chunks_per_moment},
+          {"min_device_bytes", p.min_device_bytes},
+          {"all_resident_device_bytes", p.all_resident_device_bytes},
+          {"device_bytes", p.device_bytes},
+          {"device_slots", p.device_slots},
+          {"device_adam_chunks", p.device_adam_chunks},
+          {"device_is_host_memory", p.device_is_host_memory},
+          {"host_chunk_bytes", p.host_chunk_bytes},
+          {"host_data_bytes", p.host_data_bytes},
+          {"host_overhead_bytes", p.host_overhead_bytes},
+          {"min_host_bytes", p.min_host_bytes}};
+}
+
+}  // namespace
+
+int PlanCommand(const std::vector<std::string>& args) {
+  auto job = ParseJobArgs("plan", args, {"--json"});
+  if (!job.ok()) return UsageError(job.status().message());
+  auto config = LoadJobConfig(*job);
+  if (!config.ok()) return ReportError(config.status());
+  auto plan = PlanMemory(*config);
+  if (!plan.ok()) return ReportError(plan.status());
+  if (job->Has("--json")) {
+    std::printf("%s\n", PlanJson(*plan).dump(2).c_str());
+  } else {
+    std::fputs(FormatPlan(*plan).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace pstar::cli

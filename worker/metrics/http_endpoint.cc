@@ -1,0 +1,144 @@
+#include "worker/metrics/http_endpoint.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace pstar {
+
+namespace {
+
+constexpr size_t kMaxRequestBytes = 16 * 1024;
+
+std::string ErrnoText() { return std::error_code(errno, std::generic_category()).message(); }
+
+void SendAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the client went away
+    sent += size_t(n);
+  }
+}
+
+std::string Response(const char* status, const char* type, const std::string& body) {
+  return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& address, int port,
+                                                          std::string path, BodyFn body) {
+  std::string host = address;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string where =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found)) {
+    return Status::FailedPrecondition("cannot serve metrics on " + where + ": " + ::gai_strerror(rc));
+  }
+  auto e = std::unique_ptr<HttpEndpoint>(new HttpEndpoint());
+  e->listen_fd_ = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  std::string why;
+  if (e->listen_fd_ < 0) {
+    why = ErrnoText();
+  } else {
+    int one = 1;
+    ::setsockopt(e->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(e->listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || ::listen(e->listen_fd_, 16) != 0) {
+      why = ErrnoText();
+    }
+  }
+  ::freeaddrinfo(found);
+  if (!why.empty()) return Status::FailedPrecondition("cannot serve metrics on " + where + ": " + why);
+
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(e->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  e->port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                         : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (::pipe2(e->wake_fds_, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot create the metrics endpoint's wake pipe: " + ErrnoText());
+  }
+  e->path_ = std::move(path);
+  e->body_ = std::move(body);
+  e->thread_ = std::thread([raw = e.get()] { raw->Serve(); });
+  return e;
+}
+
+HttpEndpoint::~HttpEndpoint() {
+  if (thread_.joinable()) {
+    const char stop = 1;
+    (void)!::write(wake_fds_[1], &stop, 1);
+    thread_.join();
+  }
+  for (int fd : {listen_fd_, wake_fds_[0], wake_fds_[1]}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void HttpEndpoint::Serve() {
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
+  while (true) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;  // asked to stop
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) continue;
+    Answer(client);
+    ::close(client);
+  }
+}
+
+void HttpEndpoint::Answer(int client) {
+  timeval timeout{5, 0};  // a stalled client cannot hold the endpoint for long
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  std::string request;
+  char buf[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+    const ssize_t n = ::recv(client, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    request.append(buf, size_t(n));
+  }
+  const size_t line_end = request.find("\r\n");
+  if (line_end == std::string::npos) {
+    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"));
+    return;
+  }
+  // "GET /metrics HTTP/1.1"; a query string is ignored.
+  const std::string line = request.substr(0, line_end);
+  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) {
+    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"));
+    return;
+  }
+  const std::string method = line.substr(0, sp1);
+  std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  target = target.substr(0, target.find('?'));
+  if (target != path_) {
+    SendAll(client, Response("404 Not Found", "text/plain", "not found; metrics are at " + path_ + "\n"));
+  } else if (method != "GET" && method != "HEAD") {
+    SendAll(client, Response("405 Method Not Allowed", "text/plain", "use GET\n"));
+  } else {
+    const std::string response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body_());
+    SendAll(client, method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response);
+  }
+}
+
+}  // namespace pstar

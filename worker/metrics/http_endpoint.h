@@ -1,0 +1,47 @@
+// HttpEndpoint: a minimal HTTP/1.x server for GET /metrics on one thread.
+// The worker serves its own endpoint instead of prometheus-cpp's civetweb
+// exposer: civetweb runs its request threads on a small fixed stack from
+// which glibc also carves every loaded library's static TLS, and with the
+// CUDA runtime loaded that left too little stack and the first scrape crashed.
+// This thread has an ordinary stack, one request at a time, a bounded read.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "worker/core/status.h"
+
+namespace pstar {
+
+class HttpEndpoint {
+ public:
+  // Returns the response body for GET `path`; other paths get 404.
+  using BodyFn = std::function<std::string()>;
+
+  // Listens on address:port (port 0: the OS picks). Fails with a one-line
+  // message naming address:port and the reason.
+  static Result<std::unique_ptr<HttpEndpoint>> Start(const std::string& address, int port,
+                                                     std::string path, BodyFn body);
+  ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  HttpEndpoint() = default;
+  void Serve();
+  void Answer(int client);
+
+  int listen_fd_ = -1;
+  int wake_fds_[2] = {-1, -1};  // a pipe: written once to stop Serve
+  int port_ = 0;
+  std::string path_;
+  BodyFn body_;
+  std::thread thread_;
+};
+
+}  // namespace pstar

@@ -1,0 +1,242 @@
+#include "worker/metrics/worker_metrics.h"
+
+#include <atomic>
+#include <cerrno>
+#include <exception>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "worker/core/build_info.h"
+#include "worker/metrics/http_endpoint.h"
+
+namespace pstar {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::Labels;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+#ifdef PSTAR_WITH_CUDA
+constexpr const char* kCudaBuilt = "true";
+#else
+constexpr const char* kCudaBuilt = "false";
+#endif
+
+// Step durations from a millisecond (tiny CPU tests) to ten minutes (large
+// models offloading most of their state).
+std::vector<double> StepBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+          1,     2.5,    5,     10,   25,    50,   100, 250,  600};
+}
+
+double Load(const RuntimeCounters::Counter& c) {
+  return static_cast<double>(c.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+// The chunk series, built from the runtime's counters at each scrape.
+class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
+ public:
+  explicit RuntimeCollector(Labels constant) : constant_(std::move(constant)) {}
+
+  bool Attach(const RuntimeCounters* counters) {
+    const RuntimeCounters* none = nullptr;
+    return counters_.compare_exchange_strong(none, counters);
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    const RuntimeCounters* c = counters_.load(std::memory_order_acquire);
+    if (c == nullptr) return {};
+
+    MetricFamily bytes = Family("patrickstar_chunk_resident_bytes",
+                                "Bytes of chunk copies held on each tier, by state kind.",
+                                MetricType::Gauge);
+    MetricFamily chunks = Family("patrickstar_chunk_resident_chunks",
+                                 "Chunk copies held on each tier, by state kind.", MetricType::Gauge);
+    for (int t = 0; t < kNumTiers; ++t) {
+      for (int k = 0; k < kNumStateKinds; ++k) {
+        const Labels labels = {{"device", TierName(static_cast<Tier>(t))},
+                               {"kind", StateKindName(static_cast<StateKind>(k))}};
+        bytes.metric.push_back(Sample(labels, Load(c->resident_bytes[t][k]), MetricType::Gauge));
+        chunks.metric.push_back(Sample(labels, Load(c->resident_chunks[t][k]), MetricType::Gauge));
+      }
+    }
+
+    MetricFamily non_model = Family("patrickstar_non_model_bytes",
+                                    "Bytes of activations and workspaces held on each tier.",
+                                    MetricType::Gauge);
+    for (int t = 0; t < kNumTiers; ++t) {
+      non_model.metric.push_back(Sample({{"device", TierName(static_cast<Tier>(t))}},
+                                        Load(c->non_model_bytes[t]), MetricType::Gauge));
+    }
+    MetricFamily capacity = Family("patrickstar_device_capacity_bytes",
+                                   "Capacity of the device tier in bytes.", MetricType::Gauge);
+    capacity.metric.push_back(Sample({}, Load(c->device_capacity_bytes), MetricType::Gauge));
+    MetricFamily budget = Family("patrickstar_chunk_budget_bytes",
+                                 "Bytes of the device tier that chunks may use now.", MetricType::Gauge);
+    budget.metric.push_back(Sample({}, Load(c->chunk_budget_bytes), MetricType::Gauge));
+
+    MetricFamily moves = Family("patrickstar_chunk_moves_total",
+                                "Chunk copies between the tiers, by direction.", MetricType::Counter);
+    MetricFamily moved = Family("patrickstar_chunk_moved_bytes_total",
+                                "Bytes of chunk copies between the tiers, by direction.",
+                                MetricType::Counter);
+    for (int d = 0; d < kNumDirections; ++d) {
+      const Labels labels = {{"direction", DirectionName(static_cast<Direction>(d))}};
+      moves.metric.push_back(Sample(labels, Load(c->moves[d]), MetricType::Counter));
+      moved.metric.push_back(Sample(labels, Load(c->moved_bytes[d]), MetricType::Counter));
+    }
+
+    MetricFamily evictions = Family("patrickstar_chunk_evictions_total",
+                                    "Device chunk copies evicted to make room, by state kind.",
+                                    MetricType::Counter);
+    for (int k = 0; k < kNumStateKinds; ++k) {
+      evictions.metric.push_back(Sample({{"kind", StateKindName(static_cast<StateKind>(k))}},
+                                        Load(c->evictions[k]), MetricType::Counter));
+    }
+    MetricFamily prefetches = Family("patrickstar_chunk_prefetches_total",
+                                     "Chunks brought to the device ahead of their use.",
+                                     MetricType::Counter);
+    prefetches.metric.push_back(Sample({}, Load(c->prefetches), MetricType::Counter));
+    MetricFamily hits = Family("patrickstar_chunk_prefetch_hits_total",
+                               "Chunk accesses that found a prefetched copy on the device.",
+                               MetricType::Counter);
+    hits.metric.push_back(Sample({}, Load(c->prefetch_hits), MetricType::Counter));
+
+    std::vector<MetricFamily> out;
+    for (MetricFamily* f : {&bytes, &chunks, &non_model, &capacity, &budget, &moves, &moved,
+                            &evictions, &prefetches, &hits}) {
+      out.push_back(std::move(*f));
+    }
+    return out;
+  }
+
+ private:
+  static MetricFamily Family(const char* name, const char* help, MetricType type) {
+    return MetricFamily{name, help, type, {}};
+  }
+
+  ClientMetric Sample(const Labels& labels, double value, MetricType type) const {
+    Labels all = constant_;
+    all.insert(labels.begin(), labels.end());
+    ClientMetric m;
+    for (const auto& [name, label_value] : all) m.label.push_back({name, label_value});
+    if (type == MetricType::Counter) {
+      m.counter.value = value;
+    } else {
+      m.gauge.value = value;
+    }
+    return m;
+  }
+
+  const Labels constant_;
+  std::atomic<const RuntimeCounters*> counters_{nullptr};
+};
+
+Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return Status::InvalidArgument("metrics port " + std::to_string(options.port) +
+                                   " is outside 0..65535");
+  }
+  if (options.bind_address.empty()) return Status::InvalidArgument("metrics bind address is empty");
+
+  const Labels constant = {{"job", options.job},
+                           {"namespace", options.ns.empty() ? "default" : options.ns},
+                           {"rank", options.rank.empty() ? "0" : options.rank}};
+  std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  m->runtime_ = std::make_shared<RuntimeCollector>(constant);
+  prometheus::Registry& reg = *m->registry_;
+
+  m->step_duration_ = &prometheus::BuildHistogram()
+                           .Name("patrickstar_step_duration_seconds")
+                           .Help("Wall time of each optimizer step.")
+                           .Labels(constant)
+                           .Register(reg)
+                           .Add({}, StepBuckets());
+  auto counter = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Counter>& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(constant).Register(reg);
+  };
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+    return prometheus::BuildGauge().Name(name).Help(help).Labels(constant).Register(reg);
+  };
+  m->steps_ = &counter("patrickstar_steps_total", "Optimizer steps recorded.").Add({});
+  m->tokens_ = &counter("patrickstar_tokens_total", "Training tokens consumed.").Add({});
+  m->skipped_steps_ =
+      &counter("patrickstar_skipped_steps_total",
+               "Steps whose update was skipped because of non-finite gradients.")
+           .Add({});
+  m->loss_family_ = &gauge("patrickstar_loss", "Training loss of the last step (nats per token).");
+  m->learning_rate_family_ = &gauge("patrickstar_learning_rate", "Learning rate of the last step.");
+  m->grad_norm_family_ =
+      &gauge("patrickstar_grad_norm", "Global gradient norm of the last step, before clipping.");
+  m->loss_scale_family_ = &gauge("patrickstar_loss_scale", "Loss scale of the last step.");
+  m->mfu_family_ = &gauge("patrickstar_mfu",
+                          "Model FLOPs utilization of the last step, as a ratio of peak (0..1).");
+  m->collective_bytes_ =
+      &counter("patrickstar_collective_bytes_total", "Payload bytes of collectives on this rank, by op.");
+  m->collective_seconds_ =
+      &counter("patrickstar_collective_seconds_total", "Seconds spent in collectives, by op.");
+  gauge("patrickstar_build_info", "Always 1; the labels describe the build.")
+      .Add({{"version", kPstarVersion}, {"cuda", kCudaBuilt}})
+      .Set(1);
+
+  std::vector<std::shared_ptr<prometheus::Collectable>> sources = {m->registry_, m->runtime_};
+  auto body = [sources] {
+    std::vector<MetricFamily> families;
+    for (const auto& source : sources) {
+      for (MetricFamily& f : source->Collect()) families.push_back(std::move(f));
+    }
+    return prometheus::TextSerializer().Serialize(families);
+  };
+  PSTAR_ASSIGN_OR_RETURN(m->endpoint_, HttpEndpoint::Start(options.bind_address, options.port, "/metrics", body));
+  m->port_ = m->endpoint_->port();
+  return m;
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+void WorkerMetrics::AttachRuntimeCounters(const RuntimeCounters* counters) {
+  if (counters != nullptr) runtime_->Attach(counters);
+}
+
+void WorkerMetrics::RecordStep(double seconds, int64_t tokens, double loss, double learning_rate,
+                               double grad_norm, double loss_scale, double mfu) {
+  // Created with their first values, so no scrape sees a zero before them.
+  std::call_once(step_gauges_once_, [&] {
+    loss_ = &loss_family_->Add({}, loss);
+    learning_rate_ = &learning_rate_family_->Add({}, learning_rate);
+    grad_norm_ = &grad_norm_family_->Add({}, grad_norm);
+    loss_scale_ = &loss_scale_family_->Add({}, loss_scale);
+    mfu_ = &mfu_family_->Add({}, mfu);
+  });
+  step_duration_->Observe(seconds);
+  steps_->Increment();
+  tokens_->Increment(static_cast<double>(tokens));
+  loss_->Set(loss);
+  learning_rate_->Set(learning_rate);
+  grad_norm_->Set(grad_norm);
+  loss_scale_->Set(loss_scale);
+  mfu_->Set(mfu);
+}
+
+void WorkerMetrics::RecordSkippedStep() { skipped_steps_->Increment(); }
+
+void WorkerMetrics::RecordCollective(const std::string& op, int64_t bytes, double seconds) {
+  collective_bytes_->Add({{"op", op}}).Increment(static_cast<double>(bytes));
+  collective_seconds_->Add({{"op", op}}).Increment(seconds);
+}
+
+}  // namespace pstar

@@ -1,0 +1,92 @@
+// WorkerMetrics: the worker's Prometheus endpoint. One HTTP endpoint per process
+// serves GET /metrics; the chunk series are read from the runtime's lock-free
+// counters at scrape time, the step and collective series are recorded by the
+// training loop. docs/metrics.md lists every series.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "worker/core/status.h"
+#include "worker/metrics/http_endpoint.h"
+#include "worker/runtime/runtime_counters.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace pstar {
+
+struct MetricsOptions {
+  std::string bind_address = "0.0.0.0";
+  int port = 0;  // the port to listen on; 0 lets the OS pick one (tests)
+  // Constant labels job/namespace/rank on every series; the caller sets them
+  // from the environment. An empty ns becomes "default", an empty rank "0".
+  std::string job, ns, rank;
+};
+
+class WorkerMetrics {
+ public:
+  // Starts the HTTP endpoint. Fails with a one-line message naming
+  // address:port when it cannot listen there.
+  static Result<std::unique_ptr<WorkerMetrics>> Start(const MetricsOptions& options);
+  ~WorkerMetrics();
+  WorkerMetrics(const WorkerMetrics&) = delete;
+  WorkerMetrics& operator=(const WorkerMetrics&) = delete;
+
+  // The port the endpoint listens on.
+  int port() const { return port_; }
+
+  // Serves the chunk series from `counters`, read at each scrape so they are
+  // live within a step. `counters` must outlive this object. Attach once; a
+  // later call is ignored.
+  void AttachRuntimeCounters(const RuntimeCounters* counters);
+
+  // Once per optimizer step. `mfu` is a ratio (0..1).
+  void RecordStep(double seconds, int64_t tokens, double loss, double learning_rate,
+                  double grad_norm, double loss_scale, double mfu);
+  // A step whose update was skipped (non-finite gradients).
+  void RecordSkippedStep();
+  // One collective: op is all_gather, reduce_scatter, all_reduce, broadcast or barrier.
+  void RecordCollective(const std::string& op, int64_t bytes, double seconds);
+
+ private:
+  class RuntimeCollector;
+  WorkerMetrics() = default;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<RuntimeCollector> runtime_;
+
+  prometheus::Histogram* step_duration_ = nullptr;
+  prometheus::Counter* steps_ = nullptr;
+  prometheus::Counter* tokens_ = nullptr;
+  prometheus::Counter* skipped_steps_ = nullptr;
+  // Per-step gauges get their series at the first step, so no made-up zero
+  // loss is shown before it.
+  prometheus::Family<prometheus::Gauge>* loss_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* learning_rate_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* grad_norm_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* loss_scale_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* mfu_family_ = nullptr;
+  std::once_flag step_gauges_once_;
+  prometheus::Gauge* loss_ = nullptr;
+  prometheus::Gauge* learning_rate_ = nullptr;
+  prometheus::Gauge* grad_norm_ = nullptr;
+  prometheus::Gauge* loss_scale_ = nullptr;
+  prometheus::Gauge* mfu_ = nullptr;
+  prometheus::Family<prometheus::Counter>* collective_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* collective_seconds_ = nullptr;
+
+  int port_ = 0;
+  // Last, so it stops serving before anything it reads is destroyed.
+  std::unique_ptr<HttpEndpoint> endpoint_;
+};
+
+}  // namespace pstar

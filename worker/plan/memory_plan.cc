@@ -1,0 +1,115 @@
+#include "worker/plan/memory_plan.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "worker/core/bytes.h"
+#include "worker/model/gpt.h"
+#include "worker/model/param_layout.h"
+#include "worker/model/param_store.h"
+
+namespace pstar {
+
+namespace {
+
+// Process overhead beyond what is counted: code, OpenMP stacks, BLAS buffers,
+// allocator slack. Measured at about 60 MiB RSS for the tiny model; rounded up.
+constexpr int64_t kHostOverheadBytes = int64_t(128) << 20;
+
+int64_t DataBytes(const Config& c) {
+  switch (c.data.source) {
+    case DataSourceKind::kGenerated:
+      return c.data.generated_tokens * int64_t(sizeof(int32_t));
+    case DataSourceKind::kText: {
+      std::error_code ec;
+      auto size = std::filesystem::file_size(c.data.path, ec);
+      return ec ? 0 : int64_t(size) * int64_t(sizeof(int32_t));  // one int32 token per byte
+    }
+    case DataSourceKind::kTokens:
+      return 0;  // memory-mapped: page cache, reclaimable
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<MemoryPlan> PlanMemory(const Config& c) {
+  const GptConfig& g = c.model.gpt;
+  auto layout = ParamLayout::Build(GptTensorSpecs(g), c.default_chunk_size);
+  if (!layout.ok()) return layout.status().WithPrefix("default_chunk_size");
+  MemoryPlan p;
+  p.parameters = layout->num_elements();
+  p.tensors = layout->num_tensors();
+  p.chunk_elems = layout->chunk_elems();
+  p.chunk_bytes = ChunkManager::SlotBytes(layout->chunk_elems() * int64_t(sizeof(float)));
+  p.num_chunks = layout->num_chunks();
+  p.padding_elems = layout->padded_elements() - layout->num_elements();
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    p.kinds.push_back({StateKind(k), p.num_chunks, int64_t(p.num_chunks) * p.chunk_bytes});
+    p.model_bytes += p.kinds.back().bytes;
+  }
+
+  p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
+                                            c.train.activation_checkpointing);
+  p.max_chunks_per_moment =
+      MaxChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
+
+  ChunkRuntimeOptions& r = p.runtime;
+  r.device_capacity_bytes = c.runtime.device_memory;
+  r.non_model_bytes = p.activation_bytes;
+  r.min_chunks_per_moment = p.max_chunks_per_moment;
+  r.eviction = c.runtime.eviction == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kOpt;
+  r.prefetch_depth = int32_t(c.runtime.prefetch_depth);
+  r.hybrid_adam = c.optimizer.use_hybrid_adam;
+  r.margin_use_ratio = c.mem_tracer.margin_use_ratio;
+
+  const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
+  p.min_device_bytes = ChunkManager::MinDeviceBytes(chunk_bytes, r);
+  ChunkRuntimeOptions all = r;
+  all.device_capacity_bytes = 0;
+  p.all_resident_device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, all);
+  p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
+  p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
+  p.device_adam_chunks = ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
+
+  p.device_is_host_memory = true;  // the CPU backend
+  p.host_chunk_bytes = p.model_bytes;
+  p.host_data_bytes = DataBytes(c);
+  p.host_overhead_bytes = kHostOverheadBytes;
+  p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
+                     (p.device_is_host_memory ? p.device_bytes : 0);
+  return p;
+}
+
+std::string FormatPlan(const MemoryPlan& p) {
+  std::string out;
+  char line[256];
+  auto add = [&](const char* label, const std::string& value) {
+    std::snprintf(line, sizeof line, "%-28s %s\n", label, value.c_str());
+    out += line;
+  };
+  auto bytes = [](int64_t b) { return FormatBytes(b) + " (" + std::to_string(b) + " bytes)"; };
+  add("parameters", std::to_string(p.parameters) + " in " + std::to_string(p.tensors) + " tensors");
+  add("chunk size", std::to_string(p.chunk_elems) + " elements, " + FormatBytes(p.chunk_bytes) +
+                        "; padding " + std::to_string(p.padding_elems) + " elements per kind");
+  for (const KindPlan& k : p.kinds) {
+    add((std::string("chunks: ") + StateKindName(k.kind)).c_str(),
+        std::to_string(k.chunks) + " x " + FormatBytes(p.chunk_bytes) + " = " + FormatBytes(k.bytes));
+  }
+  add("model data", bytes(p.model_bytes));
+  add("activations (device)", bytes(p.activation_bytes));
+  add("chunks pinned at once", std::to_string(p.max_chunks_per_moment));
+  add("device: minimum", bytes(p.min_device_bytes));
+  add("device: all resident", bytes(p.all_resident_device_bytes));
+  add("device: this job", bytes(p.device_bytes) + ", " + std::to_string(p.device_slots) +
+                              " chunk slots, Adam on device for " + std::to_string(p.device_adam_chunks) +
+                              " of " + std::to_string(p.num_chunks) + " chunks");
+  add("host: chunk home copies", bytes(p.host_chunk_bytes));
+  add("host: data", bytes(p.host_data_bytes));
+  add("host: overhead", bytes(p.host_overhead_bytes));
+  if (p.device_is_host_memory) add("host: emulated device", bytes(p.device_bytes));
+  add("host: minimum", bytes(p.min_host_bytes));
+  return out;
+}
+
+}  // namespace pstar

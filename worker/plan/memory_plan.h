@@ -1,0 +1,55 @@
+// The memory plan of a training job, computed from its config alone without
+// allocating anything: the chunk layout, the bytes each kind and each tier
+// needs, and the least device and host memory the job can run in. The worker
+// checks it at start-up; `pstar plan` prints it; the operator sizes pods by it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/config/config.h"
+#include "worker/runtime/chunk_manager.h"
+
+namespace pstar {
+
+struct KindPlan {
+  StateKind kind;
+  int32_t chunks = 0;
+  int64_t bytes = 0;  // all chunks of this kind
+};
+
+struct MemoryPlan {
+  int64_t parameters = 0;
+  int32_t tensors = 0;
+  int64_t chunk_elems = 0;
+  int64_t chunk_bytes = 0;      // one chunk as stored (aligned)
+  int32_t num_chunks = 0;       // per kind
+  int64_t padding_elems = 0;    // chunk space no tensor uses, per kind
+  std::vector<KindPlan> kinds;  // param, grad, exp_avg, exp_avg_sq
+
+  int64_t model_bytes = 0;            // every kind, as chunks
+  int64_t activation_bytes = 0;       // non-model bytes on the device
+  int32_t max_chunks_per_moment = 0;  // most chunks one op pins
+  int64_t min_device_bytes = 0;       // activations + the chunks one op pins
+  int64_t all_resident_device_bytes = 0;  // activations + every chunk: nothing moves
+  int64_t device_bytes = 0;           // the device tier this config gets
+  int64_t device_slots = 0;           // chunk slots in it
+  int32_t device_adam_chunks = 0;     // chunks whose Adam runs on the device
+
+  bool device_is_host_memory = true;  // CPU backend: the device tier is RAM too
+  int64_t host_chunk_bytes = 0;       // home copies of every chunk
+  int64_t host_data_bytes = 0;        // the token data held in memory
+  int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
+  int64_t min_host_bytes = 0;         // everything the host must hold
+
+  ChunkRuntimeOptions runtime;        // what the chunk runtime is created with
+};
+
+// Fails with the reason when the config cannot be laid out.
+Result<MemoryPlan> PlanMemory(const Config& config);
+
+// The plan as the aligned text block `pstar plan` prints.
+std::string FormatPlan(const MemoryPlan& plan);
+
+}  // namespace pstar

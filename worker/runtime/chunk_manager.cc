@@ -1,0 +1,352 @@
+#include "worker/runtime/chunk_manager.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "worker/core/bytes.h"
+
+namespace pstar {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+int64_t RoundUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+[[noreturn]] void InternalError(const std::string& what) {
+  // A runtime bug, not a user error: the start-up checks rule these states out.
+  std::fprintf(stderr, "pstar: internal error: %s\n", what.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+const char* EvictionPolicyName(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kOpt ? "opt" : "lru";
+}
+
+ChunkManager::ChunkManager(int32_t num_chunks, int64_t chunk_bytes,
+                           std::unique_ptr<DeviceBackend> backend, const ChunkRuntimeOptions& options)
+    : num_chunks_(num_chunks), chunk_bytes_(chunk_bytes), options_(options), backend_(std::move(backend)) {}
+
+int64_t ChunkManager::SlotBytes(int64_t chunk_bytes) { return RoundUp(chunk_bytes); }
+
+int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
+                                     const ChunkRuntimeOptions& options) {
+  if (options.device_capacity_bytes > 0) return options.device_capacity_bytes;
+  return RoundUp(options.non_model_bytes) + int64_t(kNumStateKinds) * num_chunks * SlotBytes(chunk_bytes);
+}
+
+int64_t ChunkManager::DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
+  const int64_t room = DeviceCapacity(num_chunks, chunk_bytes, options) - RoundUp(options.non_model_bytes);
+  if (room <= 0) return 0;
+  return std::min(room / SlotBytes(chunk_bytes), int64_t(kNumStateKinds) * num_chunks);
+}
+
+int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options) {
+  // Room beyond every param and grad chunk holds optimizer states (two per chunk).
+  const int64_t fwd_bwd_chunks = 2 * int64_t(num_chunks);
+  if (!options.hybrid_adam || slots < fwd_bwd_chunks + 2) return 0;
+  // A tier sized to hold everything (capacity 0) keeps everything: no margin.
+  const double ratio = options.device_capacity_bytes > 0 ? options.margin_use_ratio : 1.0;
+  const int64_t n = int64_t(double(slots - fwd_bwd_chunks) * ratio) / 2;
+  return int32_t(std::min<int64_t>(n, num_chunks));
+}
+
+int64_t ChunkManager::MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
+  return RoundUp(options.non_model_bytes) + int64_t(options.min_chunks_per_moment) * SlotBytes(chunk_bytes);
+}
+
+Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
+                                                           std::unique_ptr<DeviceBackend> backend,
+                                                           const ChunkRuntimeOptions& options) {
+  if (num_chunks <= 0 || chunk_bytes <= 0) return Status::InvalidArgument("no chunks to manage");
+  const int64_t stride = SlotBytes(chunk_bytes);
+  const int64_t total_chunks = int64_t(kNumStateKinds) * num_chunks;
+  const int64_t non_model = RoundUp(options.non_model_bytes);
+  const int64_t capacity = DeviceCapacity(num_chunks, chunk_bytes, options);
+  const int64_t needed = MinDeviceBytes(chunk_bytes, options);
+  if (capacity < needed) {
+    return Status::ResourceExhausted(
+        "device memory budget too small: need at least " + std::to_string(needed) + " bytes (" +
+        FormatBytes(needed) + ": " + FormatBytes(non_model) + " activations and workspaces + " +
+        std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride) +
+        " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) +
+        ")");
+  }
+  auto m = std::unique_ptr<ChunkManager>(new ChunkManager(num_chunks, stride, std::move(backend), options));
+  m->device_capacity_ = capacity;
+  m->non_model_bytes_ = non_model;
+  m->slots_offset_ = non_model;
+  const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
+  PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(non_model + slots * stride)));
+  PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(total_chunks * stride)));
+  m->states_.assign(size_t(total_chunks), ChunkState{});
+  for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
+  m->slot_owner_.assign(size_t(slots), -1);
+  for (int64_t s = slots - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
+  m->peak_device_bytes_ = non_model;
+  m->device_adam_chunks_ = DeviceAdamChunks(num_chunks, slots, options);
+
+  RuntimeCounters& c = m->counters_;
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(num_chunks) * stride;
+    c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks;
+  }
+  c.non_model_bytes[int(Tier::kDevice)] = non_model;
+  c.device_capacity_bytes = capacity;
+  c.chunk_budget_bytes = slots * stride;
+  return m;
+}
+
+float* ChunkManager::HostCopy(int32_t index) const {
+  return reinterpret_cast<float*>(host_block_.data() + int64_t(index) * chunk_bytes_);
+}
+
+float* ChunkManager::SlotData(int32_t slot) const {
+  return reinterpret_cast<float*>(device_block_.data() + slots_offset_ + int64_t(slot) * chunk_bytes_);
+}
+
+void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
+  const size_t kind = size_t(KeyOf(index).kind);
+  counters_.resident_bytes[int(tier)][kind] += sign * chunk_bytes_;
+  counters_.resident_chunks[int(tier)][kind] += sign;
+}
+
+void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
+  ++tick_;
+  std::vector<int32_t> moment;
+  moment.reserve(accesses.size());
+  // Pin what is already here first, so loading the rest cannot evict it.
+  for (const ChunkAccess& a : accesses) {
+    const int32_t i = Index(a.key);
+    moment.push_back(i);
+    ChunkState& st = states_[size_t(i)];
+    if (st.slot < 0) continue;
+    if (st.prefetched) {
+      ++counters_.prefetch_hits;
+      st.prefetched = false;
+    }
+    ++st.pins;
+  }
+  for (const ChunkAccess& a : accesses) {
+    const int32_t i = Index(a.key);
+    ChunkState& st = states_[size_t(i)];
+    if (st.slot < 0) {
+      if (!Load(i, /*prefetch=*/false, /*must_outlive=*/0)) {
+        InternalError("no device slot for chunk " + std::to_string(a.key.chunk) + " (" +
+                      StateKindName(a.key.kind) + "): " + std::to_string(slots_in_use_) + " of " +
+                      std::to_string(device_slots()) + " slots pinned");
+      }
+      ++st.pins;
+    }
+    if (a.writes) st.device_dirty = true;
+    st.last_use = tick_;
+  }
+
+  if (trace_valid_ && (moment_ >= int64_t(trace_.size()) || trace_[size_t(moment_)] != moment)) {
+    trace_valid_ = false;  // the sequence changed: LRU until this step is re-recorded
+  }
+  step_moments_.push_back(std::move(moment));
+  Prefetch();
+  if (observer_) observer_(*this);
+  ++moment_;
+}
+
+void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
+  for (const ChunkAccess& a : accesses) {
+    ChunkState& st = state(a.key);
+    if (st.pins <= 0) InternalError("release of an unpinned chunk");
+    --st.pins;
+  }
+}
+
+float* ChunkManager::DeviceData(ChunkKey key) const {
+  const ChunkState& st = state(key);
+  if (st.slot < 0 || st.pins <= 0) InternalError("device data of a chunk that is not pinned");
+  return SlotData(st.slot);
+}
+
+bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
+  const int32_t slot = TakeSlot(must_outlive);
+  if (slot < 0) return false;
+  ChunkState& st = states_[size_t(index)];
+  st.slot = slot;
+  slot_owner_[size_t(slot)] = index;
+  ++slots_in_use_;
+  if (st.zero) {
+    backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+    st.zero = false;
+    st.device_dirty = true;
+  } else {
+    backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+    st.device_dirty = false;
+    ++counters_.moves[int(Direction::kHostToDevice)];
+    counters_.moved_bytes[int(Direction::kHostToDevice)] += chunk_bytes_;
+  }
+  st.prefetched = prefetch;
+  if (prefetch) ++counters_.prefetches;
+  UpdateResidency(index, Tier::kDevice, +1);
+  const int64_t in_use = device_bytes_in_use();
+  if (in_use > device_capacity_) InternalError("device tier over budget");
+  peak_device_bytes_ = std::max(peak_device_bytes_, in_use);
+  return true;
+}
+
+int32_t ChunkManager::TakeSlot(int64_t must_outlive) {
+  if (!free_slots_.empty()) {
+    int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  const int32_t victim = ChooseVictim(must_outlive);
+  if (victim < 0) return -1;
+  const int32_t slot = states_[size_t(victim)].slot;
+  Evict(victim);
+  free_slots_.pop_back();  // Evict returned `slot` to the top of the stack
+  return slot;
+}
+
+int32_t ChunkManager::ChooseVictim(int64_t must_outlive) const {
+  const bool opt = options_.eviction == EvictionPolicy::kOpt && trace_valid_;
+  if (must_outlive > 0 && !opt) return -1;  // prefetch never evicts blindly
+  int32_t best = -1;
+  int64_t best_score = 0;
+  bool best_dirty = true;
+  for (int32_t owner : slot_owner_) {
+    if (owner < 0) continue;
+    const ChunkState& st = states_[size_t(owner)];
+    if (st.pins > 0) continue;
+    int64_t score;
+    if (opt) {
+      score = NextUseDistance(owner);  // farther is better
+      if (score <= must_outlive) continue;
+    } else {
+      score = -st.last_use;  // older is better
+    }
+    // Higher score wins; on a tie a clean copy (no write-back), then the lower index.
+    if (best < 0 || score > best_score || (score == best_score && best_dirty && !st.device_dirty) ||
+        (score == best_score && best_dirty == st.device_dirty && owner < best)) {
+      best = owner;
+      best_score = score;
+      best_dirty = st.device_dirty;
+    }
+  }
+  return best;
+}
+
+int64_t ChunkManager::NextUseDistance(int32_t index) const {
+  const std::vector<int32_t>& uses = uses_[size_t(index)];
+  if (uses.empty()) return kNever;
+  auto it = std::upper_bound(uses.begin(), uses.end(), int32_t(moment_));
+  if (it != uses.end()) return *it - moment_;
+  return int64_t(trace_.size()) - moment_ + uses.front();
+}
+
+void ChunkManager::Evict(int32_t index) {
+  ChunkState& st = states_[size_t(index)];
+  if (st.device_dirty) WriteHome(index);
+  ++counters_.evictions[size_t(KeyOf(index).kind)];
+  DropDeviceCopy(index);
+}
+
+void ChunkManager::WriteHome(int32_t index) {
+  ChunkState& st = states_[size_t(index)];
+  backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+  st.device_dirty = false;
+  ++counters_.moves[int(Direction::kDeviceToHost)];
+  counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
+}
+
+void ChunkManager::DropDeviceCopy(int32_t index) {
+  ChunkState& st = states_[size_t(index)];
+  slot_owner_[size_t(st.slot)] = -1;
+  free_slots_.push_back(st.slot);
+  st.slot = -1;
+  st.device_dirty = false;
+  st.prefetched = false;
+  --slots_in_use_;
+  UpdateResidency(index, Tier::kDevice, -1);
+}
+
+void ChunkManager::Prefetch() {
+  if (options_.prefetch_depth <= 0 || !trace_valid_) return;
+  const int64_t moments = int64_t(trace_.size());
+  // Only within the step: the optimizer rewrites params between steps.
+  for (int64_t j = 1; j <= options_.prefetch_depth && moment_ + j < moments; ++j) {
+    for (int32_t index : trace_[size_t(moment_ + j)]) {
+      if (states_[size_t(index)].slot >= 0) continue;
+      if (!Load(index, /*prefetch=*/true, /*must_outlive=*/j)) return;  // no room: stop
+    }
+  }
+}
+
+const float* ChunkManager::HostRead(ChunkKey key) {
+  const int32_t i = Index(key);
+  ChunkState& st = states_[size_t(i)];
+  if (st.zero) {
+    std::memset(HostCopy(i), 0, size_t(chunk_bytes_));
+    st.zero = false;
+  } else if (st.slot >= 0 && st.device_dirty) {
+    WriteHome(i);
+    auto done = backend_->CreateEvent();
+    backend_->Record(*done, StreamKind::kDeviceToHost);
+    backend_->Synchronize(*done);
+  }
+  return HostCopy(i);
+}
+
+float* ChunkManager::HostWrite(ChunkKey key) {
+  HostRead(key);
+  const int32_t i = Index(key);
+  ChunkState& st = states_[size_t(i)];
+  if (st.slot >= 0) {
+    if (st.pins > 0) InternalError("host write to a chunk pinned on the device");
+    DropDeviceCopy(i);
+  }
+  return HostCopy(i);
+}
+
+const float* ChunkManager::Peek(ChunkKey key) {
+  const int32_t i = Index(key);
+  const ChunkState& st = states_[size_t(i)];
+  if (st.zero) return HostRead(key);
+  if (st.slot >= 0 && st.device_dirty) return SlotData(st.slot);
+  return HostCopy(i);
+}
+
+void ChunkManager::ZeroFill(StateKind kind) {
+  for (int32_t c = 0; c < num_chunks_; ++c) {
+    const int32_t i = Index({kind, c});
+    ChunkState& st = states_[size_t(i)];
+    if (st.pins > 0) InternalError("zero fill of a pinned chunk");
+    if (st.slot >= 0) DropDeviceCopy(i);  // its contents are discarded, no copy home
+    st.zero = true;
+  }
+}
+
+void ChunkManager::BeginStep() {
+  moment_ = 0;
+  step_moments_.clear();
+}
+
+void ChunkManager::EndStep() {
+  if (!trace_valid_ || moment_ != int64_t(trace_.size())) AdoptTrace();
+}
+
+void ChunkManager::AdoptTrace() {
+  trace_ = std::move(step_moments_);
+  step_moments_.clear();
+  uses_.assign(states_.size(), {});
+  for (size_t m = 0; m < trace_.size(); ++m) {
+    for (int32_t index : trace_[m]) uses_[size_t(index)].push_back(int32_t(m));
+  }
+  trace_valid_ = true;
+  ++trace_recordings_;
+}
+
+}  // namespace pstar

@@ -1,0 +1,191 @@
+// ChunkManager: where every chunk of every kind lives, and what moves between
+// the host tier (the home copy of every chunk) and the device tier (a fixed
+// pool of chunk-sized slots after the non-model region).
+//
+// Each Access is one *moment*: its chunks are made resident and pinned until
+// Release. The first step records the sequence of moments (the trace); later
+// steps evict the resident chunk whose next use is farthest away (Belady/OPT)
+// and prefetch the chunks of the next moments into free or farther-needed
+// slots. Without a valid trace (warm-up, or after the sequence changed) the
+// least recently used chunk is evicted and nothing is prefetched. Clean device
+// copies are dropped without a copy; dirty ones are written home first.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "worker/core/status.h"
+#include "worker/runtime/device_backend.h"
+#include "worker/runtime/runtime_counters.h"
+
+namespace pstar {
+
+enum class EvictionPolicy { kOpt, kLru };
+const char* EvictionPolicyName(EvictionPolicy policy);
+
+struct ChunkKey {
+  StateKind kind;
+  int32_t chunk;
+};
+
+// One chunk a moment needs, and whether the moment writes it.
+struct ChunkAccess {
+  ChunkKey key;
+  bool writes = false;
+};
+
+struct ChunkRuntimeOptions {
+  // The whole device tier; 0 = exactly the non-model bytes plus every chunk of every kind.
+  int64_t device_capacity_bytes = 0;
+  // Activations and workspaces, carved at the start of the device block.
+  int64_t non_model_bytes = 0;
+  // The most chunks one moment pins; the budget must hold at least this many.
+  int32_t min_chunks_per_moment = 1;
+  EvictionPolicy eviction = EvictionPolicy::kOpt;
+  // Moments of lookahead for prefetch; 0 = off.
+  int32_t prefetch_depth = 2;
+  // Place optimizer states of some chunks on the device when the budget has room
+  // beyond every param and grad chunk; this fraction of that room is used
+  // (all of it when the capacity is 0, sized for everything).
+  bool hybrid_adam = true;
+  double margin_use_ratio = 0.8;
+};
+
+class ChunkManager {
+ public:
+  // Fails, naming needed and available bytes, when the device budget cannot hold
+  // the non-model bytes plus `min_chunks_per_moment` chunks.
+  static Result<std::unique_ptr<ChunkManager>> Create(int32_t num_chunks, int64_t chunk_bytes,
+                                                      std::unique_ptr<DeviceBackend> backend,
+                                                      const ChunkRuntimeOptions& options);
+  // The arithmetic Create uses, shared with the planner: chunk slots are
+  // 64-byte aligned; the device tier's capacity and slot count; how many
+  // chunks' optimizer states the hybrid placement puts on the device.
+  static int64_t SlotBytes(int64_t chunk_bytes);
+  static int64_t DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+  static int64_t DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+  static int32_t DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options);
+  // Bytes the device tier needs at least: non-model plus the chunks one moment pins.
+  static int64_t MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+
+  ChunkManager(const ChunkManager&) = delete;
+  ChunkManager& operator=(const ChunkManager&) = delete;
+
+  // The non-model region at the start of the device block.
+  std::byte* non_model_memory() const { return device_block_.data(); }
+  DeviceBackend& backend() { return *backend_; }
+
+  // One moment: every chunk in `accesses` resident on the device and pinned.
+  void Access(std::span<const ChunkAccess> accesses);
+  void Release(std::span<const ChunkAccess> accesses);
+  // Device copy of a pinned chunk.
+  float* DeviceData(ChunkKey key) const;
+
+  // The host copy, made current (a dirty device copy is copied home first).
+  const float* HostRead(ChunkKey key);
+  // As HostRead, and the device copy is dropped: the caller writes the host copy.
+  float* HostWrite(ChunkKey key);
+  // The current copy wherever it is, without moving it (reads only).
+  const float* Peek(ChunkKey key);
+
+  // Every chunk of `kind` becomes zeros, lazily: no copy is made until it is used.
+  void ZeroFill(StateKind kind);
+
+  // Whether chunk `chunk`'s optimizer update runs on the device (hybrid Adam).
+  bool DeviceAdam(int32_t chunk) const { return chunk < device_adam_chunks_; }
+  int32_t device_adam_chunks() const { return device_adam_chunks_; }
+
+  // Brackets one training step; the trace is recorded or checked in between.
+  void BeginStep();
+  void EndStep();
+  bool trace_valid() const { return trace_valid_; }
+  int64_t trace_recordings() const { return trace_recordings_; }
+  int64_t trace_moments() const { return int64_t(trace_.size()); }
+
+  bool OnDevice(ChunkKey key) const { return state(key).slot >= 0; }
+  int32_t num_chunks() const { return num_chunks_; }
+  int64_t chunk_bytes() const { return chunk_bytes_; }
+  int32_t device_slots() const { return int32_t(slot_owner_.size()); }
+  int64_t device_capacity_bytes() const { return device_capacity_; }
+  int64_t non_model_bytes() const { return non_model_bytes_; }
+  int64_t host_bytes() const { return int64_t(host_block_.bytes()); }
+  // Most device bytes in use at any moment so far (non-model + resident chunks).
+  int64_t peak_device_bytes() const { return peak_device_bytes_; }
+  const RuntimeCounters& counters() const { return counters_; }
+  // Device bytes in use now: non-model plus resident chunks.
+  int64_t device_bytes_in_use() const { return non_model_bytes_ + int64_t(slots_in_use_) * chunk_bytes_; }
+  // Called after every moment's loads and prefetches (tests check the budget with it).
+  void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
+  const ChunkRuntimeOptions& options() const { return options_; }
+
+ private:
+  struct ChunkState {
+    int32_t slot = -1;          // device slot, or -1
+    int32_t pins = 0;           // moments holding it now
+    bool device_dirty = false;  // device copy newer than the host copy
+    bool zero = false;          // content is zeros; no copy is current yet
+    bool prefetched = false;    // brought in ahead of use, not used since
+    int64_t last_use = -1;      // access tick, for LRU
+  };
+
+  ChunkManager(int32_t num_chunks, int64_t chunk_bytes, std::unique_ptr<DeviceBackend> backend,
+               const ChunkRuntimeOptions& options);
+
+  int32_t Index(ChunkKey key) const { return int32_t(key.kind) * num_chunks_ + key.chunk; }
+  ChunkKey KeyOf(int32_t index) const {
+    return {StateKind(index / num_chunks_), index % num_chunks_};
+  }
+  ChunkState& state(ChunkKey key) { return states_[size_t(Index(key))]; }
+  const ChunkState& state(ChunkKey key) const { return states_[size_t(Index(key))]; }
+  float* HostCopy(int32_t index) const;
+  float* SlotData(int32_t slot) const;
+
+  // Brings chunk `index` to the device; false when no slot can be had.
+  bool Load(int32_t index, bool prefetch, int64_t must_outlive);
+  // A free slot, evicting a victim if needed; -1 when none qualifies. With OPT,
+  // only chunks next used more than `must_outlive` moments ahead may go.
+  int32_t TakeSlot(int64_t must_outlive);
+  int32_t ChooseVictim(int64_t must_outlive) const;
+  void Evict(int32_t index);
+  void WriteHome(int32_t index);
+  void DropDeviceCopy(int32_t index);
+  // Moments from now until chunk `index` is next used, per the trace.
+  int64_t NextUseDistance(int32_t index) const;
+  void Prefetch();
+  void AdoptTrace();
+  void UpdateResidency(int32_t index, Tier tier, int sign);
+
+  const int32_t num_chunks_;
+  const int64_t chunk_bytes_;
+  const ChunkRuntimeOptions options_;
+  std::unique_ptr<DeviceBackend> backend_;
+  int64_t device_capacity_ = 0;
+  int64_t non_model_bytes_ = 0;
+  MemoryBlock device_block_;
+  MemoryBlock host_block_;
+  int64_t slots_offset_ = 0;
+  std::vector<ChunkState> states_;
+  std::vector<int32_t> slot_owner_;  // chunk index per slot, or -1
+  std::vector<int32_t> free_slots_;  // a stack, lowest slot on top
+  int32_t slots_in_use_ = 0;
+  int64_t peak_device_bytes_ = 0;
+  int32_t device_adam_chunks_ = 0;
+  int64_t tick_ = 0;
+
+  // The recorded trace: chunk indices per moment, and each chunk's moments.
+  std::vector<std::vector<int32_t>> trace_;
+  std::vector<std::vector<int32_t>> uses_;
+  bool trace_valid_ = false;
+  int64_t trace_recordings_ = 0;
+  // This step's moments so far.
+  std::vector<std::vector<int32_t>> step_moments_;
+  int64_t moment_ = 0;  // moment index within the step
+
+  RuntimeCounters counters_;
+  std::function<void(const ChunkManager&)> observer_;
+};
+
+}  // namespace pstar

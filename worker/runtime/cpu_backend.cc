@@ -1,0 +1,52 @@
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "worker/runtime/device_backend.h"
+
+namespace pstar {
+
+namespace {
+
+constexpr size_t kBlockAlignment = 64;
+
+void FreeBlock(std::byte* p) { std::free(p); }
+
+Result<MemoryBlock> AllocateAligned(size_t bytes, const char* what) {
+  size_t rounded = (bytes + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment;
+  if (rounded == 0) return MemoryBlock();
+  void* p = std::aligned_alloc(kBlockAlignment, rounded);
+  if (p == nullptr) {
+    return Status::ResourceExhausted(std::string("cannot allocate ") + std::to_string(rounded) +
+                                     " bytes for the " + what);
+  }
+  return MemoryBlock(static_cast<std::byte*>(p), rounded, FreeBlock);
+}
+
+class CpuEvent final : public Event {};
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  const char* name() const override { return "cpu"; }
+  bool device_is_host_memory() const override { return true; }
+  Result<MemoryBlock> AllocateDevice(size_t bytes) override {
+    return AllocateAligned(bytes, "emulated device tier");
+  }
+  Result<MemoryBlock> AllocateHost(size_t bytes) override {
+    return AllocateAligned(bytes, "host chunk tier");
+  }
+  void Copy(void* dst, const void* src, size_t bytes, StreamKind) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void Zero(void* dst, size_t bytes, StreamKind) override { std::memset(dst, 0, bytes); }
+  std::unique_ptr<Event> CreateEvent() override { return std::make_unique<CpuEvent>(); }
+  void Record(Event&, StreamKind) override {}
+  void StreamWait(StreamKind, const Event&) override {}
+  void Synchronize(const Event&) override {}
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace pstar

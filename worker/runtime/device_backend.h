@@ -1,0 +1,65 @@
+// DeviceBackend: the compute device as the chunk runtime sees it: two fixed
+// memory blocks carved once at start-up (device and host), copies and fills
+// issued on named streams, and events to order them. The runtime is written
+// once against this interface; on the CPU backend the device tier is a block
+// of host RAM with its own capacity and every operation completes at once.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "worker/core/status.h"
+
+namespace pstar {
+
+enum class StreamKind : int { kCompute = 0, kHostToDevice = 1, kDeviceToHost = 2, kComm = 3 };
+
+// A point in a stream's work; backends subclass it.
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// An owned block of memory from a backend, freed by the backend's deleter.
+class MemoryBlock {
+ public:
+  using Deleter = void (*)(std::byte*);
+  MemoryBlock() = default;
+  MemoryBlock(std::byte* data, size_t bytes, Deleter deleter) : data_(data, deleter), bytes_(bytes) {}
+  std::byte* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::unique_ptr<std::byte, Deleter> data_{nullptr, nullptr};
+  size_t bytes_ = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  virtual const char* name() const = 0;
+  // True when the device tier is host RAM (it then counts against the host budget).
+  virtual bool device_is_host_memory() const = 0;
+
+  // Blocks carved once; not zero-filled. The host block is pinned where that matters.
+  virtual Result<MemoryBlock> AllocateDevice(size_t bytes) = 0;
+  virtual Result<MemoryBlock> AllocateHost(size_t bytes) = 0;
+
+  // Copies or zero-fills `bytes` in stream order.
+  virtual void Copy(void* dst, const void* src, size_t bytes, StreamKind stream) = 0;
+  virtual void Zero(void* dst, size_t bytes, StreamKind stream) = 0;
+
+  virtual std::unique_ptr<Event> CreateEvent() = 0;
+  // Marks the current end of `stream`'s work.
+  virtual void Record(Event& event, StreamKind stream) = 0;
+  // Later work on `stream` waits for `event` (no host wait).
+  virtual void StreamWait(StreamKind stream, const Event& event) = 0;
+  // The host waits for `event`.
+  virtual void Synchronize(const Event& event) = 0;
+};
+
+// The CPU backend: the device tier emulated in host RAM; streams are synchronous.
+std::unique_ptr<DeviceBackend> MakeCpuBackend();
+
+}  // namespace pstar

@@ -1,0 +1,57 @@
+// RuntimeCounters: what the chunk runtime has done, as lock-free counters that
+// the training thread updates and the metrics endpoint reads at scrape time.
+// Gauges (resident bytes) go up and down; totals only grow.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace pstar {
+
+// The two memory tiers: the compute device (GPU memory, or its emulation in
+// host RAM on the CPU backend) and the host, which holds every chunk's home copy.
+enum class Tier : int { kDevice = 0, kHost = 1 };
+inline constexpr int kNumTiers = 2;
+inline const char* TierName(Tier t) { return t == Tier::kDevice ? "device" : "host"; }
+
+// The kinds of per-tensor state, all sharing one chunk layout.
+enum class StateKind : int { kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3 };
+inline constexpr int kNumStateKinds = 4;
+inline const char* StateKindName(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParam: return "param";
+    case StateKind::kGrad: return "grad";
+    case StateKind::kExpAvg: return "exp_avg";
+    case StateKind::kExpAvgSq: return "exp_avg_sq";
+  }
+  return "?";
+}
+
+// Copy directions between the tiers.
+enum class Direction : int { kHostToDevice = 0, kDeviceToHost = 1 };
+inline constexpr int kNumDirections = 2;
+inline const char* DirectionName(Direction d) { return d == Direction::kHostToDevice ? "h2d" : "d2h"; }
+
+struct RuntimeCounters {
+  using Counter = std::atomic<int64_t>;
+
+  // Chunk copies present on each tier, by kind (gauges).
+  std::array<std::array<Counter, kNumStateKinds>, kNumTiers> resident_bytes{};
+  std::array<std::array<Counter, kNumStateKinds>, kNumTiers> resident_chunks{};
+  // Activations and workspaces held on each tier (gauge).
+  std::array<Counter, kNumTiers> non_model_bytes{};
+  // Capacity of the device tier and the part of it chunks may use now (gauges).
+  Counter device_capacity_bytes{0};
+  Counter chunk_budget_bytes{0};
+  // Copies between tiers (totals).
+  std::array<Counter, kNumDirections> moves{};
+  std::array<Counter, kNumDirections> moved_bytes{};
+  // Device copies evicted to make room, by kind; clean ones are dropped without a copy.
+  std::array<Counter, kNumStateKinds> evictions{};
+  // Chunks brought to the device ahead of use, and accesses that found one there.
+  Counter prefetches{0};
+  Counter prefetch_hits{0};
+};
+
+}  // namespace pstar
