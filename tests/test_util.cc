@@ -45,30 +45,6 @@ static std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-ProcessResult RunProcess(const std::vector<std::string>& argv) {
-  TempDir dir("proc");
-  const std::string out = dir.path() + "/out", err = dir.path() + "/err";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ProcessResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  return r;
-}
-
 ChildProcess::ChildProcess(const std::vector<std::string>& argv) : dir_("child") {
   const std::string out = dir_.path() + "/out", err = dir_.path() + "/err";
   pid_ = ::fork();
@@ -113,6 +89,8 @@ ProcessResult ChildProcess::Wait() {
   r.err = Slurp(dir_.path() + "/err");
   return r;
 }
+
+ProcessResult RunProcess(const std::vector<std::string>& argv) { return ChildProcess(argv).Wait(); }
 
 std::string ChildProcess::Stdout() const { return Slurp(dir_.path() + "/out"); }
 

@@ -5,28 +5,14 @@
 #include <cstring>
 #include <random>
 
+#include "tests/worker/tiny_gpt_job.h"
 #include "worker/train/trainer.h"
 
 namespace pstar {
 namespace {
 
-const char* kBase =
-    "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n"
-    "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
-    "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
-
-Config MakeConfig(const std::vector<std::string>& overrides) {
-  auto c = ParseConfig(kBase, "test", overrides);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return *c;
-}
-
-VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
-  return VectorTokenSource(std::move(t));
-}
+Config MakeConfig(const std::vector<std::string>& overrides) { return test::TinyGptConfig(overrides); }
+using test::RandomTokens;
 
 struct RunResult {
   std::vector<float> losses;
@@ -135,7 +121,7 @@ TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
 }
 
 TEST(Gpt, LearnsTheGeneratedCorpus) {
-  auto c = ParseConfig(kBase, "test", {"data.generated_tokens=20000", "train.steps=150",
+  auto c = ParseConfig(test::kTinyGptJob, "test", {"data.generated_tokens=20000", "train.steps=150",
                                        "optimizer.params.lr=0.02", "train.warmup_steps=5"});
   ASSERT_TRUE(c.ok());
   auto data = OpenDataSource(*c);
