@@ -49,5 +49,5 @@ done
 for f in 0.5 0.25; do
   awk -v f="$f" -v a="${t[1.0opt]}" -v o="${t[${f}opt]}" -v mo="${moved[${f}opt]}" -v ml="${moved[${f}lru]}" \
     'BEGIN { printf "device %d%%: step time %.2fx the all-resident run; bytes moved OPT/LRU %.2f\n",
-             f * 100, o / a, ml > 0 ? mo / ml : 0 }'
+             f * 100, o / a, (ml > 0 ? mo / ml : 0) }'
 done

@@ -232,6 +232,9 @@ void ParseMemTracer(Section s, MemTracerSection& m) {
   RequireRatio(s.Key("margin_use_ratio"), m.margin_use_ratio, true);
 }
 
+// Lookahead beyond a few thousand moments (a whole step of a large model) buys nothing.
+constexpr int64_t kMaxPrefetchDepth = 100000;
+
 int64_t ReadBytes(Section& s, const std::string& k, int64_t fallback) {
   YAML::Node n = s.Get(k);
   if (!n || n.IsNull()) return fallback;
@@ -251,6 +254,10 @@ void ParseRuntime(Section s, RuntimeSection& r) {
     Fail(s.Key("eviction"), "must be opt or lru, got '" + r.eviction + "'");
   }
   RequireNonNegative(s.Key("prefetch_depth"), r.prefetch_depth);
+  if (r.prefetch_depth > kMaxPrefetchDepth) {
+    Fail(s.Key("prefetch_depth"), "must be at most " + std::to_string(kMaxPrefetchDepth) + ", got " +
+                                      std::to_string(r.prefetch_depth));
+  }
 }
 
 void ParseMetrics(Section s, MetricsSection& m) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <system_error>
 
 namespace pstar {
@@ -16,17 +17,11 @@ namespace pstar {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 16 * 1024;
+// One request, read and answered, may take this long in total: a slow or
+// stalled client can neither hold the endpoint nor delay shutdown longer.
+constexpr auto kRequestDeadline = std::chrono::seconds(5);
 
 std::string ErrnoText() { return std::error_code(errno, std::generic_category()).message(); }
-
-void SendAll(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;  // the client went away
-    sent += size_t(n);
-  }
-}
 
 std::string Response(const char* status, const char* type, const std::string& body) {
   return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type +
@@ -105,39 +100,62 @@ void HttpEndpoint::Serve() {
   }
 }
 
+// Waits until `client` is ready for `events`, the deadline passes or Stop is
+// asked for; true only in the first case.
+bool HttpEndpoint::WaitFor(int client, short events, Clock::time_point deadline) const {
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd fds[2] = {{client, events, 0}, {wake_fds_[0], POLLIN, 0}};
+    const int n = ::poll(fds, 2, int(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || fds[1].revents != 0) return false;
+    return (fds[0].revents & (events | POLLERR | POLLHUP)) != 0;
+  }
+}
+
+bool HttpEndpoint::SendAll(int client, const std::string& data, Clock::time_point deadline) const {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    if (!WaitFor(client, POLLOUT, deadline)) return false;
+    const ssize_t n = ::send(client, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return false;  // the client went away
+    sent += size_t(n);
+  }
+  return true;
+}
+
 void HttpEndpoint::Answer(int client) {
-  timeval timeout{5, 0};  // a stalled client cannot hold the endpoint for long
-  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  const Clock::time_point deadline = Clock::now() + kRequestDeadline;
   std::string request;
   char buf[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    const ssize_t n = ::recv(client, buf, sizeof buf, 0);
+    if (!WaitFor(client, POLLIN, deadline)) return;
+    const ssize_t n = ::recv(client, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n <= 0) break;
     request.append(buf, size_t(n));
   }
   const size_t line_end = request.find("\r\n");
-  if (line_end == std::string::npos) {
-    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"));
-    return;
-  }
   // "GET /metrics HTTP/1.1"; a query string is ignored.
-  const std::string line = request.substr(0, line_end);
+  const std::string line = line_end == std::string::npos ? "" : request.substr(0, line_end);
   const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
   if (sp1 == std::string::npos || sp2 == sp1) {
-    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"));
+    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"), deadline);
     return;
   }
   const std::string method = line.substr(0, sp1);
   std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
   if (target != path_) {
-    SendAll(client, Response("404 Not Found", "text/plain", "not found; metrics are at " + path_ + "\n"));
+    SendAll(client, Response("404 Not Found", "text/plain", "not found; metrics are at " + path_ + "\n"), deadline);
   } else if (method != "GET" && method != "HEAD") {
-    SendAll(client, Response("405 Method Not Allowed", "text/plain", "use GET\n"));
+    SendAll(client, Response("405 Method Not Allowed", "text/plain", "use GET\n"), deadline);
   } else {
     const std::string response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body_());
-    SendAll(client, method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response);
+    SendAll(client, method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response,
+            deadline);
   }
 }
 

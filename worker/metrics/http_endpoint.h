@@ -3,10 +3,11 @@
 // exposer: civetweb runs its request threads on a small fixed stack from
 // which glibc also carves every loaded library's static TLS, and with the
 // CUDA runtime loaded that left too little stack and the first scrape crashed.
-// This thread has an ordinary stack, one request at a time, a bounded read.
+// This thread has an ordinary stack and answers one request at a time, each
+// within a total deadline; stopping interrupts a request in progress.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,8 +34,11 @@ class HttpEndpoint {
 
  private:
   HttpEndpoint() = default;
+  using Clock = std::chrono::steady_clock;
   void Serve();
   void Answer(int client);
+  bool WaitFor(int client, short events, Clock::time_point deadline) const;
+  bool SendAll(int client, const std::string& data, Clock::time_point deadline) const;
 
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};  // a pipe: written once to stop Serve

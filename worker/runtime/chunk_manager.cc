@@ -37,8 +37,11 @@ int64_t ChunkManager::SlotBytes(int64_t chunk_bytes) { return RoundUp(chunk_byte
 
 int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
                                      const ChunkRuntimeOptions& options) {
-  if (options.device_capacity_bytes > 0) return options.device_capacity_bytes;
-  return RoundUp(options.non_model_bytes) + int64_t(kNumStateKinds) * num_chunks * SlotBytes(chunk_bytes);
+  const int64_t everything =
+      RoundUp(options.non_model_bytes) + int64_t(kNumStateKinds) * num_chunks * SlotBytes(chunk_bytes);
+  // More than everything would be memory nothing uses: the tier is never larger.
+  if (options.device_capacity_bytes > 0) return std::min(options.device_capacity_bytes, everything);
+  return everything;
 }
 
 int64_t ChunkManager::DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
@@ -48,12 +51,15 @@ int64_t ChunkManager::DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const
 }
 
 int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options) {
-  // Room beyond every param and grad chunk holds optimizer states (two per chunk).
+  if (!options.hybrid_adam) return 0;
+  // Room for every chunk of every kind: everything stays, no margin is needed
+  // (slots are exact, nothing fragments).
+  if (slots >= int64_t(kNumStateKinds) * num_chunks) return num_chunks;
+  // Otherwise a share of the room beyond every param and grad chunk holds
+  // optimizer states, two slots per chunk.
   const int64_t fwd_bwd_chunks = 2 * int64_t(num_chunks);
-  if (!options.hybrid_adam || slots < fwd_bwd_chunks + 2) return 0;
-  // A tier sized to hold everything (capacity 0) keeps everything: no margin.
-  const double ratio = options.device_capacity_bytes > 0 ? options.margin_use_ratio : 1.0;
-  const int64_t n = int64_t(double(slots - fwd_bwd_chunks) * ratio) / 2;
+  if (slots < fwd_bwd_chunks + 2) return 0;
+  const int64_t n = int64_t(double(slots - fwd_bwd_chunks) * options.margin_use_ratio) / 2;
   return int32_t(std::min<int64_t>(n, num_chunks));
 }
 
@@ -88,6 +94,9 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   m->states_.assign(size_t(total_chunks), ChunkState{});
   for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
   m->slot_owner_.assign(size_t(slots), -1);
+  for (int64_t s = 0; s < slots; ++s) {
+    m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent()});
+  }
   for (int64_t s = slots - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
   m->peak_device_bytes_ = non_model;
   m->device_adam_chunks_ = DeviceAdamChunks(num_chunks, slots, options);
@@ -121,10 +130,20 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   ++tick_;
   std::vector<int32_t> moment;
   moment.reserve(accesses.size());
-  // Pin what is already here first, so loading the rest cannot evict it.
   for (const ChunkAccess& a : accesses) {
     const int32_t i = Index(a.key);
+    for (int32_t seen : moment) {
+      if (seen == i) InternalError("chunk listed twice in one moment");
+    }
     moment.push_back(i);
+  }
+  // Check the trace before any eviction consults it: a moment beyond or unlike
+  // the recorded sequence means the trace no longer predicts anything.
+  if (trace_valid_ && (moment_ >= int64_t(trace_.size()) || trace_[size_t(moment_)] != moment)) {
+    trace_valid_ = false;  // LRU until this step is re-recorded
+  }
+  // Pin what is already here first, so loading the rest cannot evict it.
+  for (int32_t i : moment) {
     ChunkState& st = states_[size_t(i)];
     if (st.slot < 0) continue;
     if (st.prefetched) {
@@ -133,24 +152,25 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
     }
     ++st.pins;
   }
-  for (const ChunkAccess& a : accesses) {
-    const int32_t i = Index(a.key);
+  for (size_t k = 0; k < accesses.size(); ++k) {
+    const int32_t i = moment[k];
     ChunkState& st = states_[size_t(i)];
     if (st.slot < 0) {
       if (!Load(i, /*prefetch=*/false, /*must_outlive=*/0)) {
-        InternalError("no device slot for chunk " + std::to_string(a.key.chunk) + " (" +
-                      StateKindName(a.key.kind) + "): " + std::to_string(slots_in_use_) + " of " +
+        int32_t pinned = 0;
+        for (int32_t owner : slot_owner_) pinned += owner >= 0 && states_[size_t(owner)].pins > 0;
+        InternalError("no device slot for chunk " + std::to_string(accesses[k].key.chunk) + " (" +
+                      StateKindName(accesses[k].key.kind) + "): " + std::to_string(pinned) + " of " +
                       std::to_string(device_slots()) + " slots pinned");
       }
       ++st.pins;
     }
-    if (a.writes) st.device_dirty = true;
+    if (accesses[k].writes) st.device_dirty = true;
     st.last_use = tick_;
   }
+  // Compute reads the chunks only after their copies landed.
+  for (int32_t i : moment) backend_->StreamWait(StreamKind::kCompute, *slot_events_[size_t(states_[size_t(i)].slot)].copied);
 
-  if (trace_valid_ && (moment_ >= int64_t(trace_.size()) || trace_[size_t(moment_)] != moment)) {
-    trace_valid_ = false;  // the sequence changed: LRU until this step is re-recorded
-  }
   step_moments_.push_back(std::move(moment));
   Prefetch();
   if (observer_) observer_(*this);
@@ -162,6 +182,8 @@ void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
     ChunkState& st = state(a.key);
     if (st.pins <= 0) InternalError("release of an unpinned chunk");
     --st.pins;
+    // The slot may be copied out or reused only after the op's work on it.
+    backend_->Record(*slot_events_[size_t(st.slot)].computed, StreamKind::kCompute);
   }
 }
 
@@ -175,19 +197,25 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   const int32_t slot = TakeSlot(must_outlive);
   if (slot < 0) return false;
   ChunkState& st = states_[size_t(index)];
+  SlotEvents& ev = slot_events_[size_t(slot)];
   st.slot = slot;
   slot_owner_[size_t(slot)] = index;
   ++slots_in_use_;
+  // The slot's previous contents must be read by compute and copied home first.
+  backend_->StreamWait(StreamKind::kHostToDevice, *ev.computed);
+  backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied);
   if (st.zero) {
     backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.zero = false;
     st.device_dirty = true;
+    prefetch = false;  // a fill, not a transfer: nothing to count as prefetched
   } else {
     backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
     counters_.moved_bytes[int(Direction::kHostToDevice)] += chunk_bytes_;
   }
+  backend_->Record(*ev.copied, StreamKind::kHostToDevice);
   st.prefetched = prefetch;
   if (prefetch) ++counters_.prefetches;
   UpdateResidency(index, Tier::kDevice, +1);
@@ -241,7 +269,7 @@ int32_t ChunkManager::ChooseVictim(int64_t must_outlive) const {
 
 int64_t ChunkManager::NextUseDistance(int32_t index) const {
   const std::vector<int32_t>& uses = uses_[size_t(index)];
-  if (uses.empty()) return kNever;
+  if (uses.empty() || moment_ >= int64_t(trace_.size())) return kNever;
   auto it = std::upper_bound(uses.begin(), uses.end(), int32_t(moment_));
   if (it != uses.end()) return *it - moment_;
   return int64_t(trace_.size()) - moment_ + uses.front();
@@ -256,7 +284,10 @@ void ChunkManager::Evict(int32_t index) {
 
 void ChunkManager::WriteHome(int32_t index) {
   ChunkState& st = states_[size_t(index)];
+  SlotEvents& ev = slot_events_[size_t(st.slot)];
+  backend_->StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
   backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+  backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
   st.device_dirty = false;
   ++counters_.moves[int(Direction::kDeviceToHost)];
   counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
@@ -292,10 +323,9 @@ const float* ChunkManager::HostRead(ChunkKey key) {
     std::memset(HostCopy(i), 0, size_t(chunk_bytes_));
     st.zero = false;
   } else if (st.slot >= 0 && st.device_dirty) {
+    if (st.pins > 0) InternalError("host read of a chunk an op is writing on the device");
     WriteHome(i);
-    auto done = backend_->CreateEvent();
-    backend_->Record(*done, StreamKind::kDeviceToHost);
-    backend_->Synchronize(*done);
+    backend_->Synchronize(*slot_events_[size_t(st.slot)].copied);
   }
   return HostCopy(i);
 }

@@ -38,7 +38,8 @@ struct ChunkAccess {
 };
 
 struct ChunkRuntimeOptions {
-  // The whole device tier; 0 = exactly the non-model bytes plus every chunk of every kind.
+  // The whole device tier; 0 = exactly the non-model bytes plus every chunk of
+  // every kind (the tier is never made larger than that).
   int64_t device_capacity_bytes = 0;
   // Activations and workspaces, carved at the start of the device block.
   int64_t non_model_bytes = 0;
@@ -49,7 +50,7 @@ struct ChunkRuntimeOptions {
   int32_t prefetch_depth = 2;
   // Place optimizer states of some chunks on the device when the budget has room
   // beyond every param and grad chunk; this fraction of that room is used
-  // (all of it when the capacity is 0, sized for everything).
+  // (all of it when the tier holds every chunk).
   bool hybrid_adam = true;
   double margin_use_ratio = 0.8;
 };
@@ -85,10 +86,14 @@ class ChunkManager {
   float* DeviceData(ChunkKey key) const;
 
   // The host copy, made current (a dirty device copy is copied home first).
+  // Not while an op holds the chunk on the device.
   const float* HostRead(ChunkKey key);
   // As HostRead, and the device copy is dropped: the caller writes the host copy.
   float* HostWrite(ChunkKey key);
-  // The current copy wherever it is, without moving it (reads only).
+  // The current copy wherever it is, without moving it (reads only). A device
+  // pointer is valid only until the next Access may reuse its slot; on a
+  // backend whose device memory the host cannot read, callers run a device
+  // kernel on it instead.
   const float* Peek(ChunkKey key);
 
   // Every chunk of `kind` becomes zeros, lazily: no copy is made until it is used.
@@ -168,6 +173,14 @@ class ChunkManager {
   MemoryBlock host_block_;
   int64_t slots_offset_ = 0;
   std::vector<ChunkState> states_;
+  // Per slot: the end of the last op that used it (compute stream) and of the
+  // last copy into or out of it (copy streams). A slot is refilled only after
+  // both; compute reads it only after its copy.
+  struct SlotEvents {
+    std::unique_ptr<Event> computed;
+    std::unique_ptr<Event> copied;
+  };
+  std::vector<SlotEvents> slot_events_;
   std::vector<int32_t> slot_owner_;  // chunk index per slot, or -1
   std::vector<int32_t> free_slots_;  // a stack, lowest slot on top
   int32_t slots_in_use_ = 0;

@@ -1,6 +1,7 @@
 #include "worker/train/trainer.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "worker/core/bytes.h"
 #include "worker/data/generated_corpus.h"
@@ -39,7 +40,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   if (t->host_budget_.source != "config") {
     // A detected limit keeps PatrickStar's headroom for the rest of the process.
     t->host_budget_.bytes = int64_t(double(t->host_budget_.bytes) * config.mem_tracer.overall_cpu_mem_ratio);
-    t->host_budget_.source += " x overall_cpu_mem_ratio " + std::to_string(config.mem_tracer.overall_cpu_mem_ratio);
+    char ratio[64];
+    std::snprintf(ratio, sizeof ratio, " x overall_cpu_mem_ratio %g", config.mem_tracer.overall_cpu_mem_ratio);
+    t->host_budget_.source += ratio;
   }
   if (plan.min_host_bytes > t->host_budget_.bytes) {
     return Status::ResourceExhausted(

@@ -103,6 +103,8 @@ TEST(Config, RuntimeAndMetricsSections) {
             std::string::npos);
   EXPECT_NE(ErrorOf(m + "runtime: {prefetch_depth: -1}\n").find("runtime.prefetch_depth: must not be negative"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(m + "runtime: {prefetch_depth: 4294967298}\n").find("runtime.prefetch_depth: must be at most"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(m + "runtime: {devise_memory: 1}\n").find("runtime.devise_memory: unknown key"),
             std::string::npos);
   EXPECT_NE(ErrorOf(m + "metrics: {port: 70000}\n").find("metrics.port: must be in [0, 65535]"),

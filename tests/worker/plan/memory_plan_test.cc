@@ -27,10 +27,10 @@ TEST(MemoryPlan, CountsEveryKindAndTier) {
   EXPECT_EQ(p->all_resident_device_bytes, p->activation_bytes + p->model_bytes);
   EXPECT_EQ(p->device_bytes, p->all_resident_device_bytes);  // device_memory 0: all resident
   EXPECT_EQ(p->device_adam_chunks, p->num_chunks);  // sized for everything: all Adam on the device
-  c.runtime.device_memory = p->device_bytes;           // the same size, given explicitly: margin applies
-  auto explicit_size = PlanMemory(c);
-  ASSERT_TRUE(explicit_size.ok());
-  EXPECT_EQ(explicit_size->device_adam_chunks, int32_t(double(2 * p->num_chunks) * 0.8) / 2);
+  c.runtime.device_memory = p->device_bytes - 2 * p->chunk_bytes;  // two slots short: the margin applies
+  auto short_two = PlanMemory(c);
+  ASSERT_TRUE(short_two.ok());
+  EXPECT_EQ(short_two->device_adam_chunks, int32_t(double(2 * p->num_chunks - 2) * 0.8) / 2);
   EXPECT_EQ(p->min_host_bytes,
             p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->device_bytes);
 }

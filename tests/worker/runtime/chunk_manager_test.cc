@@ -85,7 +85,7 @@ TEST(ChunkManager, DataSurvivesEvictionAndCleanCopiesAreDropped) {
 }
 
 TEST(ChunkManager, ZeroChunksNeedNoCopy) {
-  auto m = Make(2, 4, EvictionPolicy::kOpt, 0);
+  auto m = Make(2, 4, EvictionPolicy::kOpt, 2);
   m->ZeroFill(StateKind::kGrad);
   ChunkAccess a{{StateKind::kGrad, 1}, true};
   m->Access({&a, 1});
@@ -93,6 +93,7 @@ TEST(ChunkManager, ZeroChunksNeedNoCopy) {
   for (int i = 0; i < 64; ++i) ASSERT_EQ(g[i], 0.0f);
   m->Release({&a, 1});
   EXPECT_EQ(H2D(*m), 0);
+  EXPECT_EQ(m->counters().prefetches, 0);  // a fill is not a transfer
 }
 
 TEST(ChunkManager, AChangedSequenceInvalidatesAndReRecordsTheTrace) {
@@ -110,6 +111,24 @@ TEST(ChunkManager, AChangedSequenceInvalidatesAndReRecordsTheTrace) {
   EXPECT_EQ(m->trace_moments(), 2);
 }
 
+TEST(ChunkManager, AStepLongerThanTheTraceFallsBackToLru) {
+  // One slot; the recorded step is [A]. A step [A], [B] runs past the trace:
+  // eviction must not consult it (every chunk would look needed "now").
+  auto m = Make(2, 1, EvictionPolicy::kOpt, 2);
+  m->BeginStep();
+  ReadMoment(*m, 0);
+  m->EndStep();
+  m->BeginStep();
+  ReadMoment(*m, 0);
+  EXPECT_TRUE(m->trace_valid());
+  ReadMoment(*m, 1);
+  EXPECT_FALSE(m->trace_valid());
+  m->EndStep();
+  EXPECT_EQ(m->trace_moments(), 2);
+  CyclicSteps(*m, 2, 2);  // and the re-recorded trace serves the next steps
+  EXPECT_TRUE(m->trace_valid());
+}
+
 TEST(ChunkManager, PrefetchBringsTheNextMomentsChunksAndCountsHits) {
   auto m = Make(6, 3, EvictionPolicy::kOpt, 2);
   CyclicSteps(*m, 6, 3);
@@ -124,6 +143,13 @@ TEST(ChunkManager, NeverExceedsItsBudgetAtAnyMoment) {
     int64_t moments = 0;
     m->SetMomentObserver([&](const ChunkManager& cm) {
       ++moments;
+      // Count the resident chunks one by one, independently of the slot counter.
+      int64_t resident = 0;
+      for (int k = 0; k < kNumStateKinds; ++k) {
+        for (int32_t c = 0; c < 5; ++c) resident += cm.OnDevice({StateKind(k), c});
+      }
+      ASSERT_LE(resident, slots);
+      ASSERT_EQ(128 + resident * kChunkBytes, cm.device_bytes_in_use());
       ASSERT_LE(cm.device_bytes_in_use(), cm.device_capacity_bytes());
     });
     CyclicSteps(*m, 5, 4);
@@ -147,17 +173,37 @@ TEST(ChunkManager, TooSmallABudgetNamesNeededAndAvailableBytes) {
       << msg;
 }
 
+TEST(ChunkManager, ALargerBudgetThanEverythingIsClampedToEverything) {
+  ChunkRuntimeOptions o;
+  o.non_model_bytes = 128;
+  o.device_capacity_bytes = int64_t(64) << 30;
+  EXPECT_EQ(ChunkManager::DeviceCapacity(3, kChunkBytes, o), 128 + 4 * 3 * kChunkBytes);
+  EXPECT_EQ(ChunkManager::DeviceSlots(3, kChunkBytes, o), 12);
+}
+
+TEST(ChunkManagerDeathTest, MisuseAbortsWithTheReason) {
+  auto m = Make(2, 2, EvictionPolicy::kOpt, 0);
+  ChunkAccess twice[2] = {{{StateKind::kParam, 0}, false}, {{StateKind::kParam, 0}, false}};
+  EXPECT_DEATH(m->Access(twice), "listed twice");
+  ChunkAccess write{{StateKind::kGrad, 0}, true};
+  EXPECT_DEATH(
+      {
+        m->Access({&write, 1});
+        (void)m->HostRead(write.key);
+      },
+      "writing on the device");
+}
+
 TEST(ChunkManager, HybridAdamUsesRoomBeyondParamsAndGrads) {
   ChunkRuntimeOptions o;
-  o.device_capacity_bytes = 1 << 20;  // an explicit size: the margin ratio applies
   o.margin_use_ratio = 1.0;
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 19, o), 0);   // params and grads do not all fit
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 3);   // 6 spare slots: 3 chunks' moments
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // everything fits
   o.margin_use_ratio = 0.5;
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 1);
-  o.device_capacity_bytes = 0;  // sized for everything: all of the room is used
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 38, o), 4);   // the margin holds back part of the room
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // room for everything: no margin needed
   o.hybrid_adam = false;
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 0);
 }

@@ -1,0 +1,70 @@
+#include "worker/metrics/http_endpoint.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "tests/test_util.h"
+
+namespace pstar {
+namespace {
+
+std::unique_ptr<HttpEndpoint> StartOnLoopback() {
+  auto e = HttpEndpoint::Start("127.0.0.1", 0, "/metrics", [] { return std::string("up 1\n"); });
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(e).value();
+}
+
+// A client that connects and then says nothing.
+int ConnectSilently(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+TEST(HttpEndpoint, ServesThePathAndRefusesTheRest) {
+  auto e = StartOnLoopback();
+  auto ok = test::HttpGet(e->port(), "/metrics?x=1");
+  ASSERT_TRUE(ok.ok) << ok.error;
+  EXPECT_EQ(ok.status_line, "HTTP/1.1 200 OK");
+  EXPECT_EQ(ok.body, "up 1\n");
+  auto missing = test::HttpGet(e->port(), "/other");
+  ASSERT_TRUE(missing.ok) << missing.error;
+  EXPECT_EQ(missing.status_line, "HTTP/1.1 404 Not Found");
+}
+
+TEST(HttpEndpoint, AStalledClientDelaysNeitherScrapesForLongNorShutdown) {
+  auto e = StartOnLoopback();
+  const int stalled = ConnectSilently(e->port());
+  // The stalled request is dropped at its deadline; the next scrape is answered.
+  auto start = std::chrono::steady_clock::now();
+  auto r = test::HttpGet(e->port(), "/metrics");
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  // Stopping interrupts a request in progress.
+  const int stalled_again = ConnectSilently(e->port());
+  start = std::chrono::steady_clock::now();
+  e.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  ::close(stalled);
+  ::close(stalled_again);
+}
+
+TEST(HttpEndpoint, ABusyPortFailsNamingAddressAndPort) {
+  auto first = StartOnLoopback();
+  auto second = HttpEndpoint::Start("127.0.0.1", first->port(), "/metrics", [] { return std::string(); });
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(first->port())), std::string::npos)
+      << second.status().message();
+}
+
+}  // namespace
+}  // namespace pstar
