@@ -54,23 +54,29 @@ std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
 }
 
 void InitParameters(ParamStore& store, uint64_t seed) {
+  // Each rank fills only its slice of each tensor; the counter RNG makes any
+  // slice equal the same slice of a whole-tensor fill.
   const ParamLayout& layout = store.layout();
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    const TensorSpec& spec = layout.spec(id);
-    float* p = store.TensorData(StateKind::kParam, id);
-    const int64_t n = spec.numel();
-    switch (spec.role) {
-      case TensorRole::kEmbedding:
-      case TensorRole::kWeight:
-        FillNormal(p, n, spec.init_std, seed, StableKey(spec.name), 0);
-        break;
-      case TensorRole::kNormWeight:
-        for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
-        break;
-      case TensorRole::kBias:
-      case TensorRole::kNormBias:
-        for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
-        break;
+  for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+    float* shard = store.HostShard(StateKind::kParam, c);
+    for (TensorId id : layout.chunk_tensors(c)) {
+      const TensorSpec& spec = layout.spec(id);
+      const ParamStore::Slice s = store.OwnedSlice(id);
+      float* p = shard + s.shard_offset;
+      const int64_t n = s.end - s.begin;
+      switch (spec.role) {
+        case TensorRole::kEmbedding:
+        case TensorRole::kWeight:
+          FillNormal(p, n, spec.init_std, seed, StableKey(spec.name), uint64_t(s.begin));
+          break;
+        case TensorRole::kNormWeight:
+          for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+          break;
+        case TensorRole::kBias:
+        case TensorRole::kNormBias:
+          for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+          break;
+      }
     }
   }
   store.chunks().ZeroFill(StateKind::kExpAvg);

@@ -54,10 +54,11 @@ const char* TensorStateName(TensorState state) {
 
 Result<std::unique_ptr<ParamStore>> ParamStore::Create(ParamLayout layout,
                                                        std::unique_ptr<DeviceBackend> backend,
-                                                       const ChunkRuntimeOptions& options) {
+                                                       const ChunkRuntimeOptions& options,
+                                                       Communicator* comm) {
   const int64_t chunk_bytes = layout.chunk_elems() * int64_t(sizeof(float));
-  PSTAR_ASSIGN_OR_RETURN(auto chunks,
-                         ChunkManager::Create(layout.num_chunks(), chunk_bytes, std::move(backend), options));
+  PSTAR_ASSIGN_OR_RETURN(auto chunks, ChunkManager::Create(layout.num_chunks(), chunk_bytes,
+                                                           std::move(backend), options, comm));
   return std::unique_ptr<ParamStore>(new ParamStore(std::move(layout), std::move(chunks)));
 }
 
@@ -108,7 +109,7 @@ void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector
 
 ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
   ChunkUpdate u;
-  if (chunks_->DeviceAdam(chunk)) {
+  if (chunks_->DeviceAdam(chunk)) {  // never with N ranks: updates run on home shards
     u.accesses_ = {{{StateKind::kParam, chunk}, true},
                    {{StateKind::kGrad, chunk}, false},
                    {{StateKind::kExpAvg, chunk}, true},
@@ -131,13 +132,29 @@ ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
   return u;
 }
 
+ParamStore::Slice ParamStore::OwnedSlice(TensorId id) const {
+  const TensorPlacement& p = layout_.placement(id);
+  const int64_t shard = chunks_->shard_bytes() / int64_t(sizeof(float));
+  const int64_t shard_begin = int64_t(chunks_->rank()) * shard;
+  const int64_t lo = std::max(p.offset, shard_begin);
+  const int64_t hi = std::min(p.offset + layout_.spec(id).numel(), shard_begin + shard);
+  if (lo >= hi) return Slice{};
+  return Slice{lo - p.offset, hi - p.offset, lo - shard_begin};
+}
+
+float* ParamStore::HostShard(StateKind kind, int32_t chunk) { return chunks_->HostWrite({kind, chunk}); }
+
+const float* ParamStore::PeekShard(StateKind kind, int32_t chunk) { return chunks_->Peek({kind, chunk}); }
+
 float* ParamStore::TensorData(StateKind kind, TensorId id) {
+  if (world_size() > 1) ModelBug("whole-tensor access with several ranks:", layout_.spec(id).name);
   if (InCompute(id)) ModelBug("host write to a tensor in use:", layout_.spec(id).name);
   const TensorPlacement& p = layout_.placement(id);
   return chunks_->HostWrite({kind, p.chunk}) + p.offset;
 }
 
 const float* ParamStore::Peek(StateKind kind, TensorId id) {
+  if (world_size() > 1) ModelBug("whole-tensor access with several ranks:", layout_.spec(id).name);
   const TensorPlacement& p = layout_.placement(id);
   return chunks_->Peek({kind, p.chunk}) + p.offset;
 }
@@ -147,7 +164,7 @@ void ParamStore::ZeroGrads() { chunks_->ZeroFill(StateKind::kGrad); }
 void ParamStore::EndStep() { chunks_->EndStep(); }
 
 int64_t ParamStore::model_bytes() const {
-  return int64_t(kNumStateKinds) * chunks_->num_chunks() * chunks_->chunk_bytes();
+  return int64_t(kNumStateKinds) * chunks_->num_chunks() * chunks_->shard_bytes();
 }
 
 ParamStore::Use::Use(Use&& other) noexcept

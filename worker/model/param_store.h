@@ -43,10 +43,12 @@ class ParamStore {
   class Use;
   class ChunkUpdate;
 
-  // Lays the chunks out in a ChunkManager configured by `options`.
+  // Lays the chunks out in a ChunkManager configured by `options`. With a
+  // communicator of N ranks this rank holds shard `rank` of every chunk.
   static Result<std::unique_ptr<ParamStore>> Create(ParamLayout layout,
                                                     std::unique_ptr<DeviceBackend> backend,
-                                                    const ChunkRuntimeOptions& options);
+                                                    const ChunkRuntimeOptions& options,
+                                                    Communicator* comm = nullptr);
   // Everything resident on an emulated device with room for every chunk (tools, tests).
   explicit ParamStore(ParamLayout layout);
   ParamStore(const ParamStore&) = delete;
@@ -65,14 +67,30 @@ class ParamStore {
   // the device when the hybrid placement put its moments there, else on the host.
   ChunkUpdate AcquireForUpdate(int32_t chunk);
 
-  // A tensor's host copy, current and writable; its device copy is dropped
-  // (init, tests, checkpoints). Not for model code.
+  // The part of tensor `id` this rank holds: elements [begin, end) of the
+  // tensor, at `shard_offset` within the chunk's home shard. Empty when
+  // begin == end. With one rank, the whole tensor.
+  struct Slice {
+    int64_t begin = 0, end = 0, shard_offset = 0;
+  };
+  Slice OwnedSlice(TensorId id) const;
+
+  // A chunk's home shard, current and writable; its device copy is dropped.
+  float* HostShard(StateKind kind, int32_t chunk);
+  // A chunk's current shard (or, with one rank, chunk) without moving it.
+  const float* PeekShard(StateKind kind, int32_t chunk);
+
+  // A whole tensor's host copy, current and writable; its device copy is
+  // dropped (tests, tools). One rank only: with N ranks use OwnedSlice.
   float* TensorData(StateKind kind, TensorId id);
-  // The current copy of a tensor wherever it lives, for reading without moving it.
+  // The current copy of a whole tensor wherever it lives, for reading. One rank only.
   const float* Peek(StateKind kind, TensorId id);
 
   // Sets every gradient to zero (start of a step); lazily, without copies.
   void ZeroGrads();
+  // Makes every gradient's home shard final (reduce-scatter with N ranks);
+  // every rank calls it after the step's last backward pass.
+  void FlushGrads() { chunks_->Flush(StateKind::kGrad); }
 
   // Step boundaries for the chunk trace.
   void BeginStep() { chunks_->BeginStep(); }
@@ -87,8 +105,11 @@ class ParamStore {
   void ClearTrace() { trace_.clear(); }
   int64_t moments() const { return moment_; }
 
-  // Bytes of model data (home copies of every kind).
+  // Bytes of model data this rank holds (home shards of every kind).
   int64_t model_bytes() const;
+  int rank() const { return chunks_->rank(); }
+  int world_size() const { return chunks_->world_size(); }
+  Communicator* comm() const { return chunks_->comm(); }
 
  private:
   ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks);

@@ -20,17 +20,25 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale) {
   const ParamLayout& layout = store.layout();
   for (int32_t c = 0; c < layout.num_chunks(); ++c) {
     ParamStore::ChunkUpdate u = store.AcquireForUpdate(c);
-    // Tensors are packed back to back, so each run of tensors with the same
-    // weight decay is one contiguous span and one kernel call.
+    // This rank's slices of the chunk's tensors lie back to back in its shard,
+    // so each run with the same weight decay is one contiguous span and one
+    // kernel call.
     const std::vector<TensorId>& tensors = layout.chunk_tensors(c);
-    for (size_t first = 0; first < tensors.size();) {
+    size_t first = 0;
+    while (first < tensors.size()) {
+      const ParamStore::Slice s = store.OwnedSlice(tensors[first]);
+      if (s.begin == s.end) {
+        ++first;
+        continue;
+      }
       const bool decayed = layout.spec(tensors[first]).decayed();
-      const int64_t begin = layout.placement(tensors[first]).offset;
-      int64_t end = begin + layout.spec(tensors[first]).numel();
+      const int64_t begin = s.shard_offset;
+      int64_t end = begin + (s.end - s.begin);
       size_t last = first + 1;
-      while (last < tensors.size() && layout.spec(tensors[last]).decayed() == decayed &&
-             layout.placement(tensors[last]).offset == end) {
-        end += layout.spec(tensors[last]).numel();
+      while (last < tensors.size() && layout.spec(tensors[last]).decayed() == decayed) {
+        const ParamStore::Slice next = store.OwnedSlice(tensors[last]);
+        if (next.begin == next.end || next.shard_offset != end) break;
+        end += next.end - next.begin;
         ++last;
       }
       const float wd = decayed ? config_.weight_decay : 0.0f;
@@ -43,12 +51,17 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale) {
   }
 }
 
-double GradientNorm(ParamStore& store) {
+Result<double> GradientNorm(ParamStore& store) {
   const ParamLayout& layout = store.layout();
   double sum = 0.0;
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    sum += kernels::cpu::SumOfSquares(store.Peek(StateKind::kGrad, id), layout.spec(id).numel());
+  for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+    const float* shard = store.PeekShard(StateKind::kGrad, c);
+    for (TensorId id : layout.chunk_tensors(c)) {
+      const ParamStore::Slice s = store.OwnedSlice(id);
+      sum += kernels::cpu::SumOfSquares(shard + s.shard_offset, s.end - s.begin);
+    }
   }
+  if (store.world_size() > 1) PSTAR_RETURN_IF_ERROR(store.comm()->AllReduceSum(&sum, 1));
   return std::sqrt(sum);
 }
 

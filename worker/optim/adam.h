@@ -32,8 +32,9 @@ class AdamOptimizer {
   int64_t step_ = 0;
 };
 
-// Global L2 norm of all gradients (padding excluded), summed in a fixed order.
-double GradientNorm(ParamStore& store);
+// L2 norm of the gradients as stored (padding excluded), summed in a fixed
+// order; with N ranks, of the summed gradients, all-reduced over the ranks.
+Result<double> GradientNorm(ParamStore& store);
 
 // PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
 // 1 when max_norm <= 0 (clipping off).

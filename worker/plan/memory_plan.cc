@@ -33,11 +33,26 @@ int64_t DataBytes(const Config& c) {
 
 }  // namespace
 
-Result<MemoryPlan> PlanMemory(const Config& c) {
-  const GptConfig& g = c.model.gpt;
-  auto layout = ParamLayout::Build(GptTensorSpecs(g), c.default_chunk_size);
+Result<ParamLayout> BuildJobLayout(const Config& c, int world_size) {
+  std::vector<TensorSpec> specs = GptTensorSpecs(c.model.gpt);
+  int64_t elems = c.default_chunk_size;
+  if (world_size > 1) {
+    const int64_t unit = 16 * int64_t(world_size);  // 16 floats = one 64-byte line per shard
+    if (elems == 0) elems = ParamLayout::ChooseChunkElems(specs);
+    elems = (elems + unit - 1) / unit * unit;
+  }
+  auto layout = ParamLayout::Build(std::move(specs), elems);
   if (!layout.ok()) return layout.status().WithPrefix("default_chunk_size");
+  return layout;
+}
+
+Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
+  const GptConfig& g = c.model.gpt;
+  if (world_size < 1) return Status::InvalidArgument("world size must be at least 1");
+  PSTAR_ASSIGN_OR_RETURN(ParamLayout layout_value, BuildJobLayout(c, world_size));
+  const ParamLayout* layout = &layout_value;
   MemoryPlan p;
+  p.world_size = world_size;
   p.parameters = layout->num_elements();
   p.tensors = layout->num_tensors();
   p.chunk_elems = layout->chunk_elems();
@@ -70,10 +85,10 @@ Result<MemoryPlan> PlanMemory(const Config& c) {
   p.all_resident_device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, all);
   p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
   p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
-  p.device_adam_chunks = ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
+  p.device_adam_chunks = world_size > 1 ? 0 : ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
 
   p.device_is_host_memory = true;  // the CPU backend
-  p.host_chunk_bytes = p.model_bytes;
+  p.host_chunk_bytes = p.model_bytes / world_size;
   p.host_data_bytes = DataBytes(c);
   p.host_overhead_bytes = kHostOverheadBytes;
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
@@ -90,6 +105,9 @@ std::string FormatPlan(const MemoryPlan& p) {
   };
   auto bytes = [](int64_t b) { return FormatBytes(b) + " (" + std::to_string(b) + " bytes)"; };
   add("parameters", std::to_string(p.parameters) + " in " + std::to_string(p.tensors) + " tensors");
+  add("ranks", std::to_string(p.world_size) + (p.world_size > 1 ? " (host figures are per rank: 1/" +
+                                                    std::to_string(p.world_size) + " of every kind)"
+                                              : ""));
   add("chunk size", std::to_string(p.chunk_elems) + " elements, " + FormatBytes(p.chunk_bytes) +
                         "; padding " + std::to_string(p.padding_elems) + " elements per kind");
   for (const KindPlan& k : p.kinds) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "worker/config/config.h"
+#include "worker/model/param_layout.h"
 #include "worker/runtime/chunk_manager.h"
 
 namespace pstar {
@@ -28,7 +29,8 @@ struct MemoryPlan {
   int64_t padding_elems = 0;    // chunk space no tensor uses, per kind
   std::vector<KindPlan> kinds;  // param, grad, exp_avg, exp_avg_sq
 
-  int64_t model_bytes = 0;            // every kind, as chunks
+  int world_size = 1;
+  int64_t model_bytes = 0;            // every kind, as chunks (all ranks together)
   int64_t activation_bytes = 0;       // non-model bytes on the device
   int32_t max_chunks_per_moment = 0;  // most chunks one op pins
   int64_t min_device_bytes = 0;       // activations + the chunks one op pins
@@ -38,7 +40,7 @@ struct MemoryPlan {
   int32_t device_adam_chunks = 0;     // chunks whose Adam runs on the device
 
   bool device_is_host_memory = true;  // CPU backend: the device tier is RAM too
-  int64_t host_chunk_bytes = 0;       // home copies of every chunk
+  int64_t host_chunk_bytes = 0;       // this rank's home shards of every chunk
   int64_t host_data_bytes = 0;        // the token data held in memory
   int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
   int64_t min_host_bytes = 0;         // everything the host must hold
@@ -46,8 +48,14 @@ struct MemoryPlan {
   ChunkRuntimeOptions runtime;        // what the chunk runtime is created with
 };
 
-// Fails with the reason when the config cannot be laid out.
-Result<MemoryPlan> PlanMemory(const Config& config);
+// The job's chunk layout with `world_size` ranks: the configured chunk size (or
+// the least-padding choice), rounded up so each chunk splits into world_size
+// shards of whole 64-byte lines.
+Result<ParamLayout> BuildJobLayout(const Config& config, int world_size);
+
+// Fails with the reason when the config cannot be laid out. With N ranks the
+// host figures are one rank's (it holds 1/N of every kind).
+Result<MemoryPlan> PlanMemory(const Config& config, int world_size = 1);
 
 // The plan as the aligned text block `pstar plan` prints.
 std::string FormatPlan(const MemoryPlan& plan);

@@ -30,8 +30,24 @@ const char* EvictionPolicyName(EvictionPolicy policy) {
 }
 
 ChunkManager::ChunkManager(int32_t num_chunks, int64_t chunk_bytes,
-                           std::unique_ptr<DeviceBackend> backend, const ChunkRuntimeOptions& options)
-    : num_chunks_(num_chunks), chunk_bytes_(chunk_bytes), options_(options), backend_(std::move(backend)) {}
+                           std::unique_ptr<DeviceBackend> backend, const ChunkRuntimeOptions& options,
+                           Communicator* comm)
+    : num_chunks_(num_chunks),
+      chunk_bytes_(chunk_bytes),
+      comm_(comm),
+      world_(comm != nullptr ? comm->world_size() : 1),
+      rank_(comm != nullptr ? comm->rank() : 0),
+      shard_bytes_(chunk_bytes / (comm != nullptr ? comm->world_size() : 1)),
+      options_(options),
+      backend_(std::move(backend)) {}
+
+void ChunkManager::CheckCollective(const Status& status) const {
+  if (status.ok()) return;
+  std::fprintf(stderr, "pstar: error: rank %d: %s\n", rank_, status.message().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
 
 int64_t ChunkManager::SlotBytes(int64_t chunk_bytes) { return RoundUp(chunk_bytes); }
 
@@ -69,9 +85,16 @@ int64_t ChunkManager::MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOpti
 
 Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
                                                            std::unique_ptr<DeviceBackend> backend,
-                                                           const ChunkRuntimeOptions& options) {
+                                                           const ChunkRuntimeOptions& options,
+                                                           Communicator* comm) {
   if (num_chunks <= 0 || chunk_bytes <= 0) return Status::InvalidArgument("no chunks to manage");
   const int64_t stride = SlotBytes(chunk_bytes);
+  const int world = comm != nullptr ? comm->world_size() : 1;
+  if (world > 1 && stride % (kAlign * world) != 0) {
+    return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) + " bytes cannot be split into " +
+                                   std::to_string(world) + " aligned shards (needs a multiple of " +
+                                   std::to_string(kAlign * world) + " bytes)");
+  }
   const int64_t total_chunks = int64_t(kNumStateKinds) * num_chunks;
   const int64_t non_model = RoundUp(options.non_model_bytes);
   const int64_t capacity = DeviceCapacity(num_chunks, chunk_bytes, options);
@@ -84,13 +107,14 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
         " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) +
         ")");
   }
-  auto m = std::unique_ptr<ChunkManager>(new ChunkManager(num_chunks, stride, std::move(backend), options));
+  auto m = std::unique_ptr<ChunkManager>(new ChunkManager(num_chunks, stride, std::move(backend), options, comm));
+  m->scratch_.resize(size_t(m->shard_bytes_ / int64_t(sizeof(float))));
   m->device_capacity_ = capacity;
   m->non_model_bytes_ = non_model;
   m->slots_offset_ = non_model;
   const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
   PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(non_model + slots * stride)));
-  PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(total_chunks * stride)));
+  PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(total_chunks * m->shard_bytes_)));
   m->states_.assign(size_t(total_chunks), ChunkState{});
   for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
   m->slot_owner_.assign(size_t(slots), -1);
@@ -99,11 +123,13 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   }
   for (int64_t s = slots - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
   m->peak_device_bytes_ = non_model;
-  m->device_adam_chunks_ = DeviceAdamChunks(num_chunks, slots, options);
+  // With N ranks every update runs on the host shards (device Adam would need
+  // the device to hold shards, not gathered chunks).
+  m->device_adam_chunks_ = world > 1 ? 0 : DeviceAdamChunks(num_chunks, slots, options);
 
   RuntimeCounters& c = m->counters_;
   for (int k = 0; k < kNumStateKinds; ++k) {
-    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(num_chunks) * stride;
+    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(num_chunks) * m->shard_bytes_;
     c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks;
   }
   c.non_model_bytes[int(Tier::kDevice)] = non_model;
@@ -113,7 +139,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
 }
 
 float* ChunkManager::HostCopy(int32_t index) const {
-  return reinterpret_cast<float*>(host_block_.data() + int64_t(index) * chunk_bytes_);
+  return reinterpret_cast<float*>(host_block_.data() + int64_t(index) * shard_bytes_);
 }
 
 float* ChunkManager::SlotData(int32_t slot) const {
@@ -122,7 +148,7 @@ float* ChunkManager::SlotData(int32_t slot) const {
 
 void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
   const size_t kind = size_t(KeyOf(index).kind);
-  counters_.resident_bytes[int(tier)][kind] += sign * chunk_bytes_;
+  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? shard_bytes_ : chunk_bytes_);
   counters_.resident_chunks[int(tier)][kind] += sign;
 }
 
@@ -204,11 +230,22 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   // The slot's previous contents must be read by compute and copied home first.
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.computed);
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied);
-  if (st.zero) {
+  if (AccumulatesHome(index)) {
+    // The home shard holds reduced sums; this rank's new partial starts at zero.
+    backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+    st.device_dirty = true;
+    prefetch = false;
+  } else if (st.zero) {
     backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.zero = false;
     st.device_dirty = true;
     prefetch = false;  // a fill, not a transfer: nothing to count as prefetched
+  } else if (world_ > 1) {
+    // Each rank's home shard lands in its place; the gather fills the rest.
+    CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), shard_bytes_ / int64_t(sizeof(float))));
+    st.device_dirty = false;
+    ++counters_.moves[int(Direction::kHostToDevice)];
+    counters_.moved_bytes[int(Direction::kHostToDevice)] += shard_bytes_;
   } else {
     backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.device_dirty = false;
@@ -286,11 +323,28 @@ void ChunkManager::WriteHome(int32_t index) {
   ChunkState& st = states_[size_t(index)];
   SlotEvents& ev = slot_events_[size_t(st.slot)];
   backend_->StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
-  backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+  if (AccumulatesHome(index)) {
+    // home += this step's partials of every rank, reduced; the device copy is
+    // then spent (it is in the home sum) and must be dropped by the caller.
+    const int64_t n = shard_bytes_ / int64_t(sizeof(float));
+    CheckCollective(comm_->ReduceScatter(SlotData(st.slot), scratch_.data(), n));
+    float* home = HostCopy(index);
+    if (st.zero) {
+      std::memcpy(home, scratch_.data(), size_t(shard_bytes_));
+      st.zero = false;
+    } else {
+      for (int64_t i = 0; i < n; ++i) home[i] += scratch_[size_t(i)];
+    }
+    counters_.moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;
+  } else if (world_ > 1) {
+    InternalError("a sharded chunk other than a gradient was written on the device");
+  } else {
+    backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+    counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
+  }
   backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
   st.device_dirty = false;
   ++counters_.moves[int(Direction::kDeviceToHost)];
-  counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
 }
 
 void ChunkManager::DropDeviceCopy(int32_t index) {
@@ -319,13 +373,15 @@ void ChunkManager::Prefetch() {
 const float* ChunkManager::HostRead(ChunkKey key) {
   const int32_t i = Index(key);
   ChunkState& st = states_[size_t(i)];
-  if (st.zero) {
-    std::memset(HostCopy(i), 0, size_t(chunk_bytes_));
-    st.zero = false;
-  } else if (st.slot >= 0 && st.device_dirty) {
+  if (st.slot >= 0 && st.device_dirty) {
     if (st.pins > 0) InternalError("host read of a chunk an op is writing on the device");
     WriteHome(i);
     backend_->Synchronize(*slot_events_[size_t(st.slot)].copied);
+    if (AccumulatesHome(i)) DropDeviceCopy(i);
+  }
+  if (st.zero) {
+    std::memset(HostCopy(i), 0, size_t(shard_bytes_));
+    st.zero = false;
   }
   return HostCopy(i);
 }
@@ -344,7 +400,7 @@ float* ChunkManager::HostWrite(ChunkKey key) {
 const float* ChunkManager::Peek(ChunkKey key) {
   const int32_t i = Index(key);
   const ChunkState& st = states_[size_t(i)];
-  if (st.zero) return HostRead(key);
+  if (st.zero || AccumulatesHome(i)) return HostRead(key);
   if (st.slot >= 0 && st.device_dirty) return SlotData(st.slot);
   return HostCopy(i);
 }
@@ -357,6 +413,10 @@ void ChunkManager::ZeroFill(StateKind kind) {
     if (st.slot >= 0) DropDeviceCopy(i);  // its contents are discarded, no copy home
     st.zero = true;
   }
+}
+
+void ChunkManager::Flush(StateKind kind) {
+  for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
 }
 
 void ChunkManager::BeginStep() {

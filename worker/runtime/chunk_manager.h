@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/core/status.h"
+#include "worker/dist/communicator.h"
 #include "worker/runtime/device_backend.h"
 #include "worker/runtime/runtime_counters.h"
 
@@ -59,9 +60,12 @@ class ChunkManager {
  public:
   // Fails, naming needed and available bytes, when the device budget cannot hold
   // the non-model bytes plus `min_chunks_per_moment` chunks.
+  // `comm` (may be null for one rank) must outlive the manager; with N > 1
+  // ranks chunk_bytes must be a multiple of 64 * N.
   static Result<std::unique_ptr<ChunkManager>> Create(int32_t num_chunks, int64_t chunk_bytes,
                                                       std::unique_ptr<DeviceBackend> backend,
-                                                      const ChunkRuntimeOptions& options);
+                                                      const ChunkRuntimeOptions& options,
+                                                      Communicator* comm = nullptr);
   // The arithmetic Create uses, shared with the planner: chunk slots are
   // 64-byte aligned; the device tier's capacity and slot count; how many
   // chunks' optimizer states the hybrid placement puts on the device.
@@ -85,8 +89,9 @@ class ChunkManager {
   // Device copy of a pinned chunk.
   float* DeviceData(ChunkKey key) const;
 
-  // The host copy, made current (a dirty device copy is copied home first).
-  // Not while an op holds the chunk on the device.
+  // This rank's home shard (the whole chunk with one rank), made current (a
+  // dirty device copy is copied, or reduce-scattered, home first). Not while
+  // an op holds the chunk on the device.
   const float* HostRead(ChunkKey key);
   // As HostRead, and the device copy is dropped: the caller writes the host copy.
   float* HostWrite(ChunkKey key);
@@ -98,6 +103,9 @@ class ChunkManager {
 
   // Every chunk of `kind` becomes zeros, lazily: no copy is made until it is used.
   void ZeroFill(StateKind kind);
+  // Makes every home shard of `kind` current: with N ranks, reduce-scatters the
+  // gradients still on the device. All ranks call it at the same point.
+  void Flush(StateKind kind);
 
   // Whether chunk `chunk`'s optimizer update runs on the device (hybrid Adam).
   bool DeviceAdam(int32_t chunk) const { return chunk < device_adam_chunks_; }
@@ -113,6 +121,11 @@ class ChunkManager {
   bool OnDevice(ChunkKey key) const { return state(key).slot >= 0; }
   int32_t num_chunks() const { return num_chunks_; }
   int64_t chunk_bytes() const { return chunk_bytes_; }
+  // This rank's share of each chunk: bytes, and its first byte within the chunk.
+  int64_t shard_bytes() const { return shard_bytes_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  Communicator* comm() const { return comm_; }
   int32_t device_slots() const { return int32_t(slot_owner_.size()); }
   int64_t device_capacity_bytes() const { return device_capacity_; }
   int64_t non_model_bytes() const { return non_model_bytes_; }
@@ -137,7 +150,7 @@ class ChunkManager {
   };
 
   ChunkManager(int32_t num_chunks, int64_t chunk_bytes, std::unique_ptr<DeviceBackend> backend,
-               const ChunkRuntimeOptions& options);
+               const ChunkRuntimeOptions& options, Communicator* comm);
 
   int32_t Index(ChunkKey key) const { return int32_t(key.kind) * num_chunks_ + key.chunk; }
   ChunkKey KeyOf(int32_t index) const {
@@ -163,8 +176,18 @@ class ChunkManager {
   void AdoptTrace();
   void UpdateResidency(int32_t index, Tier tier, int sign);
 
+  // With N > 1 ranks a gradient's home shard accumulates reduce-scattered
+  // device partials; its device copy always starts from zeros.
+  bool AccumulatesHome(int32_t index) const { return world_ > 1 && KeyOf(index).kind == StateKind::kGrad; }
+  // A failed collective ends the process (the design's lost-peer rule).
+  void CheckCollective(const Status& status) const;
+
   const int32_t num_chunks_;
   const int64_t chunk_bytes_;
+  Communicator* comm_ = nullptr;
+  int world_ = 1, rank_ = 0;
+  int64_t shard_bytes_ = 0;
+  std::vector<float> scratch_;  // one shard, for reduce-scatter results
   const ChunkRuntimeOptions options_;
   std::unique_ptr<DeviceBackend> backend_;
   int64_t device_capacity_ = 0;

@@ -28,13 +28,17 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
   return Status::Internal("unknown data source");
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
+                                                 Communicator* comm) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
+  t->comm_ = comm;
+  t->world_ = comm != nullptr ? comm->world_size() : 1;
+  const int rank = comm != nullptr ? comm->rank() : 0;
   const TrainSection& tr = config.train;
   const GptConfig& g = config.model.gpt;
 
-  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(config));
+  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(config, t->world_));
   const MemoryPlan& plan = t->plan_;
   PSTAR_ASSIGN_OR_RETURN(t->host_budget_, DetectHostBudget(config.runtime.host_memory));
   if (t->host_budget_.source != "config") {
@@ -54,9 +58,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
         " bytes (" + FormatBytes(t->host_budget_.bytes) + ", " + t->host_budget_.source + ")");
   }
 
-  auto layout = ParamLayout::Build(GptTensorSpecs(g), config.default_chunk_size);
-  if (!layout.ok()) return layout.status().WithPrefix("default_chunk_size");
-  auto store = ParamStore::Create(std::move(layout).value(), MakeCpuBackend(), plan.runtime);
+  PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, BuildJobLayout(config, t->world_));
+  auto store = ParamStore::Create(std::move(layout), MakeCpuBackend(), plan.runtime, comm);
   if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
   t->store_ = std::move(store).value();
   InitParameters(*t->store_, tr.seed);
@@ -67,7 +70,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
                                                 tr.activation_checkpointing));
   t->model_ = std::make_unique<Gpt>(std::move(model));
 
-  auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len);
+  auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len, rank, t->world_);
   if (!loader.ok()) return loader.status().WithPrefix("data");
   t->loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
 
@@ -102,17 +105,27 @@ Result<StepStats> Trainer::Step() {
     loss_sum += model_->Forward(tokens_.data(), targets_.data());
     model_->Backward(1.0f / float(accum));
   }
-  stats.loss = float(loss_sum / double(accum));
-  stats.grad_norm = GradientNorm(*store_);
+  // Every rank's gradient chunks reach their owners' home shards.
+  store_->FlushGrads();
+  double loss = loss_sum / double(accum);
+  if (world_ > 1) {
+    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
+    loss /= double(world_);
+  }
+  stats.loss = float(loss);
+  // The stored gradients are sums over ranks; the mean is what the loss asks for.
+  PSTAR_ASSIGN_OR_RETURN(const double summed_norm, GradientNorm(*store_));
+  stats.grad_norm = summed_norm / double(world_);
   if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
     return Status::Internal("training diverged at step " + std::to_string(step_ + 1) +
                             ": loss " + std::to_string(stats.loss) + ", gradient norm " +
                             std::to_string(stats.grad_norm) + " (lower optimizer.params.lr?)");
   }
   stats.lr = schedule_.At(step_);
-  optimizer_->Step(*store_, stats.lr, ClipCoefficient(stats.grad_norm, config_.train.grad_clip));
+  const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
+  optimizer_->Step(*store_, stats.lr, world_ > 1 ? clip / float(world_) : clip);
   store_->EndStep();
-  stats.tokens = accum * int64_t(tokens_.size());
+  stats.tokens = accum * int64_t(tokens_.size()) * world_;
   ++step_;
   return stats;
 }

@@ -22,17 +22,21 @@ namespace pstar {
 
 struct StepStats {
   int64_t step = 0;      // 0-based index of the step just taken
-  float loss = 0.0f;     // mean over the step's micro-batches
+  float loss = 0.0f;     // mean over the step's micro-batches (and ranks)
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping
-  int64_t tokens = 0;    // tokens consumed by this step
+  int64_t tokens = 0;    // tokens consumed by this step, all ranks
 };
 
 class Trainer {
  public:
   // Plans memory, checks it against the device and host budgets, lays out and
-  // initializes the model and carves activations; `data` must outlive the trainer.
-  static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data);
+  // initializes the model and carves activations; `data` must outlive the
+  // trainer. With a communicator of N ranks (it must outlive the trainer too)
+  // the model state is ZeRO-sharded and each rank reads its own data slice;
+  // train.batch_size is per rank.
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data,
+                                                 Communicator* comm = nullptr);
 
   // One optimizer step.
   Result<StepStats> Step();
@@ -52,6 +56,8 @@ class Trainer {
   Config config_;
   MemoryPlan plan_;
   HostBudget host_budget_;
+  Communicator* comm_ = nullptr;
+  int world_ = 1;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Gpt> model_;

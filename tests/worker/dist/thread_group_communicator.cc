@@ -1,0 +1,109 @@
+#include "tests/worker/dist/thread_group_communicator.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+namespace pstar::test {
+
+namespace {
+
+// What every rank of the group shares: one posted pointer per rank and a
+// reusable barrier.
+struct Group {
+  explicit Group(int n) : size(n), posted(size_t(n), nullptr) {}
+
+  void Barrier() {
+    std::unique_lock<std::mutex> lock(mu);
+    const int64_t gen = generation;
+    if (++waiting == size) {
+      waiting = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+  }
+
+  const int size;
+  std::vector<const void*> posted;
+  std::mutex mu;
+  std::condition_variable cv;
+  int waiting = 0;
+  int64_t generation = 0;
+};
+
+class ThreadGroupCommunicator final : public Communicator {
+ public:
+  ThreadGroupCommunicator(std::shared_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_->size; }
+
+  Status AllGather(const float* shard, float* full, int64_t n) override {
+    Post(shard);
+    for (int r = 0; r < group_->size; ++r) {
+      const float* src = static_cast<const float*>(group_->posted[size_t(r)]);
+      if (src != full + r * n) std::memmove(full + r * n, src, size_t(n) * sizeof(float));
+    }
+    group_->Barrier();  // every rank has read every shard
+    return Status();
+  }
+
+  Status ReduceScatter(const float* full, float* shard, int64_t n) override {
+    Post(full);
+    std::vector<float> out(size_t(n), 0.0f);
+    for (int r = 0; r < group_->size; ++r) {
+      const float* src = static_cast<const float*>(group_->posted[size_t(r)]) + int64_t(rank_) * n;
+      for (int64_t i = 0; i < n; ++i) out[size_t(i)] += src[i];
+    }
+    group_->Barrier();
+    std::memcpy(shard, out.data(), size_t(n) * sizeof(float));
+    return Status();
+  }
+
+  Status AllReduceSum(double* data, int64_t n) override {
+    Post(data);
+    std::vector<double> out(size_t(n), 0.0);
+    for (int r = 0; r < group_->size; ++r) {
+      const double* src = static_cast<const double*>(group_->posted[size_t(r)]);
+      for (int64_t i = 0; i < n; ++i) out[size_t(i)] += src[i];
+    }
+    group_->Barrier();
+    std::memcpy(data, out.data(), size_t(n) * sizeof(double));
+    return Status();
+  }
+
+  Status Broadcast(void* data, int64_t bytes, int root) override {
+    Post(data);
+    if (rank_ != root) std::memcpy(data, group_->posted[size_t(root)], size_t(bytes));
+    group_->Barrier();
+    return Status();
+  }
+
+  Status Barrier() override {
+    group_->Barrier();
+    return Status();
+  }
+
+ private:
+  // Publishes this rank's buffer and waits until every rank has published.
+  void Post(const void* p) {
+    group_->posted[size_t(rank_)] = p;
+    group_->Barrier();
+  }
+
+  std::shared_ptr<Group> group_;
+  int rank_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> MakeThreadGroupCommunicators(int world_size) {
+  auto group = std::make_shared<Group>(world_size);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < world_size; ++r) out.push_back(std::make_unique<ThreadGroupCommunicator>(group, r));
+  return out;
+}
+
+}  // namespace pstar::test

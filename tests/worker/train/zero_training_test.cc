@@ -1,0 +1,146 @@
+// ZeRO data parallel: N ranks (threads here, sharing memory through a test
+// communicator) each holding 1/N of every chunk kind train the same model as
+// one rank with the whole batch, to within reduction-order rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "tests/worker/dist/thread_group_communicator.h"
+#include "tests/worker/tiny_gpt_job.h"
+#include "worker/train/trainer.h"
+
+namespace pstar {
+namespace {
+
+struct WorldResult {
+  std::vector<float> losses;                 // rank 0's view (all ranks agree)
+  std::vector<std::vector<float>> params;    // whole tensors, assembled from every rank
+  std::vector<int64_t> optimizer_bytes;      // per rank: host bytes of exp_avg + exp_avg_sq
+  int64_t total_optimizer_bytes = 0;         // of the whole model, as laid out for this world
+  int64_t evictions = 0;
+};
+
+std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
+
+// Trains `config` with `world` ranks; batch_size in `config` is the global batch.
+WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data) {
+  Config global = test::TinyGptConfig(overrides);
+  overrides.push_back(Set("train.batch_size", global.train.batch_size / world));
+  const Config config = test::TinyGptConfig(overrides);
+  auto comms = test::MakeThreadGroupCommunicators(world);
+  WorldResult result;
+  result.optimizer_bytes.assign(size_t(world), 0);
+  std::vector<std::vector<float>> params;
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::mutex mu;
+  auto run = [&](int rank) {
+    auto t = Trainer::Create(config, data, comms[size_t(rank)].get());
+    if (!t.ok()) {
+      errors[size_t(rank)] = t.status().message();
+      return;
+    }
+    std::vector<float> losses;
+    for (int64_t s = 0; s < config.train.steps; ++s) {
+      auto st = (*t)->Step();
+      if (!st.ok()) {
+        errors[size_t(rank)] = st.status().message();
+        return;
+      }
+      losses.push_back(st->loss);
+    }
+    ParamStore& store = (*t)->store();
+    const ParamLayout& layout = store.layout();
+    const RuntimeCounters& rc = store.chunks().counters();
+    std::lock_guard<std::mutex> lock(mu);
+    if (rank == 0) {
+      result.losses = losses;
+      params.resize(size_t(layout.num_tensors()));
+      for (TensorId id = 0; id < layout.num_tensors(); ++id) params[size_t(id)].resize(size_t(layout.spec(id).numel()));
+      result.total_optimizer_bytes = 2 * int64_t(layout.num_chunks()) * store.chunks().chunk_bytes();
+    }
+    result.optimizer_bytes[size_t(rank)] = rc.resident_bytes[int(Tier::kHost)][int(StateKind::kExpAvg)] +
+                                           rc.resident_bytes[int(Tier::kHost)][int(StateKind::kExpAvgSq)];
+    for (int k = 0; k < kNumStateKinds; ++k) result.evictions += rc.evictions[size_t(k)];
+    // Wait for rank 0 to size `params`, then copy this rank's slices in.
+    while (params.empty()) {
+      mu.unlock();
+      std::this_thread::yield();
+      mu.lock();
+    }
+    for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+      const float* shard = store.PeekShard(StateKind::kParam, c);
+      for (TensorId id : layout.chunk_tensors(c)) {
+        const ParamStore::Slice s = store.OwnedSlice(id);
+        std::copy(shard + s.shard_offset, shard + s.shard_offset + (s.end - s.begin),
+                  params[size_t(id)].begin() + s.begin);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(run, r);
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  result.params = std::move(params);
+  return result;
+}
+
+double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void ExpectClose(const WorldResult& got, const WorldResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_NEAR(got.losses[s], want.losses[s], 2e-5 * std::fabs(want.losses[s])) << what << " step " << s;
+  }
+  ASSERT_EQ(got.params.size(), want.params.size()) << what;
+  double worst = 0;
+  size_t worst_tensor = 0;
+  for (size_t t = 0; t < want.params.size(); ++t) {
+    const double e = RelativeL2(got.params[t], want.params[t]);
+    if (e > worst) worst = e, worst_tensor = t;
+  }
+  // Adam divides by sqrt(v), so an element whose true gradient is zero moves by
+  // up to lr on rounding noise alone, and another summation order gives other
+  // noise. The key part of c_attn.bias is such a tensor (softmax ignores a
+  // constant added to every key), hence a per-tensor bound, not a bitwise one.
+  EXPECT_LT(worst, 1e-3) << what << ": worst relative L2 difference, tensor " << worst_tensor;
+  std::printf("%s: worst parameter relative L2 difference %.2e (tensor %zu)\n", what.c_str(), worst, worst_tensor);
+}
+
+TEST(ZeroTraining, WorldSizesAgreeWithOneRankAndShardOptimizerState) {
+  auto data = test::RandomTokens(4000, 40, 21);
+  const std::vector<std::string> base = {"train.batch_size=4", "train.steps=5"};
+  const WorldResult one = TrainWorld(1, base, data);
+  for (int world : {2, 4}) {
+    const WorldResult many = TrainWorld(world, base, data);
+    ExpectClose(many, one, "world " + std::to_string(world));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(many.optimizer_bytes[size_t(r)] * world, many.total_optimizer_bytes) << "rank " << r;
+    }
+  }
+}
+
+TEST(ZeroTraining, AgreesWhenBudgetsForceEvictionAndWithAccumulation) {
+  auto data = test::RandomTokens(4000, 40, 22);
+  const std::vector<std::string> base = {"train.batch_size=4", "train.steps=4", "train.grad_accum_steps=2",
+                                         "default_chunk_size=1024"};
+  const WorldResult one = TrainWorld(1, base, data);
+  Config c = test::TinyGptConfig(base);
+  auto plan = PlanMemory(c, 2);
+  ASSERT_TRUE(plan.ok());
+  auto tight = base;
+  tight.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const WorldResult two = TrainWorld(2, tight, data);
+  EXPECT_GT(two.evictions, 0);
+  ExpectClose(two, one, "world 2 at the minimum device budget");
+}
+
+}  // namespace
+}  // namespace pstar
