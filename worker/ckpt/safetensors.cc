@@ -3,10 +3,64 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
+#include "worker/ckpt/crc64.h"
 #include "worker/core/file_util.h"
 
 namespace pstar {
+
+namespace {
+
+// Safetensors caps the header at 100 MB; a larger length is a corrupt file.
+constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
+
+// Parses a header's JSON against a data section of `data_bytes`.
+Status ParseHeader(const std::string& path, std::string_view json, int64_t data_bytes,
+                   std::map<std::string, SafetensorsFile::Tensor>* tensors,
+                   std::map<std::string, std::string>* metadata) {
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::DataLoss(path + ": bad safetensors header: " + e.what());
+  }
+  if (!header.is_object()) return Status::DataLoss(path + ": safetensors header is not an object");
+  try {
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        for (auto m = it->begin(); m != it->end(); ++m) (*metadata)[m.key()] = m->get<std::string>();
+        continue;
+      }
+      SafetensorsFile::Tensor t;
+      std::string dtype = it->at("dtype").get<std::string>();
+      if (dtype == "F32") t.dtype = Dtype::kF32;
+      else if (dtype == "F64") t.dtype = Dtype::kF64;
+      else if (dtype == "I32") t.dtype = Dtype::kI32;
+      else return Status::DataLoss(path + ": tensor " + it.key() + " has unsupported dtype " + dtype);
+      t.shape = it->at("shape").get<std::vector<int64_t>>();
+      for (int64_t d : t.shape) {
+        if (d < 0) return Status::DataLoss(path + ": tensor " + it.key() + " has a negative dimension");
+      }
+      auto offsets = it->at("data_offsets").get<std::vector<int64_t>>();
+      if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] < offsets[0] || offsets[1] > data_bytes) {
+        return Status::DataLoss(path + ": tensor " + it.key() + " lies outside the file (truncated?)");
+      }
+      t.begin = offsets[0];
+      t.end = offsets[1];
+      if (t.end - t.begin != t.numel() * DtypeBytes(t.dtype)) {
+        return Status::DataLoss(path + ": tensor " + it.key() + " size does not match its shape");
+      }
+      (*tensors)[it.key()] = t;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::DataLoss(path + ": bad safetensors header: " + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 const char* DtypeName(Dtype d) {
   switch (d) {
@@ -27,31 +81,49 @@ int64_t SafetensorsFile::Tensor::numel() const {
 
 void SafetensorsWriter::Add(const std::string& name, Dtype dtype, std::vector<int64_t> shape,
                             const void* data) {
+  AddView(name, dtype, std::move(shape), data);
+  Entry& e = entries_.back();
+  e.owned.assign(e.view, size_t(e.bytes));
+  e.view = nullptr;
+}
+
+void SafetensorsWriter::AddView(const std::string& name, Dtype dtype, std::vector<int64_t> shape,
+                                const void* data) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  Entry e{name, dtype, std::move(shape), std::string(static_cast<const char*>(data),
-                                                     size_t(n) * size_t(DtypeBytes(dtype)))};
+  Entry e{name, dtype, std::move(shape), {}, static_cast<const char*>(data), n * DtypeBytes(dtype)};
   entries_.push_back(std::move(e));
 }
 
-Status SafetensorsWriter::Write(const std::string& path) const {
+Status SafetensorsWriter::Write(const std::string& path, FileDigest* digest) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   int64_t offset = 0;
   for (const auto& e : entries_) {
     header[e.name] = {{"dtype", DtypeName(e.dtype)},
                       {"shape", e.shape},
-                      {"data_offsets", {offset, offset + int64_t(e.bytes.size())}}};
-    offset += int64_t(e.bytes.size());
+                      {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
   }
   std::string json = header.dump();
   while (json.size() % 8 != 0) json.push_back(' ');  // keeps the data 8-byte aligned
-  std::string out;
-  uint64_t len = json.size();
-  out.append(reinterpret_cast<const char*>(&len), 8);
-  out += json;
-  for (const auto& e : entries_) out += e.bytes;
-  return WriteFileAtomically(path, out);
+  const uint64_t len = json.size();
+  std::string prefix(reinterpret_cast<const char*>(&len), 8);
+  prefix += json;
+
+  PSTAR_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Open(path));
+  Crc64 crc;
+  int64_t written = 0;
+  auto append = [&](const char* p, int64_t n) {
+    crc.Update(p, size_t(n));
+    written += n;
+    return file.Append(std::string_view(p, size_t(n)));
+  };
+  PSTAR_RETURN_IF_ERROR(append(prefix.data(), int64_t(prefix.size())));
+  for (const auto& e : entries_) PSTAR_RETURN_IF_ERROR(append(e.data(), e.bytes));
+  PSTAR_RETURN_IF_ERROR(file.Commit());
+  if (digest != nullptr) *digest = FileDigest{written, crc.value()};
+  return Status::Ok();
 }
 
 Result<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
@@ -60,44 +132,11 @@ Result<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   uint64_t len;
   std::memcpy(&len, raw.data(), 8);
   if (len > raw.size() - 8) return Status::DataLoss(path + ": truncated safetensors header");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(raw.substr(8, len));
-  } catch (const nlohmann::json::exception& e) {
-    return Status::DataLoss(path + ": bad safetensors header: " + e.what());
-  }
-  if (!header.is_object()) return Status::DataLoss(path + ": safetensors header is not an object");
   SafetensorsFile f;
   f.path_ = path;
   f.data_ = raw.substr(8 + len);
-  const int64_t data_bytes = int64_t(f.data_.size());
-  try {
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        for (auto m = it->begin(); m != it->end(); ++m) f.metadata_[m.key()] = m->get<std::string>();
-        continue;
-      }
-      Tensor t;
-      std::string dtype = it->at("dtype").get<std::string>();
-      if (dtype == "F32") t.dtype = Dtype::kF32;
-      else if (dtype == "F64") t.dtype = Dtype::kF64;
-      else if (dtype == "I32") t.dtype = Dtype::kI32;
-      else return Status::DataLoss(path + ": tensor " + it.key() + " has unsupported dtype " + dtype);
-      t.shape = it->at("shape").get<std::vector<int64_t>>();
-      auto offsets = it->at("data_offsets").get<std::vector<int64_t>>();
-      if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] < offsets[0] || offsets[1] > data_bytes) {
-        return Status::DataLoss(path + ": tensor " + it.key() + " lies outside the file (truncated?)");
-      }
-      t.begin = offsets[0];
-      t.end = offsets[1];
-      if (t.end - t.begin != t.numel() * DtypeBytes(t.dtype)) {
-        return Status::DataLoss(path + ": tensor " + it.key() + " size does not match its shape");
-      }
-      f.tensors_[it.key()] = t;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return Status::DataLoss(path + ": bad safetensors header: " + e.what());
-  }
+  PSTAR_RETURN_IF_ERROR(ParseHeader(path, std::string_view(raw).substr(8, len), int64_t(f.data_.size()),
+                                    &f.tensors_, &f.metadata_));
   return f;
 }
 
@@ -115,6 +154,27 @@ Result<std::vector<double>> SafetensorsFile::ToDoubles(const std::string& name) 
     }
   }
   return out;
+}
+
+Result<SafetensorsHeader> SafetensorsHeader::Read(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return Status::NotFound(path + ": no such file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::NotFound(path + ": cannot stat: " + ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open");
+  SafetensorsHeader h;
+  h.file_bytes = int64_t(size);
+  uint64_t len = 0;
+  if (size < 8 || !in.read(reinterpret_cast<char*>(&len), 8)) {
+    return Status::DataLoss(path + ": truncated safetensors file (no header length)");
+  }
+  if (len > size - 8 || len > kMaxHeaderBytes) return Status::DataLoss(path + ": truncated safetensors header");
+  std::string json(size_t(len), '\0');
+  if (!in.read(json.data(), std::streamsize(len))) return Status::DataLoss(path + ": cannot read the header");
+  h.data_offset = int64_t(8 + len);
+  PSTAR_RETURN_IF_ERROR(ParseHeader(path, json, h.file_bytes - h.data_offset, &h.tensors, &h.metadata));
+  return h;
 }
 
 }  // namespace pstar

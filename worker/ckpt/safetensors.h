@@ -16,19 +16,32 @@ enum class Dtype { kF32, kF64, kI32 };
 const char* DtypeName(Dtype d);  // "F32", "F64", "I32"
 int DtypeBytes(Dtype d);
 
+// Size and CRC-64 (worker/ckpt/crc64.h) of every byte of a written file.
+struct FileDigest {
+  int64_t bytes = 0;
+  uint64_t crc64 = 0;
+};
+
 class SafetensorsWriter {
  public:
+  // Copies the tensor's bytes.
   void Add(const std::string& name, Dtype dtype, std::vector<int64_t> shape, const void* data);
+  // Refers to the bytes at `data`, which must stay valid until Write returns.
+  void AddView(const std::string& name, Dtype dtype, std::vector<int64_t> shape, const void* data);
   void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  // Written atomically (temp file, fsync, rename).
-  Status Write(const std::string& path) const;
+  // Written atomically (temp file, fsync, rename), streaming the tensors in
+  // order of addition. `digest`, when given, receives the file's size and CRC.
+  Status Write(const std::string& path, FileDigest* digest = nullptr) const;
 
  private:
   struct Entry {
     std::string name;
     Dtype dtype;
     std::vector<int64_t> shape;
-    std::string bytes;
+    std::string owned;           // Add
+    const char* view = nullptr;  // AddView
+    int64_t bytes = 0;
+    const char* data() const { return view != nullptr ? view : owned.data(); }
   };
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
@@ -57,6 +70,18 @@ class SafetensorsFile {
   std::string data_;  // the data section
   std::map<std::string, Tensor> tensors_;
   std::map<std::string, std::string> metadata_;
+};
+
+// Only the header of a safetensors file, read without its data: where each
+// tensor's bytes lie in the file. Validated as SafetensorsFile::Read does,
+// against the file's size on disk.
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsFile::Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+  int64_t data_offset = 0;  // file offset of the data section
+  int64_t file_bytes = 0;
+
+  static Result<SafetensorsHeader> Read(const std::string& path);
 };
 
 }  // namespace pstar

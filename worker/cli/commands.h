@@ -19,6 +19,8 @@ int TrainCommand(const std::vector<std::string>& args);
 int PlanCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
+int LaunchCommand(const std::vector<std::string>& args);
+int ExportCommand(const std::vector<std::string>& args);
 
 // The job options train and plan share: --config FILE, --set KEY=VALUE (repeated),
 // and the command's own `flags`, which take no value.

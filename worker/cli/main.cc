@@ -13,11 +13,16 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train [--config FILE] [--set KEY=VALUE]... [--print-config]\n"
     "        train a GPT; without --config, the built-in default job\n"
-    "  plan  [--config FILE] [--set KEY=VALUE]... [--json]\n"
+    "  plan  [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]\n"
     "        print the job's memory plan: chunks, bytes per tier, minimum memory\n"
     "  tokenize --input TEXT --output SHARD.bin\n"
     "        write a byte-level token shard from a text file\n"
-    "  info  print the build and the compute devices\n";
+    "  export --checkpoint ROOT [--step N] --output DIR\n"
+    "        write a checkpoint's weights as a Hugging Face GPT-2 model\n"
+    "  info  print the build and the compute devices\n"
+    "  launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
+    "         [--master-port P] [--rdzv-id ID] -- <command> [options]\n"
+    "        run N ranks of a pstar command on this node (e.g. -- train --config FILE)\n";
 
 }  // namespace
 
@@ -32,6 +37,8 @@ int main(int argc, char** argv) {
   if (command == "train") return pstar::cli::TrainCommand(args);
   if (command == "plan") return pstar::cli::PlanCommand(args);
   if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
+  if (command == "export") return pstar::cli::ExportCommand(args);
   if (command == "info") return pstar::cli::InfoCommand(args);
+  if (command == "launch") return pstar::cli::LaunchCommand(args);
   return pstar::cli::UsageError("unknown command '" + command + "' (try 'pstar help')");
 }

@@ -18,40 +18,109 @@ Status Errno(const std::string& what, const std::string& path) {
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  PSTAR_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Open(path));
+  PSTAR_RETURN_IF_ERROR(file.Append(contents));
+  return file.Commit();
+}
+
+Result<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
   std::filesystem::path target(path);
   std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);
-  const char* p = contents.data();
-  size_t left = contents.size();
+  return AtomicFileWriter(path, tmp, fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), tmp_(std::move(other.tmp_)), fd_(other.fd_), buffer_(std::move(other.buffer_)) {
+  other.fd_ = -1;
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+Status AtomicFileWriter::Append(std::string_view bytes) {
+  constexpr size_t kBlock = size_t(1) << 20;
+  if (fd_ < 0) return Status::Internal("append to a closed file " + tmp_);
+  if (buffer_.size() + bytes.size() <= kBlock) {
+    buffer_.append(bytes);
+    return Status::Ok();
+  }
+  PSTAR_RETURN_IF_ERROR(Flush());
+  if (bytes.size() <= kBlock) {
+    buffer_.append(bytes);
+    return Status::Ok();
+  }
+  const char* p = bytes.data();
+  size_t left = bytes.size();
   while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
+    ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Status s = Errno("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
+      return Errno("cannot write", tmp_);
     }
     p += n;
     left -= size_t(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    Status s = Errno("cannot flush", tmp);
-    ::unlink(tmp.c_str());
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Flush() {
+  const char* p = buffer_.data();
+  size_t left = buffer_.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", tmp_);
+    }
+    p += n;
+    left -= size_t(n);
+  }
+  buffer_.clear();
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return Status::Internal("commit of a closed file " + tmp_);
+  PSTAR_RETURN_IF_ERROR(Flush());
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    Status s = Errno("cannot flush", tmp_);
+    ::close(fd);
+    ::unlink(tmp_.c_str());
     return s;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = Errno("cannot rename onto", path);
-    ::unlink(tmp.c_str());
+  if (::close(fd) != 0) {
+    Status s = Errno("cannot flush", tmp_);
+    ::unlink(tmp_.c_str());
     return s;
   }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    Status s = Errno("cannot rename onto", path_);
+    ::unlink(tmp_.c_str());
+    return s;
+  }
+  std::filesystem::path target(path_);
+  return SyncDirectory(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+Status SyncDirectory(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
+  if (dfd < 0) return Errno("cannot open directory", dir);
+  // Some filesystems refuse fsync on a directory (EINVAL); the data is still there.
+  if (::fsync(dfd) != 0 && errno != EINVAL) {
+    Status s = Errno("cannot sync directory", dir);
     ::close(dfd);
+    return s;
   }
+  ::close(dfd);
   return Status::Ok();
 }
 

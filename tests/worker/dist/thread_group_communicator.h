@@ -1,7 +1,8 @@
 // Communicators for N ranks that are threads of one process, exchanging
-// through shared memory. A test double for ZeRO training: it gives the same
-// collective semantics as Gloo (sums in rank order) without sockets, so a test
-// can run N trainers side by side and compare them with one.
+// through shared memory. A test double for ZeRO training: the same collective
+// results as the Gloo communicator up to summation order (it sums in rank
+// order; Gloo's ring starts each block at another rank), without sockets, so a
+// test can run N trainers side by side in one process and compare them with one.
 #pragma once
 
 #include <memory>

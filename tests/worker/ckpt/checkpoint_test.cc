@@ -1,0 +1,490 @@
+// Sharded checkpoints: round trips, re-sharding between world sizes, damaged
+// checkpoints and interrupted saves. Several ranks are played in one process,
+// either in turn through the per-rank steps (checkpoint_dir.h) or as threads
+// through SaveCheckpoint / LoadLatestCheckpoint.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "tests/test_util.h"
+#include "tests/worker/dist/thread_group_communicator.h"
+#include "worker/ckpt/checkpoint.h"
+#include "worker/ckpt/checkpoint_dir.h"
+#include "worker/ckpt/crc64.h"
+#include "worker/ckpt/safetensors.h"
+#include "worker/core/file_util.h"
+#include "worker/model/gpt.h"
+
+namespace pstar {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A rank of a world that exists only in the test: collectives leave the data
+// as it is, which is what each rank would see if all ranks agreed.
+class FakeRankCommunicator final : public Communicator {
+ public:
+  FakeRankCommunicator(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  Status AllGather(const float*, float*, int64_t) override { return Status::Internal("not in this test"); }
+  Status ReduceScatter(const float*, float*, int64_t) override { return Status::Internal("not in this test"); }
+  Status AllReduceSum(double*, int64_t) override { return Status::Ok(); }
+  Status Broadcast(void*, int64_t, int) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+
+ private:
+  int rank_, world_size_;
+};
+
+const GptConfig kModel{2, 2, 16, 40, 8};
+const StateKind kKinds[] = {StateKind::kParam, StateKind::kExpAvg, StateKind::kExpAvgSq};
+
+// The value of every element of every state in checkpoint `version`.
+float Truth(StateKind kind, TensorId id, int64_t i, uint64_t version) {
+  uint64_t x = (uint64_t(kind) << 56) ^ (uint64_t(id) << 40) ^ uint64_t(i) ^ (version * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return float(int64_t(x >> 40) - (int64_t(1) << 23)) / float(1 << 20);
+}
+
+// What one rank of a ZeRO world holds: shard `rank` of every chunk of `layout`.
+struct RankState {
+  std::vector<std::vector<float>> buffers;
+  std::vector<OwnedRange> ranges;
+  std::vector<TensorId> ids;  // per range
+};
+
+RankState ShardOf(const ParamLayout& layout, int world, int rank) {
+  RankState s;
+  const int64_t shard = layout.chunk_elems() / world;
+  const int64_t lo = rank * shard, hi = lo + shard;
+  for (StateKind kind : kKinds) {
+    for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+      for (TensorId id : layout.chunk_tensors(c)) {
+        const int64_t off = layout.placement(id).offset, n = layout.spec(id).numel();
+        const int64_t b = std::max(lo, off), e = std::min(hi, off + n);
+        if (b >= e) continue;
+        s.buffers.emplace_back(size_t(e - b), 0.0f);
+        s.ranges.push_back({kind, layout.spec(id).name, b - off, e - off, s.buffers.back().data()});
+        s.ids.push_back(id);
+      }
+    }
+  }
+  for (size_t i = 0; i < s.ranges.size(); ++i) s.ranges[i].data = s.buffers[i].data();
+  return s;
+}
+
+void FillTruth(RankState& s, uint64_t version) {
+  for (size_t i = 0; i < s.ranges.size(); ++i) {
+    const OwnedRange& r = s.ranges[i];
+    for (int64_t k = r.begin; k < r.end; ++k) r.data[k - r.begin] = Truth(r.kind, s.ids[i], k, version);
+  }
+}
+
+void Zero(RankState& s) {
+  for (auto& b : s.buffers) std::fill(b.begin(), b.end(), 0.0f);
+}
+
+// Number of elements that differ from checkpoint `version`, bit for bit.
+int64_t Mismatches(const RankState& s, uint64_t version) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < s.ranges.size(); ++i) {
+    const OwnedRange& r = s.ranges[i];
+    for (int64_t k = r.begin; k < r.end; ++k) {
+      const float want = Truth(r.kind, s.ids[i], k, version);
+      bad += std::memcmp(&r.data[k - r.begin], &want, sizeof(float)) != 0;
+    }
+  }
+  return bad;
+}
+
+ParamLayout Layout(int64_t chunk_elems) { return *ParamLayout::Build(GptTensorSpecs(kModel), chunk_elems); }
+
+TrainingState StateAt(int64_t step) {
+  TrainingState s;
+  s.step = step;
+  s.data_position = step * 4096 + 17;
+  s.optimizer_steps = step - 1;
+  s.loss_scale = 0.1 * double(step) + 1.0 / 3.0;  // not exact in decimal
+  s.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(kModel));
+  s.model = kModel;
+  return s;
+}
+
+void ExpectSameState(const TrainingState& a, const TrainingState& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.data_position, b.data_position);
+  EXPECT_EQ(a.optimizer_steps, b.optimizer_steps);
+  EXPECT_EQ(0, std::memcmp(&a.loss_scale, &b.loss_scale, sizeof(double))) << a.loss_scale << " vs " << b.loss_scale;
+  EXPECT_EQ(a.layout_fingerprint, b.layout_fingerprint);
+  EXPECT_EQ(a.model.n_layer, b.model.n_layer);
+  EXPECT_EQ(a.model.n_head, b.model.n_head);
+  EXPECT_EQ(a.model.n_embd, b.model.n_embd);
+  EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
+  EXPECT_EQ(a.model.max_seq_len, b.model.max_seq_len);
+}
+
+// Writes checkpoint `step` (data version `step`) as `world` ranks would, in turn.
+void SaveAsWorld(const std::string& root, int world, int64_t chunk_elems, int64_t step, int64_t keep = 0) {
+  const ParamLayout layout = Layout(chunk_elems);
+  ASSERT_TRUE(PrepareStagingDir(root, step).ok());
+  for (int r = 0; r < world; ++r) {
+    RankState s = ShardOf(layout, world, r);
+    FillTruth(s, uint64_t(step));
+    Status st = WriteRankFile(StagingDir(root, step), r, world, step, s.ranges);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  Status st = PublishCheckpoint(root, world, StateAt(step), keep);
+  ASSERT_TRUE(st.ok()) << st.message();
+}
+
+std::vector<int64_t> StepDirs(const std::string& root) { return ListCompleteSteps(root); }
+
+std::string Text(const std::string& path) { return *ReadFile(path); }
+
+bool Contains(const std::vector<std::string>& v, const std::string& needle) {
+  for (const auto& s : v) {
+    if (s.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string JoinLines(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+TEST(Crc64, MatchesTheXzCheckValueAndStreams) {
+  EXPECT_EQ(Crc64::Of("123456789"), 0x995dc9bbdf1939faull);
+  EXPECT_EQ(Crc64::Of(""), 0u);
+  EXPECT_EQ(FormatCrc64(0x995dc9bbdf1939faull), "crc64:995dc9bbdf1939fa");
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7 + 3);
+  Crc64 pieces;
+  for (size_t at = 0, n = 1; at < data.size(); at += n, n = n * 2 + 1) {
+    pieces.Update(data.data() + at, std::min(n, data.size() - at));
+  }
+  EXPECT_EQ(pieces.value(), Crc64::Of(data));
+  data[500] ^= 1;
+  EXPECT_NE(pieces.value(), Crc64::Of(data));
+}
+
+TEST(Safetensors, HeaderOnlyReadAndWriterDigest) {
+  test::TempDir dir("st_header");
+  const std::string path = dir.path() + "/t.safetensors";
+  std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  SafetensorsWriter w;
+  w.AddView("a", Dtype::kF32, {3}, a.data());
+  w.Add("b", Dtype::kF32, {2}, b.data());
+  FileDigest digest;
+  ASSERT_TRUE(w.Write(path, &digest).ok());
+  const std::string raw = Text(path);
+  EXPECT_EQ(digest.bytes, int64_t(raw.size()));
+  EXPECT_EQ(digest.crc64, Crc64::Of(raw));
+  auto h = SafetensorsHeader::Read(path);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->file_bytes, int64_t(raw.size()));
+  float v;
+  std::memcpy(&v, raw.data() + h->data_offset + h->tensors.at("b").begin + 4, 4);
+  EXPECT_EQ(v, 5.0f);
+  fs::resize_file(path, raw.size() - 1);
+  auto cut = SafetensorsHeader::Read(path);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), StatusCode::kDataLoss);
+}
+
+TEST(Checkpoint, RoundTripKeepsTheNewestAndPointsLatestAtIt) {
+  test::TempDir dir("ckpt");
+  const std::string root = dir.path() + "/ckpt";
+  auto comm = MakeSingleRankCommunicator();
+  const ParamLayout layout = Layout(0);
+  RankState s = ShardOf(layout, 1, 0);
+  for (int64_t step : {10, 20, 30}) {
+    FillTruth(s, uint64_t(step));
+    Status st = SaveCheckpoint(root, 2, s.ranges, StateAt(step), *comm);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{30, 20}));
+  EXPECT_EQ(Text(root + "/latest"), "step-00000030\n");
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(root)) entries += e.path().filename().string()[0] != '.';
+  EXPECT_EQ(entries, 3);  // two step directories and latest
+  for (const char* f : {"manifest.json", "rank-00000.safetensors", "rank-00000.json"}) {
+    EXPECT_TRUE(fs::exists(root + "/step-00000030/" + f)) << f;
+  }
+
+  Zero(s);
+  std::vector<std::string> warnings;
+  auto loaded = LoadLatestCheckpoint(root, StateAt(30).layout_fingerprint, s.ranges, *comm, &warnings);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_TRUE(warnings.empty()) << JoinLines(warnings);
+  ExpectSameState(*loaded, StateAt(30));
+  EXPECT_EQ(Mismatches(s, 30), 0);
+
+  // Saving the same step again replaces it.
+  FillTruth(s, 31);
+  ASSERT_TRUE(SaveCheckpoint(root, 2, s.ranges, StateAt(30), *comm).ok());
+  Zero(s);
+  ASSERT_TRUE(LoadLatestCheckpoint(root, "", s.ranges, *comm, nullptr).ok());
+  EXPECT_EQ(Mismatches(s, 31), 0);
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{30, 20}));
+}
+
+TEST(Checkpoint, ReshardsBetweenWorldSizesAndChunkSizes) {
+  test::TempDir dir("ckpt");
+  for (int saved : {2, 4}) {
+    const std::string root = dir.path() + "/w" + std::to_string(saved);
+    SaveAsWorld(root, saved, 1200, 5);
+    auto manifest = ReadManifest(root + "/step-00000005");
+    ASSERT_TRUE(manifest.ok()) << manifest.status().message();
+    EXPECT_EQ(manifest->world_size, saved);
+    for (int world : {1, 3}) {
+      SCOPED_TRACE("saved by " + std::to_string(saved) + " ranks, loaded by " + std::to_string(world));
+      const ParamLayout layout = Layout(world == 3 ? 1536 : 0);
+      int64_t elements = 0;
+      for (int r = 0; r < world; ++r) {
+        FakeRankCommunicator comm(r, world);
+        RankState s = ShardOf(layout, world, r);
+        std::vector<std::string> warnings;
+        auto loaded = LoadLatestCheckpoint(root, StateAt(5).layout_fingerprint, s.ranges, comm, &warnings);
+        ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+        EXPECT_TRUE(warnings.empty()) << JoinLines(warnings);
+        ExpectSameState(*loaded, StateAt(5));
+        EXPECT_EQ(Mismatches(s, 5), 0) << "rank " << r;
+        for (const auto& range : s.ranges) elements += range.end - range.begin;
+      }
+      EXPECT_EQ(elements, 3 * layout.num_elements());  // every element of the three kinds
+    }
+  }
+}
+
+TEST(Checkpoint, RanksAsThreadsSaveWithTwoAndLoadWithThree) {
+  test::TempDir dir("ckpt");
+  const std::string root = dir.path() + "/ckpt";
+  auto run = [&](int world, int64_t chunk_elems, auto&& body) {
+    auto comms = test::MakeThreadGroupCommunicators(world);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        RankState s = ShardOf(Layout(chunk_elems), world, r);
+        errors[size_t(r)] = body(s, *comms[size_t(r)]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  };
+  for (int64_t step : {1, 2}) {
+    run(2, 1200, [&](RankState& s, Communicator& comm) -> std::string {
+      FillTruth(s, uint64_t(step));
+      Status st = SaveCheckpoint(root, 1, s.ranges, StateAt(step), comm);
+      return st.ok() ? "" : st.message();
+    });
+  }
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{2}));
+  run(3, 1536, [&](RankState& s, Communicator& comm) -> std::string {
+    auto loaded = LoadLatestCheckpoint(root, StateAt(2).layout_fingerprint, s.ranges, comm, nullptr);
+    if (!loaded.ok()) return loaded.status().message();
+    if (loaded->step != 2) return "loaded step " + std::to_string(loaded->step);
+    const int64_t bad = Mismatches(s, 2);
+    return bad == 0 ? "" : std::to_string(bad) + " elements differ";
+  });
+}
+
+// Two checkpoints from two ranks, steps 1 and 2; loads with one rank.
+class DamagedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.path() + "/ckpt";
+    SaveAsWorld(root_, 2, 1200, 1);
+    SaveAsWorld(root_, 2, 1200, 2);
+  }
+  std::string File(int64_t step, const std::string& name) const {
+    return root_ + "/" + StepDirName(step) + "/" + name;
+  }
+  Result<TrainingState> Load(std::vector<std::string>* warnings, RankState* out = nullptr) {
+    RankState s = ShardOf(Layout(0), 1, 0);
+    auto comm = MakeSingleRankCommunicator();
+    auto r = LoadLatestCheckpoint(root_, StateAt(1).layout_fingerprint, s.ranges, *comm, warnings);
+    if (out != nullptr) *out = std::move(s);
+    return r;
+  }
+  // Flips one byte in the middle of the data of the rank file's first tensor.
+  void FlipByte(const std::string& path) {
+    auto h = SafetensorsHeader::Read(path);
+    ASSERT_TRUE(h.ok());
+    const auto& t = h->tensors.begin()->second;
+    const int64_t at = h->data_offset + (t.begin + t.end) / 2;
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x10);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  // Loads; expects step 1 and a warning naming `needle`.
+  void ExpectFallBack(const std::string& needle) {
+    std::vector<std::string> warnings;
+    RankState s;
+    auto r = Load(&warnings, &s);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->step, 1);
+    EXPECT_EQ(Mismatches(s, 1), 0);
+    EXPECT_TRUE(Contains(warnings, needle)) << "no warning naming " << needle << ":\n" << JoinLines(warnings);
+  }
+
+  test::TempDir dir_{"ckpt_damaged"};
+  std::string root_;
+};
+
+TEST_F(DamagedCheckpoint, TruncatedRankFileFallsBack) {
+  const std::string f = File(2, "rank-00001.safetensors");
+  fs::resize_file(f, fs::file_size(f) - 100);
+  ExpectFallBack("step-00000002/rank-00001.safetensors");
+}
+
+TEST_F(DamagedCheckpoint, FlippedByteFallsBackOnTheChecksum) {
+  FlipByte(File(2, "rank-00000.safetensors"));
+  ExpectFallBack("step-00000002/rank-00000.safetensors: checksum mismatch");
+}
+
+TEST_F(DamagedCheckpoint, MissingRankFileFallsBack) {
+  fs::remove(File(2, "rank-00001.safetensors"));
+  ExpectFallBack("step-00000002/rank-00001.safetensors: missing");
+}
+
+TEST_F(DamagedCheckpoint, EditedOrBrokenManifestFallsBack) {
+  std::string m = Text(File(2, "manifest.json"));
+  const size_t at = m.find("\"data_position\": ");
+  ASSERT_NE(at, std::string::npos);
+  m.insert(at + 17, "1");
+  test::WriteText(File(2, "manifest.json"), m);
+  ExpectFallBack("step-00000002/manifest.json: checksum mismatch");
+  test::WriteText(File(2, "manifest.json"), "{\"truncated\": ");
+  ExpectFallBack("step-00000002/manifest.json: bad manifest");
+}
+
+TEST_F(DamagedCheckpoint, LatestNamingAMissingDirectoryFallsBack) {
+  fs::remove_all(root_ + "/step-00000002");
+  ExpectFallBack("step-00000002: missing");
+}
+
+TEST_F(DamagedCheckpoint, EveryCheckpointDamagedIsDataLoss) {
+  FlipByte(File(2, "rank-00000.safetensors"));
+  FlipByte(File(1, "rank-00001.safetensors"));
+  std::vector<std::string> warnings;
+  auto r = Load(&warnings);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("step-00000002/rank-00000.safetensors"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("step-00000001/rank-00001.safetensors"), std::string::npos) << r.status().message();
+  EXPECT_EQ(warnings.size(), 2u) << JoinLines(warnings);
+}
+
+TEST_F(DamagedCheckpoint, WrongFingerprintIsFailedPrecondition) {
+  RankState s = ShardOf(Layout(0), 1, 0);
+  auto comm = MakeSingleRankCommunicator();
+  const GptConfig other{2, 2, 16, 41, 8};
+  auto r = LoadLatestCheckpoint(root_, LayoutFingerprint(GptTensorSpecs(other)), s.ranges, *comm, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("checkpoint was written for a different model"), std::string::npos);
+}
+
+TEST_F(DamagedCheckpoint, MissingPieceNamesTheTensorAndRange) {
+  fs::remove_all(root_ + "/step-00000001");
+  RankState s = ShardOf(Layout(0), 1, 0);
+  std::vector<float> extra(10);
+  s.ranges.push_back({StateKind::kGrad, "transformer.wte.weight", 5, 15, extra.data()});
+  auto comm = MakeSingleRankCommunicator();
+  auto r = LoadLatestCheckpoint(root_, "", s.ranges, *comm, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("no saved piece holds grad/transformer.wte.weight elements [5, 15)"),
+            std::string::npos)
+      << r.status().message();
+  // Beyond the end of a saved tensor.
+  s.ranges.pop_back();
+  s.ranges.push_back({StateKind::kParam, "transformer.ln_f.bias", 10, 20, extra.data()});
+  r = LoadLatestCheckpoint(root_, "", s.ranges, *comm, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("param/transformer.ln_f.bias elements [16, 20)"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(Checkpoint, NoCheckpointIsNotFound) {
+  test::TempDir dir("ckpt");
+  auto comm = MakeSingleRankCommunicator();
+  auto missing = LoadLatestCheckpoint(dir.path() + "/none", "", {}, *comm, nullptr);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto empty = LoadLatestCheckpoint(dir.path(), "", {}, *comm, nullptr);
+  EXPECT_EQ(empty.status().code(), StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, InterruptedSavesAreIgnoredAndCleanedUp) {
+  test::TempDir dir("ckpt");
+  const std::string root = dir.path() + "/ckpt";
+  SaveAsWorld(root, 1, 0, 3);
+  // A crash while ranks were writing step 5, and one just before step 4 was published.
+  fs::create_directories(root + "/step-00000005.tmp");
+  test::WriteText(root + "/step-00000005.tmp/rank-00000.safetensors", "partial");
+  ASSERT_TRUE(PrepareStagingDir(root, 4).ok());
+  fs::create_directories(root + "/step-00000005.tmp");
+  {
+    RankState s = ShardOf(Layout(0), 1, 0);
+    FillTruth(s, 4);
+    ASSERT_TRUE(WriteRankFile(StagingDir(root, 4), 0, 1, 4, s.ranges).ok());
+  }
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{3}));
+  auto comm = MakeSingleRankCommunicator();
+  RankState s = ShardOf(Layout(0), 1, 0);
+  std::vector<std::string> warnings;
+  auto loaded = LoadLatestCheckpoint(root, "", s.ranges, *comm, &warnings);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->step, 3);
+  EXPECT_EQ(Mismatches(s, 3), 0);
+  EXPECT_TRUE(warnings.empty()) << JoinLines(warnings);
+
+  FillTruth(s, 6);
+  ASSERT_TRUE(SaveCheckpoint(root, 0, s.ranges, StateAt(6), *comm).ok());
+  EXPECT_FALSE(fs::exists(root + "/step-00000005.tmp"));
+  EXPECT_FALSE(fs::exists(root + "/step-00000004.tmp"));
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{6, 3}));
+}
+
+TEST(Checkpoint, ResumingFromAnOlderStepDropsTheAbandonedNewerOnes) {
+  test::TempDir dir("ckpt");
+  const std::string root = dir.path() + "/ckpt";
+  for (int64_t step : {10, 20, 30}) SaveAsWorld(root, 1, 0, step);
+  // As if step 30 had been damaged and the run went on from step 20.
+  SaveAsWorld(root, 1, 0, 25, /*keep=*/2);
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{25, 20}));
+  EXPECT_EQ(Text(root + "/latest"), "step-00000025\n");
+}
+
+TEST(Checkpoint, BadArgumentsAreRejectedOnEveryRank) {
+  test::TempDir dir("ckpt");
+  auto comm = MakeSingleRankCommunicator();
+  std::vector<float> v(4);
+  TrainingState state = StateAt(1);
+  std::vector<OwnedRange> twice = {{StateKind::kParam, "a", 0, 4, v.data()}, {StateKind::kParam, "a", 0, 2, v.data()}};
+  EXPECT_EQ(SaveCheckpoint(dir.path(), 1, twice, state, *comm).code(), StatusCode::kInvalidArgument);
+  std::vector<OwnedRange> backwards = {{StateKind::kParam, "a", 4, 2, v.data()}};
+  EXPECT_EQ(SaveCheckpoint(dir.path(), 1, backwards, state, *comm).code(), StatusCode::kInvalidArgument);
+  state.loss_scale = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(SaveCheckpoint(dir.path(), 1, {}, state, *comm).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ListCompleteSteps(dir.path()).empty());
+}
+
+}  // namespace
+}  // namespace pstar

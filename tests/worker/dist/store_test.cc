@@ -1,0 +1,211 @@
+#include "worker/dist/store.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace pstar {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+StoreOptions Options(int port, int rank, int world, milliseconds timeout = milliseconds(10000),
+                     const std::string& id = "test") {
+  StoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.rdzv_id = id;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = timeout;
+  return o;
+}
+
+std::unique_ptr<Store> MustConnect(const StoreOptions& o) {
+  auto s = Store::Connect(o);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+TEST(Store, SetGetAddWaitAcrossRanksWithRankZeroStartingLast) {
+  const int port = test::FreePort();
+  constexpr int kWorld = 3, kAdds = 50;
+  std::vector<std::unique_ptr<Store>> stores(kWorld);
+  // Ranks 1 and 2 start first and retry until rank 0 hosts the server.
+  std::vector<std::thread> clients;
+  for (int r = 1; r < kWorld; ++r) {
+    clients.emplace_back([&, r] { stores[size_t(r)] = MustConnect(Options(port, r, kWorld)); });
+  }
+  std::this_thread::sleep_for(milliseconds(200));
+  stores[0] = MustConnect(Options(port, 0, kWorld));
+  for (auto& t : clients) t.join();
+  for (const auto& s : stores) ASSERT_NE(s, nullptr);
+  EXPECT_EQ(stores[1]->local_address(), "127.0.0.1");
+
+  // Wait and Get block until another rank sets the key.
+  std::thread late_setter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_TRUE(stores[2]->Set("late", "value of late").ok());
+  });
+  EXPECT_TRUE(stores[1]->Wait({"late"}).ok());
+  auto v = stores[0]->Get("late");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(*v, "value of late");
+  late_setter.join();
+
+  // Binary values survive the round trip; Set overwrites.
+  const std::string binary("a\0b\xff", 4);
+  ASSERT_TRUE(stores[1]->Set("bin", "first").ok());
+  ASSERT_TRUE(stores[1]->Set("bin", binary).ok());
+  EXPECT_EQ(*stores[2]->Get("bin"), binary);
+
+  // Add is atomic across ranks adding concurrently.
+  std::vector<std::thread> adders;
+  for (int r = 0; r < kWorld; ++r) {
+    adders.emplace_back([&, r] {
+      for (int i = 0; i < kAdds; ++i) EXPECT_TRUE(stores[size_t(r)]->Add("counter", 2).ok());
+    });
+  }
+  for (auto& t : adders) t.join();
+  auto total = stores[0]->Add("counter", 0);
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(*total, 2 * kWorld * kAdds);
+  EXPECT_EQ(*stores[1]->Get("counter"), std::to_string(2 * kWorld * kAdds));
+  auto not_a_number = stores[0]->Add("bin", 1);
+  EXPECT_FALSE(not_a_number.ok());
+
+  // Rank 0 stops serving once the others have disconnected.
+  const auto start = Clock::now();
+  std::thread leave([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    for (int r = 1; r < kWorld; ++r) stores[size_t(r)].reset();
+  });
+  stores[0].reset();
+  EXPECT_GE(Clock::now() - start, milliseconds(90));
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+  leave.join();
+}
+
+TEST(Store, GetOfAMissingKeyTimesOutNamingTheKeyAndServer) {
+  const int port = test::FreePort();
+  auto store = MustConnect(Options(port, 0, 1));
+  ASSERT_NE(store, nullptr);
+  const auto start = Clock::now();
+  auto v = store->Get("missing", milliseconds(300));
+  const auto took = Clock::now() - start;
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message(), "rendezvous store at 127.0.0.1:" + std::to_string(port) +
+                                      ": key 'missing' was not set within 300 ms");
+  EXPECT_GE(took, milliseconds(250));
+  EXPECT_LT(took, milliseconds(2000));
+  Status w = store->Wait({"missing", "also"}, milliseconds(100));
+  EXPECT_NE(w.message().find("key 'missing' was not set within 100 ms"), std::string::npos) << w.message();
+  // The connection is still usable after a timeout.
+  EXPECT_TRUE(store->Set("missing", "now").ok());
+  EXPECT_EQ(*store->Get("missing"), "now");
+}
+
+TEST(Store, NobodyListeningFailsAfterTheTimeoutNamingHostAndPort) {
+  const int port = test::FreePort();
+  const auto start = Clock::now();
+  auto s = Store::Connect(Options(port, 1, 2, milliseconds(1500)));
+  const auto took = Clock::now() - start;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "rendezvous with 127.0.0.1:" + std::to_string(port) + " failed after 1.5 s: connection refused");
+  EXPECT_GE(took, milliseconds(1000));
+  EXPECT_LT(took, milliseconds(3000));
+}
+
+TEST(Store, RendezvousIdsKeepJobsApart) {
+  const int port = test::FreePort();
+  auto a = MustConnect(Options(port, 0, 2, milliseconds(10000), "job-a"));
+  auto b = MustConnect(Options(port, 1, 2, milliseconds(10000), "job-b"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->Set("k", "from a").ok());
+  EXPECT_FALSE(b->Get("k", milliseconds(100)).ok());
+  ASSERT_TRUE(b->Set("k", "from b").ok());
+  EXPECT_EQ(*a->Get("k"), "from a");
+  EXPECT_EQ(*b->Get("k"), "from b");
+  EXPECT_EQ(*a->Add("n", 1), 1);
+  EXPECT_EQ(*b->Add("n", 1), 1);
+}
+
+TEST(Store, BadOptionsAndOversizedValuesAreRefused) {
+  const int port = test::FreePort();
+  EXPECT_EQ(Store::Connect(Options(port, 2, 2)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Store::Connect(Options(0, 0, 1)).status().code(), StatusCode::kInvalidArgument);
+  auto store = MustConnect(Options(port, 0, 1));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->Set("big", std::string(kStoreMaxValueBytes + 1, 'x')).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Set(std::string(kStoreMaxKeyBytes, 'k'), "v").code(), StatusCode::kInvalidArgument);
+  // A second server on the same port cannot start.
+  auto again = Store::Connect(Options(port, 0, 1, milliseconds(500)));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("port " + std::to_string(port)), std::string::npos)
+      << again.status().message();
+}
+
+TEST(Store, ServerDropsGarbageAndKeepsServing) {
+  const int port = test::FreePort();
+  auto store = MustConnect(Options(port, 0, 1));
+  ASSERT_NE(store, nullptr);
+  // A client announcing a 4 GiB frame is disconnected; nothing is allocated.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
+  ASSERT_EQ(::send(fd, huge, 4, MSG_NOSIGNAL), 4);
+  char byte;
+  EXPECT_EQ(::recv(fd, &byte, 1, 0), 0);  // closed by the server
+  ::close(fd);
+  EXPECT_TRUE(store->Set("still", "works").ok());
+  EXPECT_EQ(*store->Get("still"), "works");
+}
+
+TEST(Store, SomethingElseListeningIsNotTakenForAStore) {
+  // A listener that accepts and hangs up at once.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  std::thread hang_up([&] {
+    const int c = ::accept(listener, nullptr, nullptr);
+    if (c >= 0) ::close(c);
+  });
+  auto s = Store::Connect(Options(port, 1, 2, milliseconds(2000)));
+  hang_up.join();
+  ::close(listener);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no pstar store answered"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+}
+
+TEST(Store, FormatDuration) {
+  EXPECT_EQ(FormatDuration(milliseconds(250)), "250 ms");
+  EXPECT_EQ(FormatDuration(milliseconds(30000)), "30 s");
+  EXPECT_EQ(FormatDuration(milliseconds(1500)), "1.5 s");
+  EXPECT_EQ(FormatDuration(milliseconds(2250)), "2.25 s");
+}
+
+}  // namespace
+}  // namespace pstar

@@ -1,0 +1,71 @@
+// Sharded checkpoints. Every rank saves the pieces of tensor state it owns
+// into one safetensors file of a per-step directory; rank 0 adds a manifest
+// (training state, checksums) and publishes the directory, then moves the
+// `latest` pointer. Pieces are matched by tensor element ranges on load, so a
+// checkpoint written by N ranks loads into any number of ranks. The format is
+// described in docs/checkpoints.md.
+//
+// All ranks must share one filesystem under `root` (a local disk for a
+// single-node job, NFS or a shared volume across nodes): files a rank has
+// written and closed before a collective are visible to every rank after it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/core/status.h"
+#include "worker/dist/communicator.h"
+#include "worker/model/gpt_config.h"
+#include "worker/model/param_layout.h"
+#include "worker/runtime/runtime_counters.h"
+
+namespace pstar {
+
+// One contiguous piece of one tensor's state that this rank holds: elements
+// [begin, end) of tensor `tensor` of kind `kind`, at `data` (end-begin floats).
+struct OwnedRange {
+  StateKind kind = StateKind::kParam;
+  std::string tensor;
+  int64_t begin = 0, end = 0;
+  float* data = nullptr;
+};
+
+// Everything besides tensors a resume needs (same on every rank).
+struct TrainingState {
+  int64_t step = 0;                // optimizer steps completed; names the directory
+  int64_t data_position = 0;       // global data cursor (tokens consumed in order)
+  int64_t optimizer_steps = 0;     // Adam's step count (bias correction)
+  double loss_scale = 1.0;         // finite and positive
+  std::string layout_fingerprint;  // identifies model shapes (same fingerprint required to load)
+  GptConfig model;                 // the model's shape, for `pstar export`
+};
+
+// A fingerprint of model shapes: the CRC-64 of every tensor's name and shape,
+// in order ("crc64:..."). Chunk sizes do not enter it: pieces are matched by
+// tensor ranges, so a checkpoint loads under any chunk layout.
+std::string LayoutFingerprint(const std::vector<TensorSpec>& specs);
+
+// Saves `ranges` (this rank's pieces; empty ones are skipped) and `state` as
+// root/step-<state.step>/, replacing a directory of that step. Every rank
+// calls it with the same root, keep and state. Keeps the newest `keep`
+// complete checkpoints with steps up to state.step (keep <= 0: all) and
+// deletes the others, including newer ones left by an abandoned run. On
+// success every rank returns after the checkpoint is published; a failure on
+// any rank fails the call on every rank.
+Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
+                      const TrainingState& state, Communicator& comm);
+
+// Fills `ranges` from the checkpoint `latest` names and returns its state.
+// A damaged checkpoint (missing, truncated or corrupt file, bad manifest, a
+// piece of an owned range missing) adds a warning naming the file and the
+// problem, and the next older complete checkpoint is tried. All ranks use the
+// same checkpoint. NotFound: root holds no checkpoint (start fresh).
+// FailedPrecondition: written for a model with another layout fingerprint.
+// DataLoss: no checkpoint was usable; the message lists what was tried. After
+// an error the contents of `ranges` are unspecified. `warnings` may be null.
+Result<TrainingState> LoadLatestCheckpoint(const std::string& root, const std::string& layout_fingerprint,
+                                           const std::vector<OwnedRange>& ranges, Communicator& comm,
+                                           std::vector<std::string>* warnings);
+
+}  // namespace pstar

@@ -1,0 +1,75 @@
+// The on-disk checkpoint format, one process at a time: the steps
+// SaveCheckpoint and LoadLatestCheckpoint take on each rank between their
+// collectives, and what `pstar export` reads. Tests call them directly to
+// play several ranks in one process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "worker/ckpt/checkpoint.h"
+#include "worker/core/status.h"
+
+namespace pstar {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+std::string StepDirName(int64_t step);  // "step-00000123"
+std::string RankFileName(int rank);     // "rank-00000.safetensors"
+std::string RankSidecarName(int rank);  // "rank-00000.json"
+// The safetensors name of a piece: "param/transformer.wte.weight@1024".
+std::string PieceName(StateKind kind, const std::string& tensor, int64_t begin);
+// The step of a complete step directory's name, or -1 (".tmp" names too).
+int64_t ParseStepDirName(std::string_view name);
+
+// InvalidArgument for a range with begin > end, a negative begin, no data, an
+// empty tensor name, or a duplicate (kind, tensor, begin).
+Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges);
+
+// Steps of the complete (published) checkpoint directories in `root`, newest first.
+std::vector<int64_t> ListCompleteSteps(const std::string& root);
+// The step `root/latest` names. NotFound when there is no such file.
+Result<int64_t> ReadLatestStep(const std::string& root);
+// The steps a load tries, in order: the one `latest` names, then the older
+// complete directories newest first. Problems with `latest` become warnings.
+// NotFound when root holds no checkpoint. `warnings` may be null.
+Result<std::vector<int64_t>> CheckpointCandidates(const std::string& root, std::vector<std::string>* warnings);
+
+// Where ranks write step `step` before it is published: root/step-<step>.tmp.
+std::string StagingDir(const std::string& root, int64_t step);
+// Rank 0, before any rank writes: creates root, removes leftovers of
+// interrupted saves (step-*.tmp) and creates an empty staging directory.
+Status PrepareStagingDir(const std::string& root, int64_t step);
+// Every rank: writes its pieces (rank file) and their size and checksum
+// (sidecar) into the staging directory.
+Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, int64_t step,
+                     const std::vector<OwnedRange>& ranges);
+// Rank 0, after every rank wrote: the manifest from the sidecars, then the
+// rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
+Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep);
+
+struct ManifestFile {
+  std::string name;  // within the step directory
+  int64_t bytes = 0;
+  uint64_t crc64 = 0;
+};
+struct Manifest {
+  int world_size = 0;
+  TrainingState state;
+  std::vector<ManifestFile> files;  // one per saving rank, in rank order
+};
+// Reads and verifies step_dir/manifest.json (its own checksum, fields, and
+// that its step matches the directory's name). DataLoss names the problem.
+Result<Manifest> ReadManifest(const std::string& step_dir);
+
+// Fills `ranges` from one checkpoint directory, reading only the rank files
+// that hold pieces of them, each verified whole against the manifest's size
+// and checksum. An empty `layout_fingerprint` accepts any. FailedPrecondition
+// on a fingerprint mismatch; DataLoss naming the file otherwise (including a
+// missing piece, named by tensor and range).
+Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::string& layout_fingerprint,
+                                        const std::vector<OwnedRange>& ranges);
+
+}  // namespace pstar

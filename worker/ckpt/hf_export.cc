@@ -1,0 +1,109 @@
+#include "worker/ckpt/hf_export.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <vector>
+
+#include "worker/ckpt/checkpoint_dir.h"
+#include "worker/ckpt/safetensors.h"
+#include "worker/core/file_util.h"
+#include "worker/model/gpt.h"
+
+namespace pstar {
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Status CheckModelShape(const GptConfig& g, const std::string& where) {
+  if (g.n_layer <= 0 || g.n_head <= 0 || g.n_embd <= 0 || g.vocab_size <= 0 || g.max_seq_len <= 0 ||
+      g.n_embd % g.n_head != 0) {
+    return Status::DataLoss(where + ": the manifest holds no valid model shape");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsHfConv1DWeight(const std::string& name) {
+  return EndsWith(name, ".attn.c_attn.weight") || EndsWith(name, ".attn.c_proj.weight") ||
+         EndsWith(name, ".mlp.c_fc.weight") || EndsWith(name, ".mlp.c_proj.weight");
+}
+
+std::string HfGpt2ConfigJson(const GptConfig& g) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = g.vocab_size;
+  j["n_positions"] = g.max_seq_len;
+  j["n_ctx"] = g.max_seq_len;
+  j["n_embd"] = g.n_embd;
+  j["n_layer"] = g.n_layer;
+  j["n_head"] = g.n_head;
+  j["n_inner"] = nullptr;  // 4 * n_embd
+  j["activation_function"] = "gelu_new";
+  j["layer_norm_epsilon"] = 1e-5;
+  // pstar trains without dropout.
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["scale_attn_weights"] = true;
+  j["tie_word_embeddings"] = true;
+  j["use_cache"] = true;
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const std::string& output_dir) {
+  PSTAR_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir));
+  const GptConfig& g = manifest.state.model;
+  PSTAR_RETURN_IF_ERROR(CheckModelShape(g, step_dir));
+
+  // Every parameter whole, from whichever rank files hold its pieces.
+  const std::vector<TensorSpec> specs = GptTensorSpecs(g);
+  std::vector<std::vector<float>> values(specs.size());
+  std::vector<OwnedRange> ranges;
+  int64_t parameters = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    values[i].resize(size_t(specs[i].numel()));
+    ranges.push_back({StateKind::kParam, specs[i].name, 0, specs[i].numel(), values[i].data()});
+    parameters += specs[i].numel();
+  }
+  PSTAR_ASSIGN_OR_RETURN(TrainingState state, LoadCheckpointDir(step_dir, "", ranges));
+
+  SafetensorsWriter writer;
+  writer.SetMetadata("format", "pt");  // what transformers expects of PyTorch weights
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    if (!IsHfConv1DWeight(s.name)) {
+      writer.AddView(s.name, Dtype::kF32, s.shape, values[i].data());
+      continue;
+    }
+    // (out, in) -> (in, out), in place of the original.
+    const int64_t rows = s.shape[0], cols = s.shape[1];
+    std::vector<float> t(values[i].size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = values[i][size_t(r * cols + c)];
+    }
+    values[i] = std::move(t);
+    writer.AddView(s.name, Dtype::kF32, {cols, rows}, values[i].data());
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir, ec);
+  if (ec) return Status::InvalidArgument("cannot create " + output_dir + ": " + ec.message());
+  HfExportSummary summary;
+  summary.step = state.step;
+  summary.parameters = parameters;
+  summary.model_path = (std::filesystem::path(output_dir) / "model.safetensors").string();
+  summary.config_path = (std::filesystem::path(output_dir) / "config.json").string();
+  PSTAR_RETURN_IF_ERROR(writer.Write(summary.model_path));
+  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfGpt2ConfigJson(g)));
+  return summary;
+}
+
+}  // namespace pstar

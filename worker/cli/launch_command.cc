@@ -1,0 +1,177 @@
+// pstar launch: forks this node's ranks, each running this same binary with
+// the given subcommand and the torchrun-style rank environment, and watches
+// them. The first rank to fail stops the rest: SIGTERM, then SIGKILL after a
+// grace period; launch exits with that rank's code. SIGINT and SIGTERM are
+// forwarded to every rank; a second one kills them at once.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "worker/cli/commands.h"
+#include "worker/dist/launch_options.h"
+
+extern char** environ;
+
+namespace pstar::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RankProcess {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+};
+
+int ExitCode(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::string Describe(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  const int sig = WTERMSIG(wait_status);
+  return "was killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
+}
+
+void SignalAll(std::vector<RankProcess>& ranks, int sig) {
+  for (RankProcess& r : ranks) {
+    if (r.running) ::kill(r.pid, sig);
+  }
+}
+
+// A null-terminated argv/envp view of `strings`, which must outlive it.
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+int LaunchCommand(const std::vector<std::string>& args) {
+  Result<LaunchOptions> parsed = ParseLaunchArgs(args);
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  const LaunchOptions& options = *parsed;
+
+  char exe_buf[PATH_MAX];
+  const ssize_t exe_len = ::readlink("/proc/self/exe", exe_buf, sizeof exe_buf - 1);
+  if (exe_len <= 0) return ReportError(Status::Internal("launch: cannot find this executable (/proc/self/exe)"));
+  std::string exe(exe_buf, size_t(exe_len));
+
+  // The launcher takes its signals synchronously (sigtimedwait below): block
+  // them before the first fork so none is lost; each rank unblocks them.
+  sigset_t watched, previous;
+  sigemptyset(&watched);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&watched, sig);
+  sigprocmask(SIG_BLOCK, &watched, &previous);
+  const pid_t launcher = ::getpid();
+
+  std::vector<RankProcess> ranks(size_t(options.nproc_per_node));
+  int result = kExitOk;
+  bool stopping = false, killed = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    if (!stopping) kill_at = Clock::now() + options.grace;
+    stopping = true;
+    SignalAll(ranks, sig);
+  };
+
+  std::fflush(nullptr);
+  for (int i = 0; i < options.nproc_per_node; ++i) {
+    // Everything the child needs is built before fork: it only calls exec.
+    std::vector<std::string> argv_strings = {exe};
+    argv_strings.insert(argv_strings.end(), options.command.begin(), options.command.end());
+    std::vector<std::string> env_strings = RankEnvironment(options, i, environ);
+    std::vector<char*> argv = CStrings(argv_strings), envp = CStrings(env_strings);
+    ranks[size_t(i)].rank = options.node_rank * options.nproc_per_node + i;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // Die with the launcher, even when it is killed without a chance to stop us.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(kExitFailure);
+      sigprocmask(SIG_SETMASK, &previous, nullptr);
+      ::execve(exe.c_str(), argv.data(), envp.data());
+      const char msg[] = "pstar: error: launch: cannot execute this binary\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    if (pid < 0) {
+      std::fprintf(stderr, "pstar: error: launch: cannot start rank %d: %s\n", ranks[size_t(i)].rank,
+                   std::strerror(errno));
+      result = kExitFailure;
+      stop_all(SIGTERM);
+      break;
+    }
+    ranks[size_t(i)].pid = pid;
+    ranks[size_t(i)].running = true;
+  }
+
+  auto any_running = [&] {
+    for (const RankProcess& r : ranks) {
+      if (r.running) return true;
+    }
+    return false;
+  };
+  while (any_running()) {
+    // Wake at least once a second, and at the kill deadline.
+    auto wait = std::chrono::milliseconds(1000);
+    if (stopping && !killed) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()));
+      wait = std::max(wait, std::chrono::milliseconds(0));
+    }
+    timespec ts{time_t(wait.count() / 1000), long(wait.count() % 1000) * 1000000L};
+    const int sig = ::sigtimedwait(&watched, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      if (stopping) {
+        SignalAll(ranks, SIGKILL);  // asked twice: no more grace
+        killed = true;
+      } else {
+        stop_all(sig);
+      }
+    }
+    // Reap whoever exited (one SIGCHLD may stand for several). Of ranks found
+    // failed at once, one killed by a signal is the likelier cause: its peers
+    // exit with an error right after losing it.
+    const RankProcess* failed = nullptr;
+    int failed_status = 0;
+    for (RankProcess& r : ranks) {
+      int status = 0;
+      if (!r.running || ::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+      r.running = false;
+      if (ExitCode(status) == 0) continue;
+      if (failed == nullptr || (WIFSIGNALED(status) && !WIFSIGNALED(failed_status))) {
+        failed = &r;
+        failed_status = status;
+      }
+    }
+    if (failed != nullptr && result == kExitOk) {
+      result = ExitCode(failed_status);
+      if (!stopping) {
+        std::fprintf(stderr, "pstar: error: rank %d %s%s\n", failed->rank, Describe(failed_status).c_str(),
+                     options.nproc_per_node > 1 ? "; stopping the other ranks" : "");
+        stop_all(SIGTERM);
+      }
+    }
+    if (stopping && !killed && Clock::now() >= kill_at && any_running()) {
+      std::fprintf(stderr, "pstar: error: launch: ranks still running %lld ms after SIGTERM; killing them\n",
+                   (long long)options.grace.count());
+      SignalAll(ranks, SIGKILL);
+      killed = true;
+    }
+  }
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  return result;
+}
+
+}  // namespace pstar::cli

@@ -1,0 +1,39 @@
+// The rank's place in the job, from the torchrun-style environment that
+// `pstar launch` (or torchrun, or a Kubernetes operator) sets, and the
+// communicator built from it.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "worker/core/status.h"
+#include "worker/dist/communicator.h"
+
+namespace pstar {
+
+struct DistEnv {
+  int rank = 0;              // RANK
+  int world_size = 1;        // WORLD_SIZE
+  int local_rank = 0;        // LOCAL_RANK: the rank among this node's ranks
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0 hosts the store
+  int master_port = 29500;                // MASTER_PORT
+  std::string rdzv_id = "pstar";          // PSTAR_RDZV_ID: keeps jobs on one store apart
+};
+
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT and PSTAR_RDZV_ID; unset (or empty) ones keep the defaults
+// above. Bad values fail with InvalidArgument naming the variable.
+Result<DistEnv> ReadDistEnv();
+// The same over any lookup (nullptr: unset), for tests.
+Result<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& lookup);
+
+// A world of one gets MakeSingleRankCommunicator(); otherwise the rank
+// rendezvouses through the Store at MASTER_ADDR:MASTER_PORT (hosted by rank 0)
+// and connects a Gloo communicator, which keeps the Store alive. `timeout`
+// bounds the rendezvous and every collective step.
+Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout);
+
+}  // namespace pstar
