@@ -45,7 +45,8 @@ static std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) : dir_("child") {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+    : dir_("child") {
   const std::string out = dir_.path() + "/out", err = dir_.path() + "/err";
   pid_ = ::fork();
   if (pid_ == 0) {
@@ -56,6 +57,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) : dir_("child")
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
     ::execv(args[0], args.data());
     ::_exit(127);
   }

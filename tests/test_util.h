@@ -40,7 +40,9 @@ ProcessResult RunProcess(const std::vector<std::string>& argv);
 // The destructor kills it (SIGKILL) if it still runs.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& argv);
+  // `env` entries ("NAME=value") are set on top of this process's environment.
+  explicit ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+  int pid() const { return pid_; }
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

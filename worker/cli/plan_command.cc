@@ -1,5 +1,6 @@
 // pstar plan: the memory plan of a job, computed without allocating it.
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,8 @@ namespace {
 nlohmann::json PlanJson(const MemoryPlan& p) {
   nlohmann::json kinds = nlohmann::json::object();
   for (const KindPlan& k : p.kinds) kinds[StateKindName(k.kind)] = {{"chunks", k.chunks}, {"bytes", k.bytes}};
-  return {{"parameters", p.parameters},
+  return {{"world_size", p.world_size},
+          {"parameters", p.parameters},
           {"tensors", p.tensors},
           {"chunk_elems", p.chunk_elems},
           {"chunk_bytes", p.chunk_bytes},
@@ -38,11 +40,28 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
 }  // namespace
 
 int PlanCommand(const std::vector<std::string>& args) {
-  auto job = ParseJobArgs("plan", args, {"--json"});
+  // --world-size N: the plan of one of N data-parallel ranks.
+  int world_size = 1;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--world-size") {
+      rest.push_back(args[i]);
+      continue;
+    }
+    if (i + 1 >= args.size()) return UsageError("--world-size needs a value");
+    const std::string& v = args[++i];
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 1 || n > 65536) {
+      return UsageError("--world-size: expected a positive integer, got '" + v + "'");
+    }
+    world_size = int(n);
+  }
+  auto job = ParseJobArgs("plan", rest, {"--json"});
   if (!job.ok()) return UsageError(job.status().message());
   auto config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
-  auto plan = PlanMemory(*config);
+  auto plan = PlanMemory(*config, world_size);
   if (!plan.ok()) return ReportError(plan.status());
   if (job->Has("--json")) {
     std::printf("%s\n", PlanJson(*plan).dump(2).c_str());

@@ -1,6 +1,7 @@
 // pstar train: runs a training job from a config file or the built-in default.
 #include <omp.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include "worker/cli/commands.h"
 #include "worker/config/config.h"
 #include "worker/core/bytes.h"
+#include "worker/dist/dist_env.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
@@ -60,9 +62,16 @@ int TrainCommand(const std::vector<std::string>& args) {
     metrics = std::move(started).value();
     std::printf("metrics: http://%s:%d/metrics\n", c.metrics.bind_address.c_str(), metrics->port());
   }
+  // The rank's place in the job (torchrun-style env; one rank without it).
+  auto env = ReadDistEnv();
+  if (!env.ok()) return ReportError(env.status());
+  auto comm = ConnectCommunicator(*env, std::chrono::seconds(c.dist.timeout_seconds));
+  if (!comm.ok()) return ReportError(comm.status());
+  const bool lead = env->rank == 0;  // rank 0 prints progress; every rank prints its errors
+
   auto data = OpenDataSource(c);
   if (!data.ok()) return ReportError(data.status());
-  auto trainer = Trainer::Create(c, **data);
+  auto trainer = Trainer::Create(c, **data, comm->get());
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;
   // The endpoint reads the trainer's counters: stop it before the trainer goes.
@@ -70,6 +79,26 @@ int TrainCommand(const std::vector<std::string>& args) {
     std::unique_ptr<WorkerMetrics>& metrics;
     ~StopMetricsFirst() { metrics.reset(); }
   } stop_metrics_first{metrics};
+
+  int64_t first_step = 0;
+  if (!c.checkpoint.dir.empty() && c.checkpoint.resume) {
+    std::vector<std::string> warnings;
+    auto resumed = t.Resume(&warnings);
+    for (const std::string& w : warnings) std::fprintf(stderr, "pstar: warning: rank %d: %s\n", env->rank, w.c_str());
+    if (!resumed.ok()) return ReportError(resumed.status());
+    first_step = *resumed;
+  }
+  auto save = [&]() -> bool {
+    if (c.checkpoint.dir.empty()) return true;
+    Status saved = t.SaveCheckpoint();
+    if (!saved.ok()) {
+      ReportError(saved);
+      return false;
+    }
+    if (lead) std::printf("checkpoint: step %lld saved in %s\n", (long long)t.steps_taken(), c.checkpoint.dir.c_str());
+    return true;
+  };
+  if (!lead) std::freopen("/dev/null", "w", stdout);  // errors still reach stderr
 
   const GptConfig& g = c.model.gpt;
   std::printf("pstar train: %s\n", config_path.empty() ? "built-in default job" : config_path.c_str());
@@ -89,10 +118,11 @@ int TrainCommand(const std::vector<std::string>& args) {
               chunks.device_slots(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
               FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
               omp_get_max_threads());
-  std::printf("data: %lld tokens | batch %lld x %lld x %lld accum = %lld tokens per step\n",
-              (long long)(*data)->size(), (long long)c.train.batch_size, (long long)c.train.seq_len,
-              (long long)c.train.grad_accum_steps,
-              (long long)(c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
+  std::printf("data: %lld tokens | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",
+              (long long)(*data)->size(), env->world_size, (long long)c.train.batch_size,
+              (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,
+              (long long)(env->world_size * c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
+  if (first_step > 0) std::printf("resumed: from the checkpoint of step %lld\n", (long long)first_step);
   std::fflush(stdout);
 
   std::fflush(stdout);
@@ -102,11 +132,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   ProgressReporter progress(stdout, c.train.steps, c.train.log_every);
   // Chunk traffic, totals and per step after the first (warm-up) step.
   int64_t moved_at_warmup[kNumDirections] = {0, 0};
+  std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
+  auto later_steps = [](int64_t steps) { return steps > 1 ? steps - 1 : int64_t{1}; };
   auto print_chunk_summary = [&](int64_t steps) {
     const RuntimeCounters& rc = chunks.counters();
     int64_t evictions = 0;
     for (const auto& e : rc.evictions) evictions += e;
-    const int64_t later = steps > 1 ? steps - 1 : 1;
+    const int64_t later = later_steps(steps);
     std::printf("chunks: h2d_bytes=%lld d2h_bytes=%lld h2d_bytes_per_step=%lld d2h_bytes_per_step=%lld "
                 "evictions=%lld prefetches=%lld prefetch_hits=%lld peak_device_bytes=%lld trace_recordings=%lld\n",
                 (long long)rc.moved_bytes[0].load(), (long long)rc.moved_bytes[1].load(),
@@ -114,30 +146,75 @@ int TrainCommand(const std::vector<std::string>& args) {
                 (long long)((rc.moved_bytes[1] - moved_at_warmup[1]) / later), (long long)evictions,
                 (long long)rc.prefetches.load(), (long long)rc.prefetch_hits.load(),
                 (long long)chunks.peak_device_bytes(), (long long)chunks.trace_recordings());
+    if (env->world_size > 1) {
+      // Bytes this rank sent per step after the warm-up step, against what
+      // ZeRO-3 moves with ring collectives: each param chunk gathered for every
+      // forward and every backward, each grad chunk reduce-scattered once:
+      // (2*accum + 1) * (N-1)/N * param bytes. Chunks that stay resident are
+      // not gathered again, so a roomy device tier sends less.
+      const CollectiveCounters& cc = (*comm)->counters();
+      const int64_t n = env->world_size;
+      const int64_t param_bytes = int64_t(t.store().layout().num_chunks()) * chunks.chunk_bytes();
+      const double zero3 = double(2 * c.train.grad_accum_steps + 1) * double(n - 1) / double(n) * double(param_bytes);
+      int64_t sent = 0, ns = 0;
+      std::string per_op;
+      for (int op = 0; op < kNumCollectiveOps; ++op) {
+        const int64_t b = (cc.bytes[size_t(op)].load() - comm_at_warmup[size_t(op)]) / later_steps(steps);
+        sent += b;
+        ns += cc.nanoseconds[size_t(op)].load();
+        per_op += std::string(" ") + CollectiveOpName(CollectiveOp(op)) + "_bytes_per_step=" + std::to_string(b);
+      }
+      std::printf("collectives:%s sent_bytes_per_step=%lld zero3_bytes_per_step=%.0f ratio=%.3f seconds=%.3f\n",
+                  per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9);
+    }
   };
-  for (int64_t s = 0; s < c.train.steps; ++s) {
+  std::array<int64_t, kNumCollectiveOps> collective_seen{}, collective_bytes{}, collective_ns{};
+  for (int64_t s = first_step; s < c.train.steps; ++s) {
     auto start = std::chrono::steady_clock::now();
     auto stats = t.Step();
     if (!stats.ok()) return ReportError(stats.status());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.OnStep(*stats, seconds);
-    if (s == 0) {
+    if (s == first_step) {
       for (int d = 0; d < kNumDirections; ++d) moved_at_warmup[d] = chunks.counters().moved_bytes[size_t(d)];
+      for (int op = 0; op < kNumCollectiveOps; ++op) comm_at_warmup[size_t(op)] = (*comm)->counters().bytes[size_t(op)];
+    }
+    // A stop signal may reach the ranks at different steps; they agree on it
+    // so that all stop after the same step (and save the same checkpoint).
+    double stop = g_stop_requested.load() ? 1.0 : 0.0;
+    if (env->world_size > 1) {
+      Status agreed = (*comm)->AllReduceSum(&stop, 1);
+      if (!agreed.ok()) return ReportError(agreed);
+    }
+    const bool stopping = stop > 0.0;
+    const bool last = s + 1 == c.train.steps;
+    if ((c.checkpoint.every_steps > 0 && (s + 1) % c.checkpoint.every_steps == 0) || stopping || last) {
+      if (!save()) return kExitFailure;
     }
     if (metrics) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens, stats->loss, stats->lr, stats->grad_norm,
                           /*loss_scale=*/1.0, /*mfu=*/0.0);
+      const CollectiveCounters& cc = (*comm)->counters();
+      for (int op = 0; op < kNumCollectiveOps; ++op) {
+        const int64_t bytes = cc.bytes[size_t(op)].load(), ns = cc.nanoseconds[size_t(op)].load();
+        if (cc.calls[size_t(op)].load() == collective_seen[size_t(op)]) continue;
+        collective_seen[size_t(op)] = cc.calls[size_t(op)].load();
+        metrics->RecordCollective(CollectiveOpName(CollectiveOp(op)), bytes - collective_bytes[size_t(op)],
+                                  double(ns - collective_ns[size_t(op)]) * 1e-9);
+        collective_bytes[size_t(op)] = bytes;
+        collective_ns[size_t(op)] = ns;
+      }
     }
-    if (g_stop_requested.load()) {
+    if (stopping) {
       std::fprintf(stderr, "pstar: stopping after step %lld on request\n", (long long)(s + 1));
       progress.PrintSummary();
-      print_chunk_summary(s + 1);
+      print_chunk_summary(s + 1 - first_step);
       return kExitInterrupted;
     }
   }
   progress.PrintSummary();
-  print_chunk_summary(c.train.steps);
+  print_chunk_summary(c.train.steps - first_step);
   return kExitOk;
 }
 

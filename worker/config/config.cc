@@ -260,6 +260,22 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   }
 }
 
+void ParseCheckpoint(Section s, CheckpointSection& c) {
+  s.Read("dir", c.dir);
+  s.Read("every_steps", c.every_steps);
+  s.Read("keep", c.keep);
+  s.Read("resume", c.resume);
+  s.CheckNoUnknownKeys();
+  RequireNonNegative(s.Key("every_steps"), c.every_steps);
+  RequireNonNegative(s.Key("keep"), c.keep);
+}
+
+void ParseDist(Section s, DistSection& d) {
+  s.Read("timeout_seconds", d.timeout_seconds);
+  s.CheckNoUnknownKeys();
+  RequirePositive(s.Key("timeout_seconds"), d.timeout_seconds);
+}
+
 void ParseMetrics(Section s, MetricsSection& m) {
   s.Read("port", m.port);
   s.Read("bind_address", m.bind_address);
@@ -318,6 +334,8 @@ Config ParseRoot(const YAML::Node& root) {
   ParseMemTracer(client.Child("mem_tracer"), c.mem_tracer);
   client.CheckNoUnknownKeys();
   ParseRuntime(s.Child("runtime"), c.runtime);
+  ParseCheckpoint(s.Child("checkpoint"), c.checkpoint);
+  ParseDist(s.Child("dist"), c.dist);
   ParseMetrics(s.Child("metrics"), c.metrics);
   ParseTrain(s.Child("train"), c.train, c.model.gpt);
   s.CheckNoUnknownKeys();
@@ -446,6 +464,15 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "host_memory" << YAML::Value << c.runtime.host_memory;
   e << YAML::Key << "eviction" << YAML::Value << c.runtime.eviction;
   e << YAML::Key << "prefetch_depth" << YAML::Value << c.runtime.prefetch_depth;
+  e << YAML::EndMap;
+  e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;
+  e << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
+  e << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
+  e << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume;
+  e << YAML::EndMap;
+  e << YAML::Key << "dist" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "timeout_seconds" << YAML::Value << c.dist.timeout_seconds;
   e << YAML::EndMap;
   e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "port" << YAML::Value << c.metrics.port;

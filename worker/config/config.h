@@ -64,6 +64,19 @@ struct RuntimeSection {
   int64_t prefetch_depth = 2;    // moments of lookahead; 0 = off
 };
 
+// Sharded checkpoints (docs/checkpoints.md).
+struct CheckpointSection {
+  std::string dir;          // empty: no checkpoints
+  int64_t every_steps = 0;  // save every N steps (0: only when training ends or stops)
+  int64_t keep = 3;         // newest complete checkpoints kept; 0 keeps all
+  bool resume = true;       // continue from the newest usable checkpoint in dir
+};
+
+// Data-parallel ranks.
+struct DistSection {
+  int64_t timeout_seconds = 300;  // rendezvous and every collective
+};
+
 // The Prometheus endpoint.
 struct MetricsSection {
   int64_t port = 0;  // 0 = no endpoint; rank r listens on port + LOCAL_RANK
@@ -95,6 +108,8 @@ struct Config {
   bool use_cpu_embedding = false;
   MemTracerSection mem_tracer;
   RuntimeSection runtime;
+  CheckpointSection checkpoint;
+  DistSection dist;
   MetricsSection metrics;
   TrainSection train;
 };

@@ -26,6 +26,8 @@ class AdamOptimizer {
   void Step(ParamStore& store, float lr, float grad_scale);
 
   int64_t steps_taken() const { return step_; }
+  // Restores the step count (bias correction) from a checkpoint.
+  void set_steps_taken(int64_t steps) { step_ = steps; }
 
  private:
   AdamConfig config_;

@@ -93,6 +93,53 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   return t;
 }
 
+std::vector<OwnedRange> Trainer::CheckpointRanges() {
+  // Params and both Adam moments; gradients are rebuilt every step.
+  std::vector<OwnedRange> ranges;
+  const ParamLayout& layout = store_->layout();
+  for (StateKind kind : {StateKind::kParam, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
+    for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+      float* shard = store_->HostShard(kind, c);
+      for (TensorId id : layout.chunk_tensors(c)) {
+        const ParamStore::Slice s = store_->OwnedSlice(id);
+        if (s.begin == s.end) continue;
+        ranges.push_back({kind, layout.spec(id).name, s.begin, s.end, shard + s.shard_offset});
+      }
+    }
+  }
+  return ranges;
+}
+
+Status Trainer::SaveCheckpoint() {
+  TrainingState state;
+  state.step = step_;
+  state.data_position = loader_->cursor();
+  state.optimizer_steps = optimizer_->steps_taken();
+  state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
+  state.model = config_.model.gpt;
+  std::unique_ptr<Communicator> single;
+  Communicator* comm = comm_;
+  if (comm == nullptr) comm = (single = MakeSingleRankCommunicator()).get();
+  return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm)
+      .WithPrefix("checkpoint");
+}
+
+Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
+  std::unique_ptr<Communicator> single;
+  Communicator* comm = comm_;
+  if (comm == nullptr) comm = (single = MakeSingleRankCommunicator()).get();
+  auto state = LoadLatestCheckpoint(config_.checkpoint.dir, LayoutFingerprint(GptTensorSpecs(config_.model.gpt)),
+                                    CheckpointRanges(), *comm, warnings);
+  if (!state.ok()) {
+    if (state.status().code() == StatusCode::kNotFound) return int64_t{0};
+    return state.status().WithPrefix("checkpoint");
+  }
+  step_ = state->step;
+  loader_->set_cursor(state->data_position);
+  optimizer_->set_steps_taken(state->optimizer_steps);
+  return step_;
+}
+
 Result<StepStats> Trainer::Step() {
   const int64_t accum = config_.train.grad_accum_steps;
   StepStats stats;

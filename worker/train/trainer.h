@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "worker/ckpt/checkpoint.h"
 #include "worker/config/config.h"
 #include "worker/core/arena.h"
 #include "worker/data/batch_loader.h"
@@ -42,6 +43,14 @@ class Trainer {
   Result<StepStats> Step();
 
   int64_t steps_taken() const { return step_; }
+
+  // Writes a sharded checkpoint of the current state under checkpoint.dir
+  // (every rank calls it after the same step).
+  Status SaveCheckpoint();
+  // Loads the newest usable checkpoint under checkpoint.dir, if any: returns
+  // the step it resumes after (0: none found, starting fresh). Damaged
+  // checkpoints that were skipped are added to `warnings`.
+  Result<int64_t> Resume(std::vector<std::string>* warnings);
   ParamStore& store() { return *store_; }
   Gpt& model() { return *model_; }
   const Arena& activations() const { return *arena_; }
@@ -52,6 +61,8 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // This rank's pieces of every saved kind, at their home shards.
+  std::vector<OwnedRange> CheckpointRanges();
 
   Config config_;
   MemoryPlan plan_;

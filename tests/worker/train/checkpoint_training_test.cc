@@ -1,0 +1,139 @@
+// Stop and resume through sharded checkpoints: bit-identical with one rank,
+// across a change of world size within reduction-order rounding, and past a
+// damaged newest checkpoint with a warning.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/test_util.h"
+#include "tests/worker/dist/thread_group_communicator.h"
+#include "tests/worker/tiny_gpt_job.h"
+#include "worker/train/trainer.h"
+
+namespace pstar {
+namespace {
+
+struct TrainRun {
+  std::vector<float> losses;  // of the steps this run took
+  std::vector<std::vector<float>> params, exp_avg_sq;
+};
+
+TrainRun Collect(Trainer& t, std::vector<float> losses) {
+  TrainRun r;
+  r.losses = std::move(losses);
+  ParamStore& store = t.store();
+  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
+    const int64_t n = store.layout().spec(id).numel();
+    const float* p = store.TensorData(StateKind::kParam, id);
+    const float* v = store.TensorData(StateKind::kExpAvgSq, id);
+    r.params.emplace_back(p, p + n);
+    r.exp_avg_sq.emplace_back(v, v + n);
+  }
+  return r;
+}
+
+// Trains one rank from `from` (resuming when > 0) up to `to` steps.
+TrainRun TrainOneRank(const Config& c, const TokenSource& data, int64_t from, int64_t to, bool save) {
+  auto t = Trainer::Create(c, data);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (from > 0) {
+    std::vector<std::string> warnings;
+    auto resumed = (*t)->Resume(&warnings);
+    EXPECT_TRUE(resumed.ok()) << resumed.status().message();
+    EXPECT_EQ(*resumed, from);
+    EXPECT_TRUE(warnings.empty());
+  }
+  std::vector<float> losses;
+  for (int64_t s = from; s < to; ++s) {
+    auto st = (*t)->Step();
+    EXPECT_TRUE(st.ok());
+    losses.push_back(st->loss);
+    if (save) {
+      EXPECT_TRUE((*t)->SaveCheckpoint().ok());
+    }
+  }
+  return Collect(**t, losses);
+}
+
+TEST(CheckpointTraining, StopAndResumeIsBitIdentical) {
+  test::TempDir dir("resume");
+  auto data = test::RandomTokens(4000, 40, 31);
+  const Config plain = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024"});
+  const Config saving = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024",
+                                             "checkpoint.dir=" + dir.path()});
+  const TrainRun whole = TrainOneRank(plain, data, 0, 6, false);
+  // The first half saves under a tight device budget (chunks move), the
+  // second half resumes with everything resident: neither changes the numbers.
+  Config first = saving;
+  first.runtime.device_memory = PlanMemory(saving)->min_device_bytes;
+  TrainOneRank(first, data, 0, 3, true);
+  const TrainRun resumed = TrainOneRank(saving, data, 3, 6, false);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  EXPECT_EQ(0, std::memcmp(resumed.losses.data(), whole.losses.data() + 3, 3 * sizeof(float)));
+  for (size_t i = 0; i < whole.params.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(resumed.params[i].data(), whole.params[i].data(), whole.params[i].size() * 4)) << i;
+    ASSERT_EQ(0, std::memcmp(resumed.exp_avg_sq[i].data(), whole.exp_avg_sq[i].data(),
+                             whole.exp_avg_sq[i].size() * 4))
+        << i;
+  }
+}
+
+TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
+  test::TempDir dir("reshard");
+  auto data = test::RandomTokens(4000, 40, 32);
+  const TrainRun whole = TrainOneRank(test::TinyGptConfig({"train.steps=6", "train.batch_size=4"}), data, 0, 6, false);
+  // Two ranks (batch 2 each) train three steps and save ...
+  const Config two = test::TinyGptConfig({"train.steps=6", "train.batch_size=2", "checkpoint.dir=" + dir.path()});
+  auto comms = test::MakeThreadGroupCommunicators(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto t = Trainer::Create(two, data, comms[size_t(r)].get());
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step().ok());
+      Status saved = (*t)->SaveCheckpoint();
+      EXPECT_TRUE(saved.ok()) << saved.message();
+    });
+  }
+  for (auto& th : ranks) th.join();
+  // ... and one rank (batch 4) finishes the run.
+  const Config one = test::TinyGptConfig({"train.steps=6", "train.batch_size=4", "checkpoint.dir=" + dir.path()});
+  const TrainRun resumed = TrainOneRank(one, data, 3, 6, false);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(resumed.losses[size_t(s)], whole.losses[size_t(3 + s)], 1e-4) << s;
+}
+
+TEST(CheckpointTraining, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
+  test::TempDir dir("damaged");
+  auto data = test::RandomTokens(4000, 40, 33);
+  const Config c = test::TinyGptConfig({"train.steps=6", "checkpoint.dir=" + dir.path()});
+  TrainOneRank(c, data, 0, 3, true);  // checkpoints of steps 1, 2, 3
+  // Flip one byte in the middle of the newest checkpoint's tensor data.
+  const std::string file = dir.path() + "/step-00000003/rank-00000.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto size = f.tellg();
+    f.seekg(size / 2);
+    char b = 0;
+    f.read(&b, 1);
+    b = char(b ^ 0x10);
+    f.seekp(size / 2);
+    f.write(&b, 1);
+  }
+  auto t = Trainer::Create(c, data);
+  ASSERT_TRUE(t.ok());
+  std::vector<std::string> warnings;
+  auto resumed = (*t)->Resume(&warnings);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ(*resumed, 2);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("rank-00000.safetensors"), std::string::npos) << warnings[0];
+}
+
+}  // namespace
+}  // namespace pstar
