@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "tests/test_util.h"
 #include "worker/config/config.h"
 
 namespace pstar {
@@ -109,6 +112,17 @@ TEST(Config, RuntimeAndMetricsSections) {
             std::string::npos);
   EXPECT_NE(ErrorOf(m + "metrics: {port: 70000}\n").find("metrics.port: must be in [0, 65535]"),
             std::string::npos);
+}
+
+TEST(Config, EveryExampleParses) {
+  int examples = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(test::SourceDir() + "/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++examples;
+    auto c = LoadConfigFile(entry.path().string());
+    EXPECT_TRUE(c.ok()) << entry.path() << ": " << c.status().message();
+  }
+  EXPECT_GE(examples, 2);
 }
 
 TEST(Config, PrintedConfigParsesBackToTheSame) {
