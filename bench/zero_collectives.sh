@@ -27,7 +27,7 @@ for n in 2 4; do
     sum=$(grep '^summary:' <<<"$out")
     sent=$(sed -E 's/.*sent_bytes_per_step=([0-9]+).*/\1/' <<<"$coll")
     ref=$(sed -E 's/.*zero3_bytes_per_step=([0-9]+).*/\1/' <<<"$coll")
-    comm=$(sed -E 's/.* seconds=([0-9.]+).*/\1/' <<<"$coll")
+    comm=$(sed -E 's/.* seconds_total=([0-9.]+).*/\1/' <<<"$coll")
     secs=$(sed -E 's/.*seconds=([0-9.]+) tokens_per_s.*/\1/' <<<"$sum")
     awk -v n="$n" -v b="$budget" -v s="$sent" -v r="$ref" -v c="$comm" -v t="$secs" -v k="$steps" \
       'BEGIN { printf "%-6d %-10s %16d %16d %8.2f %10.3f %11.0f%%\n", n, b, s, r, s / r, t / k, 100 * c / t }'

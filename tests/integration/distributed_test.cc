@@ -83,6 +83,28 @@ TEST(Distributed, LaunchedRanksMatchOneRankAndExportTheSameModel) {
   }
 }
 
+TEST(Distributed, CheckpointDirRulesAtStart) {
+  test::TempDir dir("ckptrules");
+  test::WriteText(dir.path() + "/job.yaml", kJob);
+  const std::string job = dir.path() + "/job.yaml", ckpt = "checkpoint.dir=" + dir.path() + "/c";
+  auto first = RunProcess({test::PstarBinary(), "train", "--config", job, "--set", ckpt});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // Already at train.steps: nothing to do.
+  auto again = RunProcess({test::PstarBinary(), "train", "--config", job, "--set", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
+  // A fresh run must not prune the checkpoints that are there.
+  auto fresh = RunProcess({test::PstarBinary(), "train", "--config", job, "--set", ckpt, "--set",
+                           "checkpoint.resume=false"});
+  EXPECT_EQ(fresh.exit_code, 2);
+  EXPECT_NE(fresh.err.find("already holds checkpoints"), std::string::npos) << fresh.err;
+  // More steps continue from the checkpoint.
+  auto more = RunProcess({test::PstarBinary(), "train", "--config", job, "--set", ckpt, "--set", "train.steps=8"});
+  EXPECT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_NE(more.out.find("resumed: from the checkpoint of step 6"), std::string::npos) << more.out;
+  EXPECT_EQ(Losses(more.out).size(), 2u) << more.out;
+}
+
 // Env for rank `rank` of `world` ranks started by hand.
 std::vector<std::string> RankEnv(int rank, int world, int port) {
   return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),

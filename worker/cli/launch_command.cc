@@ -2,7 +2,8 @@
 // the given subcommand and the torchrun-style rank environment, and watches
 // them. The first rank to fail stops the rest: SIGTERM, then SIGKILL after a
 // grace period; launch exits with that rank's code. SIGINT and SIGTERM are
-// forwarded to every rank; a second one kills them at once.
+// forwarded to every rank, which stop after the current step (saving a
+// checkpoint) however long that takes; a second one kills them at once.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -81,8 +82,15 @@ int LaunchCommand(const std::vector<std::string>& args) {
   int result = kExitOk;
   bool stopping = false, killed = false;
   Clock::time_point kill_at = Clock::time_point::max();
+  // A rank failed: the others get SIGTERM and, after the grace period, SIGKILL.
   auto stop_all = [&](int sig) {
     if (!stopping) kill_at = Clock::now() + options.grace;
+    stopping = true;
+    SignalAll(ranks, sig);
+  };
+  // Asked to stop: the ranks finish their step and save a checkpoint, however
+  // long that takes; a second request kills them.
+  auto request_stop = [&](int sig) {
     stopping = true;
     SignalAll(ranks, sig);
   };
@@ -126,7 +134,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
   while (any_running()) {
     // Wake at least once a second, and at the kill deadline.
     auto wait = std::chrono::milliseconds(1000);
-    if (stopping && !killed) {
+    if (stopping && !killed && kill_at != Clock::time_point::max()) {
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()));
       wait = std::max(wait, std::chrono::milliseconds(0));
     }
@@ -137,7 +145,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
         SignalAll(ranks, SIGKILL);  // asked twice: no more grace
         killed = true;
       } else {
-        stop_all(sig);
+        request_stop(sig);
       }
     }
     // Reap whoever exited (one SIGCHLD may stand for several). Of ranks found
@@ -157,7 +165,11 @@ int LaunchCommand(const std::vector<std::string>& args) {
     }
     if (failed != nullptr && result == kExitOk) {
       result = ExitCode(failed_status);
-      if (!stopping) {
+      if (result == kExitInterrupted && !stopping) {
+        // The rank stopped on request (a terminal's Ctrl-C reaches every rank):
+        // the others stop after the same step, which the ranks agree on.
+        request_stop(SIGINT);
+      } else if (!stopping) {
         std::fprintf(stderr, "pstar: error: rank %d %s%s\n", failed->rank, Describe(failed_status).c_str(),
                      options.nproc_per_node > 1 ? "; stopping the other ranks" : "");
         stop_all(SIGTERM);

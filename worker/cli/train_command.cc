@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "worker/cli/commands.h"
 #include "worker/config/config.h"
@@ -71,7 +72,7 @@ int TrainCommand(const std::vector<std::string>& args) {
 
   auto data = OpenDataSource(c);
   if (!data.ok()) return ReportError(data.status());
-  auto trainer = Trainer::Create(c, **data, comm->get());
+  auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size);
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;
   // The endpoint reads the trainer's counters: stop it before the trainer goes.
@@ -81,12 +82,26 @@ int TrainCommand(const std::vector<std::string>& args) {
   } stop_metrics_first{metrics};
 
   int64_t first_step = 0;
+  if (!c.checkpoint.dir.empty() && !c.checkpoint.resume &&
+      std::filesystem::exists(std::filesystem::path(c.checkpoint.dir) / "latest")) {
+    // A fresh run's first save would prune the newer checkpoints there.
+    return ReportError(Status::FailedPrecondition(
+        "checkpoint.dir " + c.checkpoint.dir +
+        " already holds checkpoints and checkpoint.resume is false: resume from them or choose another dir"));
+  }
   if (!c.checkpoint.dir.empty() && c.checkpoint.resume) {
     std::vector<std::string> warnings;
     auto resumed = t.Resume(&warnings);
     for (const std::string& w : warnings) std::fprintf(stderr, "pstar: warning: rank %d: %s\n", env->rank, w.c_str());
     if (!resumed.ok()) return ReportError(resumed.status());
     first_step = *resumed;
+    if (first_step >= c.train.steps) {
+      if (lead) {
+        std::printf("nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld\n",
+                    c.checkpoint.dir.c_str(), (long long)first_step, (long long)c.train.steps);
+      }
+      return kExitOk;
+    }
   }
   auto save = [&]() -> bool {
     if (c.checkpoint.dir.empty()) return true;
@@ -164,7 +179,7 @@ int TrainCommand(const std::vector<std::string>& args) {
         ns += cc.nanoseconds[size_t(op)].load();
         per_op += std::string(" ") + CollectiveOpName(CollectiveOp(op)) + "_bytes_per_step=" + std::to_string(b);
       }
-      std::printf("collectives:%s sent_bytes_per_step=%lld zero3_bytes_per_step=%.0f ratio=%.3f seconds=%.3f\n",
+      std::printf("collectives:%s sent_bytes_per_step=%lld zero3_bytes_per_step=%.0f ratio=%.3f seconds_total=%.3f\n",
                   per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9);
     }
   };
@@ -172,7 +187,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   for (int64_t s = first_step; s < c.train.steps; ++s) {
     auto start = std::chrono::steady_clock::now();
     auto stats = t.Step();
-    if (!stats.ok()) return ReportError(stats.status());
+    if (!stats.ok()) return ReportError(env->world_size > 1 ? stats.status().WithPrefix("rank " + std::to_string(env->rank))
+                                                           : stats.status());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.OnStep(*stats, seconds);
     if (s == first_step) {
@@ -193,7 +209,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     if (metrics) {
       // MFU needs a device peak; the CPU backend has none to compare with.
-      metrics->RecordStep(seconds, stats->tokens, stats->loss, stats->lr, stats->grad_norm,
+      metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
                           /*loss_scale=*/1.0, /*mfu=*/0.0);
       const CollectiveCounters& cc = (*comm)->counters();
       for (int op = 0; op < kNumCollectiveOps; ++op) {

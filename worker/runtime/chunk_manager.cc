@@ -242,6 +242,9 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     prefetch = false;  // a fill, not a transfer: nothing to count as prefetched
   } else if (world_ > 1) {
     // Each rank's home shard lands in its place; the gather fills the rest.
+    // The collective runs on this thread, so the host waits for the slot first.
+    backend_->Synchronize(*ev.computed);
+    backend_->Synchronize(*ev.copied);
     CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), shard_bytes_ / int64_t(sizeof(float))));
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
@@ -327,6 +330,7 @@ void ChunkManager::WriteHome(int32_t index) {
     // home += this step's partials of every rank, reduced; the device copy is
     // then spent (it is in the home sum) and must be dropped by the caller.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
+    backend_->Synchronize(*ev.computed);  // the collective reads the slot on this thread
     CheckCollective(comm_->ReduceScatter(SlotData(st.slot), scratch_.data(), n));
     float* home = HostCopy(index);
     if (st.zero) {
@@ -416,6 +420,9 @@ void ChunkManager::ZeroFill(StateKind kind) {
 }
 
 void ChunkManager::Flush(StateKind kind) {
+  // One rank's home copies need nothing: readers copy a dirty chunk home when
+  // they need it (Peek reads the device copy in place).
+  if (world_ == 1) return;
   for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
 }
 

@@ -103,8 +103,9 @@ class ChunkManager {
 
   // Every chunk of `kind` becomes zeros, lazily: no copy is made until it is used.
   void ZeroFill(StateKind kind);
-  // Makes every home shard of `kind` current: with N ranks, reduce-scatters the
-  // gradients still on the device. All ranks call it at the same point.
+  // With N ranks, makes every home shard of `kind` current by reduce-scattering
+  // the gradients still on the device; all ranks call it at the same point.
+  // With one rank it does nothing (readers copy home what they need).
   void Flush(StateKind kind);
 
   // Whether chunk `chunk`'s optimizer update runs on the device (hybrid Adam).

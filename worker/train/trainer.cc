@@ -29,7 +29,7 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
-                                                 Communicator* comm) {
+                                                 Communicator* comm, int local_ranks) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
   t->comm_ = comm;
@@ -47,6 +47,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
     char ratio[64];
     std::snprintf(ratio, sizeof ratio, " x overall_cpu_mem_ratio %g", config.mem_tracer.overall_cpu_mem_ratio);
     t->host_budget_.source += ratio;
+    if (local_ranks > 1) {
+      t->host_budget_.bytes /= local_ranks;
+      t->host_budget_.source += " / " + std::to_string(local_ranks) + " local ranks";
+    }
   }
   if (plan.min_host_bytes > t->host_budget_.bytes) {
     return Status::ResourceExhausted(

@@ -36,8 +36,10 @@ class Trainer {
   // trainer. With a communicator of N ranks (it must outlive the trainer too)
   // the model state is ZeRO-sharded and each rank reads its own data slice;
   // train.batch_size is per rank.
+  // `local_ranks` processes share this node's memory: a detected host budget
+  // (cgroup or RAM) is split evenly between them.
   static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data,
-                                                 Communicator* comm = nullptr);
+                                                 Communicator* comm = nullptr, int local_ranks = 1);
 
   // One optimizer step.
   Result<StepStats> Step();

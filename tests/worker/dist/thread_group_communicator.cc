@@ -11,7 +11,7 @@ namespace {
 // What every rank of the group shares: one posted pointer per rank and a
 // reusable barrier.
 struct Group {
-  explicit Group(int n) : size(n), posted(size_t(n), nullptr) {}
+  explicit Group(int n) : size(n), posted(size_t(n), nullptr), calls(size_t(n)) {}
 
   void Barrier() {
     std::unique_lock<std::mutex> lock(mu);
@@ -27,6 +27,7 @@ struct Group {
 
   const int size;
   std::vector<const void*> posted;
+  std::vector<std::pair<int, int64_t>> calls;  // per rank: the op and size it posted
   std::mutex mu;
   std::condition_variable cv;
   int waiting = 0;
@@ -41,7 +42,7 @@ class ThreadGroupCommunicator final : public Communicator {
   int world_size() const override { return group_->size; }
 
   Status AllGather(const float* shard, float* full, int64_t n) override {
-    Post(shard);
+    PSTAR_RETURN_IF_ERROR(Post(shard, 0, n));
     for (int r = 0; r < group_->size; ++r) {
       const float* src = static_cast<const float*>(group_->posted[size_t(r)]);
       if (src != full + r * n) std::memmove(full + r * n, src, size_t(n) * sizeof(float));
@@ -51,7 +52,7 @@ class ThreadGroupCommunicator final : public Communicator {
   }
 
   Status ReduceScatter(const float* full, float* shard, int64_t n) override {
-    Post(full);
+    PSTAR_RETURN_IF_ERROR(Post(full, 1, n));
     std::vector<float> out(size_t(n), 0.0f);
     for (int r = 0; r < group_->size; ++r) {
       const float* src = static_cast<const float*>(group_->posted[size_t(r)]) + int64_t(rank_) * n;
@@ -63,7 +64,7 @@ class ThreadGroupCommunicator final : public Communicator {
   }
 
   Status AllReduceSum(double* data, int64_t n) override {
-    Post(data);
+    PSTAR_RETURN_IF_ERROR(Post(data, 2, n));
     std::vector<double> out(size_t(n), 0.0);
     for (int r = 0; r < group_->size; ++r) {
       const double* src = static_cast<const double*>(group_->posted[size_t(r)]);
@@ -75,7 +76,7 @@ class ThreadGroupCommunicator final : public Communicator {
   }
 
   Status Broadcast(void* data, int64_t bytes, int root) override {
-    Post(data);
+    PSTAR_RETURN_IF_ERROR(Post(data, 3, bytes));
     if (rank_ != root) std::memcpy(data, group_->posted[size_t(root)], size_t(bytes));
     group_->Barrier();
     return Status();
@@ -87,10 +88,18 @@ class ThreadGroupCommunicator final : public Communicator {
   }
 
  private:
-  // Publishes this rank's buffer and waits until every rank has published.
-  void Post(const void* p) {
+  // Publishes this rank's buffer and waits until every rank has published;
+  // fails (on every rank) when the ranks did not all call the same op and size.
+  Status Post(const void* p, int op, int64_t n) {
     group_->posted[size_t(rank_)] = p;
+    group_->calls[size_t(rank_)] = {op, n};
     group_->Barrier();
+    const auto first = group_->calls[0];
+    bool same = true;
+    for (const auto& call : group_->calls) same = same && call == first;
+    if (same) return Status();
+    group_->Barrier();  // every rank has compared before anyone posts again
+    return Status::Internal("ranks called different collectives (op or size differs)");
   }
 
   std::shared_ptr<Group> group_;

@@ -103,7 +103,8 @@ TEST(ChunkTraining, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
   for (int64_t chunk : {0, 1024, 4096}) {
     const std::string chunk_set = Set("default_chunk_size", chunk);
     const RunResult reference = Train(MakeConfig({chunk_set}), data);
-    EXPECT_GT(reference.device_adam_chunks, 0) << "everything fits: Adam runs on the device";
+    EXPECT_EQ(reference.device_adam_chunks, reference.num_chunks) << "everything fits: Adam runs on the device";
+    EXPECT_EQ(reference.moved_after_warmup, 0) << "everything resident: nothing moves after the first step";
     // 0.9 leaves room beyond params and grads: some chunks update on the device, the rest on the host.
     for (double fraction : {0.9, 0.5, 0.25, 0.0}) {
       const int64_t budget = Budget(MakeConfig({chunk_set}), fraction);
