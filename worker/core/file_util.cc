@@ -56,8 +56,10 @@ Status AtomicFileWriter::Append(std::string_view bytes) {
     buffer_.append(bytes);
     return Status::Ok();
   }
-  const char* p = bytes.data();
-  size_t left = bytes.size();
+  return WriteAll(bytes.data(), bytes.size());
+}
+
+Status AtomicFileWriter::WriteAll(const char* p, size_t left) {
   while (left > 0) {
     ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
@@ -71,17 +73,7 @@ Status AtomicFileWriter::Append(std::string_view bytes) {
 }
 
 Status AtomicFileWriter::Flush() {
-  const char* p = buffer_.data();
-  size_t left = buffer_.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", tmp_);
-    }
-    p += n;
-    left -= size_t(n);
-  }
+  PSTAR_RETURN_IF_ERROR(WriteAll(buffer_.data(), buffer_.size()));
   buffer_.clear();
   return Status::Ok();
 }

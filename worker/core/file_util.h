@@ -29,6 +29,8 @@ class AtomicFileWriter {
  private:
   AtomicFileWriter(std::string path, std::string tmp, int fd) : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
   Status Flush();
+  // Writes all of [p, p + n) to the temp file, retrying short writes.
+  Status WriteAll(const char* p, size_t n);
 
   std::string path_, tmp_;
   int fd_ = -1;

@@ -23,6 +23,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "worker/core/accept_loop.h"
+
 namespace pstar {
 
 namespace {
@@ -375,26 +377,18 @@ void StoreServer::Drain(milliseconds grace) {
 }
 
 void StoreServer::Accept() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
-  while (true) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;  // asked to stop
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+  AcceptUntilWoken(listen_fd_, wake_fds_[0], [this](int fd) {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       ::close(fd);
-      return;
+      return false;
     }
     clients_.insert(fd);
     client_threads_.emplace_back([this, fd] { Serve(fd); });
-  }
+    return true;
+  });
 }
 
 void StoreServer::Serve(int fd) {

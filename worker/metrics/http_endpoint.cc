@@ -12,6 +12,8 @@
 #include <chrono>
 #include <system_error>
 
+#include "worker/core/accept_loop.h"
+
 namespace pstar {
 
 namespace {
@@ -85,19 +87,11 @@ HttpEndpoint::~HttpEndpoint() {
 }
 
 void HttpEndpoint::Serve() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
-  while (true) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;  // asked to stop
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
+  AcceptUntilWoken(listen_fd_, wake_fds_[0], [this](int client) {
     Answer(client);
     ::close(client);
-  }
+    return true;
+  });
 }
 
 // Waits until `client` is ready for `events`, the deadline passes or Stop is
