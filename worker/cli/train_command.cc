@@ -121,7 +121,10 @@ int TrainCommand(const std::vector<std::string>& args) {
               (long long)g.n_layer, (long long)g.n_head, (long long)g.n_embd, (long long)g.vocab_size,
               double(g.NumParameters()) / 1e6, t.store().layout().num_chunks(),
               (long long)t.store().layout().chunk_elems());
-  if (metrics) metrics->AttachRuntimeCounters(&t.store().chunks().counters());
+  if (metrics) {
+    metrics->AttachRuntimeCounters(&t.store().chunks().counters());
+    metrics->AttachCollectiveCounters(&(*comm)->counters());
+  }
   const MemoryPlan& plan = t.plan();
   const ChunkManager& chunks = t.store().chunks();
   std::printf("memory: model data %s, activations %s%s | device tier %s (%s), %d chunk slots, "
@@ -138,8 +141,6 @@ int TrainCommand(const std::vector<std::string>& args) {
               (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,
               (long long)(env->world_size * c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
   if (first_step > 0) std::printf("resumed: from the checkpoint of step %lld\n", (long long)first_step);
-  std::fflush(stdout);
-
   std::fflush(stdout);
 
   std::signal(SIGINT, OnStopSignal);
@@ -183,7 +184,6 @@ int TrainCommand(const std::vector<std::string>& args) {
                   per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9);
     }
   };
-  std::array<int64_t, kNumCollectiveOps> collective_seen{}, collective_bytes{}, collective_ns{};
   for (int64_t s = first_step; s < c.train.steps; ++s) {
     auto start = std::chrono::steady_clock::now();
     auto stats = t.Step();
@@ -211,16 +211,6 @@ int TrainCommand(const std::vector<std::string>& args) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
                           /*loss_scale=*/1.0, /*mfu=*/0.0);
-      const CollectiveCounters& cc = (*comm)->counters();
-      for (int op = 0; op < kNumCollectiveOps; ++op) {
-        const int64_t bytes = cc.bytes[size_t(op)].load(), ns = cc.nanoseconds[size_t(op)].load();
-        if (cc.calls[size_t(op)].load() == collective_seen[size_t(op)]) continue;
-        collective_seen[size_t(op)] = cc.calls[size_t(op)].load();
-        metrics->RecordCollective(CollectiveOpName(CollectiveOp(op)), bytes - collective_bytes[size_t(op)],
-                                  double(ns - collective_ns[size_t(op)]) * 1e-9);
-        collective_bytes[size_t(op)] = bytes;
-        collective_ns[size_t(op)] = ns;
-      }
     }
     if (stopping) {
       std::fprintf(stderr, "pstar: stopping after step %lld on request\n", (long long)(s + 1));

@@ -55,8 +55,40 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     const RuntimeCounters* none = nullptr;
     return counters_.compare_exchange_strong(none, counters);
   }
+  bool Attach(const CollectiveCounters* counters) {
+    const CollectiveCounters* none = nullptr;
+    return collectives_.compare_exchange_strong(none, counters);
+  }
 
   std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out = CollectChunks();
+    for (MetricFamily& f : CollectCollectives()) out.push_back(std::move(f));
+    return out;
+  }
+
+ private:
+  // Per op that has run: payload bytes sent and seconds spent.
+  std::vector<MetricFamily> CollectCollectives() const {
+    const CollectiveCounters* c = collectives_.load(std::memory_order_acquire);
+    if (c == nullptr) return {};
+    MetricFamily bytes = Family("patrickstar_collective_bytes_total",
+                                "Payload bytes of collectives on this rank, by op.", MetricType::Counter);
+    MetricFamily seconds = Family("patrickstar_collective_seconds_total", "Seconds spent in collectives, by op.",
+                                  MetricType::Counter);
+    for (int op = 0; op < kNumCollectiveOps; ++op) {
+      if (c->calls[size_t(op)].load(std::memory_order_relaxed) == 0) continue;
+      const Labels labels = {{"op", CollectiveOpName(static_cast<CollectiveOp>(op))}};
+      bytes.metric.push_back(Sample(labels, Load(c->bytes[size_t(op)]), MetricType::Counter));
+      seconds.metric.push_back(Sample(labels, Load(c->nanoseconds[size_t(op)]) * 1e-9, MetricType::Counter));
+    }
+    if (bytes.metric.empty()) return {};
+    std::vector<MetricFamily> out;
+    out.push_back(std::move(bytes));
+    out.push_back(std::move(seconds));
+    return out;
+  }
+
+  std::vector<MetricFamily> CollectChunks() const {
     const RuntimeCounters* c = counters_.load(std::memory_order_acquire);
     if (c == nullptr) return {};
 
@@ -123,7 +155,6 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     return out;
   }
 
- private:
   static MetricFamily Family(const char* name, const char* help, MetricType type) {
     return MetricFamily{name, help, type, {}};
   }
@@ -143,6 +174,7 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
 
   const Labels constant_;
   std::atomic<const RuntimeCounters*> counters_{nullptr};
+  std::atomic<const CollectiveCounters*> collectives_{nullptr};
 };
 
 Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions& options) {
@@ -185,10 +217,6 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
   m->loss_scale_family_ = &gauge("patrickstar_loss_scale", "Loss scale of the last step.");
   m->mfu_family_ = &gauge("patrickstar_mfu",
                           "Model FLOPs utilization of the last step, as a ratio of peak (0..1).");
-  m->collective_bytes_ =
-      &counter("patrickstar_collective_bytes_total", "Payload bytes of collectives on this rank, by op.");
-  m->collective_seconds_ =
-      &counter("patrickstar_collective_seconds_total", "Seconds spent in collectives, by op.");
   gauge("patrickstar_build_info", "Always 1; the labels describe the build.")
       .Add({{"version", kPstarVersion}, {"cuda", kCudaBuilt}})
       .Set(1);
@@ -234,9 +262,8 @@ void WorkerMetrics::RecordStep(double seconds, int64_t tokens, double loss, doub
 
 void WorkerMetrics::RecordSkippedStep() { skipped_steps_->Increment(); }
 
-void WorkerMetrics::RecordCollective(const std::string& op, int64_t bytes, double seconds) {
-  collective_bytes_->Add({{"op", op}}).Increment(static_cast<double>(bytes));
-  collective_seconds_->Add({{"op", op}}).Increment(seconds);
+void WorkerMetrics::AttachCollectiveCounters(const CollectiveCounters* counters) {
+  if (counters != nullptr) runtime_->Attach(counters);
 }
 
 }  // namespace pstar

@@ -1,6 +1,6 @@
 // WorkerMetrics: the worker's Prometheus endpoint. One HTTP endpoint per process
 // serves GET /metrics; the chunk series are read from the runtime's lock-free
-// counters at scrape time, the step and collective series are recorded by the
+// and collective counters at scrape time, the step series are recorded by the
 // training loop. docs/metrics.md lists every series.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "worker/core/status.h"
+#include "worker/dist/communicator.h"
 #include "worker/metrics/http_endpoint.h"
 #include "worker/runtime/runtime_counters.h"
 
@@ -54,8 +55,10 @@ class WorkerMetrics {
                   double grad_norm, double loss_scale, double mfu);
   // A step whose update was skipped (non-finite gradients).
   void RecordSkippedStep();
-  // One collective: op is all_gather, reduce_scatter, all_reduce, broadcast or barrier.
-  void RecordCollective(const std::string& op, int64_t bytes, double seconds);
+  // Serves the collective series from `counters` (a communicator's), read at
+  // each scrape like the chunk series; an op's series appear once it has run.
+  // `counters` must outlive this object. Attach once; a later call is ignored.
+  void AttachCollectiveCounters(const CollectiveCounters* counters);
 
  private:
   class RuntimeCollector;
@@ -81,8 +84,6 @@ class WorkerMetrics {
   prometheus::Gauge* grad_norm_ = nullptr;
   prometheus::Gauge* loss_scale_ = nullptr;
   prometheus::Gauge* mfu_ = nullptr;
-  prometheus::Family<prometheus::Counter>* collective_bytes_ = nullptr;
-  prometheus::Family<prometheus::Counter>* collective_seconds_ = nullptr;
 
   int port_ = 0;
   // Last, so it stops serving before anything it reads is destroyed.

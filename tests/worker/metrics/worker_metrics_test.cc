@@ -141,6 +141,7 @@ void Fill(RuntimeCounters& c) {
 
 TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   RuntimeCounters counters;  // outlives the metrics
+  CollectiveCounters collectives;
   std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);
 
@@ -158,9 +159,13 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   metrics->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
   metrics->RecordStep(1.5, 1024, 3.0, 5e-4, 1.25, 65536.0, 0.45);
   metrics->RecordSkippedStep();
-  metrics->RecordCollective("all_reduce", 1 << 20, 0.25);
-  metrics->RecordCollective("all_reduce", 1 << 20, 0.5);
-  metrics->RecordCollective("barrier", 0, 0.125);
+  metrics->AttachCollectiveCounters(&collectives);
+  // Two all_reduce calls of 1 MiB (0.25 s and 0.5 s) and one barrier (0.125 s).
+  collectives.calls[int(CollectiveOp::kAllReduce)] = 2;
+  collectives.bytes[int(CollectiveOp::kAllReduce)] = 2 << 20;
+  collectives.nanoseconds[int(CollectiveOp::kAllReduce)] = 750000000;
+  collectives.calls[int(CollectiveOp::kBarrier)] = 1;
+  collectives.nanoseconds[int(CollectiveOp::kBarrier)] = 125000000;
 
   test::HttpResponse resp = HttpGet(metrics->port(), "/metrics");
   ASSERT_NE(resp.status_line.find(" 200"), std::string::npos) << resp.status_line;
@@ -300,9 +305,13 @@ TEST(WorkerMetrics, ExpositionPassesPromtool) {
   metrics->AttachRuntimeCounters(&counters);
   metrics->RecordStep(0.02, 512, 4.5, 1e-3, 2.0, 1.0, 0.1);
   metrics->RecordSkippedStep();
-  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"}) {
-    metrics->RecordCollective(op, 4096, 0.001);
+  CollectiveCounters collectives;
+  for (int op = 0; op < kNumCollectiveOps; ++op) {
+    collectives.calls[size_t(op)] = 1;
+    collectives.bytes[size_t(op)] = 4096;
+    collectives.nanoseconds[size_t(op)] = 1000000;
   }
+  metrics->AttachCollectiveCounters(&collectives);
   const std::string body = HttpGet(metrics->port(), "/metrics").body;
   ASSERT_FALSE(body.empty());
 
