@@ -10,6 +10,7 @@
 
 #include "worker/config/config.h"
 #include "worker/data/token_source.h"
+#include "worker/model/param_store.h"
 
 namespace pstar::test {
 
@@ -29,6 +30,16 @@ inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
   return VectorTokenSource(std::move(t));
+}
+
+// A copy of every tensor of `kind` (one rank), in tensor order.
+inline std::vector<std::vector<float>> TensorCopies(ParamStore& store, StateKind kind) {
+  std::vector<std::vector<float>> out;
+  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
+    const float* p = store.TensorData(kind, id);
+    out.emplace_back(p, p + store.layout().spec(id).numel());
+  }
+  return out;
 }
 
 }  // namespace pstar::test

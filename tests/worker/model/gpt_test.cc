@@ -29,14 +29,8 @@ RunResult Train(const Config& config, const TokenSource& data) {
     EXPECT_TRUE(st.ok());
     r.losses.push_back(st->loss);
   }
-  ParamStore& store = (*t)->store();
-  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
-    const int64_t n = store.layout().spec(id).numel();
-    const float* p = store.TensorData(StateKind::kParam, id);
-    const float* g = store.TensorData(StateKind::kGrad, id);
-    r.params.emplace_back(p, p + n);
-    r.grads.emplace_back(g, g + n);
-  }
+  r.params = test::TensorCopies((*t)->store(), StateKind::kParam);
+  r.grads = test::TensorCopies((*t)->store(), StateKind::kGrad);
   return r;
 }
 

@@ -24,14 +24,8 @@ struct TrainRun {
 TrainRun Collect(Trainer& t, std::vector<float> losses) {
   TrainRun r;
   r.losses = std::move(losses);
-  ParamStore& store = t.store();
-  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
-    const int64_t n = store.layout().spec(id).numel();
-    const float* p = store.TensorData(StateKind::kParam, id);
-    const float* v = store.TensorData(StateKind::kExpAvgSq, id);
-    r.params.emplace_back(p, p + n);
-    r.exp_avg_sq.emplace_back(v, v + n);
-  }
+  r.params = test::TensorCopies(t.store(), StateKind::kParam);
+  r.exp_avg_sq = test::TensorCopies(t.store(), StateKind::kExpAvgSq);
   return r;
 }
 

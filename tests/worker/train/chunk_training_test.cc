@@ -60,16 +60,9 @@ RunResult Train(const Config& config, const TokenSource& data) {
   r.capacity = chunks.device_capacity_bytes();
   r.device_adam_chunks = chunks.device_adam_chunks();
   r.num_chunks = chunks.num_chunks();
-  ParamStore& store = (*t)->store();
-  for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
-    const int64_t n = store.layout().spec(id).numel();
-    const float* p = store.TensorData(StateKind::kParam, id);
-    const float* m = store.TensorData(StateKind::kExpAvg, id);
-    const float* v = store.TensorData(StateKind::kExpAvgSq, id);
-    r.params.emplace_back(p, p + n);
-    r.exp_avg.emplace_back(m, m + n);
-    r.exp_avg_sq.emplace_back(v, v + n);
-  }
+  r.params = test::TensorCopies((*t)->store(), StateKind::kParam);
+  r.exp_avg = test::TensorCopies((*t)->store(), StateKind::kExpAvg);
+  r.exp_avg_sq = test::TensorCopies((*t)->store(), StateKind::kExpAvgSq);
   return r;
 }
 
