@@ -32,9 +32,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
                                                  Communicator* comm, int local_ranks) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->config_ = config;
+  if (comm == nullptr) comm = (t->own_comm_ = MakeSingleRankCommunicator()).get();
   t->comm_ = comm;
-  t->world_ = comm != nullptr ? comm->world_size() : 1;
-  const int rank = comm != nullptr ? comm->rank() : 0;
+  t->world_ = comm->world_size();
+  const int rank = comm->rank();
   const TrainSection& tr = config.train;
   const GptConfig& g = config.model.gpt;
 
@@ -121,19 +122,13 @@ Status Trainer::SaveCheckpoint() {
   state.optimizer_steps = optimizer_->steps_taken();
   state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
   state.model = config_.model.gpt;
-  std::unique_ptr<Communicator> single;
-  Communicator* comm = comm_;
-  if (comm == nullptr) comm = (single = MakeSingleRankCommunicator()).get();
-  return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm)
+  return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_)
       .WithPrefix("checkpoint");
 }
 
 Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
-  std::unique_ptr<Communicator> single;
-  Communicator* comm = comm_;
-  if (comm == nullptr) comm = (single = MakeSingleRankCommunicator()).get();
   auto state = LoadLatestCheckpoint(config_.checkpoint.dir, LayoutFingerprint(GptTensorSpecs(config_.model.gpt)),
-                                    CheckpointRanges(), *comm, warnings);
+                                    CheckpointRanges(), *comm_, warnings);
   if (!state.ok()) {
     if (state.status().code() == StatusCode::kNotFound) return int64_t{0};
     return state.status().WithPrefix("checkpoint");

@@ -69,7 +69,8 @@ class Trainer {
   Config config_;
   MemoryPlan plan_;
   HostBudget host_budget_;
-  Communicator* comm_ = nullptr;
+  std::unique_ptr<Communicator> own_comm_;  // a single rank's, when none was given
+  Communicator* comm_ = nullptr;            // never null after Create
   int world_ = 1;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Arena> arena_;
