@@ -33,7 +33,7 @@ std::string Response(const char* status, const char* type, const std::string& bo
 }  // namespace
 
 Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& address, int port,
-                                                          std::string path, BodyFn body) {
+                                                          Routes routes) {
   std::string host = address;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   const std::string where =
@@ -69,8 +69,7 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& add
   if (::pipe2(e->wake_fds_, O_CLOEXEC) != 0) {
     return Status::Internal("cannot create the metrics endpoint's wake pipe: " + ErrnoText());
   }
-  e->path_ = std::move(path);
-  e->body_ = std::move(body);
+  e->routes_ = std::move(routes);
   e->thread_ = std::thread([raw = e.get()] { raw->Serve(); });
   return e;
 }
@@ -142,12 +141,17 @@ void HttpEndpoint::Answer(int client) {
   const std::string method = line.substr(0, sp1);
   std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
-  if (target != path_) {
-    SendAll(client, Response("404 Not Found", "text/plain", "not found; metrics are at " + path_ + "\n"), deadline);
+  const auto route = routes_.find(target);
+  if (route == routes_.end()) {
+    std::string paths;
+    for (const auto& [path, handler] : routes_) paths += (paths.empty() ? "" : ", ") + path;
+    SendAll(client, Response("404 Not Found", "text/plain", "not found; served paths: " + paths + "\n"), deadline);
   } else if (method != "GET" && method != "HEAD") {
     SendAll(client, Response("405 Method Not Allowed", "text/plain", "use GET\n"), deadline);
   } else {
-    const std::string response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body_());
+    const Reply reply = route->second();
+    const std::string status = std::to_string(reply.code) + (reply.code == 200 ? " OK" : " Error");
+    const std::string response = Response(status.c_str(), reply.content_type.c_str(), reply.body);
     SendAll(client, method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response,
             deadline);
   }

@@ -1,4 +1,5 @@
-// HttpEndpoint: a minimal HTTP/1.x server for GET /metrics on one thread.
+// HttpEndpoint: a minimal HTTP/1.x server for a few GET paths (/metrics,
+// /healthz, ...) on one thread.
 // The worker serves its own endpoint instead of prometheus-cpp's civetweb
 // exposer: civetweb runs its request threads on a small fixed stack from
 // which glibc also carves every loaded library's static TLS, and with the
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,13 +21,18 @@ namespace pstar {
 
 class HttpEndpoint {
  public:
-  // Returns the response body for GET `path`; other paths get 404.
-  using BodyFn = std::function<std::string()>;
+  struct Reply {
+    int code = 200;  // 200, or e.g. 503 from a failing health check
+    std::string body;
+    std::string content_type = "text/plain; version=0.0.4; charset=utf-8";
+  };
+  // Answers GET of one path; paths without a handler get 404.
+  using Handler = std::function<Reply()>;
+  using Routes = std::map<std::string, Handler>;
 
   // Listens on address:port (port 0: the OS picks). Fails with a one-line
   // message naming address:port and the reason.
-  static Result<std::unique_ptr<HttpEndpoint>> Start(const std::string& address, int port,
-                                                     std::string path, BodyFn body);
+  static Result<std::unique_ptr<HttpEndpoint>> Start(const std::string& address, int port, Routes routes);
   ~HttpEndpoint();
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
@@ -43,8 +50,7 @@ class HttpEndpoint {
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};  // a pipe: written once to stop Serve
   int port_ = 0;
-  std::string path_;
-  BodyFn body_;
+  Routes routes_;
   std::thread thread_;
 };
 

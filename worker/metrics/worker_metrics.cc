@@ -227,9 +227,9 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
     for (const auto& source : sources) {
       for (MetricFamily& f : source->Collect()) families.push_back(std::move(f));
     }
-    return prometheus::TextSerializer().Serialize(families);
+    return HttpEndpoint::Reply{200, prometheus::TextSerializer().Serialize(families)};
   };
-  PSTAR_ASSIGN_OR_RETURN(m->endpoint_, HttpEndpoint::Start(options.bind_address, options.port, "/metrics", body));
+  PSTAR_ASSIGN_OR_RETURN(m->endpoint_, HttpEndpoint::Start(options.bind_address, options.port, {{"/metrics", body}}));
   m->port_ = m->endpoint_->port();
   return m;
 }

@@ -14,7 +14,8 @@ namespace pstar {
 namespace {
 
 std::unique_ptr<HttpEndpoint> StartOnLoopback() {
-  auto e = HttpEndpoint::Start("127.0.0.1", 0, "/metrics", [] { return std::string("up 1\n"); });
+  auto e = HttpEndpoint::Start("127.0.0.1", 0, {{"/metrics", [] { return HttpEndpoint::Reply{200, "up 1\n"}; }},
+                                               {"/healthz", [] { return HttpEndpoint::Reply{503, "not yet\n"}; }}});
   EXPECT_TRUE(e.ok()) << e.status().message();
   return std::move(e).value();
 }
@@ -39,6 +40,11 @@ TEST(HttpEndpoint, ServesThePathAndRefusesTheRest) {
   auto missing = test::HttpGet(e->port(), "/other");
   ASSERT_TRUE(missing.ok) << missing.error;
   EXPECT_EQ(missing.status_line, "HTTP/1.1 404 Not Found");
+  EXPECT_NE(missing.body.find("/healthz"), std::string::npos) << missing.body;
+  auto unhealthy = test::HttpGet(e->port(), "/healthz");
+  ASSERT_TRUE(unhealthy.ok) << unhealthy.error;
+  EXPECT_EQ(unhealthy.status_line, "HTTP/1.1 503 Error");
+  EXPECT_EQ(unhealthy.body, "not yet\n");
 }
 
 TEST(HttpEndpoint, AStalledClientDelaysNeitherScrapesForLongNorShutdown) {
@@ -60,7 +66,7 @@ TEST(HttpEndpoint, AStalledClientDelaysNeitherScrapesForLongNorShutdown) {
 
 TEST(HttpEndpoint, ABusyPortFailsNamingAddressAndPort) {
   auto first = StartOnLoopback();
-  auto second = HttpEndpoint::Start("127.0.0.1", first->port(), "/metrics", [] { return std::string(); });
+  auto second = HttpEndpoint::Start("127.0.0.1", first->port(), {{"/metrics", [] { return HttpEndpoint::Reply{}; }}});
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(first->port())), std::string::npos)
       << second.status().message();
