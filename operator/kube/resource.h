@@ -1,0 +1,36 @@
+// ResourceRef: which REST collection an object lives in, and the URL paths of
+// its collection, objects and subresources.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace pstar::op {
+
+using Json = nlohmann::json;
+
+struct ResourceRef {
+  std::string group;    // "" for the core API
+  std::string version;  // "v1"
+  std::string plural;   // "pods"
+  std::string kind;     // "Pod"
+  bool namespaced = true;
+
+  // "v1" for core, else "group/version".
+  std::string api_version() const;
+  // "/api/v1/namespaces/ns/pods/name/status"; ns "" = all namespaces (or a
+  // cluster-scoped resource), name "" = the collection.
+  std::string Path(const std::string& ns, const std::string& name = "",
+                   const std::string& subresource = "") const;
+};
+
+const ResourceRef& Pods();
+const ResourceRef& Services();
+const ResourceRef& ConfigMaps();
+const ResourceRef& Events();
+const ResourceRef& Nodes();             // cluster-scoped
+const ResourceRef& Leases();            // coordination.k8s.io/v1
+const ResourceRef& PatrickStarJobs();   // patrickstar.io/v1alpha1
+
+}  // namespace pstar::op
