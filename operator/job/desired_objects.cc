@@ -1,0 +1,208 @@
+#include "operator/job/desired_objects.h"
+
+#include "operator/kube/quantity.h"
+#include "operator/job/yaml_emit.h"
+
+namespace pstar::op {
+
+namespace {
+
+Json EnvValue(const std::string& name, const std::string& value) { return {{"name", name}, {"value", value}}; }
+
+Json Metadata(const JobSpec& spec, const std::string& name, Json labels) {
+  return {{"name", name},
+          {"namespace", spec.ns},
+          {"labels", std::move(labels)},
+          {"ownerReferences", Json::array({OwnerReference(spec)})}};
+}
+
+// A quantity as Kubernetes serializes it: always a string.
+Json QuantityValue(const Json& v) { return v.is_string() ? v : Json(v.dump()); }
+
+// The user's resources with ours set over them: memory from the sizing, and
+// one GPU per rank on cuda jobs.
+Json Resources(const JobSpec& spec, const PodSizing& sizing) {
+  Json r = Json::object();
+  if (spec.overrides.resources.is_object()) {
+    for (auto it = spec.overrides.resources.begin(); it != spec.overrides.resources.end(); ++it) {
+      if (it.key() == "requests" || it.key() == "limits") {
+        Json section = Json::object();
+        for (auto q = it.value().begin(); q != it.value().end(); ++q) section[q.key()] = QuantityValue(q.value());
+        r[it.key()] = std::move(section);
+      } else {
+        r[it.key()] = it.value();
+      }
+    }
+  }
+  r["requests"]["memory"] = FormatBytesQuantity(sizing.request_bytes);
+  r["limits"]["memory"] = FormatBytesQuantity(sizing.limit_bytes);
+  if (spec.device == JobDevice::kCuda) {
+    const std::string gpus = std::to_string(spec.nproc_per_node);
+    r["limits"]["nvidia.com/gpu"] = gpus;
+    // Kubernetes requires requests == limits for extended resources.
+    if (r["requests"].contains("nvidia.com/gpu")) r["requests"]["nvidia.com/gpu"] = gpus;
+  }
+  return r;
+}
+
+Json Env(const JobSpec& spec, int node_index, int attempt, const OperatorDefaults& defaults) {
+  Json env = Json::array();
+  env.push_back(EnvValue("NODE_RANK", std::to_string(node_index)));
+  env.push_back(EnvValue("NNODES", std::to_string(spec.num_nodes)));
+  env.push_back(EnvValue("NPROC_PER_NODE", std::to_string(spec.nproc_per_node)));
+  env.push_back(EnvValue("WORLD_SIZE", std::to_string(spec.world_size())));
+  env.push_back(EnvValue("MASTER_ADDR", MasterAddr(spec, defaults.cluster_domain)));
+  env.push_back(EnvValue("MASTER_PORT", std::to_string(spec.master_port)));
+  env.push_back(EnvValue("PSTAR_RDZV_ID", RdzvId(spec, attempt)));
+  env.push_back(EnvValue("PSTAR_JOB_NAME", spec.name));
+  env.push_back(EnvValue("PSTAR_NAMESPACE", spec.ns));
+  env.push_back({{"name", "POD_IP"},
+                 {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", "status.podIP"}}}}}});
+  const NcclSpec& n = spec.nccl;
+  if (!n.socket_ifname.empty()) env.push_back(EnvValue("NCCL_SOCKET_IFNAME", n.socket_ifname));
+  if (n.ib_disable) env.push_back(EnvValue("NCCL_IB_DISABLE", *n.ib_disable ? "1" : "0"));
+  if (!n.debug.empty()) env.push_back(EnvValue("NCCL_DEBUG", n.debug));
+  for (const auto& [name, value] : n.env) env.push_back(EnvValue(name, value));
+  for (const Json& e : spec.env) env.push_back(e);
+  if (spec.overrides.env.is_array()) {
+    for (const Json& e : spec.overrides.env) env.push_back(e);
+  }
+  return env;
+}
+
+Json Args(const JobSpec& spec, const PodSizing& sizing) {
+  Json args = {"launch",
+               "--nproc-per-node", std::to_string(spec.nproc_per_node),
+               "--nnodes", std::to_string(spec.num_nodes),
+               "--node-rank", "$(NODE_RANK)",
+               "--master-addr", "$(MASTER_ADDR)",
+               "--master-port", "$(MASTER_PORT)",
+               "--rdzv-id", "$(PSTAR_RDZV_ID)",
+               "--",
+               "train",
+               "--config", kConfigPath,
+               "--set", "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes)};
+  if (spec.metrics_port > 0) {
+    args.push_back("--set");
+    args.push_back("metrics.port=" + std::to_string(spec.metrics_port));
+    args.push_back("--set");
+    args.push_back("metrics.bind_address=$(POD_IP)");
+  }
+  return args;
+}
+
+}  // namespace
+
+std::string ServiceName(const JobSpec& spec) { return spec.name; }
+std::string ConfigMapName(const JobSpec& spec) { return spec.name + "-config"; }
+std::string PodName(const JobSpec& spec, int node_index) { return spec.name + "-node-" + std::to_string(node_index); }
+
+std::string MasterAddr(const JobSpec& spec, const std::string& cluster_domain) {
+  return PodName(spec, 0) + "." + ServiceName(spec) + "." + spec.ns + ".svc." + cluster_domain;
+}
+
+std::string RdzvId(const JobSpec& spec, int attempt) {
+  return (spec.uid.empty() ? spec.name : spec.uid) + "-" + std::to_string(attempt);
+}
+
+Json JobSelector(const JobSpec& spec) { return {{kJobNameLabel, spec.name}}; }
+
+Json JobLabels(const JobSpec& spec) {
+  return {{kJobNameLabel, spec.name}, {kAppNameLabel, kAppNameValue}, {kManagedByLabel, kManagedByValue}};
+}
+
+Json OwnerReference(const JobSpec& spec) {
+  return {{"apiVersion", kApiVersion}, {"kind", kKind},       {"name", spec.name},
+          {"uid", spec.uid},           {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+Json DesiredService(const JobSpec& spec) {
+  Json ports = Json::array();
+  ports.push_back({{"name", "rdzv"}, {"port", spec.master_port}, {"targetPort", spec.master_port}, {"protocol", "TCP"}});
+  if (spec.metrics_port > 0) {
+    ports.push_back(
+        {{"name", "metrics"}, {"port", spec.metrics_port}, {"targetPort", spec.metrics_port}, {"protocol", "TCP"}});
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Metadata(spec, ServiceName(spec), JobLabels(spec))},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", JobSelector(spec)},
+            {"ports", std::move(ports)}}}};
+}
+
+Json DesiredConfigMap(const JobSpec& spec) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", Metadata(spec, ConfigMapName(spec), JobLabels(spec))},
+          {"data", {{kConfigKey, JsonToYaml(spec.config)}}}};
+}
+
+Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, int attempt,
+                const OperatorDefaults& defaults) {
+  const PodOverrides& o = spec.overrides;
+  // Labels: the user's, then ours over them.
+  Json labels = o.labels.is_object() ? o.labels : Json::object();
+  const Json ours = JobLabels(spec);
+  for (auto it = ours.begin(); it != ours.end(); ++it) labels[it.key()] = it.value();
+  labels[kNodeIndexLabel] = std::to_string(node_index);
+  labels[kAttemptLabel] = std::to_string(attempt);
+  if (!spec.run_policy.queue.empty()) labels[kQueueLabel] = spec.run_policy.queue;
+  Json metadata = Metadata(spec, PodName(spec, node_index), std::move(labels));
+  if (o.annotations.is_object() && !o.annotations.empty()) metadata["annotations"] = o.annotations;
+
+  Json ports = Json::array();
+  ports.push_back({{"name", "rdzv"}, {"containerPort", spec.master_port}, {"protocol", "TCP"}});
+  if (spec.metrics_port > 0) {
+    for (int i = 0; i < spec.nproc_per_node; ++i) {
+      ports.push_back({{"name", "metrics-" + std::to_string(i)},
+                       {"containerPort", spec.metrics_port + i},
+                       {"protocol", "TCP"}});
+    }
+  }
+
+  Json mounts = Json::array();
+  mounts.push_back({{"name", kConfigVolume}, {"mountPath", kConfigDir}, {"readOnly", true}});
+  mounts.push_back({{"name", kShmVolume}, {"mountPath", kShmDir}});
+  if (o.volume_mounts.is_array()) {
+    for (const Json& m : o.volume_mounts) mounts.push_back(m);
+  }
+  Json volumes = Json::array();
+  volumes.push_back({{"name", kConfigVolume}, {"configMap", {{"name", ConfigMapName(spec)}}}});
+  volumes.push_back(
+      {{"name", kShmVolume}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", FormatBytesQuantity(sizing.shm_bytes)}}}});
+  if (o.volumes.is_array()) {
+    for (const Json& v : o.volumes) volumes.push_back(v);
+  }
+
+  Json container = {{"name", kContainerName},
+                    {"image", spec.image.empty() ? defaults.worker_image : spec.image},
+                    {"command", Json::array({defaults.pstar_command})},
+                    {"args", Args(spec, sizing)},
+                    {"env", Env(spec, node_index, attempt, defaults)},
+                    {"ports", std::move(ports)},
+                    {"resources", Resources(spec, sizing)},
+                    {"volumeMounts", std::move(mounts)}};
+  if (!spec.image_pull_policy.empty()) container["imagePullPolicy"] = spec.image_pull_policy;
+  if (o.security_context.is_object()) container["securityContext"] = o.security_context;
+
+  Json pod_spec = {{"restartPolicy", "Never"},
+                   {"hostname", PodName(spec, node_index)},
+                   {"subdomain", ServiceName(spec)},
+                   {"terminationGracePeriodSeconds", kTerminationGracePeriodSeconds},
+                   {"containers", Json::array({std::move(container)})},
+                   {"volumes", std::move(volumes)}};
+  if (o.node_selector.is_object()) pod_spec["nodeSelector"] = o.node_selector;
+  if (o.tolerations.is_array()) pod_spec["tolerations"] = o.tolerations;
+  if (o.affinity.is_object()) pod_spec["affinity"] = o.affinity;
+  if (o.image_pull_secrets.is_array()) pod_spec["imagePullSecrets"] = o.image_pull_secrets;
+  if (!o.service_account_name.empty()) pod_spec["serviceAccountName"] = o.service_account_name;
+  if (!o.priority_class_name.empty()) pod_spec["priorityClassName"] = o.priority_class_name;
+  if (!o.scheduler_name.empty()) pod_spec["schedulerName"] = o.scheduler_name;
+
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(metadata)}, {"spec", std::move(pod_spec)}};
+}
+
+}  // namespace pstar::op

@@ -1,0 +1,68 @@
+// The objects a PatrickStarJob should own, computed from its spec: a headless
+// Service (stable DNS for rank 0 and the metrics), a ConfigMap with the
+// worker's config, and one pod per node running `pstar launch`. Names are
+// deterministic so that creating twice is harmless (409 = already there), and
+// the same input always gives identical JSON.
+#pragma once
+
+#include <string>
+
+#include "operator/job/job_spec.h"
+#include "operator/job/sizing.h"
+
+namespace pstar::op {
+
+// Labels on every object the operator creates.
+inline constexpr const char* kJobNameLabel = "patrickstar.io/job-name";
+inline constexpr const char* kNodeIndexLabel = "patrickstar.io/node-index";
+inline constexpr const char* kAttemptLabel = "patrickstar.io/attempt";
+inline constexpr const char* kQueueLabel = "patrickstar.io/queue";  // runPolicy.schedulingPolicy.queue
+inline constexpr const char* kAppNameLabel = "app.kubernetes.io/name";
+inline constexpr const char* kAppNameValue = "pstar-worker";
+inline constexpr const char* kManagedByLabel = "app.kubernetes.io/managed-by";
+inline constexpr const char* kManagedByValue = "pstar-operator";
+
+inline constexpr const char* kApiVersion = "patrickstar.io/v1alpha1";
+inline constexpr const char* kKind = "PatrickStarJob";
+
+// The worker container and what is mounted into it.
+inline constexpr const char* kContainerName = "worker";
+inline constexpr const char* kConfigKey = "job.yaml";
+inline constexpr const char* kConfigDir = "/etc/pstar";
+inline constexpr const char* kConfigPath = "/etc/pstar/job.yaml";
+inline constexpr const char* kConfigVolume = "pstar-config";
+inline constexpr const char* kShmVolume = "dshm";
+inline constexpr const char* kShmDir = "/dev/shm";
+inline constexpr int kTerminationGracePeriodSeconds = 30;
+
+struct OperatorDefaults {
+  std::string worker_image = "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0";
+  std::string cluster_domain = "cluster.local";
+  std::string pstar_command = "pstar";  // the worker binary in the image
+};
+
+std::string ServiceName(const JobSpec& spec);                // <job>
+std::string ConfigMapName(const JobSpec& spec);              // <job>-config
+std::string PodName(const JobSpec& spec, int node_index);    // <job>-node-<i>
+// Rank 0's pod through the headless Service:
+// <job>-node-0.<job>.<ns>.svc.<cluster_domain>.
+std::string MasterAddr(const JobSpec& spec, const std::string& cluster_domain);
+// The rendezvous id of one gang attempt: <uid>-<attempt>, so that the pods of
+// a restarted gang never meet a stale one.
+std::string RdzvId(const JobSpec& spec, int attempt);
+
+// The labels selecting every pod of the job (job-name only).
+Json JobSelector(const JobSpec& spec);
+// The labels of the job's Service and ConfigMap.
+Json JobLabels(const JobSpec& spec);
+
+// Makes the job the controller owner of a child (garbage-collected with it).
+Json OwnerReference(const JobSpec& spec);
+
+Json DesiredService(const JobSpec& spec);
+Json DesiredConfigMap(const JobSpec& spec);
+// The pod of node `node_index` (0..numNodes-1) in gang attempt `attempt` (0 first).
+Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, int attempt,
+                const OperatorDefaults& defaults = {});
+
+}  // namespace pstar::op

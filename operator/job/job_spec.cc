@@ -1,0 +1,645 @@
+#include "operator/job/job_spec.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "operator/job/desired_objects.h"
+#include "operator/kube/quantity.h"
+#include "worker/config/config.h"
+
+namespace pstar::op {
+
+namespace {
+
+constexpr int32_t kMaxWorldSize = 4096;
+constexpr int kDnsLabelMax = 63;
+
+// Volume names and mount paths the operator uses in every pod.
+const char* const kReservedVolumes[] = {kConfigVolume, kShmVolume};
+const char* const kReservedMountPaths[] = {kConfigDir, kShmDir};
+
+std::string Describe(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_float: return "a fraction";
+    default: return "a number";
+  }
+}
+
+Status Invalid(const std::string& path, const std::string& what) {
+  return Status::InvalidArgument(path + " " + what);
+}
+
+// A JSON object being read: every read is against `path` ("spec.nccl"), and
+// keys that are not in the field table are errors.
+class Fields {
+ public:
+  Fields(const Json* object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  const std::string& path() const { return path_; }
+  std::string Path(const std::string& key) const { return path_ + "." + key; }
+
+  // The value of `key`, or nullptr when absent or null.
+  const Json* Get(const std::string& key) const {
+    if (object_ == nullptr) return nullptr;
+    auto it = object_->find(key);
+    if (it == object_->end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Result<std::optional<int64_t>> Int(const std::string& key, int64_t min, int64_t max) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    if (!v->is_number_integer()) return Invalid(Path(key), "must be an integer, got " + Describe(*v));
+    const int64_t n = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
+                          ? std::numeric_limits<int64_t>::max()
+                          : v->get<int64_t>();
+    if (n < min) return Invalid(Path(key), "must be at least " + std::to_string(min) + ", got " + std::to_string(n));
+    if (n > max) return Invalid(Path(key), "must be at most " + std::to_string(max) + ", got " + std::to_string(n));
+    return std::optional<int64_t>(n);
+  }
+
+  Status Int32(const std::string& key, int64_t min, int64_t max, int32_t* out) const {
+    PSTAR_ASSIGN_OR_RETURN(std::optional<int64_t> n, Int(key, min, max));
+    if (n) *out = int32_t(*n);
+    return Status::Ok();
+  }
+
+  Status String(const std::string& key, std::string* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_string()) return Invalid(Path(key), "must be a string, got " + Describe(*v));
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+
+  Status Bool(const std::string& key, std::optional<bool>* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_boolean()) return Invalid(Path(key), "must be true or false, got " + Describe(*v));
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+
+  // One of `allowed`; `out` keeps its value when the key is absent.
+  Status Enum(const std::string& key, const std::vector<std::string>& allowed, std::string* out) const {
+    std::string value;
+    PSTAR_RETURN_IF_ERROR(String(key, &value));
+    if (Get(key) == nullptr) return Status::Ok();
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      std::string list;
+      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return Invalid(Path(key), "must be one of " + list + ", got '" + value + "'");
+    }
+    *out = value;
+    return Status::Ok();
+  }
+
+  // A byte quantity given as a string ("64Gi") or a plain integer; 0 when absent.
+  Status Quantity(const std::string& key, int64_t* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (v->is_number_integer()) {
+      PSTAR_ASSIGN_OR_RETURN(std::optional<int64_t> n, Int(key, 0, std::numeric_limits<int64_t>::max()));
+      *out = *n;
+      return Status::Ok();
+    }
+    if (!v->is_string()) return Invalid(Path(key), "must be a quantity like \"64Gi\", got " + Describe(*v));
+    auto bytes = ParseQuantity(v->get<std::string>());
+    if (!bytes.ok()) return Status::InvalidArgument(Path(key) + ": " + bytes.status().message());
+    *out = *bytes;
+    return Status::Ok();
+  }
+
+  // A Kubernetes object passed through as given (null when absent).
+  Status Object(const std::string& key, Json* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_object()) return Invalid(Path(key), "must be an object, got " + Describe(*v));
+    *out = *v;
+    return Status::Ok();
+  }
+
+  // An array of objects passed through as given (null when absent).
+  Status ObjectArray(const std::string& key, Json* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_array()) return Invalid(Path(key), "must be an array, got " + Describe(*v));
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_object()) {
+        return Invalid(Path(key) + "[" + std::to_string(i) + "]", "must be an object, got " + Describe((*v)[i]));
+      }
+    }
+    *out = *v;
+    return Status::Ok();
+  }
+
+  // A map of strings (labels, annotations, nodeSelector).
+  Status StringMap(const std::string& key, Json* out) const {
+    const Json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_object()) return Invalid(Path(key), "must be a map of strings, got " + Describe(*v));
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (!it.value().is_string()) {
+        return Invalid(Path(key) + "." + it.key(), "must be a string, got " + Describe(it.value()));
+      }
+    }
+    *out = *v;
+    return Status::Ok();
+  }
+
+  // The fields of a nested object (absent = an empty one).
+  Result<Fields> Child(const std::string& key) const {
+    const Json* v = Get(key);
+    if (v != nullptr && !v->is_object()) return Invalid(Path(key), "must be an object, got " + Describe(*v));
+    return Fields(v, Path(key));
+  }
+
+ private:
+  const Json* object_;
+  std::string path_;
+};
+
+// Keys of the object at spec.<table_prefix> that no field path starts with.
+Status CheckKnownKeys(const Json& object, const std::string& table_prefix, const std::string& path) {
+  if (!object.is_object()) return Status::Ok();
+  std::set<std::string> allowed;
+  for (const std::string& p : JobSpecFieldPaths()) {
+    if (p.compare(0, table_prefix.size(), table_prefix) != 0) continue;
+    const std::string rest = p.substr(table_prefix.size());
+    allowed.insert(rest.substr(0, rest.find('.')));
+  }
+  std::string unknown;
+  int count = 0;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (allowed.count(it.key())) continue;
+    unknown += (unknown.empty() ? "" : ", ") + it.key();
+    ++count;
+  }
+  if (count == 0) return Status::Ok();
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return Status::InvalidArgument(path + ": unknown field" + (count > 1 ? "s " : " ") + unknown +
+                                 " (allowed: " + list + ")");
+}
+
+// Every object the field table gives fixed keys (spec, spec.nccl, ...),
+// checked before anything is read so that a misspelt field is never ignored.
+Status CheckAllKnownKeys(const Json& spec) {
+  std::set<std::string> parents = {""};
+  for (const std::string& p : JobSpecFieldPaths()) {
+    for (size_t dot = p.find('.'); dot != std::string::npos; dot = p.find('.', dot + 1)) {
+      parents.insert(p.substr(0, dot + 1));
+    }
+  }
+  for (const std::string& parent : parents) {  // "" first, then "hostMemory.", ...
+    const Json* v = &spec;
+    size_t start = 0;
+    while (v != nullptr && start < parent.size()) {
+      const size_t dot = parent.find('.', start);
+      const std::string key = parent.substr(start, dot - start);
+      auto it = v->is_object() ? v->find(key) : v->end();
+      v = v->is_object() && it != v->end() ? &*it : nullptr;
+      start = dot + 1;
+    }
+    if (v == nullptr) continue;
+    const std::string path = parent.empty() ? "spec" : "spec." + parent.substr(0, parent.size() - 1);
+    PSTAR_RETURN_IF_ERROR(CheckKnownKeys(*v, parent, path));
+  }
+  return Status::Ok();
+}
+
+bool IsDns1035Label(const std::string& s) {
+  if (s.empty() || s.size() > size_t(kDnsLabelMax)) return false;
+  if (!(s.front() >= 'a' && s.front() <= 'z')) return false;
+  if (s.back() == '-') return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return true;
+}
+
+// A label value: at most 63 of [A-Za-z0-9._-], starting and ending alphanumeric.
+bool IsLabelValue(const std::string& s) {
+  if (s.size() > size_t(kDnsLabelMax)) return false;
+  if (s.empty()) return true;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (!alnum(s.front()) || !alnum(s.back())) return false;
+  for (char c : s) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+bool IsReserved(const std::string& name) {
+  const auto& r = ReservedEnvNames();
+  return std::find(r.begin(), r.end(), name) != r.end();
+}
+
+// An array of EnvVar: each with a name and a value or valueFrom. Names must
+// not be reserved or repeated (`seen` spans spec.env, the template's env and
+// spec.nccl).
+Status CheckEnv(const Json& env, const std::string& path, std::set<std::string>* seen) {
+  for (size_t i = 0; i < env.size(); ++i) {
+    const Json& e = env[i];
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    auto name = e.find("name");
+    if (name == e.end() || !name->is_string() || name->get<std::string>().empty()) {
+      return Invalid(at, "needs a name");
+    }
+    const std::string n = name->get<std::string>();
+    if (n.find('=') != std::string::npos) return Invalid(at, "name '" + n + "' must not contain '='");
+    if (IsReserved(n)) return Status::InvalidArgument(path + ": " + n + " is set by the operator");
+    if (!seen->insert(n).second) return Status::InvalidArgument(path + ": " + n + " is set twice");
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      if (it.key() != "name" && it.key() != "value" && it.key() != "valueFrom") {
+        return Invalid(at, "has unknown field " + it.key() + " (allowed: name, value, valueFrom)");
+      }
+    }
+    auto value = e.find("value");
+    if (value != e.end() && !value->is_null() && !value->is_string()) {
+      return Invalid(at + ".value", "must be a string, got " + Describe(*value));
+    }
+    auto from = e.find("valueFrom");
+    if (from != e.end() && !from->is_null() && !from->is_object()) {
+      return Invalid(at + ".valueFrom", "must be an object, got " + Describe(*from));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseNccl(const Fields& spec, NcclSpec* nccl, std::set<std::string>* env_names) {
+  PSTAR_ASSIGN_OR_RETURN(Fields f, spec.Child("nccl"));
+  PSTAR_RETURN_IF_ERROR(f.String("socketIfname", &nccl->socket_ifname));
+  PSTAR_RETURN_IF_ERROR(f.Bool("ibDisable", &nccl->ib_disable));
+  PSTAR_RETURN_IF_ERROR(f.String("debug", &nccl->debug));
+  if (!nccl->socket_ifname.empty()) env_names->insert("NCCL_SOCKET_IFNAME");
+  if (nccl->ib_disable) env_names->insert("NCCL_IB_DISABLE");
+  if (!nccl->debug.empty()) env_names->insert("NCCL_DEBUG");
+  Json env;
+  PSTAR_RETURN_IF_ERROR(f.StringMap("env", &env));
+  if (env.is_object()) {
+    for (auto it = env.begin(); it != env.end(); ++it) {
+      const std::string& key = it.key();
+      if (key.rfind("NCCL_", 0) != 0 || key.size() == 5) {
+        return Invalid(f.Path("env") + "." + key, "is not an NCCL variable (names start with NCCL_)");
+      }
+      if (!env_names->insert(key).second) {
+        return Status::InvalidArgument(f.Path("env") + ": " + key + " is also set by spec.nccl's own fields");
+      }
+      nccl->env[key] = it.value().get<std::string>();
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseHostMemory(const Fields& spec, HostMemorySpec* m) {
+  PSTAR_ASSIGN_OR_RETURN(Fields f, spec.Child("hostMemory"));
+  PSTAR_RETURN_IF_ERROR(f.Quantity("request", &m->request_bytes));
+  PSTAR_RETURN_IF_ERROR(f.Quantity("limit", &m->limit_bytes));
+  PSTAR_RETURN_IF_ERROR(f.Int32("headroomPercent", 0, 1000, &m->headroom_percent));
+  PSTAR_RETURN_IF_ERROR(f.Quantity("shmSize", &m->shm_bytes));
+  if (m->request_bytes > 0 && m->limit_bytes > 0 && m->limit_bytes < m->request_bytes) {
+    return Invalid(f.Path("limit"), FormatBytesQuantity(m->limit_bytes) + " is below spec.hostMemory.request " +
+                                        FormatBytesQuantity(m->request_bytes));
+  }
+  return Status::Ok();
+}
+
+Status ParseRunPolicy(const Fields& spec, RunPolicy* r) {
+  PSTAR_ASSIGN_OR_RETURN(Fields f, spec.Child("runPolicy"));
+  constexpr int64_t kMax32 = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  PSTAR_RETURN_IF_ERROR(f.Int32("backoffLimit", 0, kMax32, &r->backoff_limit));
+  PSTAR_ASSIGN_OR_RETURN(r->active_deadline_seconds, f.Int("activeDeadlineSeconds", 1, kMax64));
+  PSTAR_ASSIGN_OR_RETURN(r->ttl_seconds_after_finished, f.Int("ttlSecondsAfterFinished", 0, kMax64));
+  std::string clean = "Running";
+  PSTAR_RETURN_IF_ERROR(f.Enum("cleanPodPolicy", {"Running", "All", "None"}, &clean));
+  r->clean_pod_policy = clean == "All" ? CleanPodPolicy::kAll : clean == "None" ? CleanPodPolicy::kNone
+                                                                                 : CleanPodPolicy::kRunning;
+  std::optional<bool> suspend;
+  PSTAR_RETURN_IF_ERROR(f.Bool("suspend", &suspend));
+  r->suspend = suspend.value_or(false);
+  std::string restart = "ExitCode";
+  PSTAR_RETURN_IF_ERROR(f.Enum("restartPolicy", {"ExitCode", "OnFailure", "Never"}, &restart));
+  r->restart_policy = restart == "OnFailure" ? RestartPolicy::kOnFailure
+                      : restart == "Never"   ? RestartPolicy::kNever
+                                             : RestartPolicy::kExitCode;
+  if (const Json* codes = f.Get("permanentExitCodes")) {
+    const std::string path = f.Path("permanentExitCodes");
+    if (!codes->is_array()) return Invalid(path, "must be an array of exit codes, got " + Describe(*codes));
+    r->permanent_exit_codes.clear();
+    for (size_t i = 0; i < codes->size(); ++i) {
+      const Json& c = (*codes)[i];
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      if (!c.is_number_integer()) return Invalid(at, "must be an integer, got " + Describe(c));
+      const int64_t code = c.get<int64_t>();
+      if (code < 1 || code > 255) return Invalid(at, "must be an exit code from 1 to 255, got " + std::to_string(code));
+      r->permanent_exit_codes.push_back(int32_t(code));
+    }
+  }
+  PSTAR_ASSIGN_OR_RETURN(Fields sched, f.Child("schedulingPolicy"));
+  PSTAR_RETURN_IF_ERROR(sched.String("priorityClass", &r->priority_class));
+  PSTAR_RETURN_IF_ERROR(sched.String("queue", &r->queue));
+  if (!IsLabelValue(r->queue)) {
+    return Invalid(sched.Path("queue"), "'" + r->queue + "' is not a valid label value (at most 63 of A-Z a-z 0-9 . _ -)");
+  }
+  return Status::Ok();
+}
+
+Status CheckVolumes(const Json& volumes, const std::string& path) {
+  if (!volumes.is_array()) return Status::Ok();
+  std::set<std::string> names;
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    auto name = volumes[i].find("name");
+    if (name == volumes[i].end() || !name->is_string() || name->get<std::string>().empty()) {
+      return Invalid(at, "needs a name");
+    }
+    const std::string n = name->get<std::string>();
+    for (const char* r : kReservedVolumes) {
+      if (n == r) return Invalid(at, "name '" + n + "' is used by the operator");
+    }
+    if (!names.insert(n).second) return Invalid(at, "name '" + n + "' is used twice");
+  }
+  return Status::Ok();
+}
+
+Status CheckVolumeMounts(const Json& mounts, const std::string& path) {
+  if (!mounts.is_array()) return Status::Ok();
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    auto name = mounts[i].find("name");
+    auto mount_path = mounts[i].find("mountPath");
+    if (name == mounts[i].end() || !name->is_string()) return Invalid(at, "needs a name");
+    if (mount_path == mounts[i].end() || !mount_path->is_string()) return Invalid(at, "needs a mountPath");
+    std::string p = mount_path->get<std::string>();
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    for (const char* r : kReservedMountPaths) {
+      if (p == r) return Invalid(at + ".mountPath", p + " is mounted by the operator");
+    }
+  }
+  return Status::Ok();
+}
+
+// The container's resources: requests and limits maps whose values are
+// quantities (strings or numbers). Memory is read out for sizing.
+Status ParseResources(const Fields& container, PodOverrides* o) {
+  PSTAR_RETURN_IF_ERROR(container.Object("resources", &o->resources));
+  if (o->resources.is_null()) return Status::Ok();
+  const std::string path = container.Path("resources");
+  for (auto it = o->resources.begin(); it != o->resources.end(); ++it) {
+    if (it.key() == "claims") continue;
+    if (it.key() != "requests" && it.key() != "limits") {
+      return Invalid(path, "has unknown field " + it.key() + " (allowed: requests, limits, claims)");
+    }
+    if (!it.value().is_object()) return Invalid(path + "." + it.key(), "must be an object");
+    for (auto r = it.value().begin(); r != it.value().end(); ++r) {
+      if (!r.value().is_string() && !r.value().is_number()) {
+        return Invalid(path + "." + it.key() + "." + r.key(), "must be a quantity, got " + Describe(r.value()));
+      }
+    }
+  }
+  Fields resources(&o->resources, path);
+  PSTAR_ASSIGN_OR_RETURN(Fields requests, resources.Child("requests"));
+  PSTAR_ASSIGN_OR_RETURN(Fields limits, resources.Child("limits"));
+  PSTAR_RETURN_IF_ERROR(requests.Quantity("memory", &o->memory_request_bytes));
+  PSTAR_RETURN_IF_ERROR(limits.Quantity("memory", &o->memory_limit_bytes));
+  return Status::Ok();
+}
+
+Status ParseTemplate(const Fields& spec, PodOverrides* o, std::set<std::string>* env_names) {
+  PSTAR_ASSIGN_OR_RETURN(Fields t, spec.Child("template"));
+  PSTAR_ASSIGN_OR_RETURN(Fields meta, t.Child("metadata"));
+  PSTAR_RETURN_IF_ERROR(meta.StringMap("labels", &o->labels));
+  PSTAR_RETURN_IF_ERROR(meta.StringMap("annotations", &o->annotations));
+  if (o->labels.is_null()) o->labels = Json::object();
+  if (o->annotations.is_null()) o->annotations = Json::object();
+  for (auto it = o->labels.begin(); it != o->labels.end(); ++it) {
+    if (!IsLabelValue(it.value().get<std::string>())) {
+      return Invalid(meta.Path("labels") + "." + it.key(), "'" + it.value().get<std::string>() +
+                                                               "' is not a valid label value");
+    }
+  }
+
+  PSTAR_ASSIGN_OR_RETURN(Fields pod, t.Child("spec"));
+  PSTAR_RETURN_IF_ERROR(pod.StringMap("nodeSelector", &o->node_selector));
+  PSTAR_RETURN_IF_ERROR(pod.ObjectArray("tolerations", &o->tolerations));
+  PSTAR_RETURN_IF_ERROR(pod.Object("affinity", &o->affinity));
+  PSTAR_RETURN_IF_ERROR(pod.ObjectArray("volumes", &o->volumes));
+  PSTAR_RETURN_IF_ERROR(CheckVolumes(o->volumes, pod.Path("volumes")));
+  PSTAR_RETURN_IF_ERROR(pod.ObjectArray("imagePullSecrets", &o->image_pull_secrets));
+  PSTAR_RETURN_IF_ERROR(pod.String("serviceAccountName", &o->service_account_name));
+  PSTAR_RETURN_IF_ERROR(pod.String("priorityClassName", &o->priority_class_name));
+  PSTAR_RETURN_IF_ERROR(pod.String("schedulerName", &o->scheduler_name));
+
+  PSTAR_ASSIGN_OR_RETURN(Fields c, t.Child("container"));
+  PSTAR_RETURN_IF_ERROR(c.ObjectArray("volumeMounts", &o->volume_mounts));
+  PSTAR_RETURN_IF_ERROR(CheckVolumeMounts(o->volume_mounts, c.Path("volumeMounts")));
+  PSTAR_RETURN_IF_ERROR(c.Object("securityContext", &o->security_context));
+  PSTAR_RETURN_IF_ERROR(ParseResources(c, o));
+  PSTAR_RETURN_IF_ERROR(c.ObjectArray("env", &o->env));
+  if (o->env.is_array()) PSTAR_RETURN_IF_ERROR(CheckEnv(o->env, c.Path("env"), env_names));
+  return Status::Ok();
+}
+
+int Digits(int64_t n) {
+  int d = 1;
+  while (n >= 10) {
+    n /= 10;
+    ++d;
+  }
+  return d;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ReservedEnvNames() {
+  static const std::vector<std::string> kNames = {
+      "RANK",   "WORLD_SIZE", "LOCAL_RANK",     "LOCAL_WORLD_SIZE", "MASTER_ADDR",     "MASTER_PORT", "PSTAR_RDZV_ID",
+      "NODE_RANK", "NNODES",  "NPROC_PER_NODE", "PSTAR_JOB_NAME",   "PSTAR_NAMESPACE", "POD_IP"};
+  return kNames;
+}
+
+const std::vector<std::string>& JobSpecFieldPaths() {
+  static const std::vector<std::string> kPaths = {
+      "numNodes",
+      "nprocPerNode",
+      "device",
+      "image",
+      "imagePullPolicy",
+      "config",
+      "masterPort",
+      "metricsPort",
+      "nccl.socketIfname",
+      "nccl.ibDisable",
+      "nccl.debug",
+      "nccl.env",
+      "hostMemory.request",
+      "hostMemory.limit",
+      "hostMemory.headroomPercent",
+      "hostMemory.shmSize",
+      "runPolicy.backoffLimit",
+      "runPolicy.activeDeadlineSeconds",
+      "runPolicy.ttlSecondsAfterFinished",
+      "runPolicy.cleanPodPolicy",
+      "runPolicy.suspend",
+      "runPolicy.restartPolicy",
+      "runPolicy.permanentExitCodes",
+      "runPolicy.schedulingPolicy.priorityClass",
+      "runPolicy.schedulingPolicy.queue",
+      "env",
+      "template.metadata.labels",
+      "template.metadata.annotations",
+      "template.spec.nodeSelector",
+      "template.spec.tolerations",
+      "template.spec.affinity",
+      "template.spec.volumes",
+      "template.spec.imagePullSecrets",
+      "template.spec.serviceAccountName",
+      "template.spec.priorityClassName",
+      "template.spec.schedulerName",
+      "template.container.volumeMounts",
+      "template.container.securityContext",
+      "template.container.resources",
+      "template.container.env",
+  };
+  return kPaths;
+}
+
+int MaxJobNameLength(int32_t num_nodes) {
+  return kDnsLabelMax - int(std::string("-node-").size()) - Digits(std::max<int64_t>(0, int64_t(num_nodes) - 1));
+}
+
+Result<JobSpec> ParseJob(const Json& job) {
+  if (!job.is_object()) return Status::InvalidArgument("the job must be an object, got " + Describe(job));
+  JobSpec s;
+  // Metadata: what the pods are named after and owned by.
+  auto metadata = job.find("metadata");
+  if (metadata == job.end() || !metadata->is_object()) return Status::InvalidArgument("metadata is required");
+  Fields meta(&*metadata, "metadata");
+  PSTAR_RETURN_IF_ERROR(meta.String("name", &s.name));
+  PSTAR_RETURN_IF_ERROR(meta.String("namespace", &s.ns));
+  PSTAR_RETURN_IF_ERROR(meta.String("uid", &s.uid));
+  PSTAR_ASSIGN_OR_RETURN(std::optional<int64_t> generation, meta.Int("generation", 0, std::numeric_limits<int64_t>::max()));
+  s.generation = generation.value_or(0);
+  if (s.name.empty()) return Status::InvalidArgument("metadata.name is required");
+  if (s.ns.empty()) s.ns = "default";
+
+  auto spec_it = job.find("spec");
+  if (spec_it == job.end() || spec_it->is_null()) return Status::InvalidArgument("spec is required");
+  if (!spec_it->is_object()) return Invalid("spec", "must be an object, got " + Describe(*spec_it));
+  const Json& spec_json = *spec_it;
+  PSTAR_RETURN_IF_ERROR(CheckAllKnownKeys(spec_json));
+  Fields spec(&spec_json, "spec");
+
+  PSTAR_RETURN_IF_ERROR(spec.Int32("numNodes", 1, kMaxWorldSize, &s.num_nodes));
+  PSTAR_RETURN_IF_ERROR(spec.Int32("nprocPerNode", 1, kMaxWorldSize, &s.nproc_per_node));
+  if (int64_t(s.num_nodes) * s.nproc_per_node > kMaxWorldSize) {
+    return Status::InvalidArgument("spec.numNodes x spec.nprocPerNode = " +
+                                   std::to_string(int64_t(s.num_nodes) * s.nproc_per_node) +
+                                   " ranks; the world size must be at most " + std::to_string(kMaxWorldSize));
+  }
+  if (!IsDns1035Label(s.name)) {
+    return Status::InvalidArgument("metadata.name '" + s.name +
+                                   "' must be a DNS label: lowercase letters, digits and '-', starting with a letter");
+  }
+  const int max_name = MaxJobNameLength(s.num_nodes);
+  if (int(s.name.size()) > max_name) {
+    return Status::InvalidArgument("metadata.name '" + s.name + "' is " + std::to_string(s.name.size()) +
+                                   " characters; at most " + std::to_string(max_name) +
+                                   " leave room for the pod names (<name>-node-" + std::to_string(s.num_nodes - 1) +
+                                   ") within 63");
+  }
+
+  std::string device = "cuda";
+  PSTAR_RETURN_IF_ERROR(spec.Enum("device", {"cuda", "cpu"}, &device));
+  s.device = device == "cpu" ? JobDevice::kCpu : JobDevice::kCuda;
+  PSTAR_RETURN_IF_ERROR(spec.String("image", &s.image));
+  PSTAR_RETURN_IF_ERROR(spec.Enum("imagePullPolicy", {"Always", "IfNotPresent", "Never"}, &s.image_pull_policy));
+
+  const Json* config = spec.Get("config");
+  if (config == nullptr) return Status::InvalidArgument("spec.config is required (the worker's job config)");
+  if (!config->is_object()) return Invalid("spec.config", "must be an object, got " + Describe(*config));
+  s.config = *config;
+  // JSON is YAML: the worker's own parser checks the config, so a job the
+  // worker would reject fails here, before any pod starts.
+  auto parsed = ParseConfig(config->dump(), "spec.config");
+  if (!parsed.ok()) return parsed.status();
+
+  PSTAR_RETURN_IF_ERROR(spec.Int32("masterPort", 1, 65535, &s.master_port));
+  PSTAR_RETURN_IF_ERROR(spec.Int32("metricsPort", 0, 65535, &s.metrics_port));
+  if (s.metrics_port > 0) {
+    const int64_t last = int64_t(s.metrics_port) + s.nproc_per_node - 1;
+    if (last > 65535) {
+      return Invalid("spec.metricsPort", std::to_string(s.metrics_port) + " leaves no room for " +
+                                             std::to_string(s.nproc_per_node) + " ranks' ports (up to " +
+                                             std::to_string(last) + ")");
+    }
+    if (s.master_port >= s.metrics_port && s.master_port <= last) {
+      return Invalid("spec.masterPort", std::to_string(s.master_port) + " clashes with the metrics ports " +
+                                            std::to_string(s.metrics_port) + "-" + std::to_string(last));
+    }
+  }
+
+  std::set<std::string> env_names;
+  PSTAR_RETURN_IF_ERROR(ParseNccl(spec, &s.nccl, &env_names));
+  PSTAR_RETURN_IF_ERROR(ParseHostMemory(spec, &s.host_memory));
+  PSTAR_RETURN_IF_ERROR(ParseRunPolicy(spec, &s.run_policy));
+  PSTAR_RETURN_IF_ERROR(spec.ObjectArray("env", &s.env));
+  if (s.env.is_null()) s.env = Json::array();
+  PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
+  PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
+
+  // One priority class, from either place.
+  PodOverrides& o = s.overrides;
+  const std::string& policy_class = s.run_policy.priority_class;
+  if (!policy_class.empty() && !o.priority_class_name.empty() && policy_class != o.priority_class_name) {
+    return Status::InvalidArgument("spec.template.spec.priorityClassName '" + o.priority_class_name +
+                                   "' conflicts with spec.runPolicy.schedulingPolicy.priorityClass '" + policy_class + "'");
+  }
+  if (o.priority_class_name.empty()) o.priority_class_name = policy_class;
+
+  // Memory fixed in two places must agree.
+  auto agree = [](int64_t a, int64_t b, const std::string& a_path, const std::string& b_path) -> Status {
+    if (a > 0 && b > 0 && a != b) {
+      return Status::InvalidArgument(b_path + " " + FormatBytesQuantity(b) + " conflicts with " + a_path + " " +
+                                     FormatBytesQuantity(a) + "; set one");
+    }
+    return Status::Ok();
+  };
+  PSTAR_RETURN_IF_ERROR(agree(s.host_memory.request_bytes, o.memory_request_bytes, "spec.hostMemory.request",
+                              "spec.template.container.resources.requests.memory"));
+  PSTAR_RETURN_IF_ERROR(agree(s.host_memory.limit_bytes, o.memory_limit_bytes, "spec.hostMemory.limit",
+                              "spec.template.container.resources.limits.memory"));
+  const int64_t request = std::max(s.host_memory.request_bytes, o.memory_request_bytes);
+  const int64_t limit = std::max(s.host_memory.limit_bytes, o.memory_limit_bytes);
+  if (request > 0 && limit > 0 && limit < request) {
+    return Status::InvalidArgument("the memory limit " + FormatBytesQuantity(limit) + " is below the request " +
+                                   FormatBytesQuantity(request));
+  }
+
+  // GPUs are the operator's to set on cuda jobs: one per rank.
+  if (s.device == JobDevice::kCuda && o.resources.is_object()) {
+    for (const char* section : {"requests", "limits"}) {
+      auto sec = o.resources.find(section);
+      if (sec == o.resources.end() || !sec->is_object()) continue;
+      auto gpu = sec->find("nvidia.com/gpu");
+      if (gpu == sec->end()) continue;
+      const std::string value = gpu->is_string() ? gpu->get<std::string>() : gpu->dump();
+      if (value != std::to_string(s.nproc_per_node)) {
+        return Status::InvalidArgument(std::string("spec.template.container.resources.") + section +
+                                       ".nvidia.com/gpu is " + value + ", but a cuda job gets one GPU per rank (" +
+                                       std::to_string(s.nproc_per_node) + "); leave it to the operator");
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace pstar::op

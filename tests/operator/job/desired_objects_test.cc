@@ -1,0 +1,280 @@
+#include "operator/job/desired_objects.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <gtest/gtest.h>
+
+#include "operator/job/yaml_emit.h"
+#include "operator/kube/quantity.h"
+#include "tests/operator/job/job_fixtures.h"
+#include "worker/config/config.h"
+
+namespace pstar::op {
+namespace {
+
+using test::FullJob;
+using test::MinimalJob;
+using test::MustParse;
+
+PodSizing MustSize(const JobSpec& spec) {
+  auto s = SizePods(spec);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? *s : PodSizing{};
+}
+
+// The value of env var `name` in the pod's worker container ("" if absent).
+Json EnvVar(const Json& pod, const std::string& name) {
+  for (const Json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return e;
+  }
+  return Json();
+}
+
+std::vector<std::string> EnvNames(const Json& pod) {
+  std::vector<std::string> names;
+  for (const Json& e : pod["spec"]["containers"][0]["env"]) names.push_back(e["name"].get<std::string>());
+  return names;
+}
+
+TEST(NamesTest, DeterministicNames) {
+  const JobSpec spec = MustParse(MinimalJob("bert"));
+  EXPECT_EQ(ServiceName(spec), "bert");
+  EXPECT_EQ(ConfigMapName(spec), "bert-config");
+  EXPECT_EQ(PodName(spec, 0), "bert-node-0");
+  EXPECT_EQ(PodName(spec, 12), "bert-node-12");
+  EXPECT_EQ(MasterAddr(spec, "cluster.local"), "bert-node-0.bert.ml.svc.cluster.local");
+  EXPECT_EQ(MasterAddr(spec, "k8s.example"), "bert-node-0.bert.ml.svc.k8s.example");
+  EXPECT_EQ(RdzvId(spec, 0), "0f1e2d3c-aaaa-bbbb-cccc-000000000001-0");
+  EXPECT_EQ(RdzvId(spec, 4), "0f1e2d3c-aaaa-bbbb-cccc-000000000001-4");
+}
+
+TEST(OwnerReferenceTest, ControllerOwner) {
+  const JobSpec spec = MustParse(MinimalJob());
+  const Json ref = OwnerReference(spec);
+  EXPECT_EQ(ref, Json::parse(R"({"apiVersion": "patrickstar.io/v1alpha1", "kind": "PatrickStarJob", "name": "demo",
+                                "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "controller": true,
+                                "blockOwnerDeletion": true})"));
+}
+
+TEST(DesiredServiceTest, HeadlessWithPorts) {
+  const JobSpec spec = MustParse(MinimalJob());
+  const Json svc = DesiredService(spec);
+  EXPECT_EQ(svc["apiVersion"], "v1");
+  EXPECT_EQ(svc["kind"], "Service");
+  EXPECT_EQ(svc["metadata"]["name"], "demo");
+  EXPECT_EQ(svc["metadata"]["namespace"], "ml");
+  EXPECT_EQ(svc["metadata"]["labels"][kJobNameLabel], "demo");
+  EXPECT_EQ(svc["metadata"]["labels"][kManagedByLabel], "pstar-operator");
+  EXPECT_EQ(svc["metadata"]["ownerReferences"], Json::array({OwnerReference(spec)}));
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"], Json({{"patrickstar.io/job-name", "demo"}}));
+  ASSERT_EQ(svc["spec"]["ports"].size(), 2u);
+  EXPECT_EQ(svc["spec"]["ports"][0]["name"], "rdzv");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29500);
+  EXPECT_EQ(svc["spec"]["ports"][1]["name"], "metrics");
+  EXPECT_EQ(svc["spec"]["ports"][1]["port"], 9400);
+  Json job = MinimalJob();
+  job["spec"]["metricsPort"] = 0;
+  EXPECT_EQ(DesiredService(MustParse(job))["spec"]["ports"].size(), 1u);
+}
+
+TEST(DesiredConfigMapTest, HoldsTheConfigAsYaml) {
+  const JobSpec spec = MustParse(FullJob());
+  const Json cm = DesiredConfigMap(spec);
+  EXPECT_EQ(cm["kind"], "ConfigMap");
+  EXPECT_EQ(cm["metadata"]["name"], "full-config");
+  EXPECT_EQ(cm["metadata"]["ownerReferences"][0]["uid"], "11111111-2222-3333-4444-555555555555");
+  const std::string yaml = cm["data"]["job.yaml"];
+  // The worker parses it to the same config as the spec's JSON.
+  auto from_yaml = ParseConfig(yaml, "job.yaml");
+  auto from_json = ParseConfig(spec.config.dump(), "spec.config");
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status().message() << "\n" << yaml;
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ(ConfigToYaml(*from_yaml), ConfigToYaml(*from_json));
+  EXPECT_EQ(from_yaml->checkpoint.dir, "/ckpt/full");
+  EXPECT_NE(yaml.find("preset: \"gpt2-124m\""), std::string::npos) << yaml;
+}
+
+TEST(JsonToYamlTest, BlockStyleAndQuoting) {
+  const Json value = Json::parse(R"({"b": {"x": [1, 2.5, {"k": "v", "j": true}], "e": {}, "n": null},
+                                     "a": "true", "yes": "1e3", "z w": [], "list": [[1], "s"]})");
+  const std::string yaml = JsonToYaml(value);
+  EXPECT_EQ(yaml,
+            "a: \"true\"\n"
+            "b:\n"
+            "  e: {}\n"
+            "  \"n\": null\n"  // n is a boolean in YAML 1.1
+            "  x:\n"
+            "    - 1\n"
+            "    - 2.5\n"
+            "    - j: true\n"
+            "      k: \"v\"\n"
+            "list:\n"
+            "  -\n"
+            "    - 1\n"
+            "  - \"s\"\n"
+            "\"yes\": \"1e3\"\n"
+            "\"z w\": []\n");
+  // yaml-cpp reads back the same structure and the strings stay strings.
+  YAML::Node node = YAML::Load(yaml);
+  EXPECT_EQ(node["a"].Tag(), "!");
+  EXPECT_EQ(node["a"].as<std::string>(), "true");
+  EXPECT_EQ(node["b"]["x"][2]["k"].as<std::string>(), "v");
+  EXPECT_EQ(node["b"]["x"][1].as<double>(), 2.5);
+  EXPECT_EQ(node["yes"].as<std::string>(), "1e3");
+  EXPECT_EQ(node["list"][0][0].as<int>(), 1);
+  EXPECT_EQ(node["z w"].size(), 0u);
+}
+
+TEST(DesiredPodTest, CommandAndArgs) {
+  const JobSpec spec = MustParse(MinimalJob());
+  const PodSizing sizing = MustSize(spec);
+  const Json pod = DesiredPod(spec, sizing, 1, 0);
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["name"], "worker");
+  EXPECT_EQ(c["image"], "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0");
+  EXPECT_FALSE(c.contains("imagePullPolicy"));
+  EXPECT_EQ(c["command"], Json::array({"pstar"}));
+  const std::vector<std::string> expected = {
+      "launch",        "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "$(NODE_RANK)",
+      "--master-addr", "$(MASTER_ADDR)",   "--master-port", "$(MASTER_PORT)", "--rdzv-id", "$(PSTAR_RDZV_ID)",
+      "--",            "train",            "--config", "/etc/pstar/job.yaml",
+      "--set",         "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes),
+      "--set",         "metrics.port=9400",
+      "--set",         "metrics.bind_address=$(POD_IP)"};
+  EXPECT_EQ(c["args"].get<std::vector<std::string>>(), expected);
+
+  Json job = MinimalJob();
+  job["spec"]["metricsPort"] = 0;
+  const JobSpec quiet = MustParse(job);
+  OperatorDefaults defaults;
+  defaults.pstar_command = "/opt/pstar/bin/pstar";
+  defaults.worker_image = "local/pstar:test";
+  const Json pod2 = DesiredPod(quiet, MustSize(quiet), 0, 0, defaults);
+  const Json& c2 = pod2["spec"]["containers"][0];
+  EXPECT_EQ(c2["command"], Json::array({"/opt/pstar/bin/pstar"}));
+  EXPECT_EQ(c2["image"], "local/pstar:test");
+  EXPECT_EQ(c2["args"].size(), expected.size() - 4);
+  EXPECT_EQ(c2["args"].back(), "runtime.host_memory=" + std::to_string(MustSize(quiet).worker_host_budget_bytes));
+  EXPECT_EQ(c2["ports"].size(), 1u);  // rdzv only
+}
+
+TEST(DesiredPodTest, Env) {
+  const JobSpec spec = MustParse(FullJob());
+  const Json pod = DesiredPod(spec, MustSize(spec), 2, 3);
+  const std::vector<std::string> names = EnvNames(pod);
+  const std::vector<std::string> expected = {
+      "NODE_RANK",       "NNODES",          "NPROC_PER_NODE",  "WORLD_SIZE",  "MASTER_ADDR",       "MASTER_PORT",
+      "PSTAR_RDZV_ID",   "PSTAR_JOB_NAME",  "PSTAR_NAMESPACE", "POD_IP",      "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
+      "NCCL_DEBUG",      "NCCL_ALGO",       "NCCL_P2P_DISABLE", "HF_HOME",    "RUN_ID",            "OMP_NUM_THREADS"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(EnvVar(pod, "NODE_RANK")["value"], "2");
+  EXPECT_EQ(EnvVar(pod, "NNODES")["value"], "3");
+  EXPECT_EQ(EnvVar(pod, "NPROC_PER_NODE")["value"], "4");
+  EXPECT_EQ(EnvVar(pod, "WORLD_SIZE")["value"], "12");
+  EXPECT_EQ(EnvVar(pod, "MASTER_ADDR")["value"], "full-node-0.full.research.svc.cluster.local");
+  EXPECT_EQ(EnvVar(pod, "MASTER_PORT")["value"], "23456");
+  EXPECT_EQ(EnvVar(pod, "PSTAR_RDZV_ID")["value"], "11111111-2222-3333-4444-555555555555-3");
+  EXPECT_EQ(EnvVar(pod, "PSTAR_JOB_NAME")["value"], "full");
+  EXPECT_EQ(EnvVar(pod, "PSTAR_NAMESPACE")["value"], "research");
+  EXPECT_EQ(EnvVar(pod, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(EnvVar(pod, "NCCL_IB_DISABLE")["value"], "1");
+  EXPECT_EQ(EnvVar(pod, "NCCL_SOCKET_IFNAME")["value"], "eth0");
+  EXPECT_EQ(EnvVar(pod, "RUN_ID")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.uid");
+  // A cpu job without spec.nccl gets no NCCL variables.
+  const JobSpec cpu = MustParse(MinimalJob());
+  EXPECT_EQ(EnvNames(DesiredPod(cpu, MustSize(cpu), 0, 0)).size(), 10u);
+}
+
+TEST(DesiredPodTest, VolumesAndMounts) {
+  const JobSpec spec = MustParse(FullJob());
+  const PodSizing sizing = MustSize(spec);
+  const Json pod = DesiredPod(spec, sizing, 0, 0);
+  const Json& volumes = pod["spec"]["volumes"];
+  ASSERT_EQ(volumes.size(), 4u);
+  EXPECT_EQ(volumes[0], Json::parse(R"({"name": "pstar-config", "configMap": {"name": "full-config"}})"));
+  EXPECT_EQ(volumes[1], Json::parse(R"({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})"));
+  EXPECT_EQ(volumes[2]["persistentVolumeClaim"]["claimName"], "ckpt-pvc");
+  EXPECT_EQ(volumes[3]["name"], "cache");
+  const Json& mounts = pod["spec"]["containers"][0]["volumeMounts"];
+  ASSERT_EQ(mounts.size(), 4u);
+  EXPECT_EQ(mounts[0], Json::parse(R"({"name": "pstar-config", "mountPath": "/etc/pstar", "readOnly": true})"));
+  EXPECT_EQ(mounts[1], Json::parse(R"({"name": "dshm", "mountPath": "/dev/shm"})"));
+  EXPECT_EQ(mounts[2]["mountPath"], "/ckpt");
+  // The default shm size of a cpu job.
+  const JobSpec cpu = MustParse(MinimalJob());
+  EXPECT_EQ(DesiredPod(cpu, MustSize(cpu), 0, 0)["spec"]["volumes"][1]["emptyDir"]["sizeLimit"], "64Mi");
+}
+
+TEST(DesiredPodTest, Resources) {
+  const JobSpec spec = MustParse(FullJob());
+  const PodSizing sizing = MustSize(spec);
+  const Json r = DesiredPod(spec, sizing, 0, 0)["spec"]["containers"][0]["resources"];
+  EXPECT_EQ(r, Json::parse(R"({"requests": {"cpu": "8", "memory": "40Gi"},
+                               "limits": {"cpu": "16", "memory": "48Gi", "nvidia.com/gpu": "4"}})"));
+  const JobSpec cpu = MustParse(MinimalJob());
+  const PodSizing cpu_sizing = MustSize(cpu);
+  const Json r2 = DesiredPod(cpu, cpu_sizing, 0, 0)["spec"]["containers"][0]["resources"];
+  EXPECT_EQ(r2["requests"]["memory"], FormatBytesQuantity(cpu_sizing.request_bytes));
+  EXPECT_FALSE(r2["limits"].contains("nvidia.com/gpu"));
+  EXPECT_EQ(r2["requests"].size(), 1u);
+}
+
+TEST(DesiredPodTest, MetadataAndPodSpec) {
+  const JobSpec spec = MustParse(FullJob());
+  const Json pod = DesiredPod(spec, MustSize(spec), 1, 2);
+  EXPECT_EQ(pod["apiVersion"], "v1");
+  EXPECT_EQ(pod["kind"], "Pod");
+  const Json& meta = pod["metadata"];
+  EXPECT_EQ(meta["name"], "full-node-1");
+  EXPECT_EQ(meta["namespace"], "research");
+  EXPECT_EQ(meta["labels"], Json::parse(R"({"app.kubernetes.io/managed-by": "pstar-operator",
+      "app.kubernetes.io/name": "pstar-worker", "patrickstar.io/attempt": "2", "patrickstar.io/job-name": "full",
+      "patrickstar.io/node-index": "1", "patrickstar.io/queue": "research-gpu", "team": "nlp"})"));
+  EXPECT_EQ(meta["annotations"], Json({{"example.com/owner", "alice"}}));
+  EXPECT_EQ(meta["ownerReferences"], Json::array({OwnerReference(spec)}));
+  const Json& ps = pod["spec"];
+  EXPECT_EQ(ps["restartPolicy"], "Never");
+  EXPECT_EQ(ps["hostname"], "full-node-1");
+  EXPECT_EQ(ps["subdomain"], "full");
+  EXPECT_EQ(ps["terminationGracePeriodSeconds"], 30);
+  EXPECT_EQ(ps["nodeSelector"], Json({{"gpu", "a100"}}));
+  EXPECT_EQ(ps["tolerations"][0]["key"], "nvidia.com/gpu");
+  EXPECT_TRUE(ps["affinity"].contains("nodeAffinity"));
+  EXPECT_EQ(ps["imagePullSecrets"], Json::parse(R"([{"name": "regcred"}])"));
+  EXPECT_EQ(ps["serviceAccountName"], "trainer");
+  EXPECT_EQ(ps["priorityClassName"], "high");
+  EXPECT_EQ(ps["schedulerName"], "volcano");
+  const Json& c = ps["containers"][0];
+  EXPECT_EQ(c["image"], "registry.example.com/pstar-worker:dev");
+  EXPECT_EQ(c["imagePullPolicy"], "IfNotPresent");
+  EXPECT_EQ(c["securityContext"]["runAsUser"], 1000);
+  ASSERT_EQ(c["ports"].size(), 5u);
+  EXPECT_EQ(c["ports"][0], Json::parse(R"({"name": "rdzv", "containerPort": 23456, "protocol": "TCP"})"));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(c["ports"][size_t(i) + 1]["name"], "metrics-" + std::to_string(i));
+    EXPECT_EQ(c["ports"][size_t(i) + 1]["containerPort"], 9500 + i);
+  }
+  // A minimal job sets none of the optional pod fields.
+  const JobSpec cpu = MustParse(MinimalJob());
+  const Json plain = DesiredPod(cpu, MustSize(cpu), 0, 0);
+  for (const char* key : {"nodeSelector", "tolerations", "affinity", "imagePullSecrets", "serviceAccountName",
+                          "priorityClassName", "schedulerName"}) {
+    EXPECT_FALSE(plain["spec"].contains(key)) << key;
+  }
+  EXPECT_FALSE(plain["metadata"].contains("annotations"));
+  EXPECT_FALSE(plain["metadata"]["labels"].contains("patrickstar.io/queue"));
+}
+
+TEST(DesiredPodTest, Deterministic) {
+  const JobSpec a = MustParse(FullJob());
+  const JobSpec b = MustParse(FullJob());
+  EXPECT_EQ(DesiredPod(a, MustSize(a), 2, 1).dump(), DesiredPod(b, MustSize(b), 2, 1).dump());
+  EXPECT_EQ(DesiredService(a).dump(), DesiredService(b).dump());
+  EXPECT_EQ(DesiredConfigMap(a).dump(), DesiredConfigMap(b).dump());
+  EXPECT_NE(DesiredPod(a, MustSize(a), 2, 1).dump(), DesiredPod(a, MustSize(a), 2, 2).dump());
+}
+
+}  // namespace
+}  // namespace pstar::op
