@@ -5,10 +5,10 @@ set -euo pipefail
 
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
-  libyaml-cpp-dev libcpprest-dev prometheus-cpp-dev nlohmann-json3-dev
+  libyaml-cpp-dev libcpprest-dev libssl-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libgloo-dev
   libopenblas-dev libopenblas-openmp-dev
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch python3-kubernetes
   prometheus  # promtool, which the metrics tests run
 )
 

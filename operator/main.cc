@@ -1,0 +1,252 @@
+// pstar-operator: runs the PatrickStarJob controller. Flags are documented in
+// docs/operator.md and by --help.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/controller/leader_election.h"
+#include "operator/kube/kube_client.h"
+#include "operator/kube/kube_config.h"
+#include "operator/metrics/operator_metrics.h"
+#include "operator/reconciler/job_reconciler.h"
+#include "worker/core/build_info.h"
+
+namespace pstar::op {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: pstar-operator [flags]\n"
+    "  --kubeconfig PATH               kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)\n"
+    "  --namespace NS                  watch one namespace (default: all)\n"
+    "  --workers N                     jobs reconciled in parallel (default 4)\n"
+    "  --metrics-address A             address of /metrics, /healthz, /readyz (default 0.0.0.0)\n"
+    "  --metrics-port P                their port (default 8080; 0 picks one)\n"
+    "  --leader-elect                  hold a Lease before reconciling (for several replicas)\n"
+    "  --leader-election-namespace NS  the Lease's namespace (default: the pod's, else pstar)\n"
+    "  --leader-election-id NAME       the Lease's name (default pstar-operator)\n"
+    "  --identity ID                   this replica's name (default: hostname-pid)\n"
+    "  --worker-image IMAGE            image of jobs that name none\n"
+    "  --cluster-domain DOMAIN         cluster DNS domain (default cluster.local)\n"
+    "  --pstar-command CMD             the worker command in pods (default pstar)\n"
+    "  --no-node-check                 do not list nodes to check that pods fit\n"
+    "  --qps Q --burst B               client-side API rate limit (default 50, 100)\n"
+    "  --sync-timeout SECONDS          how long the caches may take to fill (default 120)\n";
+
+struct Flags {
+  std::string kubeconfig, ns, metrics_address = "0.0.0.0", lease_ns, lease_id = "pstar-operator", identity;
+  int workers = 4, metrics_port = 8080, sync_timeout = 120, burst = 100;
+  double qps = 50;
+  bool leader_elect = false, node_check = true;
+  OperatorDefaults defaults;
+};
+
+Result<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    const size_t eq = name.find('=');
+    const bool has_inline = eq != std::string::npos;
+    if (has_inline) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    auto take = [&]() -> Result<std::string> {
+      if (has_inline) return value;
+      if (i + 1 >= args.size()) return Status::InvalidArgument(name + " needs a value");
+      return args[++i];
+    };
+    auto take_int = [&](int lo, int hi, int* out) -> Status {
+      auto v = take();
+      if (!v.ok()) return v.status();
+      char* end = nullptr;
+      const long n = std::strtol(v->c_str(), &end, 10);
+      if (v->empty() || *end != '\0' || n < lo || n > hi) {
+        return Status::InvalidArgument(name + " must be an integer in [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "], not '" + *v + "'");
+      }
+      *out = int(n);
+      return Status::Ok();
+    };
+    auto take_str = [&](std::string* out) -> Status {
+      auto v = take();
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Status::InvalidArgument(name + " must not be empty");
+      *out = *v;
+      return Status::Ok();
+    };
+    Status s;
+    if (name == "--kubeconfig") s = take_str(&f.kubeconfig);
+    else if (name == "--namespace") s = take_str(&f.ns);
+    else if (name == "--workers") s = take_int(1, 256, &f.workers);
+    else if (name == "--metrics-address") s = take_str(&f.metrics_address);
+    else if (name == "--metrics-port") s = take_int(0, 65535, &f.metrics_port);
+    else if (name == "--leader-elect") f.leader_elect = true;
+    else if (name == "--leader-election-namespace") s = take_str(&f.lease_ns);
+    else if (name == "--leader-election-id") s = take_str(&f.lease_id);
+    else if (name == "--identity") s = take_str(&f.identity);
+    else if (name == "--worker-image") s = take_str(&f.defaults.worker_image);
+    else if (name == "--cluster-domain") s = take_str(&f.defaults.cluster_domain);
+    else if (name == "--pstar-command") s = take_str(&f.defaults.pstar_command);
+    else if (name == "--no-node-check") f.node_check = false;
+    else if (name == "--sync-timeout") s = take_int(1, 3600, &f.sync_timeout);
+    else if (name == "--burst") s = take_int(1, 100000, &f.burst);
+    else if (name == "--qps") {
+      int q = 0;
+      s = take_int(1, 100000, &q);
+      f.qps = q;
+    } else {
+      return Status::InvalidArgument("unknown flag " + name + " (see --help)");
+    }
+    PSTAR_RETURN_IF_ERROR(s);
+  }
+  if (f.identity.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    f.identity = std::string(host) + "-" + std::to_string(::getpid());
+  }
+  return f;
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "pstar-operator: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  auto flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "pstar-operator: error: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  auto config = ResolveConfig(flags->kubeconfig);
+  if (!config.ok()) return Fail(config.status());
+  ClientOptions client_options;
+  client_options.qps = flags->qps;
+  client_options.burst = flags->burst;
+  auto client = KubeClient::Create(*config, client_options);
+  if (!client.ok()) return Fail(client.status());
+
+  // SIGTERM and SIGINT end the process cleanly: the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  ReconcilerOptions options;
+  options.watch_namespace = flags->ns;
+  options.workers = flags->workers;
+  options.defaults = flags->defaults;
+  options.identity = flags->identity;
+  options.watch_nodes = flags->node_check;
+  std::unique_ptr<OperatorMetrics> metrics;
+  std::unique_ptr<JobReconciler> reconciler;
+  std::unique_ptr<LeaderElector> elector;
+  std::atomic<bool> leading{!flags->leader_elect};
+  std::atomic<bool> failed{false};    // lost the lease, or could not start
+  std::atomic<bool> stopping{false};
+  std::thread starter;
+
+  OperatorMetricsOptions metrics_options;
+  metrics_options.bind_address = flags->metrics_address;
+  metrics_options.port = flags->metrics_port;
+  std::atomic<JobReconciler*> live{nullptr};
+  metrics_options.snapshot = [&] {
+    JobReconciler* r = live.load();
+    OperatorSnapshot s = r != nullptr ? r->Snapshot() : OperatorSnapshot{};
+    s.leader = leading.load();
+    return s;
+  };
+  metrics_options.healthy = [&] { return !failed.load(); };
+  metrics_options.ready = [&] {
+    JobReconciler* r = live.load();
+    return !leading.load() || (r != nullptr && r->Synced());
+  };
+  auto started = OperatorMetrics::Start(std::move(metrics_options));
+  if (!started.ok()) return Fail(started.status().WithPrefix("metrics"));
+  metrics = std::move(started).value();
+  std::printf("pstar-operator %s: metrics, /healthz and /readyz on %s:%d\n", kPstarVersion,
+              flags->metrics_address.c_str(), metrics->port());
+  std::fflush(stdout);
+
+  reconciler = std::make_unique<JobReconciler>(**client, options, metrics.get());
+  auto start_reconciling = [&]() -> Status {
+    PSTAR_RETURN_IF_ERROR(reconciler->Start(std::chrono::seconds(flags->sync_timeout)));
+    live = reconciler.get();
+    std::printf("pstar-operator: reconciling PatrickStarJobs in %s\n",
+                flags->ns.empty() ? "every namespace" : ("namespace " + flags->ns).c_str());
+    std::fflush(stdout);
+    return Status::Ok();
+  };
+
+  int exit_code = 0;
+  LeaderElectionConfig lc;  // outlives the elector's callbacks, which print it
+  if (!flags->leader_elect) {
+    Status s = start_reconciling();
+    if (!s.ok()) return Fail(s);
+  } else {
+    lc.lease_namespace = !flags->lease_ns.empty() ? flags->lease_ns
+                                      : (config->default_namespace.empty() ? "pstar" : config->default_namespace);
+    lc.lease_name = flags->lease_id;
+    lc.identity = flags->identity;
+    LeaderCallbacks callbacks;
+    // The callbacks run on the elector's thread, which must keep renewing:
+    // the caches fill on a thread of their own.
+    callbacks.on_started_leading = [&] {
+      leading = true;
+      std::printf("pstar-operator: %s leads (lease %s/%s)\n", flags->identity.c_str(),
+                  lc.lease_namespace.c_str(), lc.lease_name.c_str());
+      std::fflush(stdout);
+      starter = std::thread([&] {
+        Status s = start_reconciling();
+        if (!s.ok()) {
+          std::fprintf(stderr, "pstar-operator: error: %s\n", s.message().c_str());
+          failed = true;
+          ::kill(::getpid(), SIGTERM);
+        }
+      });
+    };
+    callbacks.on_stopped_leading = [&] {
+      leading = false;
+      if (stopping) return;  // released on the way out
+      // Another replica may act on the jobs now: stop at once, restart clean.
+      failed = true;
+      std::fprintf(stderr, "pstar-operator: lost the leader lease; exiting\n");
+      ::kill(::getpid(), SIGTERM);
+    };
+    elector = std::make_unique<LeaderElector>(**client, lc, callbacks);
+    elector->Start();
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  stopping = true;
+  std::printf("pstar-operator: stopping (%s)\n", failed ? "lost the lease or failed to start" : strsignal(sig));
+  std::fflush(stdout);
+  live = nullptr;
+  reconciler->Stop();  // also ends a start still waiting for the caches
+  if (starter.joinable()) starter.join();
+  if (elector) elector->Stop();  // releases the lease when held
+  if (failed) exit_code = 1;
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace pstar::op
+
+int main(int argc, char** argv) { return pstar::op::Run(argc, argv); }

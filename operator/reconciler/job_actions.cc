@@ -1,0 +1,446 @@
+#include "operator/reconciler/job_actions.h"
+
+#include <algorithm>
+#include <map>
+
+#include "operator/job/job_spec.h"
+#include "operator/job/sizing.h"
+
+namespace pstar::op {
+
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Condition types, in the order status.conditions lists them.
+constexpr const char* kConditionOrder[] = {"Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
+
+const Json& At(const Json& j, const char* pointer) {
+  static const Json kNull;
+  const Json::json_pointer p(pointer);
+  return j.is_object() && j.contains(p) ? j.at(p) : kNull;
+}
+
+std::string Str(const Json& j, const char* pointer) {
+  const Json& v = At(j, pointer);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+int64_t Int(const Json& j, const char* pointer, int64_t fallback) {
+  const Json& v = At(j, pointer);
+  return v.is_number_integer() ? v.get<int64_t>() : fallback;
+}
+
+int LabelInt(const Json& pod, const std::string& key) {
+  const Json& labels = At(pod, "/metadata/labels");
+  if (!labels.is_object() || !labels.contains(key) || !labels[key].is_string()) return -1;
+  const std::string& text = labels[key].get_ref<const std::string&>();
+  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), ::isdigit)) return -1;
+  return std::stoi(text);
+}
+
+bool Terminating(const Json& object) { return At(object, "/metadata/deletionTimestamp").is_string(); }
+std::string NameOf(const Json& pod) { return Str(pod, "/metadata/name"); }
+std::string PodPhase(const Json& pod) { return Str(pod, "/status/phase"); }
+
+bool PodReady(const Json& pod) {
+  for (const Json& c : At(pod, "/status/conditions").is_array() ? At(pod, "/status/conditions") : Json::array()) {
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return PodPhase(pod) == "Running";
+}
+
+// Why a failed pod failed, for messages: its exit code, or the pod's reason.
+std::string FailureText(const Json& pod) {
+  const int code = PodExitCode(pod);
+  if (code >= 0) {
+    std::string text = "pod " + NameOf(pod) + " exited with code " + std::to_string(code);
+    if (code > 128 && code < 160) text += " (signal " + std::to_string(code - 128) + ")";
+    return text;
+  }
+  std::string why = Str(pod, "/status/reason");
+  const std::string message = Str(pod, "/status/message");
+  if (!message.empty()) why += (why.empty() ? "" : ": ") + message;
+  return "pod " + NameOf(pod) + " failed" + (why.empty() ? "" : " (" + why + ")");
+}
+
+// Status with Kubernetes condition semantics: lastTransitionTime changes only
+// when a condition's status flips.
+class StatusBuilder {
+ public:
+  StatusBuilder(Json status, std::string now, int64_t generation)
+      : status_(std::move(status)), now_(std::move(now)), generation_(generation) {
+    if (!status_.is_object()) status_ = Json::object();
+    if (!status_.contains("conditions") || !status_["conditions"].is_array()) status_["conditions"] = Json::array();
+  }
+
+  bool IsTrue(const std::string& type) const {
+    const Json* c = Find(type);
+    return c != nullptr && c->value("status", "") == "True";
+  }
+  const Json* Find(const std::string& type) const {
+    for (const Json& c : status_["conditions"]) {
+      if (c.value("type", "") == type) return &c;
+    }
+    return nullptr;
+  }
+
+  void Set(const std::string& type, bool value, const std::string& reason, const std::string& message) {
+    const std::string wanted = value ? "True" : "False";
+    Json* existing = nullptr;
+    for (Json& c : status_["conditions"]) {
+      if (c.value("type", "") == type) existing = &c;
+    }
+    if (existing == nullptr) {
+      if (!value) return;  // a condition never true need not be listed as false
+      Json c = {{"type", type}, {"status", wanted}, {"reason", reason}, {"message", message},
+                {"lastTransitionTime", now_}, {"lastUpdateTime", now_}, {"observedGeneration", generation_}};
+      status_["conditions"].push_back(std::move(c));
+      SortConditions();
+      return;
+    }
+    Json& c = *existing;
+    if (c.value("status", "") != wanted) c["lastTransitionTime"] = now_;
+    if (c.value("status", "") != wanted || c.value("reason", "") != reason || c.value("message", "") != message) {
+      c["lastUpdateTime"] = now_;
+    }
+    c["status"] = wanted;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["observedGeneration"] = generation_;
+  }
+
+  void Remove(const std::string& type) {
+    Json kept = Json::array();
+    for (Json& c : status_["conditions"]) {
+      if (c.value("type", "") != type) kept.push_back(std::move(c));
+    }
+    status_["conditions"] = std::move(kept);
+  }
+
+  Json& status() { return status_; }
+  const std::string& now() const { return now_; }
+
+ private:
+  void SortConditions() {
+    auto rank = [](const Json& c) {
+      const std::string t = c.value("type", "");
+      for (size_t i = 0; i < std::size(kConditionOrder); ++i) {
+        if (t == kConditionOrder[i]) return int(i);
+      }
+      return int(std::size(kConditionOrder));
+    };
+    std::stable_sort(status_["conditions"].begin(), status_["conditions"].end(),
+                     [&](const Json& a, const Json& b) { return rank(a) < rank(b); });
+  }
+
+  Json status_;
+  std::string now_;
+  int64_t generation_;
+};
+
+// One event per condition that became true, with the condition's reason.
+void AddTransitionEvents(const Json& before, const Json& after, std::vector<JobEvent>* events) {
+  auto was_true = [&](const std::string& type) {
+    const Json& conds = At(before, "/conditions");
+    if (!conds.is_array()) return false;
+    for (const Json& c : conds) {
+      if (c.value("type", "") == type) return c.value("status", "") == "True";
+    }
+    return false;
+  };
+  for (const Json& c : after["conditions"]) {
+    const std::string type = c.value("type", "");
+    if (c.value("status", "") != "True" || was_true(type)) continue;
+    const bool warning = type == "Failed" || type == "Restarting";
+    events->push_back({warning ? "Warning" : "Normal", c.value("reason", type), c.value("message", "")});
+  }
+}
+
+class Decider {
+ public:
+  Decider(const JobObservation& o, const OperatorDefaults& d)
+      : o_(o),
+        defaults_(d),
+        generation_(Int(o.job, "/metadata/generation", 1)),
+        before_(o.job.contains("status") && o.job["status"].is_object() ? o.job["status"] : Json::object()),
+        st_(before_, FormatTime(o.now), generation_) {}
+
+  JobActions Run();
+
+ private:
+  JobActions Finish() {
+    Json& s = st_.status();
+    s["observedGeneration"] = generation_;
+    if (s != before_) {
+      AddTransitionEvents(before_, s, &a_.events);
+      a_.status = s;
+    }
+    return std::move(a_);
+  }
+
+  void SetPhase(const char* phase) { st_.status()["phase"] = phase; }
+
+  // Ends the job: Failed with the reason; pods go by the clean-up policy.
+  JobActions Fail(const std::string& reason, const std::string& message, CleanPodPolicy policy) {
+    st_.Set("Failed", true, reason, message);
+    st_.Set("Running", false, reason, message);
+    st_.Set("Restarting", false, reason, message);
+    SetPhase(kPhaseFailed);
+    Json& s = st_.status();
+    if (!s.contains("completionTime")) s["completionTime"] = st_.now();
+    s["readyRanks"] = 0;
+    CleanUp(policy);
+    return Finish();
+  }
+
+  void CleanUp(CleanPodPolicy policy) {
+    for (const Json& pod : o_.pods) {
+      if (Terminating(pod)) continue;
+      const std::string phase = PodPhase(pod);
+      const bool active = phase == "Running" || phase == "Pending" || phase.empty() || phase == "Unknown";
+      if (policy == CleanPodPolicy::kAll || (policy == CleanPodPolicy::kRunning && active)) {
+        a_.delete_pods.push_back(NameOf(pod));
+      }
+    }
+  }
+
+  void DeleteAllPods() {
+    for (const Json& pod : o_.pods) {
+      if (!Terminating(pod)) a_.delete_pods.push_back(NameOf(pod));
+    }
+  }
+
+  void RequeueWithin(milliseconds delay) {
+    delay = std::max(delay, milliseconds(100));
+    if (!a_.requeue_after || *a_.requeue_after > delay) a_.requeue_after = delay;
+  }
+
+  JobActions Finished();
+
+  const JobObservation& o_;
+  const OperatorDefaults& defaults_;
+  const int64_t generation_;
+  const Json before_;
+  StatusBuilder st_;
+  JobActions a_;
+};
+
+JobActions Decider::Finished() {
+  // A job that ended stays ended; only its pods and TTL need care. The spec
+  // may be invalid (that may be why it failed): then the defaults apply.
+  auto spec = ParseJob(o_.job);
+  const RunPolicy policy = spec.ok() ? spec->run_policy : RunPolicy{};
+  CleanUp(policy.clean_pod_policy);
+  if (policy.ttl_seconds_after_finished) {
+    auto done = ParseTime(Str(o_.job, "/status/completionTime"));
+    if (done.ok()) {
+      const WallTime due = *done + seconds(*policy.ttl_seconds_after_finished);
+      if (o_.now >= due) {
+        a_.delete_job = true;
+      } else {
+        RequeueWithin(duration_cast<milliseconds>(due - o_.now));
+      }
+    }
+  }
+  return Finish();
+}
+
+JobActions Decider::Run() {
+  if (Terminating(o_.job)) return {};  // the garbage collector removes the children
+
+  // A spec rejected at an older generation is looked at afresh once edited.
+  if (const Json* failed = st_.Find("Failed");
+      failed != nullptr && failed->value("status", "") == "True" && failed->value("reason", "") == "InvalidSpec" &&
+      failed->value("observedGeneration", int64_t(0)) < generation_) {
+    st_.Remove("Failed");
+    st_.status().erase("completionTime");
+    SetPhase(kPhasePending);
+  }
+  if (st_.IsTrue("Succeeded") || st_.IsTrue("Failed")) return Finished();
+
+  auto spec = ParseJob(o_.job);
+  if (!spec.ok()) return Fail("InvalidSpec", spec.status().message(), CleanPodPolicy::kAll);
+  auto sizing = SizePods(*spec);
+  if (!sizing.ok()) return Fail("InvalidSpec", sizing.status().message(), CleanPodPolicy::kAll);
+  Json& s = st_.status();
+  s["worldSize"] = spec->world_size();
+  s["memory"] = SizingStatus(*sizing);
+  const NodeFit fit = CheckNodeFit(*spec, *sizing, o_.nodes);
+  s["nodeFit"] = fit.message;
+  if (!fit.fits) return Fail("InsufficientHostMemory", fit.message, CleanPodPolicy::kAll);
+  if (!s.contains("restarts")) s["restarts"] = 0;
+  const int64_t restarts = Int(s, "/restarts", 0);
+  const RunPolicy& policy = spec->run_policy;
+  const int world = spec->world_size();
+
+  if (policy.suspend) {
+    DeleteAllPods();
+    st_.Set("Suspended", true, "JobSuspended", "the job is suspended; its pods are deleted");
+    st_.Set("Running", false, "JobSuspended", "the job is suspended");
+    SetPhase(kPhaseSuspended);
+    s["readyRanks"] = 0;
+    s["ready"] = "0/" + std::to_string(world);
+    return Finish();
+  }
+  if (st_.IsTrue("Suspended")) {
+    st_.Set("Suspended", false, "JobResumed", "the job is resumed");
+    s.erase("startTime");  // the active deadline counts from the resume
+  }
+
+  if (policy.active_deadline_seconds) {
+    if (auto start = ParseTime(Str(s, "/startTime")); start.ok()) {
+      const WallTime due = *start + seconds(*policy.active_deadline_seconds);
+      if (o_.now >= due) {
+        return Fail("DeadlineExceeded",
+                    "the job ran longer than activeDeadlineSeconds (" +
+                        std::to_string(*policy.active_deadline_seconds) + " s)",
+                    CleanPodPolicy::kAll);
+      }
+      RequeueWithin(duration_cast<milliseconds>(due - o_.now));
+    }
+  }
+
+  // Sort the pods into this attempt's gang, older attempts, and pods the
+  // cache shows from an attempt the cached job has not reached yet.
+  std::map<int, const Json*> gang;
+  bool stale_pods = false;
+  for (const Json& pod : o_.pods) {
+    const int attempt = LabelInt(pod, kAttemptLabel);
+    const int index = LabelInt(pod, kNodeIndexLabel);
+    if (attempt > restarts) {
+      RequeueWithin(milliseconds(200));  // the cached job is behind its own pods
+      return Finish();
+    }
+    if (attempt < restarts || index < 0 || index >= spec->num_nodes || Terminating(pod)) {
+      stale_pods = true;
+      if (!Terminating(pod)) a_.delete_pods.push_back(NameOf(pod));
+      continue;
+    }
+    gang[index] = &pod;
+  }
+
+  // A failed rank ends the attempt: the whole gang restarts or the job fails.
+  const Json* failed = nullptr;
+  for (const auto& [index, pod] : gang) {
+    if (PodPhase(*pod) == "Failed") {
+      failed = pod;
+      break;
+    }
+  }
+  std::string failure;
+  bool permanent = false;
+  if (failed != nullptr) {
+    failure = FailureText(*failed);
+    const int code = PodExitCode(*failed);
+    permanent = policy.restart_policy == RestartPolicy::kNever ||
+                (policy.restart_policy == RestartPolicy::kExitCode &&
+                 std::find(policy.permanent_exit_codes.begin(), policy.permanent_exit_codes.end(), code) !=
+                     policy.permanent_exit_codes.end());
+  } else if (Str(before_, "/phase") == kPhaseRunning && !stale_pods && int(gang.size()) < spec->num_nodes) {
+    // A pod of a running gang vanished (deleted, or its node was lost): the
+    // others cannot go on without its ranks.
+    for (int i = 0; i < spec->num_nodes; ++i) {
+      if (!gang.count(i)) {
+        failure = "pod " + PodName(*spec, i) + " disappeared";
+        break;
+      }
+    }
+  }
+  if (!failure.empty()) {
+    if (permanent) {
+      return Fail("PermanentFailure", failure + ", a permanent exit code; the job is not restarted",
+                  policy.clean_pod_policy);
+    }
+    if (restarts >= policy.backoff_limit) {
+      return Fail("BackoffLimitExceeded",
+                  failure + "; the gang was already restarted " + std::to_string(restarts) +
+                      " times (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
+                  policy.clean_pod_policy);
+    }
+    s["restarts"] = restarts + 1;
+    s["lastRestartTime"] = st_.now();
+    const std::string message = failure + "; restarting all " + std::to_string(spec->num_nodes) +
+                                " pods (restart " + std::to_string(restarts + 1) + " of " +
+                                std::to_string(policy.backoff_limit) + ")";
+    st_.Set("Restarting", true, "RankFailed", message);
+    st_.Set("Running", false, "RankFailed", failure);
+    SetPhase(kPhaseRestarting);
+    s["readyRanks"] = 0;
+    s["ready"] = "0/" + std::to_string(world);
+    DeleteAllPods();
+    return Finish();
+  }
+
+  // Success: every rank of the gang finished.
+  int succeeded = 0, running = 0, ready = 0;
+  for (const auto& [index, pod] : gang) {
+    const std::string phase = PodPhase(*pod);
+    if (phase == "Succeeded") ++succeeded;
+    if (phase == "Running") {
+      ++running;
+      if (PodReady(*pod)) ++ready;
+    }
+  }
+  if (succeeded == spec->num_nodes) {
+    const std::string message = "all " + std::to_string(world) + " ranks finished";
+    st_.Set("Succeeded", true, "JobSucceeded", message);
+    st_.Set("Running", false, "JobSucceeded", message);
+    st_.Set("Restarting", false, "JobSucceeded", message);
+    SetPhase(kPhaseSucceeded);
+    if (!s.contains("completionTime")) s["completionTime"] = st_.now();
+    s["readyRanks"] = 0;
+    s["ready"] = "0/" + std::to_string(world);
+    CleanUp(policy.clean_pod_policy);
+    if (policy.ttl_seconds_after_finished) RequeueWithin(seconds(*policy.ttl_seconds_after_finished));
+    return Finish();
+  }
+
+  // The children: Service and ConfigMap, then one pod per node slot, but not
+  // while pods of an older attempt are still going away.
+  if (!o_.service_exists) a_.create.push_back(DesiredService(*spec));
+  if (!o_.config_map_exists) a_.create.push_back(DesiredConfigMap(*spec));
+  if (stale_pods) {
+    SetPhase(restarts > 0 ? kPhaseRestarting : kPhasePending);
+    s["readyRanks"] = 0;
+    s["ready"] = "0/" + std::to_string(world);
+    return Finish();
+  }
+  for (int i = 0; i < spec->num_nodes; ++i) {
+    if (!gang.count(i)) a_.create.push_back(DesiredPod(*spec, *sizing, i, int(restarts), defaults_));
+  }
+  if (!s.contains("startTime")) s["startTime"] = st_.now();
+  st_.Set("Created", true, "PodsCreated",
+          "created " + std::to_string(spec->num_nodes) + " pods for " + std::to_string(world) + " ranks");
+  s["readyRanks"] = ready * spec->nproc_per_node;
+  s["ready"] = std::to_string(ready * spec->nproc_per_node) + "/" + std::to_string(world);
+  if (running + succeeded == spec->num_nodes && running > 0) {
+    const std::string message = "all " + std::to_string(world) + " ranks are running";
+    st_.Set("Running", true, "AllRanksRunning", message);
+    st_.Set("Restarting", false, "AllRanksRunning", message);
+    SetPhase(kPhaseRunning);
+  } else if (!st_.IsTrue("Running")) {
+    SetPhase(st_.IsTrue("Restarting") ? kPhaseRestarting : kPhaseCreated);
+  }
+  return Finish();
+}
+
+}  // namespace
+
+JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaults& defaults) {
+  return Decider(observed, defaults).Run();
+}
+
+int PodExitCode(const Json& pod) {
+  const Json& statuses = At(pod, "/status/containerStatuses");
+  if (!statuses.is_array()) return -1;
+  for (const Json& c : statuses) {
+    const Json& code = At(c, "/state/terminated/exitCode");
+    if (code.is_number_integer()) return code.get<int>();
+  }
+  return -1;
+}
+
+}  // namespace pstar::op

@@ -1,0 +1,64 @@
+// DecideJobActions: the heart of the reconciler as one pure function. From a
+// PatrickStarJob and what the caches show of its children it computes what to
+// create, what to delete, the status to write and the events to record. It
+// makes no API calls, so every transition is unit-tested without a server;
+// JobReconciler only carries the actions out.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/job/desired_objects.h"
+#include "operator/kube/kube_time.h"
+
+namespace pstar::op {
+
+using Json = nlohmann::json;
+
+// What the reconciler observed of one job.
+struct JobObservation {
+  Json job;                 // the PatrickStarJob
+  std::vector<Json> pods;   // pods labelled with the job's name and owned by its uid
+  bool service_exists = false;
+  bool config_map_exists = false;
+  std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
+  WallTime now;
+};
+
+struct JobEvent {
+  std::string type;  // "Normal" or "Warning"
+  std::string reason;
+  std::string message;
+};
+
+struct JobActions {
+  // Written first, with the job's resourceVersion: a conflict means the view
+  // was stale, and nothing else is done before the job is read again.
+  std::optional<Json> status;
+  std::vector<std::string> delete_pods;
+  std::vector<Json> create;  // Service, ConfigMap and Pods, in that order
+  bool delete_job = false;   // ttlSecondsAfterFinished has passed
+  std::vector<JobEvent> events;
+  // Look again after this long even if nothing changes (deadlines, TTL).
+  std::optional<std::chrono::milliseconds> requeue_after;
+};
+
+// Phases, as shown in status.phase.
+inline constexpr const char* kPhasePending = "Pending";
+inline constexpr const char* kPhaseCreated = "Created";
+inline constexpr const char* kPhaseRunning = "Running";
+inline constexpr const char* kPhaseRestarting = "Restarting";
+inline constexpr const char* kPhaseSucceeded = "Succeeded";
+inline constexpr const char* kPhaseFailed = "Failed";
+inline constexpr const char* kPhaseSuspended = "Suspended";
+
+JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaults& defaults);
+
+// The exit code of a terminated pod's worker container (-1 when unknown).
+int PodExitCode(const Json& pod);
+
+}  // namespace pstar::op

@@ -1,0 +1,278 @@
+#include "operator/reconciler/job_reconciler.h"
+
+#include <cstdio>
+
+#include "operator/kube/resource.h"
+
+namespace pstar::op {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr const char* kManagedSelector = "app.kubernetes.io/managed-by=pstar-operator";
+
+bool OwnedBy(const Json& child, const std::string& uid) {
+  const Json refs = child["metadata"].value("ownerReferences", Json::array());
+  for (const Json& r : refs) {
+    if (r.value("uid", "") == uid && r.value("controller", false)) return true;
+  }
+  return false;
+}
+
+const ResourceRef& RefFor(const Json& object) {
+  const std::string kind = object.value("kind", "");
+  if (kind == "Service") return Services();
+  if (kind == "ConfigMap") return ConfigMaps();
+  return Pods();
+}
+
+}  // namespace
+
+JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, OperatorMetrics* metrics)
+    : client_(client), options_(std::move(options)), metrics_(metrics) {
+  InformerHandlers job_handlers;
+  job_handlers.on_add = [this](const ObjectPtr& job) { queue_.Add(ObjectKey(*job)); };
+  job_handlers.on_update = [this](const ObjectPtr&, const ObjectPtr& job) { queue_.Add(ObjectKey(*job)); };
+  job_handlers.on_delete = [this](const ObjectPtr& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    superseded_rv_.erase(ObjectKey(*job));
+  };
+  InformerHandlers child_handlers;
+  child_handlers.on_add = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
+  child_handlers.on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueOwner(*o); };
+  child_handlers.on_delete = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
+
+  auto informer = [&](const ResourceRef& ref, const std::string& selector, InformerHandlers handlers) {
+    InformerOptions o;
+    o.label_selector = selector;
+    o.index_label = kJobNameLabel;
+    auto i = std::make_unique<Informer>(client_, ref, ref.namespaced ? options_.watch_namespace : "", o);
+    i->AddHandlers(std::move(handlers));
+    return i;
+  };
+  jobs_ = informer(PatrickStarJobs(), "", job_handlers);
+  pods_ = informer(Pods(), kManagedSelector, child_handlers);
+  services_ = informer(Services(), kManagedSelector, child_handlers);
+  config_maps_ = informer(ConfigMaps(), kManagedSelector, child_handlers);
+  if (options_.watch_nodes) nodes_ = informer(Nodes(), "", {});
+}
+
+JobReconciler::~JobReconciler() { Stop(); }
+
+Status JobReconciler::Start(milliseconds sync_timeout) {
+  std::vector<Informer*> all = {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()};
+  if (nodes_) all.push_back(nodes_.get());
+  for (Informer* i : all) i->Start();
+  const auto deadline = std::chrono::steady_clock::now() + sync_timeout;
+  for (Informer* i : all) {
+    // In short waits, so that Stop() can end a start that cannot finish.
+    while (!i->WaitForSync(milliseconds(100))) {
+      if (stopping_) return Status::FailedPrecondition("stopped before the caches synced");
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string hint;
+        if (i == jobs_.get()) hint = " (is the PatrickStarJob CRD, crds/patrickstarjob.yaml, installed?)";
+        return Status::FailedPrecondition("the " + i->resource().plural + " cache did not sync within " +
+                                          std::to_string(sync_timeout.count() / 1000) + " s" + hint);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (stopping_) return Status::FailedPrecondition("stopped before the workers started");
+  started_ = true;
+  for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { RunWorker(); });
+  return Status::Ok();
+}
+
+void JobReconciler::Stop() {
+  stopping_ = true;
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  queue_.ShutDown();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  for (auto* i : {&jobs_, &pods_, &services_, &config_maps_, &nodes_}) {
+    if (*i) (*i)->Stop();
+  }
+}
+
+bool JobReconciler::Synced() const {
+  return started_ && jobs_->HasSynced() && pods_->HasSynced() && services_->HasSynced() &&
+         config_maps_->HasSynced() && (!nodes_ || nodes_->HasSynced());
+}
+
+OperatorSnapshot JobReconciler::Snapshot() const {
+  OperatorSnapshot s;
+  s.queue_depth = int64_t(queue_.Len());
+  for (const auto& job : jobs_->List()) {
+    std::string phase = "Pending";
+    if (job->contains("status") && (*job)["status"].is_object()) phase = (*job)["status"].value("phase", "Pending");
+    ++s.jobs_by_phase[phase];
+  }
+  for (const Informer* i : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), nodes_.get()}) {
+    if (i == nullptr) continue;
+    s.watch_restarts[i->resource().plural] = i->watch_restarts.load();
+    s.relists[i->resource().plural] = i->relists.load();
+  }
+  return s;
+}
+
+void JobReconciler::EnqueueOwner(const Json& child) {
+  const Json labels = child["metadata"].value("labels", Json::object());
+  if (!labels.contains(kJobNameLabel) || !labels[kJobNameLabel].is_string()) return;
+  queue_.Add(ObjectKey(child["metadata"].value("namespace", ""), labels[kJobNameLabel].get<std::string>()));
+}
+
+void JobReconciler::RunWorker() {
+  while (auto key = queue_.Get()) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = ReconcileKey(*key);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (!result.ok()) {
+      std::fprintf(stderr, "pstar-operator: reconcile %s: %s\n", key->c_str(), result.status().message().c_str());
+      if (metrics_) metrics_->RecordReconcile("error", took);
+      queue_.AddRateLimited(*key);
+    } else if (result->has_value() && **result <= milliseconds(250)) {
+      // A conflict or a cache behind our own write: look again soon.
+      if (metrics_) metrics_->RecordReconcile("requeue", took);
+      queue_.Forget(*key);
+      queue_.AddAfter(*key, **result);
+    } else {
+      if (metrics_) metrics_->RecordReconcile("success", took);
+      queue_.Forget(*key);
+      if (result->has_value()) queue_.AddAfter(*key, **result);
+    }
+    queue_.Done(*key);
+  }
+}
+
+JobObservation JobReconciler::Observe(const Json& job) const {
+  JobObservation o;
+  o.job = job;
+  const std::string ns = job["metadata"].value("namespace", "");
+  const std::string name = job["metadata"].value("name", "");
+  const std::string uid = job["metadata"].value("uid", "");
+  for (const auto& pod : pods_->ListByLabel(ns, kJobNameLabel, name)) {
+    if (OwnedBy(*pod, uid)) o.pods.push_back(*pod);
+  }
+  JobSpec named;  // the children's names depend on the job's name alone
+  named.name = name;
+  named.ns = ns;
+  auto service = services_->Get(ns, ServiceName(named));
+  o.service_exists = service != nullptr && OwnedBy(*service, uid);
+  auto config_map = config_maps_->Get(ns, ConfigMapName(named));
+  o.config_map_exists = config_map != nullptr && OwnedBy(*config_map, uid);
+  if (nodes_) {
+    for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
+  }
+  o.now = std::chrono::system_clock::now();
+  return o;
+}
+
+Status JobReconciler::ApiFailure(const std::string& verb, const ResourceRef& ref, const ApiResponse& response) {
+  if (metrics_) metrics_->RecordApiError(verb, ref.plural);
+  return response.ToStatus(verb + " " + ref.plural);
+}
+
+Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::string& key) {
+  const size_t slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  auto cached = jobs_->Get(ns, name);
+  if (cached == nullptr) return std::optional<milliseconds>();
+  const Json& job = *cached;
+  const std::string rv = job["metadata"].value("resourceVersion", "");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = superseded_rv_.find(key);
+    if (it != superseded_rv_.end()) {
+      if (it->second == rv) return std::optional<milliseconds>(milliseconds(100));
+      superseded_rv_.erase(it);
+    }
+  }
+
+  JobActions actions = DecideJobActions(Observe(job), options_.defaults);
+
+  if (actions.status) {
+    Json updated = job;
+    updated["status"] = *actions.status;
+    ApiResponse r = client_.ReplaceStatus(PatrickStarJobs(), ns, updated);
+    if (r.conflict()) return std::optional<milliseconds>(milliseconds(50));  // re-read, then decide again
+    if (r.not_found()) return std::optional<milliseconds>();
+    if (!r.ok()) return ApiFailure("update status", PatrickStarJobs(), r);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      superseded_rv_[key] = rv;
+    }
+    const int64_t before = job.contains("status") && job["status"].is_object() ? job["status"].value("restarts", 0) : 0;
+    if (metrics_ && actions.status->value("restarts", 0) > before) metrics_->RecordGangRestart();
+  }
+  RecordEvents(job, actions.events);
+
+  Status first_error;
+  for (const std::string& pod : actions.delete_pods) {
+    DeleteOptions d;
+    d.propagation_policy = "Background";
+    ApiResponse r = client_.Delete(Pods(), ns, pod, d);
+    if (!r.ok() && !r.not_found() && first_error.ok()) first_error = ApiFailure("delete", Pods(), r);
+  }
+  for (const Json& object : actions.create) {
+    const ResourceRef& ref = RefFor(object);
+    ApiResponse r = client_.Create(ref, ns, object);
+    if (r.ok() || r.already_exists()) continue;
+    if (first_error.ok()) first_error = ApiFailure("create", ref, r);
+    if (r.code == 422 || r.code == 400 || r.code == 403) {
+      // The cluster refuses this object: the user needs to know why.
+      RecordEvents(job, {{"Warning", "CreateFailed", r.ToStatus("create " + ref.plural).message()}});
+    }
+  }
+  if (actions.delete_job) {
+    DeleteOptions d;
+    d.propagation_policy = "Background";
+    ApiResponse r = client_.Delete(PatrickStarJobs(), ns, name, d);
+    if (!r.ok() && !r.not_found() && first_error.ok()) first_error = ApiFailure("delete", PatrickStarJobs(), r);
+  }
+  if (!first_error.ok()) return first_error;
+  return actions.requeue_after;
+}
+
+void JobReconciler::RecordEvents(const Json& job, const std::vector<JobEvent>& events) {
+  const std::string ns = job["metadata"].value("namespace", "");
+  const std::string name = job["metadata"].value("name", "");
+  for (const JobEvent& e : events) {
+    const auto now = std::chrono::system_clock::now();
+    const std::string stamp = FormatTime(now);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "%llx%04llx",
+                  static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                      now.time_since_epoch()).count()),
+                  static_cast<unsigned long long>(event_seq_.fetch_add(1) & 0xffff));
+    Json event = {
+        {"apiVersion", "v1"},
+        {"kind", "Event"},
+        {"metadata", {{"name", name + "." + suffix}, {"namespace", ns}}},
+        {"involvedObject",
+         {{"apiVersion", PatrickStarJobs().api_version()},
+          {"kind", PatrickStarJobs().kind},
+          {"name", name},
+          {"namespace", ns},
+          {"uid", job["metadata"].value("uid", "")},
+          {"resourceVersion", job["metadata"].value("resourceVersion", "")}}},
+        {"reason", e.reason},
+        {"message", e.message},
+        {"type", e.type},
+        {"source", {{"component", "pstar-operator"}}},
+        {"reportingComponent", "pstar-operator"},
+        {"reportingInstance", options_.identity},
+        {"firstTimestamp", stamp},
+        {"lastTimestamp", stamp},
+        {"count", 1},
+    };
+    ApiResponse r = client_.Create(Events(), ns, event);
+    if (!r.ok()) {
+      if (metrics_) metrics_->RecordApiError("create", "events");
+      continue;  // events are best effort: the status says the same
+    }
+    if (metrics_) metrics_->RecordEvent(e.type);
+  }
+}
+
+}  // namespace pstar::op

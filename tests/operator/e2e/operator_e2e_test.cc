@@ -1,0 +1,413 @@
+// End-to-end: the real pstar-operator process against the loopback fake API
+// server, whose kubelet mode runs each pod's `pstar launch` as local
+// processes, driven with the real kubectl where the machine has it.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "operator/kube/resource.h"
+#include "tests/operator/fake_api_server.h"
+#include "tests/test_util.h"
+
+namespace pstar::test {
+namespace {
+
+using op::ApiResponse;
+using op::Json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kKubectl = "/usr/bin/kubectl";
+constexpr const char* kNs = "default";
+
+std::string BinDir() { return std::filesystem::path(PstarBinary()).parent_path().string(); }
+
+// Polls `done` every 100 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  return done();
+}
+
+// A running pstar-operator; its metrics port is read from its first line.
+class OperatorProcess {
+ public:
+  OperatorProcess(const FakeApiServer& server, std::vector<std::string> flags = {}) {
+    std::vector<std::string> argv = {PSTAR_OPERATOR_BINARY, "--kubeconfig", server.kubeconfig_path(),
+                                     "--metrics-address", "127.0.0.1", "--metrics-port", "0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    process_ = std::make_unique<ChildProcess>(argv);
+    WaitFor([&] { return MetricsPort() > 0 || !process_->Running(); }, seconds(30));
+  }
+  int MetricsPort() const {
+    std::smatch m;
+    const std::string out = process_->Stdout();
+    static const std::regex kLine(R"(on 127\.0\.0\.1:(\d+))");
+    return std::regex_search(out, m, kLine) ? std::stoi(m[1]) : 0;
+  }
+  std::string Metrics() const { return HttpGet(MetricsPort(), "/metrics").body; }
+  ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// The value of one series in exposition text (-1 when absent).
+double Series(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+class OperatorE2e : public ::testing::Test {
+ protected:
+  void StartServer(bool kubelet, std::vector<std::string> nodes = {"node-1:16Gi:8"}) {
+    FakeApiServerOptions o;
+    o.kubelet = kubelet;
+    o.bin_dir = BinDir();
+    o.nodes = std::move(nodes);
+    auto s = FakeApiServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(s).value();
+    std::ifstream crd(SourceDir() + "/crds/patrickstarjob.yaml");
+    ASSERT_TRUE(crd.good());
+    // The CRD through kubectl where it exists, else through the API.
+    if (HaveKubectl()) {
+      ProcessResult r = Kubectl({"apply", "-f", SourceDir() + "/crds/patrickstarjob.yaml"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    } else {
+      ProcessResult r = RunProcess({"/usr/bin/python3", "-c",
+                                    "import json,sys,yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+                                    SourceDir() + "/crds/patrickstarjob.yaml"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      op::ResourceRef crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                           "CustomResourceDefinition", false};
+      ApiResponse c = server_->client().Create(crds, "", Json::parse(r.out));
+      ASSERT_TRUE(c.ok()) << c.error;
+    }
+  }
+
+  static bool HaveKubectl() { return std::filesystem::exists(kKubectl); }
+
+  ProcessResult Kubectl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {kKubectl, "--kubeconfig", server_->kubeconfig_path(), "--cache-dir",
+                                     cache_.path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv);
+  }
+
+  // A tiny CPU job: 2 layers, steps and checkpoints as asked.
+  Json TinyJob(const std::string& name, int steps, int nodes = 2) {
+    Json job = {
+        {"apiVersion", "patrickstar.io/v1alpha1"},
+        {"kind", "PatrickStarJob"},
+        {"metadata", {{"name", name}, {"namespace", kNs}}},
+        {"spec",
+         {{"numNodes", nodes},
+          {"nprocPerNode", 1},
+          {"device", "cpu"},
+          {"masterPort", FreePort()},
+          {"metricsPort", 0},
+          {"config",
+           {{"model", {{"n_layer", 2}, {"n_head", 2}, {"n_embd", 16}, {"vocab_size", 40}, {"max_seq_len", 12}}},
+            {"data", {{"source", "generated"}, {"generated_tokens", 20000}}},
+            {"train", {{"batch_size", 4}, {"seq_len", 8}, {"steps", steps}, {"log_every", 10}, {"threads", 1}}},
+            {"checkpoint", {{"dir", ckpt_.path() + "/" + name}, {"every_steps", 5}}}}}}}};
+    return job;
+  }
+
+  void Create(const Json& job) {
+    ApiResponse r = server_->client().Create(op::PatrickStarJobs(), kNs, job);
+    ASSERT_TRUE(r.ok()) << r.error;
+  }
+
+  Json Job(const std::string& name) {
+    ApiResponse r = server_->client().Get(op::PatrickStarJobs(), kNs, name);
+    return r.ok() ? r.body : Json::object();
+  }
+  std::string Phase(const std::string& name) {
+    Json j = Job(name);
+    return j.contains("status") ? j["status"].value("phase", "") : "";
+  }
+  Json Condition(const std::string& name, const std::string& type) {
+    Json j = Job(name);
+    if (!j.contains("status") || !j["status"].contains("conditions")) return Json::object();
+    for (const Json& c : j["status"]["conditions"]) {
+      if (c["type"] == type) return c;
+    }
+    return Json::object();
+  }
+  bool WaitForPhase(const std::string& name, const std::string& phase, seconds timeout) {
+    return WaitFor([&] { return Phase(name) == phase; }, timeout);
+  }
+  std::vector<Json> Pods(const std::string& selector = "") {
+    op::ListOptions o;
+    o.label_selector = selector;
+    ApiResponse r = server_->client().List(op::Pods(), kNs, o);
+    std::vector<Json> pods;
+    if (r.ok()) {
+      for (const Json& p : r.body["items"]) pods.push_back(p);
+    }
+    return pods;
+  }
+  std::string Describe(const std::string& name) { return Job(name).dump(1) + "\n" + server_->Output(); }
+
+  TempDir cache_{"kubectl-cache"};
+  TempDir ckpt_{"e2e-ckpt"};
+  std::unique_ptr<FakeApiServer> server_;
+};
+
+TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_);
+  ASSERT_GT(op.MetricsPort(), 0) << op.process().Stdout();
+
+  TempDir dir("e2e-job");
+  const std::string manifest = dir.path() + "/job.yaml";
+  std::ofstream(manifest) << TinyJob("tiny", 12).dump();  // JSON is YAML
+  ProcessResult apply = Kubectl({"apply", "-f", manifest});
+  ASSERT_EQ(apply.exit_code, 0) << apply.err;
+  EXPECT_NE(apply.out.find("patrickstarjob.patrickstar.io/tiny created"), std::string::npos) << apply.out;
+
+  ASSERT_TRUE(WaitForPhase("tiny", "Succeeded", seconds(180))) << Describe("tiny");
+  const Json status = Job("tiny")["status"];
+  EXPECT_EQ(status["worldSize"], 2);
+  EXPECT_EQ(status["restarts"], 0);
+  EXPECT_EQ(status["observedGeneration"], 1);
+  EXPECT_TRUE(status.contains("startTime"));
+  EXPECT_TRUE(status.contains("completionTime"));
+  EXPECT_EQ(Condition("tiny", "Created")["status"], "True");
+  EXPECT_EQ(Condition("tiny", "Succeeded")["status"], "True");
+  EXPECT_TRUE(status["memory"]["hostMemoryPerPod"].is_string());
+
+  // The pods: owned by the job, sized as the status says, and they trained.
+  std::vector<Json> pods = Pods("patrickstar.io/job-name=tiny");
+  ASSERT_EQ(pods.size(), 2u);
+  for (const Json& pod : pods) {
+    EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], Job("tiny")["metadata"]["uid"]);
+    EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["requests"]["memory"], status["memory"]["hostMemoryPerPod"]);
+    EXPECT_EQ(pod["status"]["phase"], "Succeeded");
+  }
+  ProcessResult logs = Kubectl({"logs", "tiny-node-0"});
+  EXPECT_NE(logs.out.find("summary: steps=12"), std::string::npos) << logs.out << logs.err;
+  EXPECT_NE(logs.out.find("2 ranks"), std::string::npos) << logs.out;
+
+  ProcessResult get = Kubectl({"get", "psj"});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_NE(get.out.find("PHASE"), std::string::npos) << get.out;
+  EXPECT_TRUE(std::regex_search(get.out, std::regex(R"(tiny\s+Succeeded)"))) << get.out;
+
+  ProcessResult describe = Kubectl({"describe", "psj", "tiny"});
+  EXPECT_NE(describe.out.find("PodsCreated"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("JobSucceeded"), std::string::npos) << describe.out;
+
+  const std::string metrics = op.Metrics();
+  EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;
+  EXPECT_GT(Series(metrics, "pstar_operator_reconciles_total{result=\"success\"}"), 0) << metrics;
+  EXPECT_EQ(HttpGet(op.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");
+  EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
+}
+
+TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_);
+  Create(TinyJob("resumer", 40));
+  // Wait for a checkpoint, then kill rank 1 (the child of its pod's launcher).
+  const std::string ckpt = ckpt_.path() + "/resumer";
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ckpt + "/step-00000005"); }, seconds(120)))
+      << Describe("resumer");
+  ApiResponse kill = server_->Post("/fake/kubelet/signal",
+                                   {{"namespace", kNs}, {"name", "resumer-node-1"}, {"signal", 9}, {"target", "child"}});
+  ASSERT_TRUE(kill.ok()) << kill.error;
+
+  ASSERT_TRUE(WaitForPhase("resumer", "Succeeded", seconds(240))) << Describe("resumer");
+  const Json status = Job("resumer")["status"];
+  EXPECT_EQ(status["restarts"], 1);
+  EXPECT_TRUE(status.contains("lastRestartTime"));
+  const Json restarting = Condition("resumer", "Restarting");
+  EXPECT_EQ(restarting["status"], "False");  // it was true until the new gang ran
+  // The new gang is attempt 1 and resumed from a checkpoint.
+  std::vector<Json> pods = Pods("patrickstar.io/job-name=resumer");
+  ASSERT_EQ(pods.size(), 2u);
+  for (const Json& pod : pods) EXPECT_EQ(pod["metadata"]["labels"]["patrickstar.io/attempt"], "1");
+  ApiResponse log = server_->Get("/api/v1/namespaces/default/pods/resumer-node-0/log");
+  ASSERT_EQ(log.code, 200) << log.error;
+  ASSERT_TRUE(log.body.is_string()) << log.body;
+  const std::string text = log.body.get<std::string>();
+  EXPECT_NE(text.find("resumed: from the checkpoint of step"), std::string::npos) << text;
+  EXPECT_NE(op.Metrics().find("pstar_operator_gang_restarts_total 1"), std::string::npos) << op.Metrics();
+
+  // With backoffLimit 0 the first failure ends the job.
+  Json strict = TinyJob("strict", 400);
+  strict["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  Create(strict);
+  ASSERT_TRUE(WaitForPhase("strict", "Running", seconds(120))) << Describe("strict");
+  kill = server_->Post("/fake/kubelet/signal",
+                       {{"namespace", kNs}, {"name", "strict-node-0"}, {"signal", 9}, {"target", "main"}});
+  ASSERT_TRUE(kill.ok()) << kill.error;
+  ASSERT_TRUE(WaitForPhase("strict", "Failed", seconds(60))) << Describe("strict");
+  const Json failed = Condition("strict", "Failed");
+  EXPECT_EQ(failed["reason"], "BackoffLimitExceeded");
+  EXPECT_NE(failed["message"].get<std::string>().find("exited with code 137"), std::string::npos) << failed;
+  // cleanPodPolicy Running: the surviving rank's pod is deleted.
+  EXPECT_TRUE(WaitFor([&] { return Pods("patrickstar.io/job-name=strict").size() <= 1; }, seconds(60)));
+}
+
+TEST_F(OperatorE2e, AnOperatorKilledMidReconcileLeavesNoDuplicateOrOrphanedPods) {
+  StartServer(/*kubelet=*/false);
+  constexpr int kJobs = 40, kNodes = 3;
+  for (int i = 0; i < kJobs; ++i) Create(TinyJob("crash-" + std::to_string(i), 10, kNodes));
+  {
+    OperatorProcess first(*server_);
+    // Kill it while it is creating pods.
+    ASSERT_TRUE(WaitFor([&] { return !Pods().empty(); }, seconds(60)));
+    first.process().Signal(SIGKILL);
+    first.process().Wait();
+  }
+  const size_t created_before = Pods().size();
+  EXPECT_LT(created_before, size_t(kJobs * kNodes)) << "the operator finished before it was killed";
+  // A job deleted while no operator runs leaves nothing behind either.
+  ApiResponse del = server_->client().Delete(op::PatrickStarJobs(), kNs, "crash-0", {});
+  ASSERT_TRUE(del.ok()) << del.error;
+
+  OperatorProcess second(*server_);
+  ASSERT_TRUE(WaitFor([&] { return Pods().size() == size_t((kJobs - 1) * kNodes); }, seconds(120)))
+      << Pods().size() << " pods";
+  for (int i = 1; i < kJobs; ++i) {
+    const std::string name = "crash-" + std::to_string(i);
+    ASSERT_TRUE(WaitForPhase(name, "Created", seconds(60))) << Describe(name);
+  }
+  std::this_thread::sleep_for(seconds(1));  // anything extra would show now
+  std::map<std::string, std::set<std::string>> pods_by_job;
+  std::set<std::string> job_uids;
+  ApiResponse jobs = server_->client().List(op::PatrickStarJobs(), kNs, {});
+  for (const Json& j : jobs.body["items"]) job_uids.insert(j["metadata"]["uid"].get<std::string>());
+  for (const Json& pod : Pods()) {
+    const std::string job = pod["metadata"]["labels"]["patrickstar.io/job-name"];
+    pods_by_job[job].insert(pod["metadata"]["name"].get<std::string>());
+    EXPECT_TRUE(job_uids.count(pod["metadata"]["ownerReferences"][0]["uid"].get<std::string>()))
+        << "orphaned pod " << pod["metadata"]["name"];
+    EXPECT_EQ(pod["metadata"]["labels"]["patrickstar.io/attempt"], "0");
+  }
+  EXPECT_EQ(pods_by_job.size(), size_t(kJobs - 1));
+  EXPECT_FALSE(pods_by_job.count("crash-0"));
+  for (const auto& [job, names] : pods_by_job) {
+    EXPECT_EQ(names, (std::set<std::string>{job + "-node-0", job + "-node-1", job + "-node-2"}));
+  }
+}
+
+TEST_F(OperatorE2e, ConvergesThroughConflictsServerErrorsDroppedWatchesAndExpiredVersions) {
+  StartServer(/*kubelet=*/false);
+  OperatorProcess op(*server_);
+  ASSERT_TRUE(server_->InjectFault("POST", "/pods$", 500, 6).ok());
+  ASSERT_TRUE(server_->InjectFault("PUT", "/status$", 409, 4).ok());
+  ASSERT_TRUE(server_->InjectFault("POST", "/services$", 500, 2).ok());
+  for (int i = 0; i < 10; ++i) Create(TinyJob("fault-" + std::to_string(i), 10));
+  ASSERT_TRUE(WaitFor([&] { return Pods().size() >= 4; }, seconds(60)));
+  ASSERT_TRUE(server_->DropWatches().ok());
+  for (int i = 10; i < 15; ++i) Create(TinyJob("fault-" + std::to_string(i), 10));
+  // Expire every resourceVersion the watches hold, then cut them: they must
+  // relist. (A bookmark that lands between the two carries a fresh version;
+  // then the next round does it.)
+  auto relists = [&] { return Series(op.Metrics(), "pstar_operator_relists_total{resource=\"patrickstarjobs\"}"); };
+  for (int round = 0; round < 10 && relists() <= 0; ++round) {
+    ASSERT_TRUE(server_->Compact().ok());
+    ASSERT_TRUE(server_->DropWatches().ok());
+    std::this_thread::sleep_for(milliseconds(300));
+  }
+  // Changes while the watches are down: a new job and a deleted pod.
+  Create(TinyJob("fault-15", 10));
+  ASSERT_TRUE(WaitFor([&] { return !Pods("patrickstar.io/job-name=fault-1").empty(); }, seconds(60)));
+  ASSERT_TRUE(server_->client().Delete(op::Pods(), kNs, "fault-1-node-0", {}).ok());
+
+  for (int i = 0; i < 16; ++i) {
+    const std::string name = "fault-" + std::to_string(i);
+    ASSERT_TRUE(WaitFor([&] { return Pods("patrickstar.io/job-name=" + name).size() == 2; }, seconds(90)))
+        << Describe(name);
+    ASSERT_TRUE(WaitForPhase(name, "Created", seconds(60))) << Describe(name);
+  }
+  EXPECT_EQ(Pods().size(), 32u);
+  const std::string metrics = op.Metrics();
+  EXPECT_GT(Series(metrics, "pstar_operator_api_errors_total{resource=\"pods\",verb=\"create\"}"), 0) << metrics;
+  EXPECT_GT(Series(metrics, "pstar_operator_watch_restarts_total{resource=\"pods\"}"), 0) << metrics;
+  EXPECT_GT(relists(), 0) << metrics;
+  EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Created\"}"), 16) << metrics;
+}
+
+TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
+  StartServer(/*kubelet=*/true, {"small-node:2Gi:4"});
+  OperatorProcess op(*server_);
+  Json preset = TinyJob("bad-preset", 10);
+  preset["spec"]["config"]["model"] = {{"preset", "gpt-unknown"}};
+  Create(preset);
+  Json env = TinyJob("bad-env", 10);
+  env["spec"]["env"] = Json::array({{{"name", "MASTER_ADDR"}, {"value", "10.0.0.1"}}});
+  Create(env);
+  Json huge = TinyJob("too-big", 10);
+  huge["spec"]["config"]["model"] = {{"preset", "gpt2-1.5b"}};
+  Create(huge);
+  Create(TinyJob("good", 10));
+
+  ASSERT_TRUE(WaitForPhase("good", "Created", seconds(60))) << Describe("good");
+  struct Expect {
+    const char* job;
+    const char* reason;
+    const char* text;
+  };
+  for (const Expect& e : {Expect{"bad-preset", "InvalidSpec", "gpt-unknown"},
+                          Expect{"bad-env", "InvalidSpec", "MASTER_ADDR"},
+                          Expect{"too-big", "InsufficientHostMemory", "small-node"}}) {
+    ASSERT_TRUE(WaitForPhase(e.job, "Failed", seconds(60))) << Describe(e.job);
+    const Json c = Condition(e.job, "Failed");
+    EXPECT_EQ(c["reason"], e.reason) << c;
+    EXPECT_NE(c["message"].get<std::string>().find(e.text), std::string::npos) << c;
+    EXPECT_EQ(c["message"].get<std::string>().find('\n'), std::string::npos) << c;
+    EXPECT_TRUE(Pods(std::string("patrickstar.io/job-name=") + e.job).empty());
+  }
+  // The schema refuses zero nodes before the operator sees it.
+  if (HaveKubectl()) {
+    TempDir dir("e2e-bad");
+    Json zero = TinyJob("zero", 10);
+    zero["spec"]["numNodes"] = 0;
+    std::ofstream(dir.path() + "/zero.yaml") << zero.dump();
+    ProcessResult r = Kubectl({"apply", "-f", dir.path() + "/zero.yaml"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("numNodes"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(op.process().Running());
+}
+
+TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {
+  StartServer(/*kubelet=*/false);
+  const std::vector<std::string> flags = {"--leader-elect", "--leader-election-namespace", "default"};
+  OperatorProcess a(*server_, flags);
+  ASSERT_TRUE(WaitFor([&] { return Series(a.Metrics(), "pstar_operator_leader") == 1; }, seconds(30)));
+  OperatorProcess b(*server_, flags);
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(Series(b.Metrics(), "pstar_operator_leader"), 0);
+  EXPECT_EQ(HttpGet(b.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");  // standing by
+  Create(TinyJob("led-1", 10));
+  ASSERT_TRUE(WaitForPhase("led-1", "Created", seconds(60)));
+
+  a.process().Signal(SIGTERM);  // releases the lease
+  EXPECT_EQ(a.process().Wait().exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return Series(b.Metrics(), "pstar_operator_leader") == 1; }, seconds(20)));
+  Create(TinyJob("led-2", 10));
+  ASSERT_TRUE(WaitForPhase("led-2", "Created", seconds(60))) << Describe("led-2");
+}
+
+}  // namespace
+}  // namespace pstar::test

@@ -1,0 +1,356 @@
+#include "operator/reconciler/job_actions.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace pstar::op {
+namespace {
+
+using std::chrono::seconds;
+
+const WallTime kT0 = std::chrono::system_clock::from_time_t(1800000000);
+
+Json TinyJob(const std::string& name = "tiny") {
+  return Json::parse(R"({
+    "apiVersion": "patrickstar.io/v1alpha1", "kind": "PatrickStarJob",
+    "metadata": {"name": ")" + name + R"(", "namespace": "team", "uid": "uid-1", "generation": 1,
+                 "resourceVersion": "10"},
+    "spec": {"numNodes": 2, "nprocPerNode": 1, "device": "cpu",
+             "config": {"model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 40, "max_seq_len": 12},
+                        "train": {"batch_size": 4, "seq_len": 8, "steps": 4}},
+             "runPolicy": {"backoffLimit": 2}}
+  })");
+}
+
+// Applies the actions to a pretend cluster so the next observation sees them.
+struct World {
+  JobObservation o;
+  OperatorDefaults defaults;
+
+  explicit World(Json job) {
+    o.job = std::move(job);
+    o.now = kT0;
+  }
+  JobActions Step() {
+    JobActions a = DecideJobActions(o, defaults);
+    if (a.status) o.job["status"] = *a.status;
+    for (const std::string& name : a.delete_pods) {
+      o.pods.erase(std::remove_if(o.pods.begin(), o.pods.end(),
+                                  [&](const Json& p) { return p["metadata"]["name"] == name; }),
+                   o.pods.end());
+    }
+    for (const Json& c : a.create) {
+      if (c["kind"] == "Service") o.service_exists = true;
+      if (c["kind"] == "ConfigMap") o.config_map_exists = true;
+      if (c["kind"] == "Pod") {
+        Json pod = c;
+        pod["metadata"]["namespace"] = "team";
+        pod["status"] = {{"phase", "Pending"}};
+        o.pods.push_back(pod);
+      }
+    }
+    return a;
+  }
+  void SetPhase(int index, const std::string& phase, int exit_code = -1) {
+    for (Json& p : o.pods) {
+      if (p["metadata"]["labels"][kNodeIndexLabel] != std::to_string(index)) continue;
+      p["status"]["phase"] = phase;
+      if (phase == "Running") {
+        p["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
+      }
+      if (exit_code >= 0) {
+        p["status"]["containerStatuses"] =
+            Json::array({{{"name", "worker"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}});
+      }
+    }
+  }
+  const Json& status() const { return o.job["status"]; }
+  std::string Condition(const std::string& type, const char* field = "status") const {
+    for (const Json& c : status()["conditions"]) {
+      if (c["type"] == type) return c[field].get<std::string>();
+    }
+    return "";
+  }
+};
+
+std::set<std::string> Kinds(const JobActions& a) {
+  std::set<std::string> kinds;
+  for (const Json& c : a.create) kinds.insert(c["kind"].get<std::string>());
+  return kinds;
+}
+
+bool HasEvent(const JobActions& a, const std::string& reason) {
+  return std::any_of(a.events.begin(), a.events.end(), [&](const JobEvent& e) { return e.reason == reason; });
+}
+
+TEST(JobActions, ANewJobGetsItsServiceConfigMapAndOnePodPerNode) {
+  World w(TinyJob());
+  JobActions a = w.Step();
+  ASSERT_TRUE(a.status);
+  EXPECT_EQ(a.create.size(), 4u);
+  EXPECT_EQ(a.create[0]["kind"], "Service");
+  EXPECT_EQ(a.create[1]["kind"], "ConfigMap");
+  EXPECT_EQ(a.create[2]["metadata"]["name"], "tiny-node-0");
+  EXPECT_EQ(a.create[3]["metadata"]["name"], "tiny-node-1");
+  EXPECT_EQ(a.create[3]["metadata"]["labels"][kAttemptLabel], "0");
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+  EXPECT_EQ(w.Condition("Created"), "True");
+  EXPECT_EQ(w.status()["worldSize"], 2);
+  EXPECT_EQ(w.status()["restarts"], 0);
+  EXPECT_EQ(w.status()["startTime"], FormatTime(kT0));
+  EXPECT_TRUE(w.status()["memory"].is_object());
+  EXPECT_TRUE(HasEvent(a, "PodsCreated"));
+  // Level-triggered and idempotent: nothing changed, nothing to do.
+  JobActions again = w.Step();
+  EXPECT_FALSE(again.status);
+  EXPECT_TRUE(again.create.empty());
+  EXPECT_TRUE(again.delete_pods.empty());
+  EXPECT_TRUE(again.events.empty());
+}
+
+TEST(JobActions, MissingChildrenAreRecreatedWithoutTouchingTheRest) {
+  World w(TinyJob());
+  w.Step();
+  w.o.service_exists = false;
+  w.o.pods.pop_back();
+  JobActions a = w.Step();
+  EXPECT_EQ(Kinds(a), (std::set<std::string>{"Service", "Pod"}));
+  ASSERT_EQ(a.create.size(), 2u);
+  EXPECT_EQ(a.create[1]["metadata"]["name"], "tiny-node-1");
+}
+
+TEST(JobActions, RunningWhenEveryPodRuns) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+  EXPECT_EQ(w.status()["ready"], "1/2");
+  w.SetPhase(1, "Running");
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseRunning);
+  EXPECT_EQ(w.Condition("Running"), "True");
+  EXPECT_EQ(w.status()["readyRanks"], 2);
+  EXPECT_TRUE(HasEvent(a, "AllRanksRunning"));
+}
+
+TEST(JobActions, ARetryableFailureRestartsTheWholeGangUpToTheBackoffLimit) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.SetPhase(1, "Failed", 137);
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["restarts"], 1);
+  EXPECT_EQ(w.status()["phase"], kPhaseRestarting);
+  EXPECT_EQ(w.Condition("Restarting"), "True");
+  EXPECT_NE(w.Condition("Restarting", "message").find("exited with code 137"), std::string::npos);
+  EXPECT_EQ(w.Condition("Running"), "False");
+  EXPECT_EQ(std::set<std::string>(a.delete_pods.begin(), a.delete_pods.end()),
+            (std::set<std::string>{"tiny-node-0", "tiny-node-1"}));
+  EXPECT_TRUE(a.create.empty());
+  ASSERT_TRUE(HasEvent(a, "RankFailed"));
+  EXPECT_EQ(a.events[0].type, "Warning");
+
+  // The new attempt's pods carry the restart count.
+  JobActions next = w.Step();
+  ASSERT_EQ(next.create.size(), 2u);
+  EXPECT_EQ(next.create[0]["metadata"]["labels"][kAttemptLabel], "1");
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseRunning);
+  EXPECT_EQ(w.Condition("Restarting"), "False");
+
+  // Second failure: restart 2 of 2; third: the limit.
+  w.SetPhase(0, "Failed", 1);
+  w.Step();
+  EXPECT_EQ(w.status()["restarts"], 2);
+  w.Step();
+  w.SetPhase(0, "Failed", 143);
+  JobActions last = w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(w.Condition("Failed"), "True");
+  EXPECT_EQ(w.Condition("Failed", "reason"), "BackoffLimitExceeded");
+  EXPECT_NE(w.Condition("Failed", "message").find("backoffLimit 2"), std::string::npos);
+  EXPECT_TRUE(w.status().contains("completionTime"));
+  // cleanPodPolicy Running: the rank still pending goes, the failed one stays.
+  EXPECT_EQ(last.delete_pods, std::vector<std::string>{"tiny-node-1"});
+}
+
+TEST(JobActions, PodsOfAnOlderAttemptAreGoneBeforeTheNewGangStarts) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Failed", 137);
+  // The operator wrote restarts=1 but the pods linger, terminating.
+  w.o.job["status"]["restarts"] = 1;
+  for (Json& p : w.o.pods) p["metadata"]["deletionTimestamp"] = FormatTime(kT0);
+  JobActions a = w.Step();
+  EXPECT_TRUE(a.create.empty() || Kinds(a).count("Pod") == 0);
+  EXPECT_EQ(w.status()["phase"], kPhaseRestarting);
+  w.o.pods.clear();
+  JobActions b = w.Step();
+  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+}
+
+TEST(JobActions, APodFromALaterAttemptMeansTheCacheIsBehind) {
+  World w(TinyJob());
+  w.Step();
+  w.o.pods[0]["metadata"]["labels"][kAttemptLabel] = "3";
+  JobActions a = w.Step();
+  EXPECT_FALSE(a.status);
+  EXPECT_TRUE(a.create.empty());
+  EXPECT_TRUE(a.delete_pods.empty());
+  ASSERT_TRUE(a.requeue_after);
+}
+
+TEST(JobActions, APermanentExitCodeFailsAtOnce) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Failed", 2);
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(w.Condition("Failed", "reason"), "PermanentFailure");
+  EXPECT_EQ(w.status()["restarts"], 0);
+  EXPECT_EQ(a.delete_pods, std::vector<std::string>{"tiny-node-0"});
+  EXPECT_TRUE(HasEvent(a, "PermanentFailure"));
+}
+
+TEST(JobActions, ARunningGangThatLosesAPodRestarts) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.o.pods.pop_back();
+  w.Step();
+  EXPECT_EQ(w.status()["restarts"], 1);
+  EXPECT_NE(w.Condition("Restarting", "message").find("tiny-node-1 disappeared"), std::string::npos);
+}
+
+TEST(JobActions, SuccessThenTtlDeletesTheJob) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 60;
+  World w(job);
+  w.Step();
+  w.SetPhase(0, "Succeeded", 0);
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+  w.SetPhase(1, "Succeeded", 0);
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseSucceeded);
+  EXPECT_EQ(w.Condition("Succeeded"), "True");
+  EXPECT_EQ(w.status()["completionTime"], FormatTime(kT0));
+  ASSERT_TRUE(a.requeue_after);
+  EXPECT_FALSE(a.delete_job);
+  w.o.now = kT0 + seconds(30);
+  JobActions b = w.Step();
+  EXPECT_FALSE(b.delete_job);
+  ASSERT_TRUE(b.requeue_after);
+  EXPECT_LE(*b.requeue_after, std::chrono::milliseconds(30000));
+  w.o.now = kT0 + seconds(61);
+  EXPECT_TRUE(w.Step().delete_job);
+}
+
+TEST(JobActions, CleanPodPolicyAllDeletesFinishedPods) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["cleanPodPolicy"] = "All";
+  World w(job);
+  w.Step();
+  w.SetPhase(0, "Succeeded", 0);
+  w.SetPhase(1, "Succeeded", 0);
+  JobActions a = w.Step();
+  EXPECT_EQ(a.delete_pods.size(), 2u);
+}
+
+TEST(JobActions, AnInvalidSpecFailsWithTheReasonAndIsLookedAtAgainWhenEdited) {
+  Json job = TinyJob();
+  job["spec"]["numNodes"] = 0;
+  World w(job);
+  JobActions a = w.Step();
+  EXPECT_TRUE(a.create.empty());
+  EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(w.Condition("Failed", "reason"), "InvalidSpec");
+  EXPECT_NE(w.Condition("Failed", "message").find("numNodes"), std::string::npos);
+  EXPECT_FALSE(w.Step().status);  // stays failed, quietly
+  w.o.job["spec"]["numNodes"] = 2;
+  w.o.job["metadata"]["generation"] = 2;
+  JobActions b = w.Step();
+  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+  EXPECT_EQ(w.Condition("Failed"), "");
+  EXPECT_EQ(w.status()["observedGeneration"], 2);
+}
+
+TEST(JobActions, AnUnknownPresetIsInvalid) {
+  Json job = TinyJob();
+  job["spec"]["config"]["model"] = {{"preset", "gpt-7"}};
+  World w(job);
+  w.Step();
+  EXPECT_EQ(w.Condition("Failed", "reason"), "InvalidSpec");
+  EXPECT_NE(w.Condition("Failed", "message").find("gpt-7"), std::string::npos) << w.Condition("Failed", "message");
+}
+
+TEST(JobActions, AJobThatFitsNoNodeFailsSayingWhatItNeeds) {
+  World w(TinyJob());
+  w.o.nodes.push_back(Json::parse(R"({"metadata": {"name": "small", "labels": {}},
+      "status": {"allocatable": {"memory": "64Mi", "cpu": "4"},
+                 "conditions": [{"type": "Ready", "status": "True"}]}})"));
+  JobActions a = w.Step();
+  EXPECT_TRUE(a.create.empty());
+  EXPECT_EQ(w.Condition("Failed", "reason"), "InsufficientHostMemory");
+  EXPECT_NE(w.Condition("Failed", "message").find("small"), std::string::npos) << w.Condition("Failed", "message");
+}
+
+TEST(JobActions, SuspendDeletesThePodsAndResumeRecreatesThem) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.o.job["spec"]["runPolicy"]["suspend"] = true;
+  JobActions a = w.Step();
+  EXPECT_EQ(a.delete_pods.size(), 2u);
+  EXPECT_EQ(w.status()["phase"], kPhaseSuspended);
+  EXPECT_EQ(w.Condition("Suspended"), "True");
+  EXPECT_TRUE(HasEvent(a, "JobSuspended"));
+  w.o.job["spec"]["runPolicy"]["suspend"] = false;
+  w.o.now = kT0 + seconds(100);
+  JobActions b = w.Step();
+  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+  EXPECT_EQ(w.Condition("Suspended"), "False");
+  EXPECT_EQ(w.status()["startTime"], FormatTime(kT0 + seconds(100)));
+}
+
+TEST(JobActions, TheActiveDeadlineEndsTheJob) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 600;
+  World w(job);
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.o.now = kT0 + seconds(10);
+  JobActions a = w.Step();
+  ASSERT_TRUE(a.requeue_after);
+  EXPECT_LE(*a.requeue_after, std::chrono::milliseconds(590000));
+  w.o.now = kT0 + seconds(600);
+  JobActions b = w.Step();
+  EXPECT_EQ(w.Condition("Failed", "reason"), "DeadlineExceeded");
+  EXPECT_EQ(b.delete_pods.size(), 2u);
+}
+
+TEST(JobActions, ADeletedJobIsLeftToTheGarbageCollector) {
+  Json job = TinyJob();
+  job["metadata"]["deletionTimestamp"] = FormatTime(kT0);
+  World w(job);
+  JobActions a = w.Step();
+  EXPECT_FALSE(a.status);
+  EXPECT_TRUE(a.create.empty());
+}
+
+}  // namespace
+}  // namespace pstar::op
