@@ -166,7 +166,8 @@ class Decider {
         defaults_(d),
         generation_(Int(o.job, "/metadata/generation", 1)),
         before_(o.job.contains("status") && o.job["status"].is_object() ? o.job["status"] : Json::object()),
-        st_(before_, FormatTime(o.now), generation_) {}
+        st_(before_, FormatTime(o.now), generation_),
+        plan_(o.plan != nullptr ? o.plan : PlanJob(o.job)) {}
 
   JobActions Run();
 
@@ -225,13 +226,14 @@ class Decider {
   const int64_t generation_;
   const Json before_;
   StatusBuilder st_;
+  const std::shared_ptr<const JobPlan> plan_;
   JobActions a_;
 };
 
 JobActions Decider::Finished() {
   // A job that ended stays ended; only its pods and TTL need care. The spec
   // may be invalid (that may be why it failed): then the defaults apply.
-  auto spec = ParseJob(o_.job);
+  const auto& spec = plan_->spec;
   const RunPolicy policy = spec.ok() ? spec->run_policy : RunPolicy{};
   CleanUp(policy.clean_pod_policy);
   if (policy.ttl_seconds_after_finished) {
@@ -261,9 +263,9 @@ JobActions Decider::Run() {
   }
   if (st_.IsTrue("Succeeded") || st_.IsTrue("Failed")) return Finished();
 
-  auto spec = ParseJob(o_.job);
+  const auto& spec = plan_->spec;
   if (!spec.ok()) return Fail("InvalidSpec", spec.status().message(), CleanPodPolicy::kAll);
-  auto sizing = SizePods(*spec);
+  const auto& sizing = plan_->sizing;
   if (!sizing.ok()) return Fail("InvalidSpec", sizing.status().message(), CleanPodPolicy::kAll);
   Json& s = st_.status();
   s["worldSize"] = spec->world_size();
@@ -428,6 +430,12 @@ JobActions Decider::Run() {
 }
 
 }  // namespace
+
+std::shared_ptr<const JobPlan> PlanJob(const Json& job) {
+  Result<JobSpec> spec = ParseJob(job);
+  Result<PodSizing> sizing = spec.ok() ? SizePods(*spec) : Result<PodSizing>(spec.status());
+  return std::make_shared<const JobPlan>(JobPlan{std::move(spec), std::move(sizing)});
+}
 
 JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaults& defaults) {
   return Decider(observed, defaults).Run();

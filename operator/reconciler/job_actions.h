@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,11 +14,22 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/job/desired_objects.h"
+#include "operator/job/job_spec.h"
+#include "operator/job/sizing.h"
 #include "operator/kube/kube_time.h"
 
 namespace pstar::op {
 
 using Json = nlohmann::json;
+
+// A job's parsed spec and pod sizing: pure functions of the job's spec, which
+// the reconciler caches per (uid, generation) because parsing the worker
+// config and planning its memory dominate a reconcile's cost.
+struct JobPlan {
+  Result<JobSpec> spec;
+  Result<PodSizing> sizing;  // the spec's error when the spec is invalid
+};
+std::shared_ptr<const JobPlan> PlanJob(const Json& job);
 
 // What the reconciler observed of one job.
 struct JobObservation {
@@ -27,6 +39,7 @@ struct JobObservation {
   bool config_map_exists = false;
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
   WallTime now;
+  std::shared_ptr<const JobPlan> plan;  // null: computed from `job`
 };
 
 struct JobEvent {

@@ -37,6 +37,7 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
   job_handlers.on_delete = [this](const ObjectPtr& job) {
     std::lock_guard<std::mutex> lock(mu_);
     superseded_rv_.erase(ObjectKey(*job));
+    plans_.erase((*job)["metadata"].value("uid", ""));
   };
   InformerHandlers child_handlers;
   child_handlers.on_add = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
@@ -145,7 +146,7 @@ void JobReconciler::RunWorker() {
   }
 }
 
-JobObservation JobReconciler::Observe(const Json& job) const {
+JobObservation JobReconciler::Observe(const Json& job) {
   JobObservation o;
   o.job = job;
   const std::string ns = job["metadata"].value("namespace", "");
@@ -165,6 +166,17 @@ JobObservation JobReconciler::Observe(const Json& job) const {
     for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
   }
   o.now = std::chrono::system_clock::now();
+  const int64_t generation = job["metadata"].value("generation", int64_t(1));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(uid);
+    if (it != plans_.end() && it->second.first == generation) o.plan = it->second.second;
+  }
+  if (o.plan == nullptr) {
+    o.plan = PlanJob(job);
+    std::lock_guard<std::mutex> lock(mu_);
+    plans_[uid] = {generation, o.plan};
+  }
   return o;
 }
 

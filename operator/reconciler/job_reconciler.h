@@ -59,7 +59,7 @@ class JobReconciler {
  private:
   void RunWorker();
   void EnqueueOwner(const Json& child);
-  JobObservation Observe(const Json& job) const;
+  JobObservation Observe(const Json& job);
   void RecordEvents(const Json& job, const std::vector<JobEvent>& events);
   Status ApiFailure(const std::string& verb, const ResourceRef& ref, const ApiResponse& response);
 
@@ -78,6 +78,8 @@ class JobReconciler {
   // acting on it could repeat the write's decision (a second restart).
   mutable std::mutex mu_;
   std::map<std::string, std::string> superseded_rv_;
+  // Job uid -> its plan at one generation.
+  std::map<std::string, std::pair<int64_t, std::shared_ptr<const JobPlan>>> plans_;
   std::atomic<uint64_t> event_seq_{0};
 };
 
