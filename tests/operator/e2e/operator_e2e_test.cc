@@ -162,6 +162,37 @@ class OperatorE2e : public ::testing::Test {
     }
     return pods;
   }
+  // Every object of these resources on the server (the operator wrote them,
+  // the server added its metadata) goes through the official Kubernetes
+  // Python models unchanged: no field is misspelt or misplaced.
+  void ExpectModelsRoundTrip(const std::vector<op::ResourceRef>& refs, const std::string& ns) {
+    TempDir dir("e2e-models");
+    std::vector<std::string> argv = {"/usr/bin/python3", SourceDir() + "/tests/fixtures/k8s_model_roundtrip.py"};
+    size_t objects = 0;
+    for (const op::ResourceRef& ref : refs) {
+      ApiResponse r = server_->client().List(ref, ref.namespaced ? ns : "", {});
+      ASSERT_TRUE(r.ok()) << r.error;
+      Json items = Json::array();
+      for (Json item : r.body["items"]) {
+        item["apiVersion"] = ref.api_version();
+        item["kind"] = ref.kind;
+        // The status of pods and services is the kubelet's, not the operator's.
+        item.erase("status");
+        items.push_back(std::move(item));
+      }
+      ASSERT_FALSE(items.empty()) << "no " << ref.plural;
+      objects += items.size();
+      const std::string path = dir.path() + "/" + ref.plural + ".json";
+      std::ofstream(path) << items.dump();
+      argv.push_back(path);
+    }
+    ProcessResult r = RunProcess(argv);
+    if (r.exit_code == 77) GTEST_SKIP() << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(std::to_string(objects) + " objects checked: all round-trip"), std::string::npos)
+        << r.out << r.err;
+  }
+
   std::string Describe(const std::string& name) { return Job(name).dump(1) + "\n" + server_->Output(); }
 
   TempDir cache_{"kubectl-cache"};
@@ -213,6 +244,8 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   ProcessResult describe = Kubectl({"describe", "psj", "tiny"});
   EXPECT_NE(describe.out.find("PodsCreated"), std::string::npos) << describe.out;
   EXPECT_NE(describe.out.find("JobSucceeded"), std::string::npos) << describe.out;
+
+  ExpectModelsRoundTrip({op::Pods(), op::Services(), op::ConfigMaps(), op::Events()}, kNs);
 
   const std::string metrics = op.Metrics();
   EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;
@@ -407,6 +440,7 @@ TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {
   ASSERT_TRUE(WaitFor([&] { return Series(b.Metrics(), "pstar_operator_leader") == 1; }, seconds(20)));
   Create(TinyJob("led-2", 10));
   ASSERT_TRUE(WaitForPhase("led-2", "Created", seconds(60))) << Describe("led-2");
+  ExpectModelsRoundTrip({op::Leases()}, "default");
 }
 
 }  // namespace
