@@ -156,6 +156,7 @@ int Run(int argc, char** argv) {
   options.watch_nodes = flags->node_check;
   std::unique_ptr<OperatorMetrics> metrics;
   std::unique_ptr<JobReconciler> reconciler;
+  std::unique_ptr<KubeClient> elector_client;
   std::unique_ptr<LeaderElector> elector;
   std::atomic<bool> leading{!flags->leader_elect};
   std::atomic<bool> failed{false};    // lost the lease, or could not start
@@ -214,7 +215,7 @@ int Run(int argc, char** argv) {
       std::fflush(stdout);
       starter = std::thread([&] {
         Status s = start_reconciling();
-        if (!s.ok()) {
+        if (!s.ok() && !stopping) {
           std::fprintf(stderr, "pstar-operator: error: %s\n", s.message().c_str());
           failed = true;
           ::kill(::getpid(), SIGTERM);
@@ -229,7 +230,15 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "pstar-operator: lost the leader lease; exiting\n");
       ::kill(::getpid(), SIGTERM);
     };
-    elector = std::make_unique<LeaderElector>(**client, lc, callbacks);
+    // The elector has a client of its own, without retries and with a short
+    // timeout, so one renewal can never outlast the renew deadline.
+    ClientOptions lease_options;
+    lease_options.request_timeout = lc.retry_period;
+    lease_options.max_retries = 0;
+    auto lease_client = KubeClient::Create(*config, lease_options);
+    if (!lease_client.ok()) return Fail(lease_client.status());
+    elector_client = std::move(lease_client).value();
+    elector = std::make_unique<LeaderElector>(*elector_client, lc, callbacks);
     elector->Start();
   }
 
@@ -240,9 +249,13 @@ int Run(int argc, char** argv) {
   std::fflush(stdout);
   live = nullptr;
   reconciler->Stop();  // also ends a start still waiting for the caches
+  // Stop joins the elector's thread, so no callback runs after it; only then
+  // is the starter thread (which a callback creates) joined. The lease is
+  // released only once this replica no longer reconciles.
+  if (elector) elector->Stop();
   if (starter.joinable()) starter.join();
-  if (elector) elector->Stop();  // releases the lease when held
   if (failed) exit_code = 1;
+  metrics.reset();  // its handlers read the state above
   return exit_code;
 }
 

@@ -149,14 +149,20 @@ void LeaderElector::Run() {
   if (callbacks_.on_new_leader) callbacks_.on_new_leader(config_.identity);
   if (callbacks_.on_started_leading) callbacks_.on_started_leading();
   // Renew until stopped or the renew deadline passes without success.
+  // A renewal counts from when it was attempted (the lease's renewTime is
+  // that moment), and a lease found held by another replica ends leadership
+  // at once. The client's request timeout must be well below renew_deadline.
   auto last_renew = SteadyClock::now();
   while (true) {
     if (!SleepFor(config_.retry_period)) break;
+    const auto attempt = SteadyClock::now();
     if (TryAcquireOrRenew()) {
-      last_renew = SteadyClock::now();
+      last_renew = attempt;
       continue;
     }
-    if (SteadyClock::now() - last_renew >= config_.renew_deadline) {
+    const std::string holder = ObservedLeader();
+    if ((!holder.empty() && holder != config_.identity) ||
+        SteadyClock::now() - last_renew >= config_.renew_deadline) {
       leading_ = false;
       if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
       return;

@@ -1,6 +1,7 @@
 #include "operator/reconciler/job_actions.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "operator/job/job_spec.h"
@@ -13,6 +14,10 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+
+// How often a job that fits no node looks at the nodes again (node changes
+// do not enqueue jobs).
+constexpr milliseconds kNodeFitRetry{30000};
 
 // Condition types, in the order status.conditions lists them.
 constexpr const char* kConditionOrder[] = {"Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
@@ -41,6 +46,12 @@ int LabelInt(const Json& pod, const std::string& key) {
   return std::stoi(text);
 }
 
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 bool Terminating(const Json& object) { return At(object, "/metadata/deletionTimestamp").is_string(); }
 std::string NameOf(const Json& pod) { return Str(pod, "/metadata/name"); }
 std::string PodPhase(const Json& pod) { return Str(pod, "/status/phase"); }
@@ -61,7 +72,8 @@ std::string FailureText(const Json& pod) {
     return text;
   }
   std::string why = Str(pod, "/status/reason");
-  const std::string message = Str(pod, "/status/message");
+  std::string message = Str(pod, "/status/message");
+  std::replace(message.begin(), message.end(), '\n', ' ');
   if (!message.empty()) why += (why.empty() ? "" : ": ") + message;
   return "pod " + NameOf(pod) + " failed" + (why.empty() ? "" : " (" + why + ")");
 }
@@ -87,14 +99,17 @@ class StatusBuilder {
     return nullptr;
   }
 
-  void Set(const std::string& type, bool value, const std::string& reason, const std::string& message) {
+  // A condition that was never true is listed as false only when `list` says
+  // so (a reason worth showing); otherwise it stays absent.
+  void Set(const std::string& type, bool value, const std::string& reason, const std::string& message,
+           bool list = false) {
     const std::string wanted = value ? "True" : "False";
     Json* existing = nullptr;
     for (Json& c : status_["conditions"]) {
       if (c.value("type", "") == type) existing = &c;
     }
     if (existing == nullptr) {
-      if (!value) return;  // a condition never true need not be listed as false
+      if (!value && !list) return;
       Json c = {{"type", type}, {"status", wanted}, {"reason", reason}, {"message", message},
                 {"lastTransitionTime", now_}, {"lastUpdateTime", now_}, {"observedGeneration", generation_}};
       status_["conditions"].push_back(std::move(c));
@@ -221,6 +236,30 @@ class Decider {
 
   JobActions Finished();
 
+  // The pod of node `index` as created, with the hash of what it is made of.
+  Json PodWithHash(const JobSpec& spec, const PodSizing& sizing, int index, int attempt) const {
+    Json pod = DesiredPod(spec, sizing, index, attempt, defaults_);
+    const std::string made_of = pod.dump() + DesiredConfigMap(spec)["data"].dump();
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a(made_of)));
+    pod["metadata"]["annotations"][kSpecHashAnnotation] = hash;
+    return pod;
+  }
+
+  // A live pod of the gang whose spec hash differs from the spec's now.
+  const Json* ChangedPod(const std::map<int, const Json*>& gang, const JobSpec& spec, const PodSizing& sizing,
+                         int attempt) const {
+    for (const auto& [index, pod] : gang) {
+      const std::string phase = PodPhase(*pod);
+      if (phase == "Succeeded" || phase == "Failed" || Terminating(*pod)) continue;
+      const Json& had = At(*pod, "/metadata/annotations");
+      if (!had.is_object() || !had.contains(kSpecHashAnnotation)) continue;  // made before hashes
+      const Json want = PodWithHash(spec, sizing, index, attempt);
+      if (had[kSpecHashAnnotation] != want["metadata"]["annotations"][kSpecHashAnnotation]) return pod;
+    }
+    return nullptr;
+  }
+
   const JobObservation& o_;
   const OperatorDefaults& defaults_;
   const int64_t generation_;
@@ -238,7 +277,10 @@ JobActions Decider::Finished() {
   CleanUp(policy.clean_pod_policy);
   if (policy.ttl_seconds_after_finished) {
     auto done = ParseTime(Str(o_.job, "/status/completionTime"));
-    if (done.ok()) {
+    if (!done.ok()) {
+      st_.status()["completionTime"] = st_.now();  // the TTL counts from now
+      RequeueWithin(seconds(*policy.ttl_seconds_after_finished));
+    } else {
       const WallTime due = *done + seconds(*policy.ttl_seconds_after_finished);
       if (o_.now >= due) {
         a_.delete_job = true;
@@ -270,9 +312,6 @@ JobActions Decider::Run() {
   Json& s = st_.status();
   s["worldSize"] = spec->world_size();
   s["memory"] = SizingStatus(*sizing);
-  const NodeFit fit = CheckNodeFit(*spec, *sizing, o_.nodes);
-  s["nodeFit"] = fit.message;
-  if (!fit.fits) return Fail("InsufficientHostMemory", fit.message, CleanPodPolicy::kAll);
   if (!s.contains("restarts")) s["restarts"] = 0;
   const int64_t restarts = Int(s, "/restarts", 0);
   const RunPolicy& policy = spec->run_policy;
@@ -282,6 +321,7 @@ JobActions Decider::Run() {
     DeleteAllPods();
     st_.Set("Suspended", true, "JobSuspended", "the job is suspended; its pods are deleted");
     st_.Set("Running", false, "JobSuspended", "the job is suspended");
+    st_.Set("Restarting", false, "JobSuspended", "the job is suspended");
     SetPhase(kPhaseSuspended);
     s["readyRanks"] = 0;
     s["ready"] = "0/" + std::to_string(world);
@@ -292,23 +332,11 @@ JobActions Decider::Run() {
     s.erase("startTime");  // the active deadline counts from the resume
   }
 
-  if (policy.active_deadline_seconds) {
-    if (auto start = ParseTime(Str(s, "/startTime")); start.ok()) {
-      const WallTime due = *start + seconds(*policy.active_deadline_seconds);
-      if (o_.now >= due) {
-        return Fail("DeadlineExceeded",
-                    "the job ran longer than activeDeadlineSeconds (" +
-                        std::to_string(*policy.active_deadline_seconds) + " s)",
-                    CleanPodPolicy::kAll);
-      }
-      RequeueWithin(duration_cast<milliseconds>(due - o_.now));
-    }
-  }
-
   // Sort the pods into this attempt's gang, older attempts, and pods the
   // cache shows from an attempt the cached job has not reached yet.
   std::map<int, const Json*> gang;
   bool stale_pods = false;
+  const Json* deleted = nullptr;
   for (const Json& pod : o_.pods) {
     const int attempt = LabelInt(pod, kAttemptLabel);
     const int index = LabelInt(pod, kNodeIndexLabel);
@@ -316,10 +344,16 @@ JobActions Decider::Run() {
       RequeueWithin(milliseconds(200));  // the cached job is behind its own pods
       return Finish();
     }
-    if (attempt < restarts || index < 0 || index >= spec->num_nodes || Terminating(pod)) {
+    if (attempt < restarts || index < 0 || index >= spec->num_nodes) {
       stale_pods = true;
       if (!Terminating(pod)) a_.delete_pods.push_back(NameOf(pod));
       continue;
+    }
+    if (Terminating(pod) && PodPhase(pod) != "Succeeded") {
+      // Only the operator deletes a live gang's pods, and only after it has
+      // moved to the next attempt: someone else (a drain, an eviction,
+      // kubectl delete) is taking this rank away.
+      deleted = &pod;
     }
     gang[index] = &pod;
   }
@@ -334,6 +368,7 @@ JobActions Decider::Run() {
   }
   std::string failure;
   bool permanent = false;
+  bool spec_changed = false;  // restarts the gang whatever the backoff limit
   if (failed != nullptr) {
     failure = FailureText(*failed);
     const int code = PodExitCode(*failed);
@@ -341,7 +376,12 @@ JobActions Decider::Run() {
                 (policy.restart_policy == RestartPolicy::kExitCode &&
                  std::find(policy.permanent_exit_codes.begin(), policy.permanent_exit_codes.end(), code) !=
                      policy.permanent_exit_codes.end());
-  } else if (Str(before_, "/phase") == kPhaseRunning && !stale_pods && int(gang.size()) < spec->num_nodes) {
+  } else if (const Json* changed = ChangedPod(gang, *spec, *sizing, int(restarts)); changed != nullptr) {
+    failure = "the spec changed since pod " + NameOf(*changed) + " was created";
+    spec_changed = true;
+  } else if (deleted != nullptr) {
+    failure = "pod " + NameOf(*deleted) + " is being deleted";
+  } else if (st_.IsTrue("Running") && !stale_pods && int(gang.size()) < spec->num_nodes) {
     // A pod of a running gang vanished (deleted, or its node was lost): the
     // others cannot go on without its ranks.
     for (int i = 0; i < spec->num_nodes; ++i) {
@@ -356,7 +396,7 @@ JobActions Decider::Run() {
       return Fail("PermanentFailure", failure + ", a permanent exit code; the job is not restarted",
                   policy.clean_pod_policy);
     }
-    if (restarts >= policy.backoff_limit) {
+    if (restarts >= policy.backoff_limit && !spec_changed) {
       return Fail("BackoffLimitExceeded",
                   failure + "; the gang was already restarted " + std::to_string(restarts) +
                       " times (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
@@ -367,8 +407,9 @@ JobActions Decider::Run() {
     const std::string message = failure + "; restarting all " + std::to_string(spec->num_nodes) +
                                 " pods (restart " + std::to_string(restarts + 1) + " of " +
                                 std::to_string(policy.backoff_limit) + ")";
-    st_.Set("Restarting", true, "RankFailed", message);
-    st_.Set("Running", false, "RankFailed", failure);
+    const char* reason = spec_changed ? "SpecChanged" : "RankFailed";
+    st_.Set("Restarting", true, reason, message);
+    st_.Set("Running", false, reason, failure);
     SetPhase(kPhaseRestarting);
     s["readyRanks"] = 0;
     s["ready"] = "0/" + std::to_string(world);
@@ -400,18 +441,58 @@ JobActions Decider::Run() {
     return Finish();
   }
 
+  if (policy.active_deadline_seconds) {
+    if (auto start = ParseTime(Str(s, "/startTime")); start.ok()) {
+      const WallTime due = *start + seconds(*policy.active_deadline_seconds);
+      if (o_.now >= due) {
+        return Fail("DeadlineExceeded",
+                    "the job ran longer than activeDeadlineSeconds (" +
+                        std::to_string(*policy.active_deadline_seconds) + " s)",
+                    CleanPodPolicy::kRunning);
+      }
+      RequeueWithin(duration_cast<milliseconds>(due - o_.now));
+    }
+  }
+
   // The children: Service and ConfigMap, then one pod per node slot, but not
   // while pods of an older attempt are still going away.
   if (!o_.service_exists) a_.create.push_back(DesiredService(*spec));
-  if (!o_.config_map_exists) a_.create.push_back(DesiredConfigMap(*spec));
+  const Json config_map = DesiredConfigMap(*spec);
+  if (o_.config_map.is_null()) {
+    a_.create.push_back(config_map);
+  } else if (o_.config_map.value("data", Json::object()) != config_map["data"] && gang.empty()) {
+    // The config changed: the next gang must read the new one.
+    Json updated = o_.config_map;
+    updated["data"] = config_map["data"];
+    a_.replace.push_back(std::move(updated));
+  }
   if (stale_pods) {
     SetPhase(restarts > 0 ? kPhaseRestarting : kPhasePending);
     s["readyRanks"] = 0;
     s["ready"] = "0/" + std::to_string(world);
     return Finish();
   }
+  if (gang.empty()) {
+    // Before an attempt's first pod: can the cluster hold the gang at all?
+    // Not terminal: nodes come back, get uncordoned, or are added.
+    const NodeFit fit = CheckNodeFit(*spec, *sizing, o_.nodes);
+    s["nodeFit"] = fit.message;
+    if (!fit.fits) {
+      const Json* created = st_.Find("Created");
+      if (created == nullptr || created->value("reason", "") != "InsufficientHostMemory") {
+        a_.events.push_back({"Warning", "InsufficientHostMemory", fit.message});
+      }
+      st_.Set("Created", false, "InsufficientHostMemory", fit.message, /*list=*/true);
+      st_.Set("Running", false, "InsufficientHostMemory", fit.message);
+      SetPhase(kPhasePending);
+      s["readyRanks"] = 0;
+      s["ready"] = "0/" + std::to_string(world);
+      RequeueWithin(kNodeFitRetry);
+      return Finish();
+    }
+  }
   for (int i = 0; i < spec->num_nodes; ++i) {
-    if (!gang.count(i)) a_.create.push_back(DesiredPod(*spec, *sizing, i, int(restarts), defaults_));
+    if (!gang.count(i)) a_.create.push_back(PodWithHash(*spec, *sizing, i, int(restarts)));
   }
   if (!s.contains("startTime")) s["startTime"] = st_.now();
   st_.Set("Created", true, "PodsCreated",

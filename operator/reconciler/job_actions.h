@@ -36,7 +36,7 @@ struct JobObservation {
   Json job;                 // the PatrickStarJob
   std::vector<Json> pods;   // pods labelled with the job's name and owned by its uid
   bool service_exists = false;
-  bool config_map_exists = false;
+  Json config_map;  // the job's ConfigMap, or null
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
   WallTime now;
   std::shared_ptr<const JobPlan> plan;  // null: computed from `job`
@@ -54,6 +54,7 @@ struct JobActions {
   std::optional<Json> status;
   std::vector<std::string> delete_pods;
   std::vector<Json> create;  // Service, ConfigMap and Pods, in that order
+  std::vector<Json> replace; // objects to update (PUT with their resourceVersion)
   bool delete_job = false;   // ttlSecondsAfterFinished has passed
   std::vector<JobEvent> events;
   // Look again after this long even if nothing changes (deadlines, TTL).
@@ -70,6 +71,10 @@ inline constexpr const char* kPhaseFailed = "Failed";
 inline constexpr const char* kPhaseSuspended = "Suspended";
 
 JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaults& defaults);
+
+// Pods carry a hash of what they were made from (the pod as desired and the
+// worker config): a gang whose hash differs from the spec's is restarted.
+inline constexpr const char* kSpecHashAnnotation = "patrickstar.io/spec-hash";
 
 // The exit code of a terminated pod's worker container (-1 when unknown).
 int PodExitCode(const Json& pod);

@@ -64,7 +64,11 @@ JobReconciler::~JobReconciler() { Stop(); }
 Status JobReconciler::Start(milliseconds sync_timeout) {
   std::vector<Informer*> all = {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()};
   if (nodes_) all.push_back(nodes_.get());
-  for (Informer* i : all) i->Start();
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    if (stopping_) return Status::FailedPrecondition("stopped before the caches synced");
+    for (Informer* i : all) i->Start();
+  }
   const auto deadline = std::chrono::steady_clock::now() + sync_timeout;
   for (Informer* i : all) {
     // In short waits, so that Stop() can end a start that cannot finish.
@@ -161,7 +165,7 @@ JobObservation JobReconciler::Observe(const Json& job) {
   auto service = services_->Get(ns, ServiceName(named));
   o.service_exists = service != nullptr && OwnedBy(*service, uid);
   auto config_map = config_maps_->Get(ns, ConfigMapName(named));
-  o.config_map_exists = config_map != nullptr && OwnedBy(*config_map, uid);
+  if (config_map != nullptr && OwnedBy(*config_map, uid)) o.config_map = *config_map;
   if (nodes_) {
     for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
   }
@@ -229,12 +233,28 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
   for (const Json& object : actions.create) {
     const ResourceRef& ref = RefFor(object);
     ApiResponse r = client_.Create(ref, ns, object);
-    if (r.ok() || r.already_exists()) continue;
+    if (r.ok()) continue;
+    if (r.already_exists()) {
+      // Ours (the cache is behind), or someone else's object by that name.
+      const std::string child = object["metadata"].value("name", "");
+      ApiResponse existing = client_.Get(ref, ns, child);
+      if (!existing.ok() || OwnedBy(existing.body, job["metadata"].value("uid", ""))) continue;
+      const std::string message = ref.kind + " " + child + " already exists and is not owned by this job; " +
+                                  "delete or rename it";
+      RecordEvents(job, {{"Warning", "NameConflict", message}});
+      if (first_error.ok()) first_error = Status::FailedPrecondition(message);
+      continue;
+    }
     if (first_error.ok()) first_error = ApiFailure("create", ref, r);
     if (r.code == 422 || r.code == 400 || r.code == 403) {
       // The cluster refuses this object: the user needs to know why.
       RecordEvents(job, {{"Warning", "CreateFailed", r.ToStatus("create " + ref.plural).message()}});
     }
+  }
+  for (const Json& object : actions.replace) {
+    const ResourceRef& ref = RefFor(object);
+    ApiResponse r = client_.Replace(ref, ns, object);
+    if (!r.ok() && first_error.ok()) first_error = ApiFailure("update", ref, r);
   }
   if (actions.delete_job) {
     DeleteOptions d;

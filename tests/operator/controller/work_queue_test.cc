@@ -83,7 +83,7 @@ TEST(WorkQueue, AddAfterWaits) {
   EXPECT_EQ(*q.Get(), "late");
   auto t2 = Clock::now() - start;
   EXPECT_GE(t1, milliseconds(45));
-  EXPECT_LT(t1, milliseconds(140));
+  EXPECT_LT(t1, milliseconds(1000));  // loose: a loaded machine may be late
   EXPECT_GE(t2, milliseconds(145));
   EXPECT_LT(t2, milliseconds(1000));
   q.Done("early");
@@ -126,9 +126,11 @@ TEST(WorkQueue, OverallBucketLimitsBursts) {
   for (int i = 0; i < 3; ++i) EXPECT_LE(q.NextDelay("k" + std::to_string(i)), milliseconds(2));
   auto d4 = q.NextDelay("k3");
   auto d5 = q.NextDelay("k4");
-  EXPECT_GE(d4, milliseconds(80));
+  // The bucket refills while the test runs, so a slow machine sees less
+  // delay; never more, and each key waits a token longer than the last.
+  EXPECT_GE(d4, milliseconds(40));
   EXPECT_LE(d4, milliseconds(110));
-  EXPECT_GE(d5, milliseconds(180));
+  EXPECT_GE(d5, d4 + milliseconds(60));
   EXPECT_LE(d5, milliseconds(210));
 }
 

@@ -163,7 +163,7 @@ TEST(CrdTest, StatusSchema) {
   const YAML::Node crd = LoadCrd();
   const YAML::Node status = VersionSchema(crd)["properties"]["status"]["properties"];
   for (const char* field : {"phase", "conditions", "observedGeneration", "worldSize", "readyRanks", "ready", "restarts",
-                            "attempt", "startTime", "completionTime", "lastRestartTime", "memory", "nodeFit"}) {
+                            "startTime", "completionTime", "lastRestartTime", "memory", "nodeFit"}) {
     EXPECT_TRUE(status[field]) << "status." << field;
   }
   const YAML::Node condition = status["conditions"]["items"]["properties"];

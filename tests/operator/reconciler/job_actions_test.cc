@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 namespace pstar::op {
@@ -43,7 +44,7 @@ struct World {
     }
     for (const Json& c : a.create) {
       if (c["kind"] == "Service") o.service_exists = true;
-      if (c["kind"] == "ConfigMap") o.config_map_exists = true;
+      if (c["kind"] == "ConfigMap") o.config_map = c;
       if (c["kind"] == "Pod") {
         Json pod = c;
         pod["metadata"]["namespace"] = "team";
@@ -295,15 +296,85 @@ TEST(JobActions, AnUnknownPresetIsInvalid) {
   EXPECT_NE(w.Condition("Failed", "message").find("gpt-7"), std::string::npos) << w.Condition("Failed", "message");
 }
 
-TEST(JobActions, AJobThatFitsNoNodeFailsSayingWhatItNeeds) {
+TEST(JobActions, AJobThatFitsNoNodeWaitsSayingWhatItNeeds) {
   World w(TinyJob());
-  w.o.nodes.push_back(Json::parse(R"({"metadata": {"name": "small", "labels": {}},
-      "status": {"allocatable": {"memory": "64Mi", "cpu": "4"},
-                 "conditions": [{"type": "Ready", "status": "True"}]}})"));
+  const char* kNode = R"({"metadata": {"name": "small", "labels": {}},
+      "status": {"allocatable": {"memory": "%s", "cpu": "4"},
+                 "conditions": [{"type": "Ready", "status": "True"}]}})";
+  char node[512];
+  std::snprintf(node, sizeof node, kNode, "64Mi");
+  w.o.nodes.push_back(Json::parse(node));
   JobActions a = w.Step();
-  EXPECT_TRUE(a.create.empty());
-  EXPECT_EQ(w.Condition("Failed", "reason"), "InsufficientHostMemory");
-  EXPECT_NE(w.Condition("Failed", "message").find("small"), std::string::npos) << w.Condition("Failed", "message");
+  EXPECT_EQ(Kinds(a).count("Pod"), 0u);
+  EXPECT_EQ(w.status()["phase"], kPhasePending);
+  EXPECT_EQ(w.Condition("Created"), "False");
+  EXPECT_EQ(w.Condition("Created", "reason"), "InsufficientHostMemory");
+  EXPECT_NE(w.Condition("Created", "message").find("small"), std::string::npos) << w.Condition("Created", "message");
+  EXPECT_TRUE(HasEvent(a, "InsufficientHostMemory"));
+  ASSERT_TRUE(a.requeue_after);
+  // Not terminal, and quiet while nothing changes: one event, not one per look.
+  JobActions again = w.Step();
+  EXPECT_TRUE(again.events.empty());
+  // A bigger node arrives: the gang is created.
+  std::snprintf(node, sizeof node, kNode, "64Gi");
+  w.o.nodes[0] = Json::parse(node);
+  JobActions b = w.Step();
+  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+  EXPECT_EQ(w.Condition("Created"), "True");
+  // Once the gang exists, losing the node's fitness does not touch it.
+  std::snprintf(node, sizeof node, kNode, "64Mi");
+  w.o.nodes[0] = Json::parse(node);
+  JobActions c = w.Step();
+  EXPECT_TRUE(c.delete_pods.empty());
+  EXPECT_EQ(w.Condition("Created"), "True");
+}
+
+TEST(JobActions, APodDeletedByOthersRestartsTheGang) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.o.pods[1]["metadata"]["deletionTimestamp"] = FormatTime(kT0);  // kubectl drain
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["restarts"], 1);
+  EXPECT_NE(w.Condition("Restarting", "message").find("tiny-node-1 is being deleted"), std::string::npos);
+  EXPECT_EQ(a.delete_pods, std::vector<std::string>{"tiny-node-0"});
+}
+
+TEST(JobActions, ASpecChangeRestartsTheGangWithTheNewConfig) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["backoffLimit"] = 0;
+  World w(job);
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  EXPECT_FALSE(w.Step().status);  // unchanged spec: nothing to do
+  w.o.job["spec"]["config"]["train"]["steps"] = 8;
+  w.o.job["metadata"]["generation"] = 2;
+  JobActions a = w.Step();
+  EXPECT_EQ(w.status()["restarts"], 1);  // even past the backoff limit: not a failure
+  EXPECT_EQ(w.Condition("Restarting", "reason"), "SpecChanged");
+  EXPECT_EQ(a.delete_pods.size(), 2u);
+  // With the old pods gone, the ConfigMap is updated before the new gang.
+  JobActions b = w.Step();
+  ASSERT_EQ(b.replace.size(), 1u);
+  EXPECT_NE(b.replace[0]["data"]["job.yaml"].get<std::string>().find("steps: 8"), std::string::npos)
+      << b.replace[0]["data"];
+  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+}
+
+TEST(JobActions, SuccessWinsOverALateDeadline) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 60;
+  World w(job);
+  w.Step();
+  w.SetPhase(0, "Succeeded", 0);
+  w.SetPhase(1, "Succeeded", 0);
+  w.o.now = kT0 + seconds(3600);  // the operator looks long after the end
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseSucceeded);
 }
 
 TEST(JobActions, SuspendDeletesThePodsAndResumeRecreatesThem) {
