@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Static checks of the Grafana dashboards in dashboards/: the JSON model,
+the template variables, panel ids and layout, and that every query uses the
+data source variable, the job's variables and series that docs/metrics.md or
+docs/operator.md documents. Whether the queries parse and return data is
+checked against a real Prometheus by prometheus_dashboards_test.py."""
+
+import glob
+import json
+import os
+import re
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DASHBOARDS = sorted(glob.glob(os.path.join(REPO, "dashboards", "*.json")))
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# Variables Grafana itself defines.
+BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__all"}
+# The selector every worker series must carry, so that the job's variables pick the data.
+WORKER_FILTERS = ('namespace="$namespace"', 'job="$job"', 'rank=~"$rank"')
+LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
+VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+METRIC = re.compile(r"\b((?:patrickstar|pstar_operator)_[a-zA-Z0-9_]+)")
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def all_panels(dashboard):
+    """Every panel, those inside collapsed rows included."""
+    out = []
+    for p in dashboard.get("panels", []):
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+def variable_query(variable):
+    q = variable.get("query")
+    return q.get("query", "") if isinstance(q, dict) else q
+
+
+def documented_series():
+    """Series names from the tables of docs/metrics.md and docs/operator.md."""
+    names = set()
+    for doc in ("metrics.md", "operator.md"):
+        with open(os.path.join(REPO, "docs", doc), encoding="utf-8") as f:
+            for line in f:
+                m = re.match(r"^\|\s*`((?:patrickstar|pstar_operator)_\w+)`", line)
+                if m:
+                    names.add(m.group(1))
+    return names
+
+
+def base_series(name, documented):
+    """The documented series a query name belongs to (histograms add suffixes)."""
+    if name in documented:
+        return name
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] in documented:
+            return name[: -len(suffix)]
+    return None
+
+
+def selectors(expr, metric):
+    """The label matchers of every occurrence of `metric` in expr ('' when it has none)."""
+    out = []
+    for m in re.finditer(re.escape(metric) + r"\b(\{[^}]*\})?", expr):
+        out.append(m.group(1) or "")
+    return out
+
+
+class DashboardJsonTest(unittest.TestCase):
+    def test_the_dashboards_exist(self):
+        names = {os.path.basename(p) for p in DASHBOARDS}
+        self.assertTrue({"pstar-job-overview.json", "pstar-chunks.json"} <= names, names)
+
+    def test_model(self):
+        uids = set()
+        for path in DASHBOARDS:
+            with self.subTest(dashboard=os.path.basename(path)):
+                d = load(path)
+                self.assertEqual(d["schemaVersion"], 39)
+                self.assertTrue(d.get("title"))
+                self.assertIn("patrickstar", d.get("tags", []))
+                self.assertRegex(d.get("uid", ""), r"^[a-zA-Z0-9_-]{1,40}$")
+                self.assertNotIn(d["uid"], uids, "uid used twice")
+                uids.add(d["uid"])
+                self.assertNotIn("id", d, "a dashboard id is assigned on import; leave it out")
+
+    def test_variables(self):
+        for path in DASHBOARDS:
+            d = load(path)
+            variables = d["templating"]["list"]
+            names = [v["name"] for v in variables]
+            with self.subTest(dashboard=os.path.basename(path)):
+                self.assertEqual(names, ["datasource", "namespace", "job", "rank"])
+                ds = variables[0]
+                self.assertEqual(ds["type"], "datasource")
+                self.assertEqual(ds["query"], "prometheus")
+            defined = set()
+            for v in variables:
+                with self.subTest(dashboard=os.path.basename(path), variable=v["name"]):
+                    if v["type"] != "datasource":
+                        self.assertEqual(v["type"], "query")
+                        self.assertEqual(v["datasource"], DATASOURCE)
+                        q = variable_query(v)
+                        m = LABEL_VALUES.match(q)
+                        self.assertIsNotNone(m, "not a label_values(...) query: %r" % q)
+                        self.assertEqual(m.group("label"), v["name"])
+                        self.assertEqual(v.get("definition", q), q)
+                        # A variable's query may only use variables defined before it,
+                        # so Grafana can resolve them in order.
+                        for ref in VARIABLE_REF.findall(q):
+                            name = ref[0] or ref[1]
+                            self.assertIn(name, defined, "%s refers to %s before it is defined" % (q, name))
+                        self.assertGreaterEqual(v.get("refresh", 0), 1, "never refreshed")
+                    defined.add(v["name"])
+
+    def test_panels_ids_and_layout(self):
+        for path in DASHBOARDS:
+            d = load(path)
+            panels = all_panels(d)
+            self.assertGreater(len(panels), 5)
+            ids = [p.get("id") for p in panels]
+            with self.subTest(dashboard=os.path.basename(path)):
+                self.assertTrue(all(isinstance(i, int) for i in ids), ids)
+                self.assertEqual(len(ids), len(set(ids)), "panel ids repeat: %s" % ids)
+            cells = {}
+            for p in panels:
+                with self.subTest(dashboard=os.path.basename(path), panel=p.get("title")):
+                    g = p.get("gridPos")
+                    self.assertIsNotNone(g, "no gridPos")
+                    for k in ("h", "w", "x", "y"):
+                        self.assertIsInstance(g.get(k), int, k)
+                    self.assertGreater(g["w"], 0)
+                    self.assertGreater(g["h"], 0)
+                    self.assertLessEqual(g["x"] + g["w"], 24)
+                    for x in range(g["x"], g["x"] + g["w"]):
+                        for y in range(g["y"], g["y"] + g["h"]):
+                            self.assertNotIn((x, y), cells, "overlaps panel %r" % cells.get((x, y)))
+                            cells[(x, y)] = p.get("title")
+
+    def test_panels_query_through_the_variables(self):
+        documented = documented_series()
+        self.assertIn("patrickstar_chunk_resident_bytes", documented)
+        self.assertIn("pstar_operator_jobs", documented)
+        for path in DASHBOARDS:
+            d = load(path)
+            defined = {v["name"] for v in d["templating"]["list"]} | BUILTINS
+            for p in all_panels(d):
+                if p["type"] == "row":
+                    continue
+                with self.subTest(dashboard=os.path.basename(path), panel=p.get("title")):
+                    self.assertTrue(p.get("title"))
+                    self.assertEqual(p.get("datasource"), DATASOURCE)
+                    self.assertTrue(p["fieldConfig"]["defaults"].get("unit"), "no unit")
+                    targets = p.get("targets", [])
+                    self.assertTrue(targets, "no targets")
+                    refs = [t["refId"] for t in targets]
+                    self.assertEqual(len(refs), len(set(refs)), "refIds repeat")
+                    for t in targets:
+                        self.assertEqual(t.get("datasource"), DATASOURCE)
+                        expr = t.get("expr", "")
+                        self.assertTrue(expr.strip(), "empty expr")
+                        self.assertEqual(expr.count("("), expr.count(")"), expr)
+                        self.assertEqual(expr.count("{"), expr.count("}"), expr)
+                        self.assertEqual(expr.count('"') % 2, 0, expr)
+                        for ref in VARIABLE_REF.findall(expr):
+                            self.assertIn(ref[0] or ref[1], defined, "undefined variable in %s" % expr)
+                        metrics = METRIC.findall(expr)
+                        self.assertTrue(metrics, "no PatrickStar series in %s" % expr)
+                        for name in metrics:
+                            self.assertIsNotNone(base_series(name, documented),
+                                                 "%s is not documented in docs/metrics.md or docs/operator.md"
+                                                 % name)
+                            if name.startswith("patrickstar_"):
+                                for sel in selectors(expr, name):
+                                    for f in WORKER_FILTERS:
+                                        self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,384 @@
+#!/usr/bin/python3
+"""Every panel query of the dashboards in dashboards/ returns data from a real
+Prometheus that scrapes a running two-rank CPU training job and a running
+pstar-operator (against the loopback fake API server).
+
+    prometheus_dashboards_test.py --build BUILD_DIR [unittest options]
+
+BUILD_DIR holds bin/pstar and bin/pstar-operator (also read from
+$PSTAR_BUILD_DIR). Exits 77 (skipped) when /usr/bin/prometheus is missing."""
+
+import argparse
+import ctypes
+import glob
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PROMETHEUS = "/usr/bin/prometheus"
+FAKE_APISERVER = os.path.join(REPO, "tests", "fake_kube", "fake_apiserver.py")
+CRD = os.path.join(REPO, "crds", "patrickstarjob.yaml")
+DASHBOARDS = sorted(glob.glob(os.path.join(REPO, "dashboards", "*.json")))
+SKIP = 77
+
+# The training job's identity, as the worker labels its series.
+JOB_NAME = "dash-train"
+JOB_NAMESPACE = "team-a"
+RANKS = 2
+# Grafana's interval variables, as a 1 s scrape interval gives them.
+INTERVALS = {"__rate_interval": "5s", "__interval": "5s", "__range": "1m"}
+# A small model and a device tier smaller than model data plus activations
+# (pstar plan: minimum 117 KiB, all resident 261 KiB), so chunks move every step.
+TINY_JOB = [
+    "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.vocab_size=40", "model.max_seq_len=12",
+    "train.batch_size=4", "train.seq_len=8", "train.threads=1", "train.log_every=100000",
+    "train.steps=1000000", "data.source=generated", "data.generated_tokens=20000",
+    "runtime.device_memory=150KiB",
+]
+# How long the job and the operator may take until every panel has data.
+DEADLINE_S = 45
+
+build_dir = os.environ.get("PSTAR_BUILD_DIR", "")
+
+
+def free_port(consecutive=1):
+    """A loopback port p such that p .. p+consecutive-1 are free now."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + consecutive > 65535:
+            continue
+        ok = True
+        for p in range(port + 1, port + consecutive):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError("no free port")
+
+
+def http_request(port, method, path, body=None, timeout=10):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        r = conn.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def wait_for(check, timeout, interval=0.2):
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return True
+        except OSError:
+            pass
+        if time.monotonic() >= end:
+            return False
+        time.sleep(interval)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """In the child: get SIGKILL when the test process dies (e.g. killed at
+    the ctest timeout), so no server outlives it."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Process:
+    """A child process in its own process group, its output in a file; it
+    dies with the test."""
+
+    def __init__(self, name, argv, workdir, env=None):
+        self.name = name
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir,
+                                     env=env, start_new_session=True, preexec_fn=die_with_parent)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def output(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")[-3000:]
+
+    def stop(self):
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+class Prometheus:
+    """The Prometheus HTTP API."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def get(self, path, **params):
+        query = urllib.parse.urlencode(params, doseq=True)
+        status, body = http_request(self.port, "GET", path + ("?" + query if query else ""))
+        reply = json.loads(body)
+        if status != 200 or reply.get("status") != "success":
+            raise AssertionError("%s %s: HTTP %d: %s" % (path, params, status, body[:500]))
+        return reply["data"]
+
+    def query(self, expr):
+        return self.get("/api/v1/query", query=expr)["result"]
+
+
+def variable_query(variable):
+    q = variable.get("query")
+    return q.get("query", "") if isinstance(q, dict) else q
+
+
+def substitute(text, values, multi):
+    """Replaces $name and ${name} as Grafana does for Prometheus: a multi-value
+    variable becomes a regex alternation."""
+
+    def one(m):
+        name = m.group(1) or m.group(2)
+        if name in INTERVALS:
+            return INTERVALS[name]
+        if name not in values:
+            raise AssertionError("unresolved variable $%s in %s" % (name, text))
+        vals = values[name]
+        if name in multi and len(vals) > 1:
+            return "(" + "|".join(re.escape(v) for v in vals) + ")"
+        return vals[0]
+
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", one, text)
+
+
+class PrometheusDashboardsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="pstar-dashboards-")
+        cls.processes = []
+        try:
+            cls.start_everything()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in reversed(cls.processes):
+            p.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def spawn(cls, name, argv, env=None):
+        p = Process(name, argv, cls.dir, env)
+        cls.processes.append(p)
+        return p
+
+    @classmethod
+    def start_everything(cls):
+        pstar = os.path.join(build_dir, "bin", "pstar")
+        operator = os.path.join(build_dir, "bin", "pstar-operator")
+        for b in (pstar, operator):
+            if not os.access(b, os.X_OK):
+                raise AssertionError("%s is not built (pass --build or set PSTAR_BUILD_DIR)" % b)
+
+        # The fake API server, the CRD, and one small job for the operator to run.
+        port_file = os.path.join(cls.dir, "apiserver.port")
+        kubeconfig = os.path.join(cls.dir, "kubeconfig")
+        api = cls.spawn("apiserver", ["/usr/bin/python3", FAKE_APISERVER, "--port", "0", "--port-file", port_file,
+                                      "--kubeconfig-out", kubeconfig])
+        if not wait_for(lambda: os.path.exists(port_file), 20):
+            raise AssertionError("the fake API server did not start:\n" + api.output())
+        with open(port_file) as f:
+            api_port = int(f.read())
+        with open(CRD) as f:
+            crd = yaml.safe_load(f)
+        status, body = http_request(api_port, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                    crd)
+        if status != 201:
+            raise AssertionError("creating the CRD: HTTP %d %s" % (status, body[:500]))
+        job = {
+            "apiVersion": "patrickstar.io/v1alpha1", "kind": "PatrickStarJob",
+            "metadata": {"name": "dash-op-job", "namespace": "default"},
+            "spec": {"numNodes": 1, "nprocPerNode": 1, "device": "cpu", "metricsPort": 0,
+                     "config": {"model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 40,
+                                          "max_seq_len": 12},
+                                "data": {"source": "generated", "generated_tokens": 20000},
+                                "train": {"batch_size": 4, "seq_len": 8, "steps": 10, "threads": 1}}}}
+        status, body = http_request(api_port, "POST",
+                                    "/apis/patrickstar.io/v1alpha1/namespaces/default/patrickstarjobs", job)
+        if status != 201:
+            raise AssertionError("creating the job: HTTP %d %s" % (status, body[:500]))
+
+        # The operator (no nodes without the fake kubelet: skip the fit check).
+        cls.operator_port = free_port()
+        cls.operator = cls.spawn("operator", [operator, "--kubeconfig", kubeconfig, "--metrics-address", "127.0.0.1",
+                                              "--metrics-port", str(cls.operator_port), "--no-node-check"])
+
+        # The training job: two ranks, metrics on base and base + 1.
+        cls.metrics_port = free_port(RANKS)
+        env = dict(os.environ, PSTAR_JOB_NAME=JOB_NAME, PSTAR_NAMESPACE=JOB_NAMESPACE, OMP_NUM_THREADS="1")
+        argv = [pstar, "launch", "--nproc-per-node", str(RANKS), "--master-port", str(free_port()),
+                "--rdzv-id", "dashboards-test", "--", "train", "--set", "metrics.port=%d" % cls.metrics_port,
+                "--set", "metrics.bind_address=127.0.0.1"]
+        for s in TINY_JOB:
+            argv += ["--set", s]
+        cls.train = cls.spawn("train", argv, env)
+
+        # Prometheus, scraping both every second.
+        cls.prom_port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "pstar-workers", "honor_labels": True, "static_configs": [
+                    {"targets": ["127.0.0.1:%d" % (cls.metrics_port + r) for r in range(RANKS)]}]},
+                {"job_name": "pstar-operator", "static_configs": [
+                    {"targets": ["127.0.0.1:%d" % cls.operator_port]}]},
+            ],
+        }
+        config_path = os.path.join(cls.dir, "prometheus.yml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f)
+        prom = cls.spawn("prometheus", [PROMETHEUS, "--config.file=" + config_path,
+                                        "--storage.tsdb.path=" + os.path.join(cls.dir, "tsdb"),
+                                        "--web.listen-address=127.0.0.1:%d" % cls.prom_port,
+                                        "--log.level=warn"])
+        cls.prometheus = Prometheus(cls.prom_port)
+        if not wait_for(lambda: http_request(cls.prom_port, "GET", "/-/ready", timeout=2)[0] == 200, 30):
+            raise AssertionError("Prometheus did not become ready:\n" + prom.output())
+        cls.started = time.monotonic()
+
+    def check_alive(self):
+        for p in self.processes:
+            self.assertTrue(p.running(), "%s exited (code %s):\n%s" % (p.name, p.proc.returncode, p.output()))
+
+    def resolve_variables(self, dashboard):
+        """Each query variable's values, from its label_values() query through
+        /api/v1/series, in order (later queries use earlier values)."""
+        values, multi = {}, set()
+        for v in dashboard["templating"]["list"]:
+            if v["type"] == "datasource":
+                continue
+            m = re.match(r"^label_values\((?:(.+),\s*)?(\w+)\)$", variable_query(v))
+            self.assertIsNotNone(m, v["name"])
+            selector = substitute(m.group(1), values, multi)
+            series = self.prometheus.get("/api/v1/series", **{"match[]": selector, "start": time.time() - 300})
+            found = sorted({s[m.group(2)] for s in series if m.group(2) in s})
+            if not found:
+                return None, "variable $%s: %s has no series with label %s" % (v["name"], selector, m.group(2))
+            values[v["name"]] = found
+            if v.get("multi") or v.get("includeAll"):
+                multi.add(v["name"])
+        return (values, multi), None
+
+    def failing_panels(self, dashboard, resolved):
+        """Panels (title: query) whose queries return no series."""
+        values, multi = resolved
+        failures = []
+        for p in dashboard["panels"] + [q for p in dashboard["panels"] for q in p.get("panels", [])]:
+            for t in p.get("targets", []):
+                expr = substitute(t["expr"], values, multi)
+                where = "%s / panel %d %r / %s" % (dashboard["uid"], p["id"], p["title"], t["refId"])
+                try:
+                    result = self.prometheus.query(expr)
+                except AssertionError as e:  # a query Prometheus rejects never gets better
+                    self.fail("%s: %s" % (where, e))
+                if not result:
+                    failures.append("%s: %s" % (where, expr))
+        return failures
+
+    def evaluate_all(self):
+        """Polls until every panel of every dashboard has data, or the deadline."""
+        failures = ["nothing evaluated"]
+        resolved = {}
+        while time.monotonic() - self.started < DEADLINE_S:
+            self.check_alive()
+            failures = []
+            for path in DASHBOARDS:
+                with open(path, encoding="utf-8") as f:
+                    d = json.load(f)
+                r, why = self.resolve_variables(d)
+                if why:
+                    failures.append("%s: %s" % (d["uid"], why))
+                    continue
+                resolved[d["uid"]] = r
+                failures += self.failing_panels(d, r)
+            if not failures:
+                return resolved
+            time.sleep(1)
+        self.fail("after %d s, queries without data:\n  %s" % (DEADLINE_S, "\n  ".join(failures)))
+
+    def test_every_panel_has_data(self):
+        self.assertGreaterEqual(len(DASHBOARDS), 2)
+        resolved = self.evaluate_all()
+        for uid, (values, _) in resolved.items():
+            with self.subTest(dashboard=uid):
+                self.assertIn(JOB_NAMESPACE, values["namespace"])
+                self.assertEqual(values["job"], [JOB_NAME])
+                self.assertEqual(values["rank"], [str(r) for r in range(RANKS)])
+
+        # The panels measure the job: it trains, moves chunks both ways and
+        # runs collectives; the operator saw its job.
+        sel = 'namespace="%s", job="%s"' % (JOB_NAMESPACE, JOB_NAME)
+        positive = {
+            "tokens/s": "sum(rate(patrickstar_tokens_total{%s}[5s]))" % sel,
+            "h2d bytes/s": 'sum(rate(patrickstar_chunk_moved_bytes_total{%s, direction="h2d"}[5s]))' % sel,
+            "d2h bytes/s": 'sum(rate(patrickstar_chunk_moved_bytes_total{%s, direction="d2h"}[5s]))' % sel,
+            "all_gather bytes/s": 'sum(rate(patrickstar_collective_bytes_total{%s, op="all_gather"}[5s]))' % sel,
+            "device resident bytes": 'sum(patrickstar_chunk_resident_bytes{%s, device="device"})' % sel,
+            "operator jobs": "sum(pstar_operator_jobs)",
+            "operator reconciles": "sum(pstar_operator_reconciles_total)",
+        }
+        for what, expr in positive.items():
+            with self.subTest(value=what):
+                result = self.prometheus.query(expr)
+                self.assertTrue(result, expr)
+                self.assertGreater(float(result[0]["value"][1]), 0, expr)
+        # Chunks stay within the device tier's budget.
+        over = self.prometheus.query(
+            'sum by (rank) (patrickstar_chunk_resident_bytes{%s, device="device"}) > '
+            "max by (rank) (patrickstar_chunk_budget_bytes{%s})" % (sel, sel))
+        self.assertEqual(over, [])
+
+
+def main():
+    global build_dir
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--build", default=build_dir)
+    args, rest = parser.parse_known_args()
+    build_dir = args.build
+    if not os.access(PROMETHEUS, os.X_OK):
+        print("SKIP: %s is missing (Debian package prometheus)" % PROMETHEUS)
+        sys.exit(SKIP)
+    unittest.main(argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()
