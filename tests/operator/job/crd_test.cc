@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <vector>
 
 #include "operator/job/desired_objects.h"
 #include "operator/job/job_spec.h"
@@ -202,6 +204,58 @@ TEST(CrdTest, StatusSchema) {
     EXPECT_EQ(node["type"].as<std::string>(), column["type"].as<std::string>()) << path;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Ready", "Restarts", "Model", "Host-Mem", "Age"}));
+}
+
+}  // namespace
+}  // namespace pstar::op
+
+namespace pstar::op {
+namespace {
+
+// The CEL rules of the CRD, by the schema path they sit on.
+std::map<std::string, std::vector<std::string>> CelRules(const YAML::Node& schema, const std::string& path) {
+  std::map<std::string, std::vector<std::string>> rules;
+  if (const YAML::Node v = schema["x-kubernetes-validations"]) {
+    for (const YAML::Node& r : v) {
+      EXPECT_TRUE(r["rule"] && r["message"]) << path << ": every rule needs a message";
+      rules[path].push_back(r["rule"].as<std::string>());
+    }
+  }
+  for (const auto& entry : schema["properties"]) {
+    for (auto& [p, list] : CelRules(entry.second, path + "." + entry.first.as<std::string>())) {
+      rules[p].insert(rules[p].end(), list.begin(), list.end());
+    }
+  }
+  return rules;
+}
+
+// Where the API server evaluates CEL it refuses these jobs at admission; the
+// operator refuses the same ones, so a cluster without CEL behaves alike.
+TEST(CrdTest, CelRulesMatchTheParser) {
+  const auto rules = CelRules(VersionSchema(LoadCrd())["properties"]["spec"], "spec");
+  ASSERT_EQ(rules.count("spec"), 1u);
+  EXPECT_NE(rules.at("spec")[0].find("4096"), std::string::npos);
+  ASSERT_EQ(rules.count("spec.device"), 1u);
+  EXPECT_EQ(rules.at("spec.device")[0], "self == oldSelf");
+  ASSERT_EQ(rules.count("spec.nccl"), 1u);
+  EXPECT_EQ(rules.at("spec.nccl").size(), 3u);
+  ASSERT_EQ(rules.count("spec.nccl.env"), 1u);
+
+  Json world = MinimalJob();
+  world["spec"]["numNodes"] = 64;
+  world["spec"]["nprocPerNode"] = 65;
+  EXPECT_FALSE(ParseJob(world).ok());
+  for (const char* name : {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_DEBUG"}) {
+    Json both = MinimalJob();
+    both["spec"]["nccl"] = {{"socketIfname", "eth0"}, {"ibDisable", true}, {"debug", "WARN"},
+                            {"env", {{name, "x"}}}};
+    auto parsed = ParseJob(both);
+    ASSERT_FALSE(parsed.ok()) << name;
+    EXPECT_NE(parsed.status().message().find(name), std::string::npos) << parsed.status().message();
+  }
+  Json other = MinimalJob();
+  other["spec"]["nccl"] = {{"env", {{"OMP_NUM_THREADS", "4"}}}};
+  EXPECT_FALSE(ParseJob(other).ok());
 }
 
 }  // namespace

@@ -73,7 +73,9 @@ TEST(ModelRoundTripTest, DesiredObjectsMatchTheKubernetesModels) {
 
 TEST(ModelRoundTripTest, CrdMatchesTheKubernetesModels) {
   if (access(kPython, X_OK) != 0) GTEST_SKIP() << kPython << " is missing";
-  const auto result = RunFixture({pstar::test::SourceDir() + "/crds/patrickstarjob.yaml"});
+  // The CEL rules are checked by CrdTest; the installed models predate them.
+  const auto result = RunFixture(
+      {"--ignore-key", "x-kubernetes-validations", pstar::test::SourceDir() + "/crds/patrickstarjob.yaml"});
   if (result.exit_code == 77) GTEST_SKIP() << result.err;
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("1 objects checked: all round-trip"), std::string::npos) << result.out << result.err;
