@@ -201,6 +201,7 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   if (!o.service_account_name.empty()) pod_spec["serviceAccountName"] = o.service_account_name;
   if (!o.priority_class_name.empty()) pod_spec["priorityClassName"] = o.priority_class_name;
   if (!o.scheduler_name.empty()) pod_spec["schedulerName"] = o.scheduler_name;
+  if (o.pod_security_context.is_object()) pod_spec["securityContext"] = o.pod_security_context;
 
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(metadata)}, {"spec", std::move(pod_spec)}};
 }

@@ -437,6 +437,7 @@ Status ParseTemplate(const Fields& spec, PodOverrides* o, std::set<std::string>*
   PSTAR_RETURN_IF_ERROR(pod.String("serviceAccountName", &o->service_account_name));
   PSTAR_RETURN_IF_ERROR(pod.String("priorityClassName", &o->priority_class_name));
   PSTAR_RETURN_IF_ERROR(pod.String("schedulerName", &o->scheduler_name));
+  PSTAR_RETURN_IF_ERROR(pod.Object("securityContext", &o->pod_security_context));
 
   PSTAR_ASSIGN_OR_RETURN(Fields c, t.Child("container"));
   PSTAR_RETURN_IF_ERROR(c.ObjectArray("volumeMounts", &o->volume_mounts));
@@ -504,6 +505,7 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "template.spec.serviceAccountName",
       "template.spec.priorityClassName",
       "template.spec.schedulerName",
+      "template.spec.securityContext",
       "template.container.volumeMounts",
       "template.container.securityContext",
       "template.container.resources",

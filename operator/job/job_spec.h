@@ -34,6 +34,7 @@ struct PodOverrides {
   std::string service_account_name;   // "" = the namespace default
   std::string priority_class_name;    // "" = none (also from schedulingPolicy)
   std::string scheduler_name;         // "" = default
+  Json pod_security_context;          // spec.securityContext (PodSecurityContext: fsGroup, ...) or null
   Json security_context;              // the container's securityContext or null
   Json resources;                     // the container's resources: extra requests/limits (cpu, ...)
   Json env;                           // extra container env (array of EnvVar) or null

@@ -62,6 +62,21 @@ class OperatorMetrics::SnapshotCollector : public prometheus::Collectable {
     for (const char* p : kPhases) phases.emplace(p, 0);
     for (const auto& [phase, n] : phases) jobs.metric.push_back(Sample({{"phase", phase}}, double(n), MetricType::Gauge));
     out.push_back(std::move(jobs));
+    // Per job: only the current phase has a series (value 1), so each job
+    // costs one series here and one for its restarts.
+    MetricFamily job_phase = Family("pstar_operator_job_phase",
+                                    "1 for each PatrickStarJob's current status.phase, by namespace and name.",
+                                    MetricType::Gauge);
+    MetricFamily job_restarts = Family("pstar_operator_job_restarts",
+                                       "Each PatrickStarJob's gang restarts (status.restarts), by namespace and name.",
+                                       MetricType::Gauge);
+    for (const JobSnapshot& j : s.jobs) {
+      job_phase.metric.push_back(
+          Sample({{"namespace", j.ns}, {"name", j.name}, {"phase", j.phase}}, 1, MetricType::Gauge));
+      job_restarts.metric.push_back(Sample({{"namespace", j.ns}, {"name", j.name}}, double(j.restarts), MetricType::Gauge));
+    }
+    out.push_back(std::move(job_phase));
+    out.push_back(std::move(job_restarts));
     MetricFamily watches = Family("pstar_operator_watch_restarts_total",
                                   "Watch streams restarted after they ended or failed, by resource.",
                                   MetricType::Counter);

@@ -1,8 +1,9 @@
 // OperatorMetrics: the operator's Prometheus series and its health endpoints.
 // One HTTP endpoint serves /metrics, /healthz (the process and its loops are
 // alive) and /readyz (the caches are synced). Counters are recorded as work
-// happens; the queue depth, jobs by phase, watch restarts and leadership are
-// read from the running parts at scrape time. docs/operator.md lists them.
+// happens; the queue depth, jobs by phase, each job's phase and restarts, watch
+// restarts and leadership are read from the running parts at scrape time.
+// docs/operator.md lists them.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/core/status.h"
 #include "worker/metrics/http_endpoint.h"
@@ -25,10 +27,19 @@ class Family;
 
 namespace pstar::op {
 
+// One job as the operator's cache holds it: exported per job so dashboards
+// can pick one job (one series per job and metric, the current phase only).
+struct JobSnapshot {
+  std::string ns, name;
+  std::string phase;     // status.phase ("Pending" before the first status)
+  int64_t restarts = 0;  // status.restarts
+};
+
 // What the scrape reads from the running operator.
 struct OperatorSnapshot {
   int64_t queue_depth = 0;
   std::map<std::string, int64_t> jobs_by_phase;     // phase -> jobs
+  std::vector<JobSnapshot> jobs;                    // every job in the cache
   std::map<std::string, int64_t> watch_restarts;    // resource -> watch restarts
   std::map<std::string, int64_t> relists;           // resource -> relists after 410
   bool leader = false;

@@ -109,9 +109,24 @@ OperatorSnapshot JobReconciler::Snapshot() const {
   OperatorSnapshot s;
   s.queue_depth = int64_t(queue_.Len());
   for (const auto& job : jobs_->List()) {
-    std::string phase = "Pending";
-    if (job->contains("status") && (*job)["status"].is_object()) phase = (*job)["status"].value("phase", "Pending");
-    ++s.jobs_by_phase[phase];
+    JobSnapshot j;
+    j.phase = "Pending";
+    const auto meta = job->find("metadata");
+    if (meta != job->end() && meta->is_object()) {
+      j.ns = meta->value("namespace", "");
+      j.name = meta->value("name", "");
+    }
+    if (job->contains("status") && (*job)["status"].is_object()) {
+      const Json& status = (*job)["status"];
+      if (status.contains("phase") && status["phase"].is_string() && !status["phase"].get<std::string>().empty()) {
+        j.phase = status["phase"].get<std::string>();
+      }
+      if (status.contains("restarts") && status["restarts"].is_number_integer()) {
+        j.restarts = status["restarts"].get<int64_t>();
+      }
+    }
+    ++s.jobs_by_phase[j.phase];
+    s.jobs.push_back(std::move(j));
   }
   for (const Informer* i : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), nodes_.get()}) {
     if (i == nullptr) continue;

@@ -269,6 +269,13 @@ class TemplatesTest(unittest.TestCase):
         self.assertTrue(endpoint["honorLabels"])
         self.assertFalse(any(r.get("targetLabel") == "job" for r in endpoint["relabelings"]))
 
+    def test_service_monitor_keeps_the_operators_job_labels(self):
+        (sm,) = manifests("servicemonitor.yaml")
+        (endpoint,) = sm["spec"]["endpoints"]
+        self.assertEqual(endpoint["port"], "metrics")
+        # pstar_operator_job_* carry the job's namespace, not the operator's.
+        self.assertTrue(endpoint["honorLabels"])
+
     def test_dashboard_config_maps(self):
         (cm,) = manifests("dashboards.yaml")
         self.assertEqual(cm["kind"], "ConfigMap")

@@ -146,6 +146,14 @@ TEST(ExamplesTest, GpuExamplesUsePersistentCheckpoints) {
     bool pvc = false;
     for (const Json& v : spec->overrides.volumes) pvc |= v.contains("persistentVolumeClaim");
     EXPECT_TRUE(pvc);
+    // The worker runs as a non-root user: fsGroup lets it write the checkpoints.
+    const Json& psc = spec->overrides.pod_security_context;
+    ASSERT_TRUE(psc.is_object());
+    EXPECT_EQ(psc.value("runAsNonRoot", false), true);
+    EXPECT_EQ(psc.value("fsGroup", 0), 10001);
+    auto sizing = SizePods(*spec);
+    ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+    EXPECT_EQ(DesiredPod(*spec, *sizing, 0, 0)["spec"]["securityContext"]["fsGroup"], 10001);
   }
 }
 

@@ -20,6 +20,10 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__all"}
 # The selector every worker series must carry, so that the job's variables pick the data.
 WORKER_FILTERS = ('namespace="$namespace"', 'job="$job"', 'rank=~"$rank"')
+# The operator's per-job series name the PatrickStarJob in `name` (its `job`
+# label, if any, is Prometheus' scrape job); the job's variables pick it.
+PER_JOB_OPERATOR_SERIES = ("pstar_operator_job_phase", "pstar_operator_job_restarts")
+PER_JOB_OPERATOR_FILTERS = ('namespace="$namespace"', 'name="$job"')
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 METRIC = re.compile(r"\b((?:patrickstar|pstar_operator)_[a-zA-Z0-9_]+)")
@@ -149,6 +153,8 @@ class DashboardJsonTest(unittest.TestCase):
         documented = documented_series()
         self.assertIn("patrickstar_chunk_resident_bytes", documented)
         self.assertIn("pstar_operator_jobs", documented)
+        for name in PER_JOB_OPERATOR_SERIES:
+            self.assertIn(name, documented)
         for path in DASHBOARDS:
             d = load(path)
             defined = {v["name"] for v in d["templating"]["list"]} | BUILTINS
@@ -182,6 +188,23 @@ class DashboardJsonTest(unittest.TestCase):
                                 for sel in selectors(expr, name):
                                     for f in WORKER_FILTERS:
                                         self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
+                            if name in PER_JOB_OPERATOR_SERIES:
+                                for sel in selectors(expr, name):
+                                    for f in PER_JOB_OPERATOR_FILTERS:
+                                        self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
+
+    def test_job_overview_shows_the_selected_jobs_phase_and_restarts(self):
+        d = load(os.path.join(REPO, "dashboards", "pstar-job-overview.json"))
+        used = set()
+        for p in all_panels(d):
+            for t in p.get("targets", []):
+                for name in PER_JOB_OPERATOR_SERIES:
+                    if name in t.get("expr", ""):
+                        used.add(name)
+                        if name == "pstar_operator_job_phase":
+                            # Only the phase the job is in now, not every phase it had in the range.
+                            self.assertTrue(t.get("instant"), p["title"])
+        self.assertEqual(used, set(PER_JOB_OPERATOR_SERIES))
 
 
 if __name__ == "__main__":

@@ -224,16 +224,25 @@ class PrometheusDashboardsTest(unittest.TestCase):
                                     crd)
         if status != 201:
             raise AssertionError("creating the CRD: HTTP %d %s" % (status, body[:500]))
+        # The operator's job has the training job's name and namespace, as in a
+        # cluster (the operator sets PSTAR_JOB_NAME and PSTAR_NAMESPACE), so the
+        # per-job operator panels find it through $namespace and $job. Without
+        # a kubelet its pods never run; the ranks below are started directly.
+        status, body = http_request(api_port, "POST", "/api/v1/namespaces",
+                                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOB_NAMESPACE}})
+        if status != 201:
+            raise AssertionError("creating the namespace: HTTP %d %s" % (status, body[:500]))
         job = {
             "apiVersion": "patrickstar.io/v1alpha1", "kind": "PatrickStarJob",
-            "metadata": {"name": "dash-op-job", "namespace": "default"},
+            "metadata": {"name": JOB_NAME, "namespace": JOB_NAMESPACE},
             "spec": {"numNodes": 1, "nprocPerNode": 1, "device": "cpu", "metricsPort": 0,
                      "config": {"model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 40,
                                           "max_seq_len": 12},
                                 "data": {"source": "generated", "generated_tokens": 20000},
                                 "train": {"batch_size": 4, "seq_len": 8, "steps": 10, "threads": 1}}}}
         status, body = http_request(api_port, "POST",
-                                    "/apis/patrickstar.io/v1alpha1/namespaces/default/patrickstarjobs", job)
+                                    "/apis/patrickstar.io/v1alpha1/namespaces/%s/patrickstarjobs" % JOB_NAMESPACE,
+                                    job)
         if status != 201:
             raise AssertionError("creating the job: HTTP %d %s" % (status, body[:500]))
 
@@ -361,6 +370,17 @@ class PrometheusDashboardsTest(unittest.TestCase):
                 result = self.prometheus.query(expr)
                 self.assertTrue(result, expr)
                 self.assertGreater(float(result[0]["value"][1]), 0, expr)
+        # The operator's per-job series: one phase (the current one) and the
+        # restarts of the job the variables selected; none for other names.
+        op_sel = 'namespace="%s", name="%s"' % (JOB_NAMESPACE, JOB_NAME)
+        phases = self.prometheus.query("pstar_operator_job_phase{%s}" % op_sel)
+        self.assertEqual(len(phases), 1, phases)
+        self.assertEqual(float(phases[0]["value"][1]), 1)
+        self.assertIn(phases[0]["metric"]["phase"], ("Pending", "Created", "Running"))
+        restarts = self.prometheus.query("pstar_operator_job_restarts{%s}" % op_sel)
+        self.assertEqual(len(restarts), 1, restarts)
+        self.assertEqual(float(restarts[0]["value"][1]), 0)
+        self.assertEqual(self.prometheus.query('pstar_operator_job_phase{name!="%s"}' % JOB_NAME), [])
         # Chunks stay within the device tier's budget.
         over = self.prometheus.query(
             'sum by (rank) (patrickstar_chunk_resident_bytes{%s, device="device"}) > '

@@ -250,6 +250,12 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   const std::string metrics = op.Metrics();
   EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;
   EXPECT_GT(Series(metrics, "pstar_operator_reconciles_total{result=\"success\"}"), 0) << metrics;
+  // Per job: one phase series, the current one, and the restarts.
+  EXPECT_EQ(Series(metrics, "pstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Succeeded\"}"), 1)
+      << metrics;
+  EXPECT_EQ(Series(metrics, "pstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Running\"}"), -1)
+      << metrics;
+  EXPECT_EQ(Series(metrics, "pstar_operator_job_restarts{name=\"tiny\",namespace=\"default\"}"), 0) << metrics;
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
 }
@@ -282,6 +288,10 @@ TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
   const std::string text = log.body.get<std::string>();
   EXPECT_NE(text.find("resumed: from the checkpoint of step"), std::string::npos) << text;
   EXPECT_NE(op.Metrics().find("pstar_operator_gang_restarts_total 1"), std::string::npos) << op.Metrics();
+  EXPECT_TRUE(WaitFor(
+      [&] { return Series(op.Metrics(), "pstar_operator_job_restarts{name=\"resumer\",namespace=\"default\"}") == 1; },
+      seconds(10)))
+      << op.Metrics();
 
   // With backoffLimit 0 the first failure ends the job.
   Json strict = TinyJob("strict", 400);

@@ -246,6 +246,8 @@ TEST(DesiredPodTest, MetadataAndPodSpec) {
   EXPECT_EQ(ps["serviceAccountName"], "trainer");
   EXPECT_EQ(ps["priorityClassName"], "high");
   EXPECT_EQ(ps["schedulerName"], "volcano");
+  EXPECT_EQ(ps["securityContext"], Json::parse(R"({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000,
+      "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"})"));
   const Json& c = ps["containers"][0];
   EXPECT_EQ(c["image"], "registry.example.com/pstar-worker:dev");
   EXPECT_EQ(c["imagePullPolicy"], "IfNotPresent");
@@ -260,7 +262,7 @@ TEST(DesiredPodTest, MetadataAndPodSpec) {
   const JobSpec cpu = MustParse(MinimalJob());
   const Json plain = DesiredPod(cpu, MustSize(cpu), 0, 0);
   for (const char* key : {"nodeSelector", "tolerations", "affinity", "imagePullSecrets", "serviceAccountName",
-                          "priorityClassName", "schedulerName"}) {
+                          "priorityClassName", "schedulerName", "securityContext"}) {
     EXPECT_FALSE(plain["spec"].contains(key)) << key;
   }
   EXPECT_FALSE(plain["metadata"].contains("annotations"));

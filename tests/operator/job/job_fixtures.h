@@ -67,7 +67,9 @@ inline Json FullJob() {
           "imagePullSecrets": [{"name": "regcred"}],
           "serviceAccountName": "trainer",
           "priorityClassName": "high",
-          "schedulerName": "volcano"
+          "schedulerName": "volcano",
+          "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                              "fsGroupChangePolicy": "OnRootMismatch"}
         },
         "container": {
           "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}, {"name": "cache", "mountPath": "/cache"}],

@@ -96,6 +96,8 @@ TEST(ParseJobTest, FullJobReadsEveryField) {
   EXPECT_EQ(o.service_account_name, "trainer");
   EXPECT_EQ(o.priority_class_name, "high");
   EXPECT_EQ(o.scheduler_name, "volcano");
+  EXPECT_EQ(o.pod_security_context["fsGroup"], 1000);
+  EXPECT_EQ(o.pod_security_context["runAsNonRoot"], true);
   EXPECT_EQ(o.security_context["runAsUser"], 1000);
   EXPECT_EQ(o.resources["requests"]["cpu"], "8");
   EXPECT_EQ(o.memory_request_bytes, int64_t(40) << 30);
@@ -313,6 +315,10 @@ TEST(ParseJobTest, TemplatePieces) {
   EXPECT_EQ(ErrorOf(job), "spec.template.metadata.labels.team must be a string, got a number");
   job["spec"]["template"] = {{"metadata", {{"labels", {{"team", "a b"}}}}}};
   EXPECT_EQ(ErrorOf(job), "spec.template.metadata.labels.team 'a b' is not a valid label value");
+  job["spec"]["template"] = {{"spec", {{"securityContext", {{{"fsGroup", 1000}}}}}}};
+  EXPECT_EQ(ErrorOf(job), "spec.template.spec.securityContext must be an object, got an array");
+  job["spec"]["template"] = {{"spec", {{"securityContext", {{"fsGroup", 1000}, {"runAsNonRoot", true}}}}}};
+  EXPECT_EQ(MustParse(job).overrides.pod_security_context["fsGroup"], 1000);
   job["spec"]["template"] = "x";
   EXPECT_EQ(ErrorOf(job), "spec.template must be an object, got a string");
   // GPUs are one per rank on cuda jobs.
