@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# The worker image: `pstar` (train, launch, plan, export) with the CUDA backend
-# and NCCL; the operator runs `pstar launch` in it. Build from the repository
+# The worker image: `pstar` (train, launch, plan, export), built with CUDA and
+# NCCL; the operator runs `pstar launch` in it. The training steps still run on
+# the CPU kernels in every job until the CUDA training backend lands; a
+# `device: cuda` job reserves its GPUs and gets the NCCL settings already. Build from the repository
 # root (docs/install.md):
 #   docker build -f docker/worker.Dockerfile \
 #     -t ghcr.io/patrickstar-k8s/pstar-worker:0.1.0 .
@@ -57,6 +59,10 @@ RUN echo /usr/local/lib/pstar > /etc/ld.so.conf.d/pstar.conf \
 USER 10001:10001
 WORKDIR /workspace
 ENV HOME=/home/pstar
+# The CUDA base image exposes every GPU of the node to any container the
+# NVIDIA runtime starts; a CPU pod must see none. The device plugin sets the
+# variable to the allocated GPUs for pods that request nvidia.com/gpu.
+ENV NVIDIA_VISIBLE_DEVICES=void
 LABEL org.opencontainers.image.title="pstar-worker" \
       org.opencontainers.image.description="PatrickStar GPT trainer with chunk-based CPU/GPU memory" \
       org.opencontainers.image.version="0.1.0" \

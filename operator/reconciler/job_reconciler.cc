@@ -245,6 +245,12 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
     ApiResponse r = client_.Delete(Pods(), ns, pod, d);
     if (!r.ok() && !r.not_found() && first_error.ok()) first_error = ApiFailure("delete", Pods(), r);
   }
+  // Replace first: pods created in this pass must read the new config.
+  for (const Json& object : actions.replace) {
+    const ResourceRef& ref = RefFor(object);
+    ApiResponse r = client_.Replace(ref, ns, object);
+    if (!r.ok() && first_error.ok()) first_error = ApiFailure("update", ref, r);
+  }
   for (const Json& object : actions.create) {
     const ResourceRef& ref = RefFor(object);
     ApiResponse r = client_.Create(ref, ns, object);
@@ -265,11 +271,6 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
       // The cluster refuses this object: the user needs to know why.
       RecordEvents(job, {{"Warning", "CreateFailed", r.ToStatus("create " + ref.plural).message()}});
     }
-  }
-  for (const Json& object : actions.replace) {
-    const ResourceRef& ref = RefFor(object);
-    ApiResponse r = client_.Replace(ref, ns, object);
-    if (!r.ok() && first_error.ok()) first_error = ApiFailure("update", ref, r);
   }
   if (actions.delete_job) {
     DeleteOptions d;

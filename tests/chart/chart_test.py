@@ -347,7 +347,7 @@ class RbacTest(unittest.TestCase):
             ("patrickstar.io", "patrickstarjobs/finalizers"): {"update"},
             ("", "pods"): {"get", "list", "watch", "create", "delete"},
             ("", "services"): {"get", "list", "watch", "create", "delete"},
-            ("", "configmaps"): {"get", "list", "watch", "create", "delete"},
+            ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
             ("", "events"): {"create", "patch"},
         },
         "nodes": {("", "nodes"): {"get", "list", "watch"}},
@@ -409,6 +409,8 @@ class ImagesTest(unittest.TestCase):
         self.assertRegex(worker, r"(?m)^FROM nvidia/cuda:\S+-runtime-\S+")
         self.assertRegex(worker, r'(?m)^ENTRYPOINT \["/usr/local/bin/pstar"\]')
         self.assertRegex(worker, r"(?m)^USER \d+")
+        # CPU pods on NVIDIA-runtime nodes must not see the node's GPUs.
+        self.assertRegex(worker, r"(?m)^ENV NVIDIA_VISIBLE_DEVICES=void$")
         self.assertRegex(operator, r"(?m)^FROM debian:12 AS build")
         self.assertRegex(operator, r"(?m)^FROM debian:12-slim")
         self.assertRegex(operator, r"(?m)^USER 65532:65532")
