@@ -2,6 +2,7 @@
 // on a fresh random model shape, weights and batch every run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -133,18 +134,30 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   std::vector<float> logits(model.logits(), model.logits() + n * size_t(c.vocab));
   model.Backward(1.0f);
 
+  // Tolerance per tensor: 1e-5 relative, or more for an ill-conditioned
+  // tensor (cancellation in a sum, a near-constant LayerNorm row), measured by
+  // how far PyTorch's own float32 result lies from its float64 one.
+  auto ref64 = SafetensorsFile::Read(dir.path() + "/ref_float64.safetensors");
+  auto ref32 = SafetensorsFile::Read(dir.path() + "/ref_float32.safetensors");
+  ASSERT_TRUE(ref64.ok()) << ref64.status().message();
+  ASSERT_TRUE(ref32.ok()) << ref32.status().message();
+  auto tolerance = [&](const std::string& tensor) {
+    const std::vector<double> exact = *ref64->ToDoubles(tensor);
+    const std::vector<double> f32 = *ref32->ToDoubles(tensor);
+    const std::vector<float> rounded(f32.begin(), f32.end());
+    return std::max(1e-5, 4 * RelativeError(rounded.data(), exact));
+  };
   for (const char* precision : {"float64", "float32"}) {
     SCOPED_TRACE(precision);
-    auto ref = SafetensorsFile::Read(dir.path() + "/ref_" + precision + ".safetensors");
-    ASSERT_TRUE(ref.ok()) << ref.status().message();
-    double worst = RelativeError(logits.data(), *ref->ToDoubles("logits"));
-    EXPECT_LE(worst, 1e-5) << "logits";
-    double ref_loss = (*ref->ToDoubles("loss"))[0];
+    const SafetensorsFile& ref = std::string(precision) == "float64" ? *ref64 : *ref32;
+    double worst = RelativeError(logits.data(), *ref.ToDoubles("logits"));
+    EXPECT_LE(worst, tolerance("logits")) << "logits";
+    double ref_loss = (*ref.ToDoubles("loss"))[0];
     EXPECT_LE(std::abs(loss - ref_loss) / std::abs(ref_loss), 1e-5) << "loss " << loss << " vs " << ref_loss;
     for (TensorId id = 0; id < layout.num_tensors(); ++id) {
       const std::string& name = layout.spec(id).name;
-      double err = RelativeError(store.TensorData(StateKind::kGrad, id), *ref->ToDoubles("grad." + name));
-      EXPECT_LE(err, 1e-5) << "gradient of " << name;
+      double err = RelativeError(store.TensorData(StateKind::kGrad, id), *ref.ToDoubles("grad." + name));
+      EXPECT_LE(err, tolerance("grad." + name)) << "gradient of " << name;
       worst = std::max(worst, err);
     }
     std::printf("%s: worst relative error over logits and gradients %.3g\n", precision, worst);
