@@ -1,0 +1,26 @@
+// Token + position embedding on the GPU, as kernels/encoder.h: wte (V, C),
+// wpe (maxT, C), out (B, T, C).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace pstar::kernels::cuda {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen,
+                    int64_t C, cudaStream_t stream);
+
+// Elements of int32 scratch EncoderBackward needs (0 when it needs none).
+int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen);
+
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+// Deterministic: every row's sum is taken in (b, t) order, with no atomics,
+// so runs give the same bits.
+template <typename T>
+void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t B,
+                     int64_t Tlen, int64_t C, cudaStream_t stream);
+
+}  // namespace pstar::kernels::cuda

@@ -1,0 +1,167 @@
+// LayerNorm: one warp per row for the forward pass and for dinp, with fp32
+// statistics (each lane sums a strided share of the row, then the warp's
+// butterfly); dweight and dbias in two deterministic passes: fixed groups of
+// rows summed per column into fp32 scratch, then the groups added in order.
+#include "kernels/cuda/layernorm.h"
+
+#include <cstdint>
+
+#include "kernels/cuda/element.cuh"
+
+namespace pstar::kernels::cuda {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr unsigned kRowsPerBlock = kThreads / kWarpSize;  // one warp per row
+constexpr float kEps = cpu::kLayerNormEps;
+
+// Column sums for dweight and dbias: rows are cut into at most kMaxGroups
+// groups of at least kMinGroupRows rows each.
+constexpr int64_t kMinGroupRows = 32;
+constexpr int64_t kMaxGroups = 256;
+
+int64_t GroupRows(int64_t N) {
+  const int64_t spread = (N + kMaxGroups - 1) / kMaxGroups;
+  return spread > kMinGroupRows ? spread : kMinGroupRows;
+}
+
+int64_t Groups(int64_t N) { return (N + GroupRows(N) - 1) / GroupRows(N); }
+
+unsigned RowBlocks(int64_t N) { return BlocksFor(N, kRowsPerBlock); }
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                           int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together
+  const T* x = inp + row * C;
+
+  float sum = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarpSize) sum += ToFloat(x[c]);
+  const float m = WarpSum(sum) / float(C);
+  float sq = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    const float d = ToFloat(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
+
+  T* o = out + row * C;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormBackwardRowsKernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
+                                const float* rstd, int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
+  const float m = mean[row], s = rstd[row];
+
+  float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    const float xhat = (ToFloat(x[c]) - m) * s;
+    const float dn = ToFloat(weight[c]) * ToFloat(dy[c]);
+    sum_dn += dn;
+    sum_dn_xhat += dn * xhat;
+  }
+  const float mean_dn = WarpSum(sum_dn) / float(C);
+  const float mean_dn_xhat = WarpSum(sum_dn_xhat) / float(C);
+
+  T* dx = dinp + row * C;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    const float xhat = (ToFloat(x[c]) - m) * s;
+    const float dn = ToFloat(weight[c]) * ToFloat(dy[c]);
+    dx[c] = FromFloat<T>(ToFloat(dx[c]) + (dn - mean_dn - xhat * mean_dn_xhat) * s);
+  }
+}
+
+// Block (g, chunk), thread c of the chunk: the sums over rows of group g, in
+// row order, of dout[n, c] (into partials[g * C + c]) and of
+// dout[n, c] * xhat[n, c] (into partials[(G + g) * C + c]).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormColumnPartialsKernel(float* partials, const T* dout, const T* inp, const float* mean, const float* rstd,
+                                  int64_t N, int64_t C, int64_t group_rows) {
+  const int64_t g = blockIdx.x;
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t first = g * group_rows;
+  const int64_t last = first + group_rows < N ? first + group_rows : N;
+  float db = 0.0f, dw = 0.0f;
+  for (int64_t n = first; n < last; ++n) {
+    const float dy = ToFloat(dout[n * C + c]);
+    db += dy;
+    dw += dy * ((ToFloat(inp[n * C + c]) - mean[n]) * rstd[n]);
+  }
+  partials[g * C + c] = db;
+  partials[(gridDim.x + g) * C + c] = dw;
+}
+
+// dbias[c] += the groups' partials, in group order; dweight likewise.
+template <typename T>
+__global__ void LayerNormColumnTotalsKernel(T* dweight, T* dbias, const float* partials, int64_t groups, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float db = 0.0f, dw = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) {
+    db += partials[g * C + c];
+    dw += partials[(groups + g) * C + c];
+  }
+  dbias[c] = FromFloat<T>(ToFloat(dbias[c]) + db);
+  dweight[c] = FromFloat<T>(ToFloat(dweight[c]) + dw);
+}
+
+}  // namespace
+
+template <typename T>
+void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                      int64_t C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  LayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  CheckLaunch("LayerNormForward");
+}
+
+int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return 0;
+  return 2 * Groups(N) * C;
+}
+
+template <typename T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp, const T* weight,
+                       const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  LayerNormBackwardRowsKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  CheckLaunch("LayerNormBackward (dinp)");
+
+  const int64_t groups = Groups(N);
+  const dim3 grid(static_cast<unsigned>(groups), BlocksFor(C, kThreads));
+  LayerNormColumnPartialsKernel<<<grid, kThreads, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C, GroupRows(N));
+  CheckLaunch("LayerNormBackward (column partials)");
+  LayerNormColumnTotalsKernel<<<BlocksFor(C, kThreads), kThreads, 0, stream>>>(dweight, dbias, scratch, groups, C);
+  CheckLaunch("LayerNormBackward (column totals)");
+}
+
+#define PSTAR_LAYERNORM(T)                                                                                     \
+  template void LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t,        \
+                                    cudaStream_t);                                                             \
+  template void LayerNormBackward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*,           \
+                                     const float*, int64_t, int64_t, cudaStream_t);
+PSTAR_LAYERNORM(float)
+PSTAR_LAYERNORM(bf16)
+PSTAR_LAYERNORM(fp16)
+#undef PSTAR_LAYERNORM
+
+}  // namespace pstar::kernels::cuda

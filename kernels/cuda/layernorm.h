@@ -1,0 +1,26 @@
+// LayerNorm over the last dimension on the GPU (eps kLayerNormEps), as
+// kernels/layernorm.h: inp/out (N, C); mean/rstd (N) are fp32 whatever T.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/layernorm.h"
+
+namespace pstar::kernels::cuda {
+
+template <typename T>
+void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                      int64_t N, int64_t C, cudaStream_t stream);
+
+// Elements of fp32 scratch LayerNormBackward needs for its partial sums.
+int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C);
+
+// dinp += ..., dweight += ..., dbias += ... (accumulating). Deterministic: the
+// weight and bias sums are fixed-order partials, no atomics.
+template <typename T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp,
+                       const T* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                       cudaStream_t stream);
+
+}  // namespace pstar::kernels::cuda

@@ -1,0 +1,301 @@
+#include "kernels/cuda/matmul.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/cuda/element.cuh"
+
+namespace pstar::kernels::cuda {
+namespace {
+
+// A failed cuBLAS call means a bad argument or a broken device: a programming
+// error, so say which call failed and stop.
+void CheckBlas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "pstar: %s failed: %s (%s)\n", what, cublasLtGetStatusName(status),
+               cublasLtGetStatusString(status));
+  std::abort();
+}
+
+void CheckCuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return;
+  std::fprintf(stderr, "pstar: %s failed: %s\n", what, cudaGetErrorString(error));
+  std::abort();
+}
+
+template <typename T>
+struct BlasType;
+template <>
+struct BlasType<float> {
+  static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+template <>
+struct BlasType<bf16> {
+  static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
+template <>
+struct BlasType<fp16> {
+  static constexpr cudaDataType_t value = CUDA_R_16F;
+};
+
+// Owners of the cuBLASLt descriptors, which are pointers to opaque structs.
+struct LayoutDestroy {
+  void operator()(cublasLtMatrixLayoutOpaque_t* p) const { cublasLtMatrixLayoutDestroy(p); }
+};
+struct MatmulDescDestroy {
+  void operator()(cublasLtMatmulDescOpaque_t* p) const { cublasLtMatmulDescDestroy(p); }
+};
+struct PreferenceDestroy {
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDestroy>;
+using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, MatmulDescDestroy>;
+using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDestroy>;
+
+// A column-major (rows, cols) layout with leading dimension ld, repeated
+// `batch` times at `stride` elements.
+Layout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                  int64_t stride) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  CheckBlas(cublasLtMatrixLayoutCreate(&raw, type, uint64_t(rows), uint64_t(cols), ld),
+            "cublasLtMatrixLayoutCreate");
+  Layout layout(raw);
+  if (batch > 1) {
+    const int32_t count = int32_t(batch);
+    CheckBlas(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+              "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    CheckBlas(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                               sizeof(stride)),
+              "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+  }
+  return layout;
+}
+
+// The alignment in bytes (a power of two, at most 256) that every matrix of
+// a batch starting at p meets, so the heuristic only offers algorithms that
+// can read it.
+uint32_t Alignment(const void* p, int64_t stride, size_t elem_bytes, int64_t batch) {
+  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
+  if (batch > 1) bits |= uint64_t(stride) * elem_bytes;
+  return uint32_t(bits & (~bits + 1));
+}
+
+void SetAlignment(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, uint32_t bytes,
+                  const char* what) {
+  CheckBlas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)), what);
+}
+
+// C = beta * C on `batch` row-major (M, N) matrices: the product of an empty
+// inner dimension, which cuBLASLt does not take. beta == 0 writes zeros.
+template <typename T>
+__global__ void ScaleMatrices(T* C, int64_t M, int64_t N, int64_t ldc, int64_t stride_c, int64_t batch,
+                              float beta) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= batch * M * N) return;
+  const int64_t col = i % N;
+  const int64_t row = (i / N) % M;
+  const int64_t b = i / (M * N);
+  T* c = C + b * stride_c + row * ldc + col;
+  *c = FromFloat<T>(beta == 0.0f ? 0.0f : beta * ToFloat(*c));
+}
+
+// out[n, j] = bias[j] for the (N, OC) output, which the GEMM then adds to.
+template <typename T>
+__global__ void BroadcastRows(T* out, const T* bias, int64_t N, int64_t OC) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < N * OC) out[i] = bias[i % OC];
+}
+
+// acc[c] += sum_n m[n, c] over a row-major (N, C) matrix, in fp32. A block
+// owns kColumnTile adjacent columns (threadIdx.x, so row reads are coalesced);
+// thread y sums rows y, y + kRowPhases, ... in order, then thread y == 0 adds
+// the kRowPhases partials in order of y. The order depends only on N and C,
+// so every run gives the same bits.
+constexpr int kColumnTile = 32;
+constexpr int kRowPhases = 32;
+
+template <typename T>
+__global__ void AddColumnSums(T* acc, const T* m, int64_t N, int64_t C) {
+  __shared__ float partial[kRowPhases][kColumnTile];
+  const int64_t c = int64_t(blockIdx.x) * kColumnTile + threadIdx.x;
+  float sum = 0.0f;
+  if (c < C) {
+    for (int64_t n = threadIdx.y; n < N; n += kRowPhases) sum += ToFloat(m[n * C + c]);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+    for (int y = 0; y < kRowPhases; ++y) total += partial[y][threadIdx.x];
+    acc[c] = FromFloat<T>(ToFloat(acc[c]) + total);
+  }
+}
+
+constexpr unsigned kThreads = 256;
+
+}  // namespace
+
+BlasContext::BlasContext(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  CheckBlas(cublasLtCreate(&handle_), "cublasLtCreate");
+  if (workspace_bytes_ > 0) {
+    CheckCuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc of the cuBLASLt workspace");
+  }
+}
+
+BlasContext::~BlasContext() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+template <typename T>
+void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb,
+                        int64_t stride_b, float beta, T* C, int64_t ldc, int64_t stride_c, int64_t batch,
+                        cudaStream_t stream) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  if (batch > INT32_MAX) {
+    std::fprintf(stderr, "pstar: GEMM batch of %lld matrices is too large\n", static_cast<long long>(batch));
+    std::abort();
+  }
+  if (K <= 0) {
+    if (beta == 1.0f) return;
+    ScaleMatrices<<<BlocksFor(batch * M * N, kThreads), kThreads, 0, stream>>>(C, M, N, ldc, stride_c, batch,
+                                                                               beta);
+    CheckLaunch("ScaleMatrices");
+    return;
+  }
+  constexpr cudaDataType_t type = BlasType<T>::value;
+
+  // cuBLAS is column-major. A row-major (r, c) matrix with leading dimension
+  // ld is, in the same memory, the column-major (c, r) matrix with that ld:
+  // its transpose. So the row-major C = op(A) op(B) is computed as the
+  // column-major C^T (N, M) = op(B)^T op(A)^T: cuBLAS's first operand is our B
+  // (transposed when trans_b), its second our A (transposed when trans_a).
+  // Layouts describe the stored matrices, before the operation.
+  const Layout first = MakeLayout(type, trans_b ? K : N, trans_b ? N : K, ldb, batch, stride_b);
+  const Layout second = MakeLayout(type, trans_a ? M : K, trans_a ? K : M, lda, batch, stride_a);
+  const Layout out = MakeLayout(type, N, M, ldc, batch, stride_c);
+
+  // fp32 accumulation and fp32 alpha/beta for every element type; for fp32
+  // operands this is true fp32 (no TF32).
+  cublasLtMatmulDesc_t desc_raw = nullptr;
+  CheckBlas(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const MatmulDesc desc(desc_raw);
+  const cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
+            "cublasLtMatmulDescSetAttribute(TRANSA)");
+  CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
+            "cublasLtMatmulDescSetAttribute(TRANSB)");
+
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  CheckBlas(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate");
+  const Preference pref(pref_raw);
+  const uint64_t workspace_bytes = blas.workspace_bytes();
+  CheckBlas(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace_bytes, sizeof(workspace_bytes)),
+            "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, Alignment(B, stride_b, sizeof(T), batch),
+               "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, Alignment(A, stride_a, sizeof(T), batch),
+               "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
+  const uint32_t align_c = Alignment(C, stride_c, sizeof(T), batch);
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c,
+               "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c,
+               "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  const auto query = [&] {
+    found = 0;
+    CheckBlas(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc_raw, first.get(), second.get(), out.get(),
+                                             out.get(), pref_raw, 1, &heuristic, &found),
+              "cublasLtMatmulAlgoGetHeuristic");
+    return found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS;
+  };
+  // Split-K partial sums go to the workspace in fp32 and are added in a
+  // fixed order: no in-place reduction through the output, which would round
+  // 16-bit outputs once per split and is not promised to be ordered. Algorithms
+  // without a split always qualify. Any scheme is the fallback should nothing
+  // be offered.
+  const uint32_t fp32_partials = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  CheckBlas(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &fp32_partials, sizeof(fp32_partials)),
+            "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
+  bool ok = query();
+  if (!ok) {
+    const uint32_t any_scheme = CUBLASLT_REDUCTION_SCHEME_MASK;
+    CheckBlas(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                   &any_scheme, sizeof(any_scheme)),
+              "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
+    ok = query();
+  }
+  if (!ok) {
+    std::fprintf(stderr,
+                 "pstar: cuBLASLt offers no algorithm for GEMM M=%lld N=%lld K=%lld trans_a=%d trans_b=%d "
+                 "lda=%lld ldb=%lld ldc=%lld batch=%lld\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), int(trans_a),
+                 int(trans_b), static_cast<long long>(lda), static_cast<long long>(ldb),
+                 static_cast<long long>(ldc), static_cast<long long>(batch));
+    std::abort();
+  }
+  // C is both the input and the output (D): an in-place update.
+  CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
+                           C, out.get(), &heuristic.algo, blas.workspace(), blas.workspace_bytes(), stream),
+            "cublasLtMatmul");
+}
+
+template <typename T>
+void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
+          cudaStream_t stream) {
+  GemmStridedBatched(blas, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
+}
+
+template <typename T>
+void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                   int64_t C, int64_t OC, cudaStream_t stream) {
+  // As the CPU kernel: the bias goes into out first and the GEMM adds to it,
+  // so bias + x.w is rounded once.
+  float beta = 0.0f;
+  if (bias != nullptr && N * OC > 0) {
+    BroadcastRows<<<BlocksFor(N * OC, kThreads), kThreads, 0, stream>>>(out, bias, N, OC);
+    CheckLaunch("BroadcastRows");
+    beta = 1.0f;
+  }
+  Gemm(blas, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, stream);
+}
+
+template <typename T>
+void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                    const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  Gemm(blas, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C, stream);    // (N, C)
+  Gemm(blas, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, stream);     // (OC, C)
+  if (dbias != nullptr && OC > 0) {
+    const dim3 block(kColumnTile, kRowPhases);
+    AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
+    CheckLaunch("AddColumnSums");
+  }
+}
+
+#define PSTAR_INSTANTIATE_MATMUL(T)                                                                          \
+  template void Gemm<T>(BlasContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t,       \
+                        const T*, int64_t, float, T*, int64_t, cudaStream_t);                                \
+  template void GemmStridedBatched<T>(BlasContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*,  \
+                                      int64_t, int64_t, const T*, int64_t, int64_t, float, T*, int64_t,      \
+                                      int64_t, int64_t, cudaStream_t);                                       \
+  template void MatmulForward<T>(BlasContext&, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,  \
+                                 cudaStream_t);                                                              \
+  template void MatmulBackward<T>(BlasContext&, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
+                                  int64_t, cudaStream_t);
+
+PSTAR_INSTANTIATE_MATMUL(float)
+PSTAR_INSTANTIATE_MATMUL(bf16)
+PSTAR_INSTANTIATE_MATMUL(fp16)
+
+#undef PSTAR_INSTANTIATE_MATMUL
+
+}  // namespace pstar::kernels::cuda

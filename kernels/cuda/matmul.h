@@ -1,0 +1,65 @@
+// Linear layers and GEMMs on the GPU through cuBLASLt, for fp32, bf16 and
+// fp16 operands with fp32 accumulation (and fp32 compute for fp32 operands:
+// no TF32, so fp32 results track the CPU kernels). Same layouts and
+// semantics as kernels/matmul.h: W stored (OC, C), x (N, C), y (N, OC),
+// row-major.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace pstar::kernels::cuda {
+
+// The cuBLASLt handle and its workspace on the current device, made once at
+// start-up (no allocation per call). Not thread-safe: one per stream owner.
+class BlasContext {
+ public:
+  static constexpr size_t kDefaultWorkspaceBytes = size_t(32) << 20;
+  explicit BlasContext(size_t workspace_bytes = kDefaultWorkspaceBytes);
+  ~BlasContext();
+  BlasContext(const BlasContext&) = delete;
+  BlasContext& operator=(const BlasContext&) = delete;
+
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// C(M,N) = alpha * op(A) op(B) + beta * C, row-major with explicit leading
+// dimensions, as kernels::cpu::Gemm.
+template <typename T>
+void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
+          cudaStream_t stream);
+
+// Gemm on `batch` independent matrices at fixed strides (in elements): the
+// i-th product reads A + i*stride_a and B + i*stride_b and updates
+// C + i*stride_c. The per-head GEMMs of attention.
+template <typename T>
+void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb,
+                        int64_t stride_b, float beta, T* C, int64_t ldc, int64_t stride_c, int64_t batch,
+                        cudaStream_t stream);
+
+// out = inp @ weight^T + bias (bias may be null).
+template <typename T>
+void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                   int64_t C, int64_t OC, cudaStream_t stream);
+
+// dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
+// colsum(dout) (dbias may be null). Deterministic: the same inputs give the
+// same bits on every run.
+template <typename T>
+void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                    const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
+
+}  // namespace pstar::kernels::cuda

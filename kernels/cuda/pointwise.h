@@ -1,0 +1,26 @@
+// Element-wise ops on the GPU: GELU (tanh approximation, as kernels/gelu.h),
+// the residual add, and conversions between fp32 and the 16-bit formats.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace pstar::kernels::cuda {
+
+template <typename T>
+void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+// dinp = gelu'(inp) * dout (overwritten; dinp may alias dout).
+template <typename T>
+void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+
+// out = a + b (out may alias a or b).
+template <typename T>
+void ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+
+// out[i] = in[i] converted; narrowing rounds to nearest even, giving the same
+// bits as kernels/half.h. Instantiated for every pair of float, bf16, fp16.
+template <typename To, typename From>
+void Convert(To* out, const From* in, int64_t n, cudaStream_t stream);
+
+}  // namespace pstar::kernels::cuda
