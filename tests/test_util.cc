@@ -23,8 +23,14 @@ uint64_t RunSeed() {
   return (uint64_t(rd()) << 32) ^ rd();
 }
 
-std::string SourceDir() { return PSTAR_SOURCE_DIR; }
-std::string PstarBinary() { return PSTAR_BINARY; }
+// The environment's value of `name` when set and non-empty, else `built_in`.
+static std::string EnvOr(const char* name, const char* built_in) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : std::string(built_in);
+}
+
+std::string SourceDir() { return EnvOr("PSTAR_SOURCE_DIR", PSTAR_SOURCE_DIR); }
+std::string PstarBinary() { return EnvOr("PSTAR_BINARY", PSTAR_BINARY); }
 
 TempDir::TempDir(const std::string& tag) {
   std::string tmpl = (std::filesystem::temp_directory_path() / ("pstar-" + tag + "-XXXXXX")).string();

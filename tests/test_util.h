@@ -11,7 +11,9 @@ namespace pstar::test {
 // PSTAR_TEST_SEED if set, else a fresh random seed (printed by the caller).
 uint64_t RunSeed();
 
-// The source tree and the built pstar binary (set by CMake).
+// The source tree and the built pstar binary: the environment variables
+// PSTAR_SOURCE_DIR and PSTAR_BINARY when set (a relocated test bundle), else
+// the paths CMake compiled in.
 std::string SourceDir();
 std::string PstarBinary();
 
