@@ -81,6 +81,7 @@ Json Args(const JobSpec& spec, const PodSizing& sizing) {
                "--",
                "train",
                "--config", kConfigPath,
+               "--set", std::string("runtime.device=") + (spec.device == JobDevice::kCuda ? "cuda" : "cpu"),
                "--set", "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes)};
   if (spec.metrics_port > 0) {
     args.push_back("--set");

@@ -573,6 +573,14 @@ Result<JobSpec> ParseJob(const Json& job) {
   // worker would reject fails here, before any pod starts.
   auto parsed = ParseConfig(config->dump(), "spec.config");
   if (!parsed.ok()) return parsed.status();
+  // spec.device sets the worker's runtime.device; a config saying otherwise
+  // would train on the other device than the pods were sized and given GPUs for.
+  const Json* runtime = config->contains("runtime") ? &(*config)["runtime"] : nullptr;
+  if (runtime != nullptr && runtime->is_object() && runtime->contains("device") && parsed->runtime.device != device) {
+    return Invalid("spec.config.runtime.device",
+                   "is \"" + parsed->runtime.device + "\" but spec.device is \"" + device +
+                       "\"; spec.device sets it: remove it from the config");
+  }
 
   PSTAR_RETURN_IF_ERROR(spec.Int32("masterPort", 1, 65535, &s.master_port));
   PSTAR_RETURN_IF_ERROR(spec.Int32("metricsPort", 0, 65535, &s.metrics_port));

@@ -202,6 +202,7 @@ std::string HumanBytes(int64_t bytes) {
 
 Result<PodSizing> SizePods(const JobSpec& spec) {
   PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config"));
+  config.runtime.device = spec.device == JobDevice::kCuda ? "cuda" : "cpu";  // as the pods' args say
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
   const MemoryPlan& plan = *planned;
@@ -211,10 +212,9 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
   s.model_bytes = plan.model_bytes;
   s.chunk_bytes = plan.chunk_bytes;
   s.num_chunks = plan.num_chunks;
-  // The plan counts the device tier into host memory when the runtime keeps
-  // it there; a cpu job's tier is RAM whatever the plan assumed.
-  int64_t host = plan.min_host_bytes;
-  if (spec.device == JobDevice::kCpu && !plan.device_is_host_memory) host += plan.device_bytes;
+  // The plan counts the device tier into host memory on the CPU backend (an
+  // emulated tier in RAM) and not on CUDA (GPU memory).
+  const int64_t host = plan.min_host_bytes;
   s.host_bytes_per_rank = RoundUp(host, kSizingGranuleBytes);
   s.device_bytes_per_rank = plan.device_bytes;
   s.min_device_bytes_per_rank = plan.min_device_bytes;

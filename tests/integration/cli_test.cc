@@ -93,6 +93,20 @@ TEST(Cli, BadInputGetsOneLineAndExitTwo) {
   ExpectOneLineError(RunProcess({bin, "train", "--set", "train.steps=-3"}), "train.steps: must be positive");
 }
 
+// runtime.device cuda where no GPU is visible (CUDA_VISIBLE_DEVICES empty hides
+// any, so this runs the same on GPU hosts) or in a build without CUDA.
+TEST(Cli, CudaWithoutAVisibleGpuGetsOneLine) {
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  test::ChildProcess p({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--set",
+                        "runtime.device=cuda"},
+                       {"CUDA_VISIBLE_DEVICES="});
+  ExpectOneLineError(p.Wait(), "runtime.device: cuda needs a");
+  ExpectOneLineError(RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--set",
+                                 "runtime.device=tpu"}),
+                     "runtime.device");
+}
+
 TEST(Cli, TokenizeWritesNothingOnFailure) {
   test::TempDir dir("cli");
   auto r = RunProcess({test::PstarBinary(), "tokenize", "--input", dir.path() + "/absent.txt", "--output",

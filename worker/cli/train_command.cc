@@ -66,13 +66,15 @@ int TrainCommand(const std::vector<std::string>& args) {
   // The rank's place in the job (torchrun-style env; one rank without it).
   auto env = ReadDistEnv();
   if (!env.ok()) return ReportError(env.status());
-  auto comm = ConnectCommunicator(*env, std::chrono::seconds(c.dist.timeout_seconds));
+  // GPU ranks exchange chunks in GPU memory over NCCL; CPU ranks over Gloo.
+  const Transport transport = c.runtime.device == "cuda" ? Transport::kNccl : Transport::kGloo;
+  auto comm = ConnectCommunicator(*env, std::chrono::seconds(c.dist.timeout_seconds), transport);
   if (!comm.ok()) return ReportError(comm.status());
   const bool lead = env->rank == 0;  // rank 0 prints progress; every rank prints its errors
 
   auto data = OpenDataSource(c);
   if (!data.ok()) return ReportError(data.status());
-  auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size);
+  auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;
   // The endpoint reads the trainer's counters: stop it before the trainer goes.

@@ -245,11 +245,15 @@ int64_t ReadBytes(Section& s, const std::string& k, int64_t fallback) {
 }
 
 void ParseRuntime(Section s, RuntimeSection& r) {
+  s.Read("device", r.device);
   r.device_memory = ReadBytes(s, "device_memory", r.device_memory);
   r.host_memory = ReadBytes(s, "host_memory", r.host_memory);
   s.Read("eviction", r.eviction);
   s.Read("prefetch_depth", r.prefetch_depth);
   s.CheckNoUnknownKeys();
+  if (r.device != "cpu" && r.device != "cuda") {
+    Fail(s.Key("device"), "must be cpu or cuda, got '" + r.device + "'");
+  }
   if (r.eviction != "opt" && r.eviction != "lru") {
     Fail(s.Key("eviction"), "must be opt or lru, got '" + r.eviction + "'");
   }
@@ -460,6 +464,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
   e << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "device" << YAML::Value << c.runtime.device;
   e << YAML::Key << "device_memory" << YAML::Value << c.runtime.device_memory;
   e << YAML::Key << "host_memory" << YAML::Value << c.runtime.host_memory;
   e << YAML::Key << "eviction" << YAML::Value << c.runtime.eviction;

@@ -58,6 +58,7 @@ struct MemTracerSection {
 
 // Where model data lives and how it moves (the chunk runtime).
 struct RuntimeSection {
+  std::string device = "cpu";  // "cpu" (device tier emulated in RAM) or "cuda" (GPU local_rank)
   int64_t device_memory = 0;  // bytes of the device tier; 0 = room for all model data
   int64_t host_memory = 0;    // host budget; 0 = the cgroup v2 limit, else physical RAM
   std::string eviction = "opt";  // "opt" (farthest next use, from the trace) or "lru"

@@ -39,12 +39,16 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Whether AllGather and ReduceScatter take GPU memory (NCCL) rather than
+  // host memory (Gloo, one rank). The scalar collectives always take host memory.
+  virtual bool device_buffers() const { return false; }
 
   // full[r * shard_elems, (r + 1) * shard_elems) = shard of rank r. `shard` may
   // alias its own place in `full`.
   virtual Status AllGather(const float* shard, float* full, int64_t shard_elems) = 0;
   // shard = sum over ranks of their full[rank * shard_elems, ...). The sum is
-  // taken in the same order on every call for a given world size.
+  // taken in the same order on every call for a given world size. `shard`
+  // may alias this rank's own place in `full`.
   virtual Status ReduceScatter(const float* full, float* shard, int64_t shard_elems) = 0;
   // data = element-wise sum over ranks, in place.
   virtual Status AllReduceSum(double* data, int64_t n) = 0;

@@ -4,6 +4,9 @@
 #include <cstdlib>
 
 #include "worker/dist/gloo_communicator.h"
+#ifdef PSTAR_WITH_NCCL
+#include "worker/dist/nccl_communicator.h"
+#endif
 #include "worker/dist/store.h"
 
 namespace pstar {
@@ -69,8 +72,15 @@ Result<DistEnv> ReadDistEnv() {
   return ParseDistEnv([](const char* name) -> const char* { return std::getenv(name); });
 }
 
-Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout,
+                                                          Transport transport) {
   if (env.world_size == 1) return MakeSingleRankCommunicator();
+#ifndef PSTAR_WITH_NCCL
+  if (transport == Transport::kNccl) {
+    return Status::FailedPrecondition("a GPU run with " + std::to_string(env.world_size) +
+                                      " ranks needs NCCL, and this pstar was built without it");
+  }
+#endif
   StoreOptions options;
   options.host = env.master_addr;
   options.port = env.master_port;
@@ -79,6 +89,11 @@ Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, st
   options.world_size = env.world_size;
   options.timeout = timeout;
   PSTAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Connect(options));
+#ifdef PSTAR_WITH_NCCL
+  if (transport == Transport::kNccl) {
+    return MakeNcclCommunicator(std::move(store), env.rank, env.world_size, env.local_rank, timeout);
+  }
+#endif
   return MakeGlooCommunicator(std::move(store), env.rank, env.world_size, timeout);
 }
 

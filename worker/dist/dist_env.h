@@ -30,10 +30,16 @@ Result<DistEnv> ReadDistEnv();
 // The same over any lookup (nullptr: unset), for tests.
 Result<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& lookup);
 
+// Which transport a world of several ranks uses: Gloo over host memory (CPU
+// runs), or NCCL over GPU LOCAL_RANK's memory (runtime.device cuda).
+enum class Transport { kGloo, kNccl };
+
 // A world of one gets MakeSingleRankCommunicator(); otherwise the rank
 // rendezvouses through the Store at MASTER_ADDR:MASTER_PORT (hosted by rank 0)
-// and connects a Gloo communicator, which keeps the Store alive. `timeout`
-// bounds the rendezvous and every collective step.
-Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout);
+// and connects a communicator of `transport`, which keeps the Store alive.
+// `timeout` bounds the rendezvous and every collective step. NCCL fails with
+// FailedPrecondition in a build without it.
+Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout,
+                                                          Transport transport = Transport::kGloo);
 
 }  // namespace pstar

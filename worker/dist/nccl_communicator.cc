@@ -63,6 +63,8 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
+  bool device_buffers() const override { return true; }
+  void KeepStore(std::unique_ptr<Store> store) { store_ = std::move(store); }
 
   Status AllGather(const float* shard, float* full, int64_t n) override {
     return Run(CollectiveOp::kAllGather, (world_ - 1) * n * 4, [&] {
@@ -171,6 +173,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::string broken_;
+  std::unique_ptr<Store> store_;  // destroyed after the NCCL communicator
 };
 
 }  // namespace
@@ -179,6 +182,14 @@ Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(Store& store, int ran
                                                            std::chrono::milliseconds timeout) {
   auto comm = std::make_unique<NcclCommunicator>(rank, world_size, timeout);
   PSTAR_RETURN_IF_ERROR(comm->Init(store, device));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::unique_ptr<Store> store, int rank, int world_size,
+                                                           int device, std::chrono::milliseconds timeout) {
+  auto comm = std::make_unique<NcclCommunicator>(rank, world_size, timeout);
+  PSTAR_RETURN_IF_ERROR(comm->Init(*store, device));
+  comm->KeepStore(std::move(store));
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 

@@ -25,5 +25,9 @@ namespace pstar {
 // `device` is this rank's CUDA device (LOCAL_RANK on one node per GPU).
 Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(Store& store, int rank, int world_size,
                                                            int device, std::chrono::milliseconds timeout);
+// As above, and the communicator keeps `store` (rank 0's hosts the rendezvous
+// server the other ranks may still be reading from).
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::unique_ptr<Store> store, int rank, int world_size,
+                                                           int device, std::chrono::milliseconds timeout);
 
 }  // namespace pstar

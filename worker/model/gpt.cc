@@ -4,18 +4,9 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/attention.h"
-#include "kernels/classifier.h"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
-#include "kernels/residual.h"
 #include "worker/core/counter_rng.h"
 
 namespace pstar {
-
-namespace k = kernels::cpu;
 
 namespace {
 
@@ -117,9 +108,9 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   return seq;
 }
 
-int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute) {
+int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute, ComputeDevice device) {
   // Walk the same allocation sequence Carve makes, counting what the arena charges.
-  Gpt probe(g, B, T, recompute);
+  Gpt probe(g, B, T, recompute, device);
   int64_t bytes = 0;
   probe.Lay([&](int64_t elems) -> void* {
     bytes += int64_t(Arena::Rounded(size_t(elems) * 4));
@@ -128,17 +119,19 @@ int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool reco
   return bytes;
 }
 
-Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute)
-    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute) {}
+Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, ComputeDevice device)
+    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute), device_(device) {}
 
 Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch,
-                        int64_t seq, bool recompute) {
+                        int64_t seq, bool recompute, std::unique_ptr<ModelKernels> kernels) {
   if (seq > config.max_seq_len) {
     return Status::InvalidArgument("sequence length " + std::to_string(seq) +
                                    " exceeds the model's max_seq_len " +
                                    std::to_string(config.max_seq_len));
   }
-  Gpt gpt(config, batch, seq, recompute);
+  if (kernels == nullptr) kernels = MakeCpuModelKernels();
+  Gpt gpt(config, batch, seq, recompute, kernels->device());
+  gpt.kernels_ = std::move(kernels);
   gpt.store_ = &store;
   const ParamLayout& layout = store.layout();
   auto find = [&](const std::string& name) -> Result<TensorId> {
@@ -167,6 +160,7 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
     gpt.layers_.push_back(t);
   }
   PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
+  gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.device_, config, batch, seq));
   return gpt;
 }
 
@@ -207,6 +201,8 @@ void Gpt::Lay(Alloc&& alloc) {
   a.dfch = f(4 * BTC);
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
+  const int64_t scratch = KernelScratchBytes(device_, config_, B_, T_);
+  a.scratch = scratch > 0 ? alloc((scratch + 3) / 4) : nullptr;
 }
 
 Status Gpt::Carve(Arena& arena) {
@@ -233,33 +229,33 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
   BlockActivations& a = BlockActs(l);
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kForward);
-    k::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, u.param(t.ln1_w), u.param(t.ln1_b), BT, C);
+    kernels_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, u.param(t.ln1_w), u.param(t.ln1_b), BT, C);
   }
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
-    k::MatmulForward(a.qkv, a.ln1, u.param(t.qkv_w), u.param(t.qkv_b), BT, C, 3 * C);
+    kernels_->MatmulForward(a.qkv, a.ln1, u.param(t.qkv_w), u.param(t.qkv_b), BT, C, 3 * C);
   }
-  k::AttentionForward(a.atty, a.att, a.qkv, B_, T_, C, NH);
+  kernels_->AttentionForward(a.atty, a.att, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    k::MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
+    kernels_->MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
   }
-  k::ResidualForward(a.res2, x, acts_.tmp, BT * C);
+  kernels_->ResidualForward(a.res2, x, acts_.tmp, BT * C);
   {
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kForward);
-    k::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, u.param(t.ln2_w), u.param(t.ln2_b),
+    kernels_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, u.param(t.ln2_w), u.param(t.ln2_b),
                         BT, C);
   }
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
-    k::MatmulForward(a.fch, a.ln2, u.param(t.fc_w), u.param(t.fc_b), BT, C, 4 * C);
+    kernels_->MatmulForward(a.fch, a.ln2, u.param(t.fc_w), u.param(t.fc_b), BT, C, 4 * C);
   }
-  k::GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
+  kernels_->GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    k::MatmulForward(acts_.tmp, a.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(acts_.tmp, a.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
   }
-  k::ResidualForward(y, a.res2, acts_.tmp, BT * C);
+  kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
 
 // On entry acts_.dres holds dL/dy; on exit it holds dL/dx.
@@ -270,34 +266,34 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   Activations& g = acts_;
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    k::MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, a.fch_gelu,
+    kernels_->MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, a.fch_gelu,
                       u.param(t.fc_proj_w), BT, 4 * C, C);
   }
-  k::GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
+  kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    k::MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, u.param(t.fc_w), BT, C,
+    kernels_->MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, u.param(t.fc_w), BT, C,
                       4 * C);
   }
   {
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
-    k::LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, u.param(t.ln2_w),
+    kernels_->LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, u.param(t.ln2_w),
                          a.ln2_mean, a.ln2_rstd, BT, C);
   }
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
-    k::MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
+    kernels_->MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
                       u.param(t.attn_proj_w), BT, C, C);
   }
-  k::AttentionBackward(g.dqkv, g.datt, g.dtmp, a.qkv, a.att, B_, T_, C, NH);
+  kernels_->AttentionBackward(g.dqkv, g.datt, g.dtmp, a.qkv, a.att, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    k::MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, u.param(t.qkv_w), BT,
+    kernels_->MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, u.param(t.qkv_w), BT,
                       C, 3 * C);
   }
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
-    k::LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, u.param(t.ln1_w),
+    kernels_->LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, u.param(t.ln1_w),
                          a.ln1_mean, a.ln1_rstd, BT, C);
   }
 }
@@ -305,40 +301,38 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
 float Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
   const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   Activations& a = acts_;
-  std::memcpy(a.tokens, tokens, size_t(BT) * sizeof(int32_t));
-  std::memcpy(a.targets, targets, size_t(BT) * sizeof(int32_t));
+  kernels_->Upload(a.tokens, tokens, BT);
+  kernels_->Upload(a.targets, targets, BT);
   {
     auto u = store_->Acquire({wte_, wpe_}, Pass::kForward);
-    k::EncoderForward(a.residual[0], a.tokens, u.param(wte_), u.param(wpe_), B_, T_, C);
+    kernels_->EncoderForward(a.residual[0], a.tokens, u.param(wte_), u.param(wpe_), B_, T_, C);
   }
   for (int64_t l = 0; l < L; ++l) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kForward);
-    k::LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], u.param(lnf_w_),
+    kernels_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], u.param(lnf_w_),
                         u.param(lnf_b_), BT, C);
   }
   {
     auto u = store_->Acquire({wte_}, Pass::kForward);
-    k::MatmulForward(a.logits, a.lnf, u.param(wte_), nullptr, BT, C, V);
+    kernels_->MatmulForward(a.logits, a.lnf, u.param(wte_), nullptr, BT, C, V);
   }
-  k::CrossEntropyForward(a.losses, a.lse, a.logits, a.targets, BT, V);
-  double sum = 0.0;
-  for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
-  return float(sum / double(BT));
+  kernels_->CrossEntropyForward(a.losses, a.lse, a.logits, a.targets, BT, V);
+  return float(kernels_->Mean(a.losses, BT));
 }
 
 void Gpt::Backward(float loss_weight) {
   const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   Activations& a = acts_;
-  k::CrossEntropyBackwardInPlace(a.logits, a.lse, a.targets, loss_weight / float(BT), BT, V);
+  kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse, a.targets, loss_weight / float(BT), BT, V);
   {
     auto u = store_->Acquire({wte_}, Pass::kBackward);
-    k::MatmulBackward(a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, u.param(wte_), BT, C, V);
+    kernels_->MatmulBackward(a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, u.param(wte_), BT, C, V);
   }
-  std::memset(a.dres, 0, size_t(BT * C) * sizeof(float));
+  kernels_->Zero(a.dres, BT * C);
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);
-    k::LayerNormBackward(a.dres, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
+    kernels_->LayerNormBackward(a.dres, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
                          u.param(lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -348,7 +342,7 @@ void Gpt::Backward(float loss_weight) {
   }
   {
     auto u = store_->Acquire({wte_, wpe_}, Pass::kBackward);
-    k::EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
+    kernels_->EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
   }
 }
 

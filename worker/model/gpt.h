@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "worker/core/arena.h"
 #include "worker/core/status.h"
 #include "worker/model/gpt_config.h"
+#include "worker/model/model_kernels.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_store.h"
 
@@ -32,14 +34,17 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& config, const Param
 
 class Gpt {
  public:
-  // Bytes of activations and workspaces one micro-batch of (batch, seq) needs.
+  // Bytes of activations and workspaces one micro-batch of (batch, seq) needs
+  // on `device` (its kernels' scratch included).
   static int64_t ActivationBytes(const GptConfig& config, int64_t batch, int64_t seq,
-                                 bool recompute);
+                                 bool recompute, ComputeDevice device = ComputeDevice::kCpu);
 
   // Binds the model to `store` (laid out by GptTensorSpecs) and carves its
-  // activations from `arena`.
+  // activations from `arena`, both in the memory of `kernels`' device (the CPU
+  // kernels when null).
   static Result<Gpt> Create(const GptConfig& config, ParamStore& store, Arena& arena,
-                            int64_t batch, int64_t seq, bool recompute);
+                            int64_t batch, int64_t seq, bool recompute,
+                            std::unique_ptr<ModelKernels> kernels = nullptr);
 
   // One micro-batch of batch*seq tokens and next-token targets; returns the mean loss.
   float Forward(const int32_t* tokens, const int32_t* targets);
@@ -47,9 +52,12 @@ class Gpt {
   // logits of the last Forward.
   void Backward(float loss_weight);
 
-  // Logits (batch*seq, vocab) of the last Forward, until Backward.
+  // Logits (batch*seq, vocab) of the last Forward, until Backward, in the
+  // device's memory.
   const float* logits() const { return acts_.logits; }
   const GptConfig& config() const { return config_; }
+  // The kernels the model runs on (the optimizer's reductions use them too).
+  ModelKernels& kernels() { return *kernels_; }
 
  private:
   struct LayerTensors {
@@ -69,9 +77,10 @@ class Gpt {
     // Backward workspaces, reused by every layer.
     float *dres, *dtmp, *dqkv, *datt, *dfch;
     int32_t *tokens, *targets;
+    void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };
 
-  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute);
+  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, ComputeDevice device);
   // Assigns every activation pointer from alloc(elements), in one fixed order.
   template <typename Alloc>
   void Lay(Alloc&& alloc);
@@ -84,6 +93,8 @@ class Gpt {
   ParamStore* store_;
   int64_t B_, T_;
   bool recompute_;
+  ComputeDevice device_;
+  std::unique_ptr<ModelKernels> kernels_;
   TensorId wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<LayerTensors> layers_;
   Activations acts_{};

@@ -77,7 +77,10 @@ class ParamStore {
 
   // A chunk's home shard, current and writable; its device copy is dropped.
   float* HostShard(StateKind kind, int32_t chunk);
-  // A chunk's current shard (or, with one rank, chunk) without moving it.
+  // A chunk's current shard (or, with one rank, chunk) without moving it,
+  // in device memory or on the host (see ChunkManager::Current).
+  ChunkManager::CurrentCopy CurrentShard(StateKind kind, int32_t chunk) { return chunks_->Current({kind, chunk}); }
+  // As CurrentShard, readable by the host (copied home when it must be).
   const float* PeekShard(StateKind kind, int32_t chunk);
 
   // A whole tensor's host copy, current and writable; its device copy is

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "worker/model/model_kernels.h"
 #include "worker/model/param_store.h"
 
 namespace pstar {
@@ -36,7 +37,10 @@ class AdamOptimizer {
 
 // L2 norm of the gradients as stored (padding excluded), summed in a fixed
 // order; with N ranks, of the summed gradients, all-reduced over the ranks.
-Result<double> GradientNorm(ParamStore& store);
+// Gradients current in GPU memory are summed there by `ops` (one wait),
+// the rest on the host, so nothing moves for the norm; both sum in the same
+// order, so the norm's bits do not depend on the device budget.
+Result<double> GradientNorm(ParamStore& store, ModelKernels& ops);
 
 // PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
 // 1 when max_norm <= 0 (clipping off).

@@ -64,8 +64,9 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
     p.model_bytes += p.kinds.back().bytes;
   }
 
+  const ComputeDevice device = c.runtime.device == "cuda" ? ComputeDevice::kCuda : ComputeDevice::kCpu;
   p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
-                                            c.train.activation_checkpointing);
+                                            c.train.activation_checkpointing, device);
   p.max_chunks_per_moment =
       MaxChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
 
@@ -87,7 +88,9 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
   p.device_adam_chunks = world_size > 1 ? 0 : ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
 
-  p.device_is_host_memory = true;  // the CPU backend
+  // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
+  // and the host tier is pinned (counted with the chunks).
+  p.device_is_host_memory = device == ComputeDevice::kCpu;
   p.host_chunk_bytes = p.model_bytes / world_size;
   p.host_data_bytes = DataBytes(c);
   p.host_overhead_bytes = kHostOverheadBytes;

@@ -95,6 +95,12 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
                                    std::to_string(world) + " aligned shards (needs a multiple of " +
                                    std::to_string(kAlign * world) + " bytes)");
   }
+  if (world > 1 && comm->device_buffers() == backend->device_is_host_memory()) {
+    return Status::FailedPrecondition(
+        std::string(backend->device_is_host_memory()
+                        ? "the communicator moves GPU memory but the device tier is host memory"
+                        : "a GPU device tier with several ranks needs a communicator over GPU memory (NCCL)"));
+  }
   const int64_t total_chunks = int64_t(kNumStateKinds) * num_chunks;
   const int64_t non_model = RoundUp(options.non_model_bytes);
   const int64_t capacity = DeviceCapacity(num_chunks, chunk_bytes, options);
@@ -108,13 +114,15 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
         ")");
   }
   auto m = std::unique_ptr<ChunkManager>(new ChunkManager(num_chunks, stride, std::move(backend), options, comm));
-  m->scratch_.resize(size_t(m->shard_bytes_ / int64_t(sizeof(float))));
   m->device_capacity_ = capacity;
   m->non_model_bytes_ = non_model;
   m->slots_offset_ = non_model;
   const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
   PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(non_model + slots * stride)));
   PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(total_chunks * m->shard_bytes_)));
+  if (world > 1) {
+    PSTAR_ASSIGN_OR_RETURN(m->scratch_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
+  }
   m->states_.assign(size_t(total_chunks), ChunkState{});
   for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
   m->slot_owner_.assign(size_t(slots), -1);
@@ -122,6 +130,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent()});
   }
   for (int64_t s = slots - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
+  for (int64_t i = 0; i < total_chunks; ++i) m->home_written_.push_back(m->backend_->CreateEvent());
   m->peak_device_bytes_ = non_model;
   // With N ranks every update runs on the host shards (device Adam would need
   // the device to hold shards, not gathered chunks).
@@ -243,13 +252,26 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   } else if (world_ > 1) {
     // Each rank's home shard lands in its place; the gather fills the rest.
     // The collective runs on this thread, so the host waits for the slot first.
-    backend_->Synchronize(*ev.computed);
-    backend_->Synchronize(*ev.copied);
-    CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), shard_bytes_ / int64_t(sizeof(float))));
+    const int64_t n = shard_bytes_ / int64_t(sizeof(float));
+    float* own = SlotData(slot) + int64_t(rank_) * n;
+    if (comm_->device_buffers()) {
+      // NCCL reads GPU memory: the home shard is copied up first and gathered in place.
+      backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
+      backend_->Copy(own, HostCopy(index), size_t(shard_bytes_), StreamKind::kHostToDevice);
+      backend_->Record(*ev.copied, StreamKind::kHostToDevice);
+      backend_->Synchronize(*ev.copied);
+      backend_->Synchronize(*ev.computed);
+      CheckCollective(comm_->AllGather(own, SlotData(slot), n));
+    } else {
+      backend_->Synchronize(*ev.computed);
+      backend_->Synchronize(*ev.copied);
+      CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), n));
+    }
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
     counters_.moved_bytes[int(Direction::kHostToDevice)] += shard_bytes_;
   } else {
+    backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
     backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
@@ -331,19 +353,31 @@ void ChunkManager::WriteHome(int32_t index) {
     // then spent (it is in the home sum) and must be dropped by the caller.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     backend_->Synchronize(*ev.computed);  // the collective reads the slot on this thread
-    CheckCollective(comm_->ReduceScatter(SlotData(st.slot), scratch_.data(), n));
+    if (comm_->device_buffers()) {
+      // NCCL writes GPU memory: reduce into this rank's place in the slot,
+      // then copy that part down.
+      float* own = SlotData(st.slot) + int64_t(rank_) * n;
+      CheckCollective(comm_->ReduceScatter(SlotData(st.slot), own, n));
+      backend_->Copy(Scratch(), own, size_t(shard_bytes_), StreamKind::kDeviceToHost);
+      backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
+      backend_->Synchronize(*ev.copied);
+    } else {
+      CheckCollective(comm_->ReduceScatter(SlotData(st.slot), Scratch(), n));
+    }
     float* home = HostCopy(index);
     if (st.zero) {
-      std::memcpy(home, scratch_.data(), size_t(shard_bytes_));
+      std::memcpy(home, Scratch(), size_t(shard_bytes_));
       st.zero = false;
     } else {
-      for (int64_t i = 0; i < n; ++i) home[i] += scratch_[size_t(i)];
+      const float* sum = Scratch();
+      for (int64_t i = 0; i < n; ++i) home[i] += sum[i];
     }
     counters_.moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;
   } else if (world_ > 1) {
     InternalError("a sharded chunk other than a gradient was written on the device");
   } else {
     backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+    backend_->Record(*home_written_[size_t(index)], StreamKind::kDeviceToHost);
     counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
   }
   backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
@@ -380,9 +414,10 @@ const float* ChunkManager::HostRead(ChunkKey key) {
   if (st.slot >= 0 && st.device_dirty) {
     if (st.pins > 0) InternalError("host read of a chunk an op is writing on the device");
     WriteHome(i);
-    backend_->Synchronize(*slot_events_[size_t(st.slot)].copied);
     if (AccumulatesHome(i)) DropDeviceCopy(i);
   }
+  // This write-home, or one from an eviction still in flight.
+  backend_->Synchronize(*home_written_[size_t(i)]);
   if (st.zero) {
     std::memset(HostCopy(i), 0, size_t(shard_bytes_));
     st.zero = false;
@@ -401,12 +436,19 @@ float* ChunkManager::HostWrite(ChunkKey key) {
   return HostCopy(i);
 }
 
-const float* ChunkManager::Peek(ChunkKey key) {
+ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   const int32_t i = Index(key);
   const ChunkState& st = states_[size_t(i)];
-  if (st.zero || AccumulatesHome(i)) return HostRead(key);
-  if (st.slot >= 0 && st.device_dirty) return SlotData(st.slot);
-  return HostCopy(i);
+  if (st.zero || AccumulatesHome(i)) return {HostRead(key), false};
+  if (st.slot >= 0 && st.device_dirty) return {SlotData(st.slot), true};
+  backend_->Synchronize(*home_written_[size_t(i)]);
+  return {HostCopy(i), false};
+}
+
+const float* ChunkManager::Peek(ChunkKey key) {
+  const CurrentCopy current = Current(key);
+  if (current.on_device && !backend_->device_is_host_memory()) return HostRead(key);
+  return current.data;
 }
 
 void ChunkManager::ZeroFill(StateKind kind) {

@@ -99,6 +99,13 @@ class ChunkManager {
   // pointer is valid only until the next Access may reuse its slot; on a
   // backend whose device memory the host cannot read, callers run a device
   // kernel on it instead.
+  struct CurrentCopy {
+    const float* data = nullptr;
+    bool on_device = false;
+  };
+  CurrentCopy Current(ChunkKey key);
+  // The current copy, readable by the host: Current's, unless that is in
+  // device memory the host cannot read, which is copied home first.
   const float* Peek(ChunkKey key);
 
   // Every chunk of `kind` becomes zeros, lazily: no copy is made until it is used.
@@ -188,7 +195,9 @@ class ChunkManager {
   Communicator* comm_ = nullptr;
   int world_ = 1, rank_ = 0;
   int64_t shard_bytes_ = 0;
-  std::vector<float> scratch_;  // one shard, for reduce-scatter results
+  // One shard of host memory (pinned on a GPU) for reduce-scatter results, with N > 1 ranks.
+  MemoryBlock scratch_;
+  float* Scratch() const { return reinterpret_cast<float*>(scratch_.data()); }
   const ChunkRuntimeOptions options_;
   std::unique_ptr<DeviceBackend> backend_;
   int64_t device_capacity_ = 0;
@@ -205,6 +214,10 @@ class ChunkManager {
     std::unique_ptr<Event> copied;
   };
   std::vector<SlotEvents> slot_events_;
+  // Per chunk: the end of the last copy into its host copy (device-to-host
+  // stream). The host touches the host copy, and a load copies from it, only
+  // after that copy landed: the chunk may have left its slot long before.
+  std::vector<std::unique_ptr<Event>> home_written_;
   std::vector<int32_t> slot_owner_;  // chunk index per slot, or -1
   std::vector<int32_t> free_slots_;  // a stack, lowest slot on top
   int32_t slots_in_use_ = 0;

@@ -43,6 +43,8 @@ class CpuBackend final : public DeviceBackend {
   void Record(Event&, StreamKind) override {}
   void StreamWait(StreamKind, const Event&) override {}
   void Synchronize(const Event&) override {}
+  Status CheckErrors() override { return Status::Ok(); }
+  void* stream_handle(StreamKind) override { return nullptr; }
 };
 
 }  // namespace

@@ -57,6 +57,15 @@ class DeviceBackend {
   virtual void StreamWait(StreamKind stream, const Event& event) = 0;
   // The host waits for `event`.
   virtual void Synchronize(const Event& event) = 0;
+
+  // Copies, fills and events return before their work is done, so their
+  // failures cannot be returned by the calls themselves: the first one (or a
+  // fault the device reported since) is kept and returned here, without
+  // waiting, every time after. Always OK on the CPU backend.
+  virtual Status CheckErrors() = 0;
+  // The native handle of `stream` (a cudaStream_t on the CUDA backend), for
+  // compute code that queues its own kernels; nullptr on the CPU backend.
+  virtual void* stream_handle(StreamKind stream) = 0;
 };
 
 // The CPU backend: the device tier emulated in host RAM; streams are synchronous.

@@ -5,8 +5,33 @@
 
 #include "worker/core/bytes.h"
 #include "worker/data/generated_corpus.h"
+#ifdef PSTAR_WITH_CUDA
+#include "worker/runtime/cuda_backend.h"
+#endif
 
 namespace pstar {
+
+namespace {
+
+// The backend of runtime.device: the emulated tier, or GPU `local_rank`.
+Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int local_rank) {
+  if (device == ComputeDevice::kCpu) return MakeCpuBackend();
+#ifdef PSTAR_WITH_CUDA
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) return Status::FailedPrecondition("cuda needs a CUDA device, and this process sees none");
+  if (local_rank >= gpus) {
+    return Status::FailedPrecondition("cuda: LOCAL_RANK " + std::to_string(local_rank) + " needs GPU " +
+                                      std::to_string(local_rank) + ", and this process sees only " +
+                                      std::to_string(gpus));
+  }
+  return MakeCudaBackend(local_rank);
+#else
+  (void)local_rank;
+  return Status::FailedPrecondition("cuda needs a pstar built with CUDA, and this one was built without");
+#endif
+}
+
+}  // namespace
 
 Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
   const int64_t vocab = config.model.gpt.vocab_size;
@@ -29,9 +54,21 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
-                                                 Communicator* comm, int local_ranks) {
+                                                 Communicator* comm, int local_ranks, int local_rank) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
+  PSTAR_ASSIGN_OR_RETURN(const ComputeDevice device, ParseComputeDevice(config.runtime.device));
+  auto backend = MakeBackend(device, local_rank);
+  if (!backend.ok()) return backend.status().WithPrefix("runtime.device");
   t->config_ = config;
+#ifdef PSTAR_WITH_CUDA
+  if (device == ComputeDevice::kCuda && config.runtime.device_memory == 0) {
+    // Unset, a GPU's tier is the overall_gpu_mem_ratio share of its memory
+    // (clamped to what every chunk needs); the rest is left to CUDA's own
+    // context and libraries.
+    t->config_.runtime.device_memory =
+        int64_t(double(CudaDeviceMemoryBytes(local_rank)) * config.mem_tracer.overall_gpu_mem_ratio);
+  }
+#endif
   if (comm == nullptr) comm = (t->own_comm_ = MakeSingleRankCommunicator()).get();
   t->comm_ = comm;
   t->world_ = comm->world_size();
@@ -39,7 +76,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   const TrainSection& tr = config.train;
   const GptConfig& g = config.model.gpt;
 
-  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(config, t->world_));
+  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(t->config_, t->world_));
   const MemoryPlan& plan = t->plan_;
   PSTAR_ASSIGN_OR_RETURN(t->host_budget_, DetectHostBudget(config.runtime.host_memory));
   if (t->host_budget_.source != "config") {
@@ -64,15 +101,20 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   }
 
   PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, BuildJobLayout(config, t->world_));
-  auto store = ParamStore::Create(std::move(layout), MakeCpuBackend(), plan.runtime, comm);
+  auto store = ParamStore::Create(std::move(layout), std::move(backend).value(), plan.runtime, comm);
   if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
   t->store_ = std::move(store).value();
   InitParameters(*t->store_, tr.seed);
 
   t->arena_ = std::make_unique<Arena>("activations", t->store_->chunks().non_model_memory(),
                                       size_t(plan.activation_bytes));
+  std::unique_ptr<ModelKernels> kernels = MakeCpuModelKernels();
+  if (device == ComputeDevice::kCuda) {
+    PSTAR_ASSIGN_OR_RETURN(kernels, MakeCudaModelKernels(
+                                        t->store_->chunks().backend().stream_handle(StreamKind::kCompute)));
+  }
   PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
-                                                tr.activation_checkpointing));
+                                                tr.activation_checkpointing, std::move(kernels)));
   t->model_ = std::make_unique<Gpt>(std::move(model));
 
   auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len, rank, t->world_);
@@ -160,7 +202,7 @@ Result<StepStats> Trainer::Step() {
   }
   stats.loss = float(loss);
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
-  PSTAR_ASSIGN_OR_RETURN(const double summed_norm, GradientNorm(*store_));
+  PSTAR_ASSIGN_OR_RETURN(const double summed_norm, GradientNorm(*store_, model_->kernels()));
   stats.grad_norm = summed_norm / double(world_);
   if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
     return Status::Internal("training diverged at step " + std::to_string(step_ + 1) +
@@ -171,6 +213,8 @@ Result<StepStats> Trainer::Step() {
   const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
   optimizer_->Step(*store_, stats.lr, world_ > 1 ? clip / float(world_) : clip);
   store_->EndStep();
+  // A failed copy or kernel of this step (CUDA reports them late).
+  PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   stats.tokens = accum * int64_t(tokens_.size()) * world_;
   ++step_;
   return stats;

@@ -37,9 +37,11 @@ class Trainer {
   // the model state is ZeRO-sharded and each rank reads its own data slice;
   // train.batch_size is per rank.
   // `local_ranks` processes share this node's memory: a detected host budget
-  // (cgroup or RAM) is split evenly between them.
+  // (cgroup or RAM) is split evenly between them. With runtime.device cuda
+  // the rank computes on GPU `local_rank`.
   static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data,
-                                                 Communicator* comm = nullptr, int local_ranks = 1);
+                                                 Communicator* comm = nullptr, int local_ranks = 1,
+                                                 int local_rank = 0);
 
   // One optimizer step.
   Result<StepStats> Step();

@@ -236,6 +236,14 @@ TEST(Reduce, SumOfSquaresAndFiniteness) {
   double ref = 0;
   for (float v : x) ref += double(v) * v;
   EXPECT_NEAR(SumOfSquares(x.data(), int64_t(x.size())), ref, 1e-9 * ref);
+  // Past one pass of the 512 x 256 lanes, and a ragged small size.
+  for (int64_t n : {int64_t{1}, int64_t{33}, int64_t{512 * 256 + 5}}) {
+    auto y = Random(size_t(n) + 300000, rng);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) want += double(y[size_t(i)]) * y[size_t(i)];
+    EXPECT_NEAR(SumOfSquares(y.data(), n), want, 1e-12 * want) << n;
+  }
+  EXPECT_EQ(SumOfSquares(x.data(), 0), 0.0);
   EXPECT_TRUE(AllFinite(x.data(), int64_t(x.size())));
   x[77777] = std::nanf("");
   EXPECT_FALSE(AllFinite(x.data(), int64_t(x.size())));

@@ -30,8 +30,8 @@ template <typename T>
 class CudaReduceTest : public ::testing::Test {};
 TYPED_TEST_SUITE(CudaReduceTest, ElementTypes, ElementName);
 
-// Adds to what *out holds; the sums differ from the CPU's only in the order
-// of double additions.
+// Adds to what *out holds, bit for bit as the CPU kernel, which follows the
+// same order of double additions.
 TYPED_TEST(CudaReduceTest, SumOfSquaresMatchesCpu) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
@@ -45,7 +45,8 @@ TYPED_TEST(CudaReduceTest, SumOfSquaresMatchesCpu) {
     cuda::SumOfSquares<T>(out.get(), scratch.get(), dx.get(), n, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     const double want = start + cpu::SumOfSquares(x.data(), n);
-    EXPECT_NEAR(out.Download()[0], want, 1e-10 * want);
+    EXPECT_EQ(std::bit_cast<uint64_t>(out.Download()[0]), std::bit_cast<uint64_t>(want))
+        << out.Download()[0] << " vs " << want;
   }
 }
 

@@ -140,6 +140,7 @@ TEST(DesiredPodTest, CommandAndArgs) {
       "launch",        "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "$(NODE_RANK)",
       "--master-addr", "$(MASTER_ADDR)",   "--master-port", "$(MASTER_PORT)", "--rdzv-id", "$(PSTAR_RDZV_ID)",
       "--",            "train",            "--config", "/etc/pstar/job.yaml",
+      "--set",         "runtime.device=cpu",
       "--set",         "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes),
       "--set",         "metrics.port=9400",
       "--set",         "metrics.bind_address=$(POD_IP)"};

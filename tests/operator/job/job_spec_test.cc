@@ -148,6 +148,18 @@ TEST(ParseJobTest, ConfigIsCheckedByTheWorkerParser) {
   EXPECT_EQ(ErrorOf(job), "spec.config must be an object, got a string");
 }
 
+TEST(ParseJobTest, SpecDeviceSetsTheWorkersDevice) {
+  Json job = MinimalJob();  // device: cpu
+  job["spec"]["config"]["runtime"]["device"] = "cuda";
+  const std::string error = ErrorOf(job);
+  EXPECT_EQ(error.rfind("spec.config.runtime.device", 0), 0u) << error;
+  EXPECT_NE(error.find("spec.device is \"cpu\""), std::string::npos) << error;
+  job["spec"]["device"] = "cuda";
+  EXPECT_TRUE(ParseJob(job).ok());
+  job["spec"]["config"]["runtime"]["device"] = "cpu";
+  EXPECT_FALSE(ParseJob(job).ok());
+}
+
 TEST(ParseJobTest, ReservedEnvNames) {
   for (const std::string& name : ReservedEnvNames()) {
     Json job = MinimalJob();

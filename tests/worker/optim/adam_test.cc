@@ -44,10 +44,10 @@ TEST(Adam, WeightDecayOnlyOnWeightsDecoupledOrL2) {
 
 TEST(Adam, GradientNormAndClipCoefficient) {
   auto owned = MakeStore();
-    ParamStore& store = *owned;
+  ParamStore& store = *owned;
   store.TensorData(StateKind::kGrad, 0)[0] = 3.0f;
   store.TensorData(StateKind::kGrad, 1)[1] = 4.0f;
-  EXPECT_DOUBLE_EQ(*GradientNorm(store), 5.0);
+  EXPECT_DOUBLE_EQ(*GradientNorm(store, *MakeCpuModelKernels()), 5.0);
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 1.0f), float(1.0 / (5.0 + 1e-6)));
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 10.0f), 1.0f);
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 0.0f), 1.0f);

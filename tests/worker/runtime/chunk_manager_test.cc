@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "tests/worker/dist/thread_group_communicator.h"
+
 namespace pstar {
 namespace {
 
@@ -171,6 +173,41 @@ TEST(ChunkManager, TooSmallABudgetNamesNeededAndAvailableBytes) {
       << msg;
   EXPECT_NE(msg.find("available " + std::to_string(1024 + 3 * kChunkBytes) + " bytes"), std::string::npos)
       << msg;
+}
+
+// A communicator that says its collectives take GPU memory (as NCCL's do).
+class GpuBufferCommunicator final : public Communicator {
+ public:
+  explicit GpuBufferCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  bool device_buffers() const override { return true; }
+  Status AllGather(const float* shard, float* full, int64_t n) override { return inner_->AllGather(shard, full, n); }
+  Status ReduceScatter(const float* full, float* shard, int64_t n) override {
+    return inner_->ReduceScatter(full, shard, n);
+  }
+  Status AllReduceSum(double* data, int64_t n) override { return inner_->AllReduceSum(data, n); }
+  Status Broadcast(void* data, int64_t bytes, int root) override { return inner_->Broadcast(data, bytes, root); }
+  Status Barrier() override { return inner_->Barrier(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+TEST(ChunkManager, ShardedChunksNeedACommunicatorForTheTiersMemory) {
+  // Host-memory tier (the CPU backend) with a GPU-memory communicator: refused
+  // before any collective could read host pointers as device ones.
+  auto comms = test::MakeThreadGroupCommunicators(2);
+  GpuBufferCommunicator gpu_comm(std::move(comms[0]));
+  ChunkRuntimeOptions o;
+  o.non_model_bytes = 128;
+  auto m = ChunkManager::Create(2, 2 * kChunkBytes, MakeCpuBackend(), o, &gpu_comm);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("GPU memory"), std::string::npos) << m.status().message();
+  // The same tier with a host-memory communicator is fine.
+  auto fine = ChunkManager::Create(2, 2 * kChunkBytes, MakeCpuBackend(), o, comms[1].get());
+  EXPECT_TRUE(fine.ok()) << fine.status().message();
 }
 
 TEST(ChunkManager, ALargerBudgetThanEverythingIsClampedToEverything) {

@@ -1,0 +1,237 @@
+// Training on the CUDA backend: a run matches the CPU backend in fp32; every
+// device budget gives the same bits on the GPU as the all-resident run; the
+// gradient norm's sums are those of the CPU kernel wherever a gradient lies;
+// two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "kernels/cuda/reduce.h"
+#include "kernels/reduce.h"
+#include "tests/test_util.h"
+#include "tests/worker/tiny_gpt_job.h"
+#include "worker/dist/store.h"
+#include "worker/model/model_kernels.h"
+#include "worker/runtime/cuda_backend.h"
+#include "worker/train/trainer.h"
+#ifdef PSTAR_WITH_NCCL
+#include "worker/dist/nccl_communicator.h"
+#endif
+
+namespace pstar {
+namespace {
+
+#define PSTAR_REQUIRE_GPUS(n)                                                                     \
+  do {                                                                                            \
+    const int found = CudaDeviceCount();                                                          \
+    if (found < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this host has " << found; \
+  } while (0)
+
+struct RunResult {
+  std::vector<float> losses, norms;
+  std::vector<std::vector<float>> params, exp_avg, exp_avg_sq;
+  int64_t moved_after_warmup = 0;
+  int64_t peak = 0;
+  int32_t device_adam_chunks = 0, num_chunks = 0;
+};
+
+int64_t Moved(const ChunkManager& m) { return m.counters().moved_bytes[0] + m.counters().moved_bytes[1]; }
+
+RunResult Train(const Config& config, const TokenSource& data) {
+  auto t = Trainer::Create(config, data);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  RunResult r;
+  ChunkManager& chunks = (*t)->store().chunks();
+  int64_t moved_at_warmup = 0;
+  for (int64_t s = 0; s < config.train.steps; ++s) {
+    auto st = (*t)->Step();
+    EXPECT_TRUE(st.ok()) << st.status().message();
+    if (!st.ok()) return {};
+    r.losses.push_back(st->loss);
+    r.norms.push_back(float(st->grad_norm));
+    if (s == 0) moved_at_warmup = Moved(chunks);
+  }
+  r.moved_after_warmup = Moved(chunks) - moved_at_warmup;
+  r.peak = chunks.peak_device_bytes();
+  r.device_adam_chunks = chunks.device_adam_chunks();
+  r.num_chunks = chunks.num_chunks();
+  r.params = test::TensorCopies((*t)->store(), StateKind::kParam);
+  r.exp_avg = test::TensorCopies((*t)->store(), StateKind::kExpAvg);
+  r.exp_avg_sq = test::TensorCopies((*t)->store(), StateKind::kExpAvgSq);
+  return r;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+Config GpuConfig(std::vector<std::string> overrides) {
+  overrides.push_back("runtime.device=cuda");
+  return test::TinyGptConfig(overrides);
+}
+
+int64_t Budget(const Config& c, double fraction) {
+  auto plan = PlanMemory(c);
+  EXPECT_TRUE(plan.ok());
+  const int64_t b = plan->activation_bytes + int64_t(double(plan->model_bytes) * fraction);
+  return std::max(b, plan->min_device_bytes);
+}
+
+TEST(GpuTraining, MatchesTheCpuBackendInFp32) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto data = test::RandomTokens(3000, 40, 11);
+  const RunResult cpu = Train(test::TinyGptConfig({"train.steps=6"}), data);
+  const RunResult gpu = Train(GpuConfig({"train.steps=6"}), data);
+  ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
+  // cuBLAS and OpenBLAS round differently (no TF32 here); six Adam steps keep
+  // the difference at rounding level.
+  for (size_t s = 0; s < cpu.losses.size(); ++s) {
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::fabs(cpu.losses[s])) << "step " << s;
+  }
+  ASSERT_EQ(cpu.params.size(), gpu.params.size());
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    EXPECT_LT(RelativeL2(gpu.params[i], cpu.params[i]), 1e-3) << "tensor " << i;
+  }
+}
+
+TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto data = test::RandomTokens(3000, 40, 12);
+  for (int64_t chunk : {0, 1024}) {
+    const std::string chunk_set = "default_chunk_size=" + std::to_string(chunk);
+    const RunResult all = Train(GpuConfig({chunk_set}), data);
+    EXPECT_EQ(all.moved_after_warmup, 0);
+    EXPECT_EQ(all.device_adam_chunks, all.num_chunks) << "everything fits: Adam runs on the GPU";
+    for (double fraction : {0.9, 0.5, 0.0}) {
+      const int64_t budget = Budget(GpuConfig({chunk_set}), fraction);
+      for (int64_t depth : {0, 4}) {
+        const std::string what = "chunk " + std::to_string(chunk) + ", fraction " + std::to_string(fraction) +
+                                 ", prefetch " + std::to_string(depth);
+        const RunResult r = Train(GpuConfig({chunk_set, "runtime.device_memory=" + std::to_string(budget),
+                                             "runtime.prefetch_depth=" + std::to_string(depth)}),
+                                  data);
+        EXPECT_TRUE(SameBits(r.losses, all.losses)) << what;
+        EXPECT_TRUE(SameBits(r.norms, all.norms)) << what;
+        ASSERT_EQ(r.params.size(), all.params.size()) << what;
+        for (size_t i = 0; i < all.params.size(); ++i) {
+          EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << what << ": tensor " << i;
+          EXPECT_TRUE(SameBits(r.exp_avg[i], all.exp_avg[i])) << what << ": exp_avg " << i;
+          EXPECT_TRUE(SameBits(r.exp_avg_sq[i], all.exp_avg_sq[i])) << what << ": exp_avg_sq " << i;
+        }
+        EXPECT_LE(r.peak, budget) << what;
+        if (fraction == 0.9) {
+          EXPECT_GT(r.device_adam_chunks, 0) << what;
+          EXPECT_LT(r.device_adam_chunks, r.num_chunks) << what << ": hybrid Adam, GPU and CPU";
+        }
+        if (fraction == 0.0) {
+          EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
+        }
+      }
+    }
+  }
+}
+
+// More spans than the scratch holds sums for, so the batching is exercised,
+// at sizes below and past one grid pass.
+TEST(GpuTraining, SumsOfSquaresAreTheCpuKernelsBits) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto ops = MakeCudaModelKernels(nullptr);
+  ASSERT_TRUE(ops.ok()) << ops.status().message();
+  // The results, the partials, and room for 300 sums: 700 spans take three batches.
+  const int64_t scratch_bytes = 256 + 8 * kernels::cuda::ReduceScratchElements() + 8 * 300;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 700; ++i) sizes.push_back(1 + int64_t(rng() % 3000));
+  sizes[10] = 512 * 256 + 77;
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  std::vector<float> host(static_cast<size_t>(total));
+  for (float& v : host) v = normal(rng);
+  float* x = nullptr;
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, size_t(total) * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scratch, size_t(scratch_bytes)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(x, host.data(), size_t(total) * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  (*ops)->SetScratch(scratch, scratch_bytes);
+  std::vector<ModelKernels::Span> spans;
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    spans.push_back({x + offset, n});
+    offset += n;
+  }
+  std::vector<double> sums(spans.size(), -1.0);
+  (*ops)->SumsOfSquares(spans, sums.data());
+  offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double want = kernels::cpu::SumOfSquares(host.data() + offset, sizes[i]);
+    EXPECT_EQ(std::memcmp(&sums[i], &want, sizeof want), 0) << "span " << i << ": " << sums[i] << " vs " << want;
+    offset += sizes[i];
+  }
+  cudaFree(x);
+  cudaFree(scratch);
+}
+
+#ifdef PSTAR_WITH_NCCL
+// Two ranks, one GPU each, over NCCL (threads of this process) against one
+// GPU with the same global batch, at a device budget that evicts gradients.
+TEST(GpuTraining, TwoGpusOverNcclMatchOne) {
+  PSTAR_REQUIRE_GPUS(2);
+  auto data = test::RandomTokens(3000, 40, 13);
+  const RunResult one = Train(GpuConfig({"train.batch_size=8"}), data);
+  const Config per_rank = GpuConfig({"train.batch_size=4"});
+  const int port = test::FreePort();
+  std::vector<std::string> errors(2);
+  std::vector<std::vector<float>> losses(2);
+  auto rank = [&](int r) {
+    StoreOptions o;
+    o.port = port;
+    o.rdzv_id = "gpu-training-test";
+    o.rank = r;
+    o.world_size = 2;
+    o.timeout = std::chrono::seconds(60);
+    auto store = Store::Connect(o);
+    if (!store.ok()) return void(errors[size_t(r)] = store.status().message());
+    auto comm = MakeNcclCommunicator(std::move(store).value(), r, 2, r, std::chrono::seconds(60));
+    if (!comm.ok()) return void(errors[size_t(r)] = comm.status().message());
+    Config c = per_rank;
+    auto plan = PlanMemory(c, 2);
+    if (!plan.ok()) return void(errors[size_t(r)] = plan.status().message());
+    c.runtime.device_memory = plan->min_device_bytes;
+    auto t = Trainer::Create(c, data, comm->get(), 2, r);
+    if (!t.ok()) return void(errors[size_t(r)] = t.status().message());
+    for (int64_t s = 0; s < c.train.steps; ++s) {
+      auto st = (*t)->Step();
+      if (!st.ok()) return void(errors[size_t(r)] = st.status().message());
+      losses[size_t(r)].push_back(st->loss);
+    }
+  };
+  std::thread a(rank, 0), b(rank, 1);
+  a.join();
+  b.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  ASSERT_EQ(losses[0].size(), one.losses.size());
+  for (size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_EQ(losses[0][s], losses[1][s]) << "the ranks agree on the all-reduced loss";
+    EXPECT_NEAR(losses[0][s], one.losses[s], 2e-4 * std::fabs(one.losses[s])) << "step " << s;
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace pstar

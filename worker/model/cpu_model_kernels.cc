@@ -1,0 +1,93 @@
+// The CPU ModelKernels: the reference kernels, run at once on this thread.
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+#include "kernels/residual.h"
+#include "worker/model/model_kernels.h"
+
+namespace pstar {
+
+namespace {
+
+namespace k = kernels::cpu;
+
+class CpuModelKernels final : public ModelKernels {
+ public:
+  ComputeDevice device() const override { return ComputeDevice::kCpu; }
+  void SetScratch(void*, int64_t) override {}
+  void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
+    std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
+  }
+  void Download(float* dst, const float* src, int64_t n) override {
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+  }
+  void Zero(float* dst, int64_t n) override { std::memset(dst, 0, size_t(n) * sizeof(float)); }
+  double Mean(const float* x, int64_t n) override {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+    return sum / double(n);
+  }
+  void SumsOfSquares(std::span<const Span> spans, double* sums) override {
+    for (size_t i = 0; i < spans.size(); ++i) sums[i] = k::SumOfSquares(spans[i].data, spans[i].n);
+  }
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                      int64_t T, int64_t C) override {
+    k::EncoderForward(out, tokens, wte, wpe, B, T, C);
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                       int64_t C) override {
+    k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int64_t N, int64_t C) override {
+    k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int64_t N,
+                         int64_t C) override {
+    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                     int64_t OC) override {
+    k::MatmulForward(out, inp, weight, bias, N, C, OC);
+  }
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int64_t N, int64_t C, int64_t OC) override {
+    k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                        int64_t NH) override {
+    k::AttentionForward(out, att, qkv, B, T, C, NH);
+  }
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  }
+  void GeluForward(float* out, const float* inp, int64_t n) override { k::GeluForward(out, inp, n); }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    k::GeluBackward(dinp, inp, dout, n);
+  }
+  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    k::ResidualForward(out, a, b, n);
+  }
+  void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
+                           int64_t V) override {
+    k::CrossEntropyForward(losses, lse, logits, targets, N, V);
+  }
+  void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
+                                   int64_t N, int64_t V) override {
+    k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ModelKernels> MakeCpuModelKernels() { return std::make_unique<CpuModelKernels>(); }
+
+}  // namespace pstar

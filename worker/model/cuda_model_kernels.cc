@@ -1,0 +1,162 @@
+// The CUDA ModelKernels: the kernels of kernels/cuda queued on the compute
+// stream. Only Download and Mean wait for the device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/classifier.h"
+#include "kernels/cuda/encoder.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/pointwise.h"
+#include "kernels/cuda/reduce.h"
+#include "worker/model/model_kernels.h"
+
+namespace pstar {
+
+namespace {
+
+namespace kc = kernels::cuda;
+
+// A failed copy on the compute stream is as fatal as a failed launch.
+void CheckCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "pstar: CUDA %s failed: %s\n", what, cudaGetErrorString(e));
+  std::abort();
+}
+
+class CudaModelKernels final : public ModelKernels {
+ public:
+  explicit CudaModelKernels(cudaStream_t stream) : stream_(stream) {}
+
+  ComputeDevice device() const override { return ComputeDevice::kCuda; }
+
+  void SetScratch(void* scratch, int64_t bytes) override {
+    auto* base = static_cast<std::byte*>(scratch);
+    mean_ = reinterpret_cast<float*>(base);
+    shared_ = base + 256;
+    shared_bytes_ = bytes - 256;
+  }
+
+  void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
+    // Pageable source: the copy is staged, and returns once the source may change.
+    CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+              "token upload");
+  }
+  void Download(float* dst, const float* src, int64_t n) override {
+    CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+              "download");
+    CheckCuda(cudaStreamSynchronize(stream_), "download");
+  }
+  void Zero(float* dst, int64_t n) override {
+    CheckCuda(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), stream_), "memset");
+  }
+  double Mean(const float* x, int64_t n) override {
+    Need(kc::ReduceScratchElements() * int64_t(sizeof(double)), "Mean");
+    kc::Mean(mean_, Shared<double>(), x, n, stream_);
+    float host = 0;
+    Download(&host, mean_, 1);
+    return double(host);
+  }
+  void SumsOfSquares(std::span<const Span> spans, double* sums) override {
+    // The partials first, then as many per-span sums as the scratch holds,
+    // downloaded together (once for any real model).
+    const int64_t partials = kc::ReduceScratchElements();
+    Need((partials + 1) * int64_t(sizeof(double)), "SumsOfSquares");
+    double* results = Shared<double>() + partials;
+    const size_t batch = size_t(shared_bytes_ / int64_t(sizeof(double)) - partials);
+    for (size_t first = 0; first < spans.size(); first += batch) {
+      const size_t count = std::min(batch, spans.size() - first);
+      CheckCuda(cudaMemsetAsync(results, 0, count * sizeof(double), stream_), "memset");
+      for (size_t i = 0; i < count; ++i) {
+        kc::SumOfSquares<float>(results + i, Shared<double>(), spans[first + i].data, spans[first + i].n, stream_);
+      }
+      CheckCuda(cudaMemcpyAsync(sums + first, results, count * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+                "download");
+      CheckCuda(cudaStreamSynchronize(stream_), "download");
+    }
+  }
+
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                      int64_t T, int64_t C) override {
+    kc::EncoderForward(out, tokens, wte, wpe, B, T, C, stream_);
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                       int64_t C) override {
+    Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
+    kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
+  }
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int64_t N, int64_t C) override {
+    kc::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  }
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int64_t N,
+                         int64_t C) override {
+    Need(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)), "LayerNormBackward");
+    kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, weight, mean, rstd, N, C, stream_);
+  }
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                     int64_t OC) override {
+    kc::MatmulForward(blas_, out, inp, weight, bias, N, C, OC, stream_);
+  }
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int64_t N, int64_t C, int64_t OC) override {
+    kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream_);
+  }
+  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                        int64_t NH) override {
+    Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionForward");
+    kc::AttentionForward(blas_, out, att, Shared<float>(), qkv, B, T, C, NH, stream_);
+  }
+  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                         int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
+    kc::AttentionBackward(blas_, dqkv, datt, Shared<float>(), dout, qkv, att, B, T, C, NH, stream_);
+  }
+  void GeluForward(float* out, const float* inp, int64_t n) override { kc::GeluForward(out, inp, n, stream_); }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    kc::GeluBackward(dinp, inp, dout, n, stream_);
+  }
+  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    kc::ResidualForward(out, a, b, n, stream_);
+  }
+  void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
+                           int64_t V) override {
+    kc::CrossEntropyForward(losses, lse, logits, targets, N, V, stream_);
+  }
+  void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
+                                   int64_t N, int64_t V) override {
+    kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, stream_);
+  }
+
+ private:
+  template <typename T>
+  T* Shared() const {
+    return reinterpret_cast<T*>(shared_);
+  }
+  // The planner's KernelScratchBytes must cover every kernel's need.
+  void Need(int64_t bytes, const char* op) const {
+    if (bytes <= shared_bytes_) return;
+    std::fprintf(stderr, "pstar: %s needs %lld bytes of scratch, the plan gave %lld\n", op,
+                 static_cast<long long>(bytes), static_cast<long long>(shared_bytes_));
+    std::abort();
+  }
+
+  cudaStream_t stream_;
+  kc::BlasContext blas_;
+  float* mean_ = nullptr;  // in the first 256 bytes of scratch
+  std::byte* shared_ = nullptr;
+  int64_t shared_bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream) {
+  return std::unique_ptr<ModelKernels>(new CudaModelKernels(static_cast<cudaStream_t>(compute_stream)));
+}
+
+}  // namespace pstar

@@ -1,0 +1,91 @@
+// ModelKernels: the ops the GPT model runs, on the device that holds its
+// activations and resident chunks. The CPU implementation calls the
+// reference kernels (kernels/cpu); the CUDA one queues the CUDA kernels
+// (kernels/cuda) on the backend's compute stream and never waits, except
+// where a value must reach the host (the loss).
+//
+// Every pointer an op takes is in the device's memory: the activation arena
+// (the non-model region of the device tier) or a chunk made resident by a
+// ParamStore::Use. Semantics (overwrite vs accumulate, layouts) are those of
+// the CPU kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "worker/core/status.h"
+#include "worker/model/gpt_config.h"
+
+namespace pstar {
+
+enum class ComputeDevice { kCpu, kCuda };
+const char* ComputeDeviceName(ComputeDevice device);
+// "cpu" or "cuda".
+Result<ComputeDevice> ParseComputeDevice(const std::string& name);
+
+// Bytes of scratch a device's kernels need for a (batch, seq) micro-batch,
+// beyond the model's own activations: permuted attention heads, partial sums
+// of the deterministic reductions. Plain arithmetic, so planners without a
+// GPU (the operator) size CUDA jobs exactly as the worker will.
+int64_t KernelScratchBytes(ComputeDevice device, const GptConfig& config, int64_t batch, int64_t seq);
+
+class ModelKernels {
+ public:
+  virtual ~ModelKernels() = default;
+
+  virtual ComputeDevice device() const = 0;
+
+  // The scratch region (KernelScratchBytes bytes, 64-byte aligned, in the
+  // device's memory); must be set before the first op.
+  virtual void SetScratch(void* scratch, int64_t bytes) = 0;
+
+  // Moves: host → device memory, in order with the ops; and device → host,
+  // which waits for the ops before it.
+  virtual void Upload(int32_t* dst, const int32_t* src, int64_t n) = 0;
+  virtual void Download(float* dst, const float* src, int64_t n) = 0;
+  virtual void Zero(float* dst, int64_t n) = 0;
+  // The mean of n floats, as a host value (waits for the ops before it).
+  virtual double Mean(const float* x, int64_t n) = 0;
+  // sums[i] = the sum of x^2 over span i, in double, as host values (waits).
+  // Bit for bit kernels::cpu::SumOfSquares on every device.
+  struct Span {
+    const float* data = nullptr;
+    int64_t n = 0;
+  };
+  virtual void SumsOfSquares(std::span<const Span> spans, double* sums) = 0;
+
+  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int64_t B, int64_t T, int64_t C) = 0;
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                               int64_t T, int64_t C) = 0;
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int64_t N, int64_t C) = 0;
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean, const float* rstd,
+                                 int64_t N, int64_t C) = 0;
+  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                             int64_t C, int64_t OC) = 0;
+  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int64_t N, int64_t C, int64_t OC) = 0;
+  virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                int64_t NH) = 0;
+  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                 const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
+  virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                   int64_t N, int64_t V) = 0;
+  virtual void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
+                                           float dloss, int64_t N, int64_t V) = 0;
+};
+
+std::unique_ptr<ModelKernels> MakeCpuModelKernels();
+
+// The CUDA kernels on `compute_stream` (a cudaStream_t) of the current
+// device. Fails in a build without CUDA.
+Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream);
+
+}  // namespace pstar
