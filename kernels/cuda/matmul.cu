@@ -149,11 +149,14 @@ BlasContext::~BlasContext() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-template <typename T>
-void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                        float alpha, const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb,
-                        int64_t stride_b, float beta, T* C, int64_t ldc, int64_t stride_c, int64_t batch,
-                        cudaStream_t stream) {
+namespace {
+
+// The GEMM of every public entry point: operands of type T, C of type TC
+// (T, or fp32 for mixed precision).
+template <typename T, typename TC>
+void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b,
+                   float beta, TC* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
   if (batch > INT32_MAX) {
     std::fprintf(stderr, "pstar: GEMM batch of %lld matrices is too large\n", static_cast<long long>(batch));
@@ -167,6 +170,7 @@ void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M
     return;
   }
   constexpr cudaDataType_t type = BlasType<T>::value;
+  constexpr cudaDataType_t out_type = BlasType<TC>::value;
 
   // cuBLAS is column-major. A row-major (r, c) matrix with leading dimension
   // ld is, in the same memory, the column-major (c, r) matrix with that ld:
@@ -176,7 +180,7 @@ void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M
   // Layouts describe the stored matrices, before the operation.
   const Layout first = MakeLayout(type, trans_b ? K : N, trans_b ? N : K, ldb, batch, stride_b);
   const Layout second = MakeLayout(type, trans_a ? M : K, trans_a ? K : M, lda, batch, stride_a);
-  const Layout out = MakeLayout(type, N, M, ldc, batch, stride_c);
+  const Layout out = MakeLayout(out_type, N, M, ldc, batch, stride_c);
 
   // fp32 accumulation and fp32 alpha/beta for every element type; for fp32
   // operands this is true fp32 (no TF32).
@@ -201,7 +205,7 @@ void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, Alignment(A, stride_a, sizeof(T), batch),
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-  const uint32_t align_c = Alignment(C, stride_c, sizeof(T), batch);
+  const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c,
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c,
@@ -248,6 +252,17 @@ void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M
             "cublasLtMatmul");
 }
 
+}  // namespace
+
+template <typename T>
+void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb,
+                        int64_t stride_b, float beta, T* C, int64_t ldc, int64_t stride_c, int64_t batch,
+                        cudaStream_t stream) {
+  GemmAnyOutput<T, T>(blas, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                      stride_c, batch, stream);
+}
+
 template <typename T>
 void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
@@ -280,6 +295,42 @@ void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* d
     CheckLaunch("AddColumnSums");
   }
 }
+
+template <typename T>
+void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* weight, const float* bias, int64_t N,
+                        int64_t C, int64_t OC, cudaStream_t stream) {
+  float beta = 0.0f;
+  if (bias != nullptr && N * OC > 0) {
+    BroadcastRows<<<BlocksFor(N * OC, kThreads), kThreads, 0, stream>>>(out, bias, N, OC);
+    CheckLaunch("BroadcastRows");
+    beta = 1.0f;
+  }
+  GemmAnyOutput<T, float>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, beta, out, OC, 0, 1, stream);
+}
+
+template <typename T>
+void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                         const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
+                         cudaStream_t stream) {
+  GemmAnyOutput<T, float>(blas, false, false, N, C, OC, 1.0f, dout_low, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
+                          stream);
+  GemmAnyOutput<T, float>(blas, true, false, OC, C, N, 1.0f, dout_low, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
+                          stream);
+  if (dbias != nullptr && OC > 0) {
+    const dim3 block(kColumnTile, kRowPhases);
+    AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
+    CheckLaunch("AddColumnSums");
+  }
+}
+
+template void MatmulForwardMixed<bf16>(BlasContext&, float*, const bf16*, const bf16*, const float*, int64_t,
+                                       int64_t, int64_t, cudaStream_t);
+template void MatmulForwardMixed<fp16>(BlasContext&, float*, const fp16*, const fp16*, const float*, int64_t,
+                                       int64_t, int64_t, cudaStream_t);
+template void MatmulBackwardMixed<bf16>(BlasContext&, float*, float*, float*, const float*, const bf16*,
+                                        const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t);
+template void MatmulBackwardMixed<fp16>(BlasContext&, float*, float*, float*, const float*, const fp16*,
+                                        const fp16*, const fp16*, int64_t, int64_t, int64_t, cudaStream_t);
 
 #define PSTAR_INSTANTIATE_MATMUL(T)                                                                          \
   template void Gemm<T>(BlasContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t,       \

@@ -62,4 +62,18 @@ template <typename T>
 void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                     const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
 
+// Mixed precision linear layers: 16-bit operands (T is bf16 or fp16, already
+// rounded by the caller), fp32 accumulation, and fp32 outputs, bias and
+// gradients. out = inp @ weight^T + bias (bias may be null).
+template <typename T>
+void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* weight, const float* bias, int64_t N,
+                        int64_t C, int64_t OC, cudaStream_t stream);
+
+// dinp = dout_low @ weight (overwritten); dweight += dout_low^T @ inp; dbias +=
+// colsum(dout), from the fp32 dout. dout_low is dout rounded to T.
+template <typename T>
+void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                         const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
+                         cudaStream_t stream);
+
 }  // namespace pstar::kernels::cuda

@@ -201,8 +201,10 @@ std::string HumanBytes(int64_t bytes) {
 }
 
 Result<PodSizing> SizePods(const JobSpec& spec) {
-  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config"));
-  config.runtime.device = spec.device == JobDevice::kCuda ? "cuda" : "cpu";  // as the pods' args say
+  // runtime.device as the pods' args set it, so that what follows from it
+  // (the precision, the kernels' scratch) is planned as the worker will.
+  const std::string device = spec.device == JobDevice::kCuda ? "cuda" : "cpu";
+  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", {"runtime.device=" + device}));
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
   const MemoryPlan& plan = *planned;

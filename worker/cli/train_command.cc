@@ -123,6 +123,11 @@ int TrainCommand(const std::vector<std::string>& args) {
               (long long)g.n_layer, (long long)g.n_head, (long long)g.n_embd, (long long)g.vocab_size,
               double(g.NumParameters()) / 1e6, t.store().layout().num_chunks(),
               (long long)t.store().layout().chunk_elems());
+  std::printf("compute: %s | %s linear layers, fp32 accumulation and master weights%s\n",
+              c.runtime.device == "cuda" ? ("cuda, GPU " + std::to_string(env->local_rank)).c_str() : "cpu",
+              c.train.precision.c_str(),
+              c.train.precision == "fp16" ? (c.fp16.loss_scale > 0 ? ", static loss scale" : ", dynamic loss scale")
+                                          : "");
   if (metrics) {
     metrics->AttachRuntimeCounters(&t.store().chunks().counters());
     metrics->AttachCollectiveCounters(&(*comm)->counters());
@@ -212,7 +217,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (metrics) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
-                          /*loss_scale=*/1.0, /*mfu=*/0.0);
+                          stats->loss_scale, /*mfu=*/0.0);
     }
     if (stopping) {
       std::fprintf(stderr, "pstar: stopping after step %lld on request\n", (long long)(s + 1));

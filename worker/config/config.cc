@@ -212,9 +212,6 @@ void ParseFp16(Section s, Fp16Section& f) {
   RequirePositive(s.Key("loss_scale_window"), f.loss_scale_window);
   RequirePositive(s.Key("hysteresis"), f.hysteresis);
   RequirePositive(s.Key("min_loss_scale"), f.min_loss_scale);
-  if (f.enabled) {
-    Fail(s.Key("enabled"), "fp16 training needs the CUDA backend; the CPU backend trains in fp32");
-  }
 }
 
 void ParseMemTracer(Section s, MemTracerSection& m) {
@@ -301,7 +298,11 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   s.Read("min_lr", t.min_lr);
   s.Read("lr_decay", t.lr_decay);
   s.Read("threads", t.threads);
+  s.Read("precision", t.precision);
   s.CheckNoUnknownKeys();
+  if (t.precision != "auto" && t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
+    Fail(s.Key("precision"), "must be auto, fp32, bf16 or fp16, got '" + t.precision + "'");
+  }
   RequirePositive(s.Key("batch_size"), t.batch_size);
   RequireNonNegative(s.Key("seq_len"), t.seq_len);
   if (t.seq_len == 0) t.seq_len = g.max_seq_len;
@@ -343,6 +344,13 @@ Config ParseRoot(const YAML::Node& root) {
   ParseMetrics(s.Child("metrics"), c.metrics);
   ParseTrain(s.Child("train"), c.train, c.model.gpt);
   s.CheckNoUnknownKeys();
+  // PatrickStar's fp16.enabled means fp16 linear layers with the loss scaler.
+  if (c.fp16.enabled && c.train.precision != "auto" && c.train.precision != "fp16") {
+    Fail("train.precision", "is " + c.train.precision + " but fp16.enabled is true");
+  }
+  if (c.train.precision == "auto") {
+    c.train.precision = c.fp16.enabled ? "fp16" : c.runtime.device == "cuda" ? "bf16" : "fp32";
+  }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
   return c;
 }
@@ -496,6 +504,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "min_lr" << YAML::Value << c.train.min_lr;
   e << YAML::Key << "lr_decay" << YAML::Value << c.train.lr_decay;
   e << YAML::Key << "threads" << YAML::Value << c.train.threads;
+  e << YAML::Key << "precision" << YAML::Value << c.train.precision;
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

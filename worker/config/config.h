@@ -97,6 +97,10 @@ struct TrainSection {
   float min_lr = 0.0f;
   std::string lr_decay = "cosine";  // "cosine" or "constant"
   int64_t threads = 0;              // 0 = all cores
+  // The linear layers' operand precision: fp32, bf16 or fp16 (fp32
+  // accumulation in every case). "auto" in a file; after parsing always the
+  // effective one: fp16 when fp16.enabled, else bf16 on cuda and fp32 on cpu.
+  std::string precision = "auto";
 };
 
 struct Config {

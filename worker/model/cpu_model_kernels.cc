@@ -1,6 +1,9 @@
 // The CPU ModelKernels: the reference kernels, run at once on this thread.
 #include <cstring>
+#include <vector>
 
+#include "kernels/cpu/column_sum.h"
+#include "kernels/half.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
 #include "kernels/encoder.h"
@@ -17,9 +20,23 @@ namespace {
 
 namespace k = kernels::cpu;
 
+// x rounded to `precision` and widened back: the value a 16-bit operand holds.
+void RoundTo(Precision precision, const float* x, int64_t n, std::vector<float>& out) {
+  out.resize(size_t(n));
+  if (precision == Precision::kBf16) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = kernels::BFloat16ToFloat(kernels::FloatToBFloat16(x[i]));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = kernels::HalfToFloat(kernels::FloatToHalf(x[i]));
+  }
+}
+
 class CpuModelKernels final : public ModelKernels {
  public:
+  explicit CpuModelKernels(Precision precision) : precision_(precision) {}
   ComputeDevice device() const override { return ComputeDevice::kCpu; }
+  Precision precision() const override { return precision_; }
   void SetScratch(void*, int64_t) override {}
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
@@ -55,11 +72,23 @@ class CpuModelKernels final : public ModelKernels {
   }
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                      int64_t OC) override {
-    k::MatmulForward(out, inp, weight, bias, N, C, OC);
+    if (precision_ == Precision::kFp32) return k::MatmulForward(out, inp, weight, bias, N, C, OC);
+    RoundTo(precision_, inp, N * C, inp_);
+    RoundTo(precision_, weight, OC * C, weight_);
+    k::MatmulForward(out, inp_.data(), weight_.data(), bias, N, C, OC);
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
-    k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (precision_ == Precision::kFp32) return k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    RoundTo(precision_, inp, N * C, inp_);
+    RoundTo(precision_, weight, OC * C, weight_);
+    RoundTo(precision_, dout, N * OC, dout_);
+    k::Gemm(false, false, N, C, OC, 1.0f, dout_.data(), OC, weight_.data(), C, 0.0f, dinp, C);
+    k::Gemm(true, false, OC, C, N, 1.0f, dout_.data(), OC, inp_.data(), C, 1.0f, dweight, C);
+    // The bias gradient sums the fp32 dout, as on the GPU.
+    if (dbias != nullptr) {
+      k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
+    }
   }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
@@ -84,10 +113,16 @@ class CpuModelKernels final : public ModelKernels {
                                    int64_t N, int64_t V) override {
     k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V);
   }
+
+ private:
+  Precision precision_;
+  std::vector<float> inp_, weight_, dout_;  // rounded operands, reused between calls
 };
 
 }  // namespace
 
-std::unique_ptr<ModelKernels> MakeCpuModelKernels() { return std::make_unique<CpuModelKernels>(); }
+std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision) {
+  return std::make_unique<CpuModelKernels>(precision);
+}
 
 }  // namespace pstar

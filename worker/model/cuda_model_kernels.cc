@@ -30,9 +30,10 @@ void CheckCuda(cudaError_t e, const char* what) {
 
 class CudaModelKernels final : public ModelKernels {
  public:
-  explicit CudaModelKernels(cudaStream_t stream) : stream_(stream) {}
+  CudaModelKernels(cudaStream_t stream, Precision precision) : stream_(stream), precision_(precision) {}
 
   ComputeDevice device() const override { return ComputeDevice::kCuda; }
+  Precision precision() const override { return precision_; }
 
   void SetScratch(void* scratch, int64_t bytes) override {
     auto* base = static_cast<std::byte*>(scratch);
@@ -101,11 +102,20 @@ class CudaModelKernels final : public ModelKernels {
   }
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                      int64_t OC) override {
-    kc::MatmulForward(blas_, out, inp, weight, bias, N, C, OC, stream_);
+    switch (precision_) {
+      case Precision::kFp32: return kc::MatmulForward(blas_, out, inp, weight, bias, N, C, OC, stream_);
+      case Precision::kBf16: return MixedForward<kc::bf16>(out, inp, weight, bias, N, C, OC);
+      case Precision::kFp16: return MixedForward<kc::fp16>(out, inp, weight, bias, N, C, OC);
+    }
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
-    kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream_);
+    switch (precision_) {
+      case Precision::kFp32:
+        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream_);
+      case Precision::kBf16: return MixedBackward<kc::bf16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+      case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
   }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
@@ -138,6 +148,37 @@ class CudaModelKernels final : public ModelKernels {
   T* Shared() const {
     return reinterpret_cast<T*>(shared_);
   }
+  // The 16-bit copies of a linear layer's operands, in the shared scratch
+  // (KernelScratchBytes sizes it for the model's largest layer).
+  template <typename T>
+  T* Piece(int64_t& offset, int64_t elems, const char* op) {
+    T* p = reinterpret_cast<T*>(shared_ + offset);
+    offset += (elems * int64_t(sizeof(T)) + 255) / 256 * 256;
+    Need(offset, op);
+    return p;
+  }
+  template <typename T>
+  void MixedForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC) {
+    int64_t offset = 0;
+    T* inp_low = Piece<T>(offset, N * C, "MatmulForward");
+    T* weight_low = Piece<T>(offset, OC * C, "MatmulForward");
+    kc::Convert<T, float>(inp_low, inp, N * C, stream_);
+    kc::Convert<T, float>(weight_low, weight, OC * C, stream_);
+    kc::MatmulForwardMixed<T>(blas_, out, inp_low, weight_low, bias, N, C, OC, stream_);
+  }
+  template <typename T>
+  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t C, int64_t OC) {
+    int64_t offset = 0;
+    T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");
+    T* inp_low = Piece<T>(offset, N * C, "MatmulBackward");
+    T* weight_low = Piece<T>(offset, OC * C, "MatmulBackward");
+    kc::Convert<T, float>(dout_low, dout, N * OC, stream_);
+    kc::Convert<T, float>(inp_low, inp, N * C, stream_);
+    kc::Convert<T, float>(weight_low, weight, OC * C, stream_);
+    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, inp_low, weight_low, N, C, OC, stream_);
+  }
   // The planner's KernelScratchBytes must cover every kernel's need.
   void Need(int64_t bytes, const char* op) const {
     if (bytes <= shared_bytes_) return;
@@ -147,6 +188,7 @@ class CudaModelKernels final : public ModelKernels {
   }
 
   cudaStream_t stream_;
+  Precision precision_;
   kc::BlasContext blas_;
   float* mean_ = nullptr;  // in the first 256 bytes of scratch
   std::byte* shared_ = nullptr;
@@ -155,8 +197,9 @@ class CudaModelKernels final : public ModelKernels {
 
 }  // namespace
 
-Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream) {
-  return std::unique_ptr<ModelKernels>(new CudaModelKernels(static_cast<cudaStream_t>(compute_stream)));
+Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream, Precision precision) {
+  return std::unique_ptr<ModelKernels>(
+      new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision));
 }
 
 }  // namespace pstar

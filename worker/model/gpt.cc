@@ -108,9 +108,10 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   return seq;
 }
 
-int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute, ComputeDevice device) {
+int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute,
+                             const ComputeSpec& compute) {
   // Walk the same allocation sequence Carve makes, counting what the arena charges.
-  Gpt probe(g, B, T, recompute, device);
+  Gpt probe(g, B, T, recompute, compute);
   int64_t bytes = 0;
   probe.Lay([&](int64_t elems) -> void* {
     bytes += int64_t(Arena::Rounded(size_t(elems) * 4));
@@ -119,8 +120,8 @@ int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool reco
   return bytes;
 }
 
-Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, ComputeDevice device)
-    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute), device_(device) {}
+Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute)
+    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute), compute_(compute) {}
 
 Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch,
                         int64_t seq, bool recompute, std::unique_ptr<ModelKernels> kernels) {
@@ -130,7 +131,7 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
                                    std::to_string(config.max_seq_len));
   }
   if (kernels == nullptr) kernels = MakeCpuModelKernels();
-  Gpt gpt(config, batch, seq, recompute, kernels->device());
+  Gpt gpt(config, batch, seq, recompute, kernels->compute());
   gpt.kernels_ = std::move(kernels);
   gpt.store_ = &store;
   const ParamLayout& layout = store.layout();
@@ -160,7 +161,7 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
     gpt.layers_.push_back(t);
   }
   PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
-  gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.device_, config, batch, seq));
+  gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.compute_, config, batch, seq));
   return gpt;
 }
 
@@ -201,7 +202,7 @@ void Gpt::Lay(Alloc&& alloc) {
   a.dfch = f(4 * BTC);
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
-  const int64_t scratch = KernelScratchBytes(device_, config_, B_, T_);
+  const int64_t scratch = KernelScratchBytes(compute_, config_, B_, T_);
   a.scratch = scratch > 0 ? alloc((scratch + 3) / 4) : nullptr;
 }
 

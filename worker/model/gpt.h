@@ -37,7 +37,7 @@ class Gpt {
   // Bytes of activations and workspaces one micro-batch of (batch, seq) needs
   // on `device` (its kernels' scratch included).
   static int64_t ActivationBytes(const GptConfig& config, int64_t batch, int64_t seq,
-                                 bool recompute, ComputeDevice device = ComputeDevice::kCpu);
+                                 bool recompute, const ComputeSpec& compute = {});
 
   // Binds the model to `store` (laid out by GptTensorSpecs) and carves its
   // activations from `arena`, both in the memory of `kernels`' device (the CPU
@@ -80,7 +80,7 @@ class Gpt {
     void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };
 
-  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, ComputeDevice device);
+  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute);
   // Assigns every activation pointer from alloc(elements), in one fixed order.
   template <typename Alloc>
   void Lay(Alloc&& alloc);
@@ -93,7 +93,7 @@ class Gpt {
   ParamStore* store_;
   int64_t B_, T_;
   bool recompute_;
-  ComputeDevice device_;
+  ComputeSpec compute_;
   std::unique_ptr<ModelKernels> kernels_;
   TensorId wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<LayerTensors> layers_;

@@ -14,8 +14,24 @@ Result<ComputeDevice> ParseComputeDevice(const std::string& name) {
   return Status::InvalidArgument("unknown device \"" + name + "\" (cpu or cuda)");
 }
 
-int64_t KernelScratchBytes(ComputeDevice device, const GptConfig& config, int64_t batch, int64_t seq) {
-  if (device == ComputeDevice::kCpu) return 0;
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+Result<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  if (name == "fp16") return Precision::kFp16;
+  return Status::InvalidArgument("unknown precision \"" + name + "\" (fp32, bf16 or fp16)");
+}
+
+int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, int64_t batch, int64_t seq) {
+  if (compute.device == ComputeDevice::kCpu) return 0;
   // One region shared by ops that run one after another on the compute
   // stream, after a 256-byte slot for the mean loss. Each term bounds what
   // the CUDA kernels ask for (checked when the scratch is set):
@@ -24,11 +40,21 @@ int64_t KernelScratchBytes(ComputeDevice device, const GptConfig& config, int64_
   const int64_t layernorm = 2 * 256 * C * 4;       // at most 256 row groups of weight and bias partials
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)
-  return 256 + std::max({attention, layernorm, encoder, reduce});
+  // A 16-bit linear layer's backward pass: dout, inp and weight rounded, in
+  // three 256-byte aligned pieces; the largest layer (C_in, C_out) of the model.
+  int64_t casts = 0;
+  if (compute.precision != Precision::kFp32) {
+    const int64_t V = config.vocab_size;
+    auto piece = [](int64_t elems) { return (elems * 2 + 255) / 256 * 256; };
+    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
+      casts = std::max(casts, piece(BT * out) + piece(BT * in) + piece(out * in));
+    }
+  }
+  return 256 + std::max({attention, layernorm, encoder, reduce, casts});
 }
 
 #ifndef PSTAR_WITH_CUDA
-Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void*) {
+Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void*, Precision) {
   return Status::FailedPrecondition("this pstar was built without CUDA; use runtime.device: cpu");
 }
 #endif

@@ -25,17 +25,35 @@ const char* ComputeDeviceName(ComputeDevice device);
 // "cpu" or "cuda".
 Result<ComputeDevice> ParseComputeDevice(const std::string& name);
 
+// The operand precision of the linear layers (the GEMMs, nearly all of the
+// FLOPs): their inputs, weights and output gradients are rounded to it, and
+// they accumulate in fp32. Everything else (activations, the other ops,
+// parameters, gradients, optimizer states) stays fp32.
+enum class Precision { kFp32, kBf16, kFp16 };
+const char* PrecisionName(Precision precision);
+// "fp32", "bf16" or "fp16".
+Result<Precision> ParsePrecision(const std::string& name);
+
+// Where and how the model computes.
+struct ComputeSpec {
+  ComputeDevice device = ComputeDevice::kCpu;
+  Precision precision = Precision::kFp32;
+};
+
 // Bytes of scratch a device's kernels need for a (batch, seq) micro-batch,
 // beyond the model's own activations: permuted attention heads, partial sums
-// of the deterministic reductions. Plain arithmetic, so planners without a
-// GPU (the operator) size CUDA jobs exactly as the worker will.
-int64_t KernelScratchBytes(ComputeDevice device, const GptConfig& config, int64_t batch, int64_t seq);
+// of the deterministic reductions, 16-bit copies of a linear layer's operands.
+// Plain arithmetic, so planners without a GPU (the operator) size CUDA jobs
+// exactly as the worker will.
+int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, int64_t batch, int64_t seq);
 
 class ModelKernels {
  public:
   virtual ~ModelKernels() = default;
 
   virtual ComputeDevice device() const = 0;
+  virtual Precision precision() const = 0;
+  ComputeSpec compute() const { return {device(), precision()}; }
 
   // The scratch region (KernelScratchBytes bytes, 64-byte aligned, in the
   // device's memory); must be set before the first op.
@@ -82,10 +100,15 @@ class ModelKernels {
                                            float dloss, int64_t N, int64_t V) = 0;
 };
 
-std::unique_ptr<ModelKernels> MakeCpuModelKernels();
+// The CPU kernels; a 16-bit precision is emulated by rounding the linear
+// layers' operands (the same numbers the GPU multiplies), so mixed precision
+// and the loss scaler run, and are tested, on any machine.
+std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision = Precision::kFp32);
 
 // The CUDA kernels on `compute_stream` (a cudaStream_t) of the current
-// device. Fails in a build without CUDA.
-Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream);
+// device; 16-bit linear layers run on the tensor cores. Fails in a build
+// without CUDA.
+Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
+                                                           Precision precision = Precision::kFp32);
 
 }  // namespace pstar

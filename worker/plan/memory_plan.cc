@@ -65,8 +65,10 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   }
 
   const ComputeDevice device = c.runtime.device == "cuda" ? ComputeDevice::kCuda : ComputeDevice::kCpu;
+  ComputeSpec compute{device, Precision::kFp32};
+  if (auto precision = ParsePrecision(c.train.precision); precision.ok()) compute.precision = *precision;
   p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
-                                            c.train.activation_checkpointing, device);
+                                            c.train.activation_checkpointing, compute);
   p.max_chunks_per_moment =
       MaxChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
 

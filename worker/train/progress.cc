@@ -28,14 +28,20 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds) {
   window_tokens_ += s.tokens;
   window_seconds_ += seconds;
   last_loss_ = s.loss;
+  if (s.skipped) ++skipped_;
   min_loss_ = steps_ == 1 ? s.loss : std::min(min_loss_, s.loss);
   const int64_t step = s.step + 1;
   if (step == 1 || step % every_ == 0 || step == total_) {
     double per_step = steps_ > 1 ? steady_seconds_ / double(steps_ - 1) : seconds_;
     double eta = per_step * double(total_ - step);
-    std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | ETA %s\n",
+    // fp16: the loss scale the step ran with, and whether it overflowed.
+    char scale[64] = "";
+    if (s.loss_scale != 1.0f || s.skipped) {
+      std::snprintf(scale, sizeof scale, " | scale %g%s", double(s.loss_scale), s.skipped ? " (overflow, skipped)" : "");
+    }
+    std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | ETA %s\n",
                  int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss,
-                 double(s.lr), s.grad_norm, double(window_tokens_) / std::max(window_seconds_, 1e-9),
+                 double(s.lr), s.grad_norm, scale, double(window_tokens_) / std::max(window_seconds_, 1e-9),
                  FormatDuration(eta).c_str());
     std::fflush(out_);
     window_tokens_ = 0;
@@ -51,9 +57,11 @@ double ProgressReporter::tokens_per_second_steady() const {
 void ProgressReporter::PrintSummary() const {
   std::fprintf(out_,
                "summary: steps=%lld tokens=%lld seconds=%.2f tokens_per_s=%.1f final_loss=%.4f "
-               "min_loss=%.4f\n",
+               "min_loss=%.4f",
                (long long)steps_, (long long)tokens_, seconds_, tokens_per_second_steady(),
                double(last_loss_), double(min_loss_));
+  if (skipped_ > 0) std::fprintf(out_, " skipped_steps=%lld", (long long)skipped_);
+  std::fprintf(out_, "\n");
   std::fflush(out_);
 }
 

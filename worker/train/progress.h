@@ -21,6 +21,7 @@ class ProgressReporter {
   // on the first and on the last.
   void OnStep(const StepStats& s, double seconds);
   // "summary: steps=... tokens=... seconds=... tokens_per_s=... final_loss=... min_loss=..."
+  // and " skipped_steps=N" when fp16 steps overflowed.
   // tokens_per_s leaves out the first step (start-up effects).
   void PrintSummary() const;
 
@@ -34,6 +35,7 @@ class ProgressReporter {
   int64_t window_tokens_ = 0;
   double window_seconds_ = 0;
   float last_loss_ = 0, min_loss_ = 0;
+  int64_t skipped_ = 0;  // fp16 steps whose gradients overflowed
 };
 
 }  // namespace pstar

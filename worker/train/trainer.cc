@@ -108,11 +108,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
 
   t->arena_ = std::make_unique<Arena>("activations", t->store_->chunks().non_model_memory(),
                                       size_t(plan.activation_bytes));
-  std::unique_ptr<ModelKernels> kernels = MakeCpuModelKernels();
+  PSTAR_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(t->config_.train.precision));
+  std::unique_ptr<ModelKernels> kernels = MakeCpuModelKernels(precision);
   if (device == ComputeDevice::kCuda) {
     PSTAR_ASSIGN_OR_RETURN(kernels, MakeCudaModelKernels(
-                                        t->store_->chunks().backend().stream_handle(StreamKind::kCompute)));
+                                        t->store_->chunks().backend().stream_handle(StreamKind::kCompute),
+                                        precision));
   }
+  t->scaler_ = LossScaler::FromConfig(config.fp16, precision == Precision::kFp16);
   PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
                                                 tr.activation_checkpointing, std::move(kernels)));
   t->model_ = std::make_unique<Gpt>(std::move(model));
@@ -162,6 +165,7 @@ Status Trainer::SaveCheckpoint() {
   state.step = step_;
   state.data_position = loader_->cursor();
   state.optimizer_steps = optimizer_->steps_taken();
+  state.loss_scale = scaler_.scale();
   state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
   state.model = config_.model.gpt;
   return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_)
@@ -178,6 +182,7 @@ Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
   step_ = state->step;
   loader_->set_cursor(state->data_position);
   optimizer_->set_steps_taken(state->optimizer_steps);
+  scaler_.Restore(float(state->loss_scale));
   return step_;
 }
 
@@ -185,13 +190,16 @@ Result<StepStats> Trainer::Step() {
   const int64_t accum = config_.train.grad_accum_steps;
   StepStats stats;
   stats.step = step_;
+  // fp16: the loss, and with it every gradient, is scaled up by `scale`.
+  const float scale = scaler_.scale();
+  stats.loss_scale = scale;
   store_->BeginStep();
   store_->ZeroGrads();
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->Next(tokens_.data(), targets_.data());
     loss_sum += model_->Forward(tokens_.data(), targets_.data());
-    model_->Backward(1.0f / float(accum));
+    model_->Backward(scale / float(accum));
   }
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
@@ -203,15 +211,24 @@ Result<StepStats> Trainer::Step() {
   stats.loss = float(loss);
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
   PSTAR_ASSIGN_OR_RETURN(const double summed_norm, GradientNorm(*store_, model_->kernels()));
-  stats.grad_norm = summed_norm / double(world_);
-  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
-    return Status::Internal("training diverged at step " + std::to_string(step_ + 1) +
-                            ": loss " + std::to_string(stats.loss) + ", gradient norm " +
-                            std::to_string(stats.grad_norm) + " (lower optimizer.params.lr?)");
+  stats.grad_norm = summed_norm / double(world_) / double(scale);
+  // The loss scaler's overflow decision: the norm is finite exactly when every
+  // gradient is, and every rank sees the same all-reduced norm.
+  const bool finite = std::isfinite(stats.grad_norm);
+  if (!std::isfinite(stats.loss) || (!finite && (!scaler_.enabled() || scaler_.at_minimum()))) {
+    return Status::Internal("training diverged at step " + std::to_string(step_ + 1) + ": loss " +
+                            std::to_string(stats.loss) + ", gradient norm " + std::to_string(stats.grad_norm) +
+                            (scaler_.enabled() ? " at loss scale " + std::to_string(scale) : std::string()) +
+                            " (lower optimizer.params.lr?)");
   }
   stats.lr = schedule_.At(step_);
-  const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
-  optimizer_->Step(*store_, stats.lr, world_ > 1 ? clip / float(world_) : clip);
+  stats.skipped = !scaler_.Update(finite);
+  if (!stats.skipped) {
+    // Clipping and unscaling fused into Adam's gradient scale; with N ranks
+    // the stored gradients are sums, so 1/N too.
+    const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
+    optimizer_->Step(*store_, stats.lr, clip / (float(world_) * scale));
+  }
   store_->EndStep();
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));

@@ -15,6 +15,7 @@
 #include "worker/model/gpt.h"
 #include "worker/model/param_store.h"
 #include "worker/optim/adam.h"
+#include "worker/optim/loss_scaler.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/plan/memory_plan.h"
 #include "worker/runtime/host_memory.h"
@@ -25,7 +26,9 @@ struct StepStats {
   int64_t step = 0;      // 0-based index of the step just taken
   float loss = 0.0f;     // mean over the step's micro-batches (and ranks)
   float lr = 0.0f;
-  double grad_norm = 0.0;  // before clipping
+  double grad_norm = 0.0;  // before clipping (unscaled; inf when fp16 gradients overflowed)
+  float loss_scale = 1.0f;  // the fp16 loss scale the step ran with (1 otherwise)
+  bool skipped = false;     // fp16 gradients overflowed: no update, a lower scale next
   int64_t tokens = 0;    // tokens consumed by this step, all ranks
 };
 
@@ -43,7 +46,8 @@ class Trainer {
                                                  Communicator* comm = nullptr, int local_ranks = 1,
                                                  int local_rank = 0);
 
-  // One optimizer step.
+  // One optimizer step (skipped, and counted as taken, when fp16 gradients
+  // overflow: see LossScaler).
   Result<StepStats> Step();
 
   int64_t steps_taken() const { return step_; }
@@ -80,6 +84,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<AdamOptimizer> optimizer_;
   LrSchedule schedule_;
+  LossScaler scaler_;
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
 };

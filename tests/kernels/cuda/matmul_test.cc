@@ -215,5 +215,66 @@ TYPED_TEST(CudaMatmulTest, BackwardIsDeterministic) {
   EXPECT_NE(std::memcmp(results[0][1].data(), dw0.data(), dw0.size() * sizeof(T)), 0);
 }
 
+// The mixed-precision linear layer: 16-bit operands, fp32 accumulation and
+// fp32 outputs, bias and gradients, against the CPU kernel on the same
+// (rounded) operands. fp32 outputs are compared at fp32's tolerance.
+template <typename T>
+class CudaMixedMatmulTest : public ::testing::Test {};
+using LowTypes = ::testing::Types<bf16, fp16>;
+TYPED_TEST_SUITE(CudaMixedMatmulTest, LowTypes, ElementName);
+
+TYPED_TEST(CudaMixedMatmulTest, ForwardMatchesCpuOnTheRoundedOperands) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(31);
+  cuda::BlasContext blas;
+  for (const LinearShape& s : kLinearShapes) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
+      const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 0.5f);
+      const auto bias = RandomValues<float>(size_t(s.OC), rng);
+      DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w));
+      DeviceBuffer<float> d_bias(bias), d_out(std::vector<float>(size_t(s.N * s.OC), 7.0f));
+      cuda::MatmulForwardMixed<T>(blas, d_out.get(), d_x.get(), d_w.get(), with_bias ? d_bias.get() : nullptr, s.N,
+                                  s.C, s.OC, kStream);
+      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+      std::vector<float> want(size_t(s.N * s.OC));
+      cpu::MatmulForward(want.data(), x.data(), w.data(), with_bias ? bias.data() : nullptr, s.N, s.C, s.OC);
+      EXPECT_TRUE(AllClose(d_out.Download(), want, Element<float>::kTolerance));
+    }
+  }
+}
+
+TYPED_TEST(CudaMixedMatmulTest, BackwardMatchesCpuOnTheRoundedOperands) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(32);
+  cuda::BlasContext blas;
+  for (const LinearShape& s : kLinearShapes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
+    const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 0.5f);
+    // dout in fp32 (the bias gradient sums it) and rounded (the GEMMs read it).
+    const auto dy = RandomValues<float>(size_t(s.N * s.OC), rng);
+    const auto dy_low = ToFloats(ToElements<T>(dy));
+    std::vector<float> dx(size_t(s.N * s.C), std::numeric_limits<float>::quiet_NaN());
+    auto dw = RandomValues<float>(size_t(s.OC * s.C), rng);
+    auto dbias = RandomValues<float>(size_t(s.OC), rng);
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy_low(ToElements<T>(dy));
+    DeviceBuffer<float> d_dy(dy), d_dx(dx), d_dw(dw), d_dbias(dbias);
+    cuda::MatmulBackwardMixed<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_dy_low.get(), d_x.get(),
+                                 d_w.get(), s.N, s.C, s.OC, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    cpu::MatmulBackward(dx.data(), dw.data(), nullptr, dy_low.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    for (int64_t n = 0; n < s.N; ++n) {
+      for (int64_t j = 0; j < s.OC; ++j) dbias[size_t(j)] += dy[size_t(n * s.OC + j)];
+    }
+    EXPECT_TRUE(AllClose(d_dx.Download(), dx, Element<float>::kTolerance)) << "dinp";
+    EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
+    EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias (fp32 dout)";
+  }
+}
+
 }  // namespace
 }  // namespace pstar::test

@@ -73,7 +73,11 @@ TEST(Config, RejectsBadInputNamingTheKey) {
   EXPECT_NE(ErrorOf("model: {n_layer: 2\n").find("job.yaml:"), std::string::npos);
   EXPECT_NE(ErrorOf("model: {preset: gpt9}").find("unknown preset 'gpt9'"), std::string::npos);
   EXPECT_NE(ErrorOf(m + "data: {source: text}\n").find("data.path: is required"), std::string::npos);
-  EXPECT_NE(ErrorOf(m + "fp16: {enabled: true}\n").find("fp16.enabled"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "fp16: {enabled: true}\ntrain: {precision: bf16}\n")
+                .find("train.precision: is bf16 but fp16.enabled is true"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + "train: {precision: fp8}\n").find("train.precision: must be auto, fp32, bf16 or fp16"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(m + "optimizer: {type: SGD}\n").find("optimizer.type"), std::string::npos);
   EXPECT_NE(ErrorOf(m + "optimizer: {params: {betas: [0.9]}}\n").find("optimizer.params.betas"),
             std::string::npos);
@@ -84,6 +88,21 @@ TEST(Config, RejectsBadInputNamingTheKey) {
             std::string::npos);
   EXPECT_NE(ErrorOf("- just\n- a list\n").find("top level must be a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("train: {steps: 3}\n").find("model: section is required"), std::string::npos);
+}
+
+TEST(Config, PrecisionResolvesFromDeviceAndFp16) {
+  const std::string m = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n";
+  auto precision = [&](const std::string& extra, std::vector<std::string> overrides = {}) {
+    auto c = ParseConfig(m + extra, "job.yaml", overrides);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? c->train.precision : std::string("error");
+  };
+  EXPECT_EQ(precision(""), "fp32");                                   // auto on cpu
+  EXPECT_EQ(precision("", {"runtime.device=cuda"}), "bf16");          // auto on a GPU
+  EXPECT_EQ(precision("fp16: {enabled: true}\n"), "fp16");            // PatrickStar's key
+  EXPECT_EQ(precision("train: {precision: fp16}\n", {"runtime.device=cuda"}), "fp16");
+  EXPECT_EQ(precision("train: {precision: fp32}\n", {"runtime.device=cuda"}), "fp32");
+  EXPECT_EQ(precision("train: {precision: bf16}\n"), "bf16");        // emulated on the CPU
 }
 
 TEST(Config, RuntimeAndMetricsSections) {

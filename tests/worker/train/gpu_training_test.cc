@@ -1,4 +1,5 @@
-// Training on the CUDA backend: a run matches the CPU backend in fp32; every
+// Training on the CUDA backend: a run matches the CPU backend in fp32, and
+// in bf16 and fp16 trains stably and tracks it; every
 // device budget gives the same bits on the GPU as the all-resident run; the
 // gradient norm's sums are those of the CPU kernel wherever a gradient lies;
 // two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
@@ -95,7 +96,7 @@ TEST(GpuTraining, MatchesTheCpuBackendInFp32) {
   PSTAR_REQUIRE_GPUS(1);
   auto data = test::RandomTokens(3000, 40, 11);
   const RunResult cpu = Train(test::TinyGptConfig({"train.steps=6"}), data);
-  const RunResult gpu = Train(GpuConfig({"train.steps=6"}), data);
+  const RunResult gpu = Train(GpuConfig({"train.steps=6", "train.precision=fp32"}), data);
   ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
   // cuBLAS and OpenBLAS round differently (no TF32 here); six Adam steps keep
   // the difference at rounding level.
@@ -113,15 +114,16 @@ TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
   auto data = test::RandomTokens(3000, 40, 12);
   for (int64_t chunk : {0, 1024}) {
     const std::string chunk_set = "default_chunk_size=" + std::to_string(chunk);
-    const RunResult all = Train(GpuConfig({chunk_set}), data);
+    const RunResult all = Train(GpuConfig({chunk_set, "train.precision=fp32"}), data);
     EXPECT_EQ(all.moved_after_warmup, 0);
     EXPECT_EQ(all.device_adam_chunks, all.num_chunks) << "everything fits: Adam runs on the GPU";
     for (double fraction : {0.9, 0.5, 0.0}) {
-      const int64_t budget = Budget(GpuConfig({chunk_set}), fraction);
+      const int64_t budget = Budget(GpuConfig({chunk_set, "train.precision=fp32"}), fraction);
       for (int64_t depth : {0, 4}) {
         const std::string what = "chunk " + std::to_string(chunk) + ", fraction " + std::to_string(fraction) +
                                  ", prefetch " + std::to_string(depth);
-        const RunResult r = Train(GpuConfig({chunk_set, "runtime.device_memory=" + std::to_string(budget),
+        const RunResult r = Train(GpuConfig({chunk_set, "train.precision=fp32",
+                                             "runtime.device_memory=" + std::to_string(budget),
                                              "runtime.prefetch_depth=" + std::to_string(depth)}),
                                   data);
         EXPECT_TRUE(SameBits(r.losses, all.losses)) << what;
@@ -140,6 +142,54 @@ TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
         if (fraction == 0.0) {
           EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
         }
+      }
+    }
+  }
+}
+
+// A text the tiny model can learn: a period-13 cycle with a little noise.
+VectorTokenSource LearnableTokens(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[size_t(i)] = rng() % 10 == 0 ? int32_t(rng() % 40) : int32_t((i * 7) % 13);
+  return VectorTokenSource(std::move(t));
+}
+
+// bf16 (the GPU default) and fp16 with the loss scaler train stably on the
+// tensor cores and track the CPU backend, which rounds the same operands.
+TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto data = LearnableTokens(4000, 14);
+  for (const char* precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::vector<std::string> job = {"train.steps=40", std::string("train.precision=") + precision,
+                                          "fp16.initial_scale_power=12"};
+    const RunResult gpu = Train(GpuConfig(job), data);
+    const RunResult cpu = Train(test::TinyGptConfig(job), data);
+    ASSERT_EQ(gpu.losses.size(), 40u);
+    for (size_t s = 0; s < gpu.losses.size(); ++s) {
+      ASSERT_TRUE(std::isfinite(gpu.losses[s])) << "step " << s;
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 0.02 * cpu.losses[s]) << "step " << s;
+    }
+    EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 0.5f) << "it learns";
+  }
+  // Unset, a GPU run trains in bf16.
+  EXPECT_EQ(GpuConfig({}).train.precision, "bf16");
+}
+
+TEST(GpuTraining, SixteenBitIsBitIdenticalForEveryDeviceBudget) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto data = test::RandomTokens(3000, 40, 15);
+  for (const char* precision : {"bf16", "fp16"}) {
+    const std::string p = std::string("train.precision=") + precision;
+    const RunResult all = Train(GpuConfig({p, "default_chunk_size=1024"}), data);
+    for (double fraction : {0.5, 0.0}) {
+      const int64_t budget = Budget(GpuConfig({p, "default_chunk_size=1024"}), fraction);
+      const RunResult r =
+          Train(GpuConfig({p, "default_chunk_size=1024", "runtime.device_memory=" + std::to_string(budget)}), data);
+      EXPECT_TRUE(SameBits(r.losses, all.losses)) << precision << " " << fraction;
+      for (size_t i = 0; i < all.params.size(); ++i) {
+        EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << precision << " " << fraction << ": tensor " << i;
       }
     }
   }
@@ -192,8 +242,8 @@ TEST(GpuTraining, SumsOfSquaresAreTheCpuKernelsBits) {
 TEST(GpuTraining, TwoGpusOverNcclMatchOne) {
   PSTAR_REQUIRE_GPUS(2);
   auto data = test::RandomTokens(3000, 40, 13);
-  const RunResult one = Train(GpuConfig({"train.batch_size=8"}), data);
-  const Config per_rank = GpuConfig({"train.batch_size=4"});
+  const RunResult one = Train(GpuConfig({"train.batch_size=8", "train.precision=fp32"}), data);
+  const Config per_rank = GpuConfig({"train.batch_size=4", "train.precision=fp32"});
   const int port = test::FreePort();
   std::vector<std::string> errors(2);
   std::vector<std::vector<float>> losses(2);
