@@ -69,11 +69,6 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(double* out, const 
   if (threadIdx.x == 0) *out += total;
 }
 
-__global__ void __launch_bounds__(kThreads) MeanKernel(float* out, const double* partials, int64_t n) {
-  const double total = SumPartials(partials);
-  if (threadIdx.x == 0) *out = float(total / double(n));
-}
-
 // Any thread that sees a non-finite value stores 1; concurrent stores of the
 // same value need no atomics. Widening keeps inf and NaN, so the test is on
 // the fp32 value.
@@ -112,11 +107,12 @@ void FlagNonFinite(int32_t* flag, const T* x, int64_t n, cudaStream_t stream) {
   CheckLaunch("FlagNonFinite");
 }
 
-void Mean(float* out, double* scratch, const float* x, int64_t n, cudaStream_t stream) {
+void Sum(double* out, double* scratch, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;  // adds zero
   PartialSumKernel<<<kPartials, kThreads, 0, stream>>>(scratch, x, n, Plain{});
-  CheckLaunch("Mean (partials)");
-  MeanKernel<<<1, kThreads, 0, stream>>>(out, scratch, n);
-  CheckLaunch("Mean (total)");
+  CheckLaunch("Sum (partials)");
+  AccumulateKernel<<<1, kThreads, 0, stream>>>(out, scratch);
+  CheckLaunch("Sum (total)");
 }
 
 #define PSTAR_REDUCE(T)                                                               \

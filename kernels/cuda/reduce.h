@@ -1,6 +1,6 @@
 // Reductions the step needs, on the GPU, results left in device memory (the
 // host reads them once per step): sums of squares for the global gradient
-// norm, the non-finite check for the loss scaler, and the mean loss.
+// norm, the non-finite check for the loss scaler, and the loss.
 // Deterministic: a fixed grid writes partials to scratch and one block sums
 // them in a fixed order, in double.
 #pragma once
@@ -22,7 +22,8 @@ void SumOfSquares(double* out, double* scratch, const T* x, int64_t n, cudaStrea
 template <typename T>
 void FlagNonFinite(int32_t* flag, const T* x, int64_t n, cudaStream_t stream);
 
-// *out = mean of x (n > 0), one device float.
-void Mean(float* out, double* scratch, const float* x, int64_t n, cudaStream_t stream);
+// *out += sum x[i] (out is one device double): the training loss, summed
+// over micro-batches on the device and read once per step.
+void Sum(double* out, double* scratch, const float* x, int64_t n, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

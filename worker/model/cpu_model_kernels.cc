@@ -1,5 +1,6 @@
 // The CPU ModelKernels: the reference kernels, run at once on this thread.
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/column_sum.h"
@@ -41,15 +42,11 @@ class CpuModelKernels final : public ModelKernels {
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
   }
-  void Download(float* dst, const float* src, int64_t n) override {
-    std::memcpy(dst, src, size_t(n) * sizeof(float));
-  }
   void Zero(float* dst, int64_t n) override { std::memset(dst, 0, size_t(n) * sizeof(float)); }
-  double Mean(const float* x, int64_t n) override {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += x[i];
-    return sum / double(n);
+  void AddToLossSum(const float* x, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) loss_sum_ += x[i];
   }
+  double TakeLossSum() override { return std::exchange(loss_sum_, 0.0); }
   void SumsOfSquares(std::span<const Span> spans, double* sums) override {
     for (size_t i = 0; i < spans.size(); ++i) sums[i] = k::SumOfSquares(spans[i].data, spans[i].n);
   }
@@ -116,6 +113,7 @@ class CpuModelKernels final : public ModelKernels {
 
  private:
   Precision precision_;
+  double loss_sum_ = 0.0;
   std::vector<float> inp_, weight_, dout_;  // rounded operands, reused between calls
 };
 

@@ -1,5 +1,5 @@
 // The CUDA ModelKernels: the kernels of kernels/cuda queued on the compute
-// stream. Only Download and Mean wait for the device.
+// stream. Only TakeLossSum and SumsOfSquares wait for the device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,7 +37,8 @@ class CudaModelKernels final : public ModelKernels {
 
   void SetScratch(void* scratch, int64_t bytes) override {
     auto* base = static_cast<std::byte*>(scratch);
-    mean_ = reinterpret_cast<float*>(base);
+    loss_sum_ = reinterpret_cast<double*>(base);
+    CheckCuda(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "memset");
     shared_ = base + 256;
     shared_bytes_ = bytes - 256;
   }
@@ -47,20 +48,19 @@ class CudaModelKernels final : public ModelKernels {
     CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
               "token upload");
   }
-  void Download(float* dst, const float* src, int64_t n) override {
-    CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-              "download");
-    CheckCuda(cudaStreamSynchronize(stream_), "download");
-  }
   void Zero(float* dst, int64_t n) override {
     CheckCuda(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), stream_), "memset");
   }
-  double Mean(const float* x, int64_t n) override {
-    Need(kc::ReduceScratchElements() * int64_t(sizeof(double)), "Mean");
-    kc::Mean(mean_, Shared<double>(), x, n, stream_);
-    float host = 0;
-    Download(&host, mean_, 1);
-    return double(host);
+  void AddToLossSum(const float* x, int64_t n) override {
+    Need(kc::ReduceScratchElements() * int64_t(sizeof(double)), "AddToLossSum");
+    kc::Sum(loss_sum_, Shared<double>(), x, n, stream_);
+  }
+  double TakeLossSum() override {
+    double host = 0;
+    CheckCuda(cudaMemcpyAsync(&host, loss_sum_, sizeof(double), cudaMemcpyDeviceToHost, stream_), "download");
+    CheckCuda(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "memset");
+    CheckCuda(cudaStreamSynchronize(stream_), "download");
+    return host;
   }
   void SumsOfSquares(std::span<const Span> spans, double* sums) override {
     // The partials first, then as many per-span sums as the scratch holds,
@@ -190,7 +190,7 @@ class CudaModelKernels final : public ModelKernels {
   cudaStream_t stream_;
   Precision precision_;
   kc::BlasContext blas_;
-  float* mean_ = nullptr;  // in the first 256 bytes of scratch
+  double* loss_sum_ = nullptr;  // in the first 256 bytes of scratch
   std::byte* shared_ = nullptr;
   int64_t shared_bytes_ = 0;
 };

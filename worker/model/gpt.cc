@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "worker/core/counter_rng.h"
 
@@ -299,7 +300,7 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   }
 }
 
-float Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
+void Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
   const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
   Activations& a = acts_;
   kernels_->Upload(a.tokens, tokens, BT);
@@ -319,7 +320,14 @@ float Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
     kernels_->MatmulForward(a.logits, a.lnf, u.param(wte_), nullptr, BT, C, V);
   }
   kernels_->CrossEntropyForward(a.losses, a.lse, a.logits, a.targets, BT, V);
-  return float(kernels_->Mean(a.losses, BT));
+  kernels_->AddToLossSum(a.losses, BT);
+  loss_tokens_ += BT;
+}
+
+double Gpt::TakeLoss() {
+  const double sum = kernels_->TakeLossSum();
+  const int64_t tokens = std::exchange(loss_tokens_, 0);
+  return tokens > 0 ? sum / double(tokens) : 0.0;
 }
 
 void Gpt::Backward(float loss_weight) {

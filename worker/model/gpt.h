@@ -46,8 +46,12 @@ class Gpt {
                             int64_t batch, int64_t seq, bool recompute,
                             std::unique_ptr<ModelKernels> kernels = nullptr);
 
-  // One micro-batch of batch*seq tokens and next-token targets; returns the mean loss.
-  float Forward(const int32_t* tokens, const int32_t* targets);
+  // One micro-batch of batch*seq tokens and next-token targets. Its summed
+  // loss is added to the loss accumulator on the device, without waiting.
+  void Forward(const int32_t* tokens, const int32_t* targets);
+  // The mean loss per token over the Forwards since the last call (waits for
+  // the device once).
+  double TakeLoss();
   // Adds d(loss_weight * mean loss)/d(params) into the gradients. Consumes the
   // logits of the last Forward.
   void Backward(float loss_weight);
@@ -94,6 +98,7 @@ class Gpt {
   int64_t B_, T_;
   bool recompute_;
   ComputeSpec compute_;
+  int64_t loss_tokens_ = 0;  // tokens in the loss accumulator
   std::unique_ptr<ModelKernels> kernels_;
   TensorId wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<LayerTensors> layers_;

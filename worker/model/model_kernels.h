@@ -2,7 +2,8 @@
 // activations and resident chunks. The CPU implementation calls the
 // reference kernels (kernels/cpu); the CUDA one queues the CUDA kernels
 // (kernels/cuda) on the backend's compute stream and never waits, except
-// where a value must reach the host (the loss).
+// where a value must reach the host (the loss and the gradient norm, once per
+// step).
 //
 // Every pointer an op takes is in the device's memory: the activation arena
 // (the non-model region of the device tier) or a chunk made resident by a
@@ -59,13 +60,14 @@ class ModelKernels {
   // device's memory); must be set before the first op.
   virtual void SetScratch(void* scratch, int64_t bytes) = 0;
 
-  // Moves: host → device memory, in order with the ops; and device → host,
-  // which waits for the ops before it.
+  // Host → device memory, in order with the ops.
   virtual void Upload(int32_t* dst, const int32_t* src, int64_t n) = 0;
-  virtual void Download(float* dst, const float* src, int64_t n) = 0;
   virtual void Zero(float* dst, int64_t n) = 0;
-  // The mean of n floats, as a host value (waits for the ops before it).
-  virtual double Mean(const float* x, int64_t n) = 0;
+  // The loss accumulator, in the device's memory: AddToLossSum adds the sum
+  // of n floats to it without waiting; TakeLossSum returns it as a host value
+  // (waiting for the ops before it) and resets it to zero. One wait per step.
+  virtual void AddToLossSum(const float* x, int64_t n) = 0;
+  virtual double TakeLossSum() = 0;
   // sums[i] = the sum of x^2 over span i, in double, as host values (waits).
   // Bit for bit kernels::cpu::SumOfSquares on every device.
   struct Span {

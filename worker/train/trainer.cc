@@ -195,15 +195,14 @@ Result<StepStats> Trainer::Step() {
   stats.loss_scale = scale;
   store_->BeginStep();
   store_->ZeroGrads();
-  double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->Next(tokens_.data(), targets_.data());
-    loss_sum += model_->Forward(tokens_.data(), targets_.data());
+    model_->Forward(tokens_.data(), targets_.data());
     model_->Backward(scale / float(accum));
   }
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
-  double loss = loss_sum / double(accum);
+  double loss = model_->TakeLoss();  // the mean over the step's micro-batches
   if (world_ > 1) {
     PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
     loss /= double(world_);

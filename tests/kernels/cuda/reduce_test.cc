@@ -101,7 +101,8 @@ TYPED_TEST(CudaReduceTest, FlagNonFiniteFindsInfAndNan) {
   }
 }
 
-TEST(CudaMeanTest, MatchesHostSum) {
+// Adds to what *out holds, as SumOfSquares.
+TEST(CudaSumTest, MatchesHostSum) {
   PSTAR_REQUIRE_GPU();
   std::mt19937 rng(24);
   std::uniform_real_distribution<float> dist(0.0f, 8.0f);
@@ -113,12 +114,13 @@ TEST(CudaMeanTest, MatchesHostSum) {
       v = dist(rng);
       sum += v;
     }
-    const float want = float(sum / double(n));
-    DeviceBuffer<float> dx(x), out(1);
-    DeviceBuffer<double> scratch(cuda::ReduceScratchElements());
-    cuda::Mean(out.get(), scratch.get(), dx.get(), n, kStream);
+    const double start = 3.25;
+    const double want = start + sum;
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<double> scratch(cuda::ReduceScratchElements()), out(std::vector<double>{start});
+    cuda::Sum(out.get(), scratch.get(), dx.get(), n, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    EXPECT_NEAR(out.Download()[0], want, 1e-6 * want);
+    EXPECT_NEAR(out.Download()[0], want, 1e-12 * want);
   }
 }
 
