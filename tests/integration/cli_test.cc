@@ -1,8 +1,10 @@
-// The pstar binary as a user runs it: a short training run, and bad input that
-// must end with one error line and a non-zero exit, never a crash.
+// The pstar binary as a user runs it: a short training run (and its profile),
+// and bad input that must end with one error line and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
+#include <sstream>
 
 #include "tests/test_util.h"
 #include "worker/data/token_shard.h"
@@ -120,6 +122,48 @@ TEST(Cli, PrintConfigShowsEffectiveValues) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("steps: 5"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("n_layer: 4"), std::string::npos);
+}
+
+// --profile ends the output with the profile block: a "profile:" line over the
+// measured steps, then one line per op family, copy direction (and, with more
+// ranks, collective). Without the flag there is no block.
+TEST(Cli, ProfilePrintsTimePerOpFamilyCopyDirectionAtTheEnd) {
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  auto r = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--profile"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.out.find("\nprofile: 2 steps (1 warm-up step left out) | step time ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::vector<std::string> lines;
+  std::istringstream block(r.out.substr(at + 1));
+  for (std::string line; std::getline(block, line);) lines.push_back(line);
+  ASSERT_GE(lines.size(), 2u) << r.out;
+  std::set<std::string> names;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::istringstream fields(lines[i]);
+    std::string kind, name, count, calls;
+    fields >> kind >> name >> count >> calls;
+    EXPECT_EQ(lines[i].rfind("  ", 0), 0u) << lines[i];
+    EXPECT_EQ(calls, "calls") << lines[i];
+    EXPECT_TRUE(kind == "op" || kind == "move") << lines[i];
+    names.insert(kind + " " + name);
+    if (kind == "op") {
+      EXPECT_GT(std::stoll(count), 0) << lines[i];
+    }
+  }
+  for (const char* want : {"op encoder", "op layernorm", "op matmul", "op attention", "op gelu", "op residual",
+                           "op cross_entropy", "op loss_sum", "op upload", "op zero", "op grad_norm", "op adam",
+                           "move h2d", "move d2h"}) {
+    EXPECT_EQ(names.count(want), 1u) << want << " in\n" << r.out;
+  }
+  EXPECT_EQ(names.size(), lines.size() - 1) << "one line per entry";
+
+  auto plain = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("profile:"), std::string::npos) << plain.out;
+  // The same run either way.
+  EXPECT_EQ(plain.out.substr(plain.out.find("final_loss=")).substr(0, 40),
+            r.out.substr(r.out.find("final_loss=")).substr(0, 40));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ constexpr const char* kUsage =
     "usage: pstar <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train [--config FILE] [--set KEY=VALUE]... [--print-config]\n"
+    "  train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile]\n"
     "        train a GPT; without --config, the built-in default job\n"
     "  plan  [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]\n"
     "        print the job's memory plan: chunks, bytes per tier, minimum memory\n"

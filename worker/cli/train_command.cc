@@ -14,6 +14,7 @@
 #include "worker/core/bytes.h"
 #include "worker/dist/dist_env.h"
 #include "worker/metrics/worker_metrics.h"
+#include "worker/runtime/nvtx_range.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
@@ -44,7 +45,7 @@ Result<std::unique_ptr<WorkerMetrics>> StartMetrics(const MetricsSection& m) {
 }  // namespace
 
 int TrainCommand(const std::vector<std::string>& args) {
-  auto job = ParseJobArgs("train", args, {"--print-config"});
+  auto job = ParseJobArgs("train", args, {"--print-config", "--profile"});
   if (!job.ok()) return UsageError(job.status().message());
   Result<Config> config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
@@ -150,6 +151,14 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (first_step > 0) std::printf("resumed: from the checkpoint of step %lld\n", (long long)first_step);
   std::fflush(stdout);
 
+  // --profile: every step after the first, warm-up one (when more follow).
+  if (job->Has("--profile")) t.EnableProfiling(c.train.steps - first_step > 1 ? 1 : 0);
+  auto print_profile = [&] {
+    if (t.profiler() == nullptr) return;
+    std::fputs(FormatProfile(t.profiler()->Summary()).c_str(), stdout);
+    std::fflush(stdout);
+  };
+
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   ProgressReporter progress(stdout, c.train.steps, c.train.log_every);
@@ -206,6 +215,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     // so that all stop after the same step (and save the same checkpoint).
     double stop = g_stop_requested.load() ? 1.0 : 0.0;
     if (env->world_size > 1) {
+      NvtxRange range("all_reduce");
       Status agreed = (*comm)->AllReduceSum(&stop, 1);
       if (!agreed.ok()) return ReportError(agreed);
     }
@@ -223,11 +233,13 @@ int TrainCommand(const std::vector<std::string>& args) {
       std::fprintf(stderr, "pstar: stopping after step %lld on request\n", (long long)(s + 1));
       progress.PrintSummary();
       print_chunk_summary(s + 1 - first_step);
+      print_profile();
       return kExitInterrupted;
     }
   }
   progress.PrintSummary();
   print_chunk_summary(c.train.steps - first_step);
+  print_profile();
   return kExitOk;
 }
 

@@ -1,4 +1,5 @@
 // The CPU ModelKernels: the reference kernels, run at once on this thread.
+// Each op is an NVTX range named by its OpFamily (in a build with CUDA).
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kernels/reduce.h"
 #include "kernels/residual.h"
 #include "worker/model/model_kernels.h"
+#include "worker/runtime/nvtx_range.h"
 
 namespace pstar {
 
@@ -40,10 +42,15 @@ class CpuModelKernels final : public ModelKernels {
   Precision precision() const override { return precision_; }
   void SetScratch(void*, int64_t) override {}
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kUpload));
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
   }
-  void Zero(float* dst, int64_t n) override { std::memset(dst, 0, size_t(n) * sizeof(float)); }
+  void Zero(float* dst, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kZero));
+    std::memset(dst, 0, size_t(n) * sizeof(float));
+  }
   void AddToLossSum(const float* x, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLossSum));
     for (int64_t i = 0; i < n; ++i) loss_sum_ += x[i];
   }
   double TakeLossSum() override { return std::exchange(loss_sum_, 0.0); }
@@ -52,23 +59,28 @@ class CpuModelKernels final : public ModelKernels {
   }
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                       int64_t T, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     k::EncoderForward(out, tokens, wte, wpe, B, T, C);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N,
                          int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                      int64_t OC) override {
+    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     if (precision_ == Precision::kFp32) return k::MatmulForward(out, inp, weight, bias, N, C, OC);
     RoundTo(precision_, inp, N * C, inp_);
     RoundTo(precision_, weight, OC * C, weight_);
@@ -76,6 +88,7 @@ class CpuModelKernels final : public ModelKernels {
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
+    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     if (precision_ == Precision::kFp32) return k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     RoundTo(precision_, inp, N * C, inp_);
     RoundTo(precision_, weight, OC * C, weight_);
@@ -89,25 +102,34 @@ class CpuModelKernels final : public ModelKernels {
   }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
+    NvtxRange range(OpFamilyName(OpFamily::kAttention));
     k::AttentionForward(out, att, qkv, B, T, C, NH);
   }
   void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    NvtxRange range(OpFamilyName(OpFamily::kAttention));
     k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
   }
-  void GeluForward(float* out, const float* inp, int64_t n) override { k::GeluForward(out, inp, n); }
+  void GeluForward(float* out, const float* inp, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    k::GeluForward(out, inp, n);
+  }
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGelu));
     k::GeluBackward(dinp, inp, dout, n);
   }
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kResidual));
     k::ResidualForward(out, a, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V) override {
+    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
     k::CrossEntropyForward(losses, lse, logits, targets, N, V);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
                                    int64_t N, int64_t V) override {
+    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
     k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V);
   }
 

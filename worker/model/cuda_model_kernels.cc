@@ -1,5 +1,7 @@
 // The CUDA ModelKernels: the kernels of kernels/cuda queued on the compute
-// stream. Only TakeLossSum and SumsOfSquares wait for the device.
+// stream. Only TakeLossSum and SumsOfSquares wait for the device. Each op is
+// an NVTX range named by its OpFamily around the launches, which nsys projects
+// onto the kernels they queue.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/reduce.h"
 #include "worker/model/model_kernels.h"
+#include "worker/runtime/nvtx_range.h"
 
 namespace pstar {
 
@@ -44,14 +47,17 @@ class CudaModelKernels final : public ModelKernels {
   }
 
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kUpload));
     // Pageable source: the copy is staged, and returns once the source may change.
     CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
               "token upload");
   }
   void Zero(float* dst, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kZero));
     CheckCuda(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), stream_), "memset");
   }
   void AddToLossSum(const float* x, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLossSum));
     Need(kc::ReduceScratchElements() * int64_t(sizeof(double)), "AddToLossSum");
     kc::Sum(loss_sum_, Shared<double>(), x, n, stream_);
   }
@@ -83,25 +89,30 @@ class CudaModelKernels final : public ModelKernels {
 
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                       int64_t T, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     kc::EncoderForward(out, tokens, wte, wpe, B, T, C, stream_);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     kc::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N,
                          int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     Need(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)), "LayerNormBackward");
     kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, weight, mean, rstd, N, C, stream_);
   }
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                      int64_t OC) override {
+    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
       case Precision::kFp32: return kc::MatmulForward(blas_, out, inp, weight, bias, N, C, OC, stream_);
       case Precision::kBf16: return MixedForward<kc::bf16>(out, inp, weight, bias, N, C, OC);
@@ -110,6 +121,7 @@ class CudaModelKernels final : public ModelKernels {
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int64_t C, int64_t OC) override {
+    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
       case Precision::kFp32:
         return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream_);
@@ -119,27 +131,36 @@ class CudaModelKernels final : public ModelKernels {
   }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
+    NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionForward");
     kc::AttentionForward(blas_, out, att, Shared<float>(), qkv, B, T, C, NH, stream_);
   }
   void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
     kc::AttentionBackward(blas_, dqkv, datt, Shared<float>(), dout, qkv, att, B, T, C, NH, stream_);
   }
-  void GeluForward(float* out, const float* inp, int64_t n) override { kc::GeluForward(out, inp, n, stream_); }
+  void GeluForward(float* out, const float* inp, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    kc::GeluForward(out, inp, n, stream_);
+  }
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGelu));
     kc::GeluBackward(dinp, inp, dout, n, stream_);
   }
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kResidual));
     kc::ResidualForward(out, a, b, n, stream_);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V) override {
+    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
     kc::CrossEntropyForward(losses, lse, logits, targets, N, V, stream_);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
                                    int64_t N, int64_t V) override {
+    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
     kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, stream_);
   }
 

@@ -35,6 +35,45 @@ const char* PrecisionName(Precision precision);
 // "fp32", "bf16" or "fp16".
 Result<Precision> ParsePrecision(const std::string& name);
 
+// The families of a training step's compute, as the profiler reports them
+// and the NVTX ranges name them (OpFamilyName): one per kind of model op
+// (forward and backward together), plus the gradient norm and the optimizer
+// update, which run outside the model.
+enum class OpFamily : int {
+  kEncoder = 0,
+  kLayerNorm,
+  kMatmul,
+  kAttention,
+  kGelu,
+  kResidual,
+  kCrossEntropy,  // the classifier's softmax cross-entropy, forward and backward
+  kLossSum,       // AddToLossSum: the loss accumulated on the device
+  kUpload,        // tokens and targets to the device
+  kZero,          // zero-filled workspaces
+  kGradNorm,      // GradientNorm, all of it
+  kAdam,          // the optimizer step, all of it
+};
+inline constexpr int kNumOpFamilies = 12;
+// "encoder", "layernorm", "matmul", "attention", "gelu", "residual",
+// "cross_entropy", "loss_sum", "upload", "zero", "grad_norm", "adam".
+inline const char* OpFamilyName(OpFamily family) {
+  switch (family) {
+    case OpFamily::kEncoder: return "encoder";
+    case OpFamily::kLayerNorm: return "layernorm";
+    case OpFamily::kMatmul: return "matmul";
+    case OpFamily::kAttention: return "attention";
+    case OpFamily::kGelu: return "gelu";
+    case OpFamily::kResidual: return "residual";
+    case OpFamily::kCrossEntropy: return "cross_entropy";
+    case OpFamily::kLossSum: return "loss_sum";
+    case OpFamily::kUpload: return "upload";
+    case OpFamily::kZero: return "zero";
+    case OpFamily::kGradNorm: return "grad_norm";
+    case OpFamily::kAdam: return "adam";
+  }
+  return "?";
+}
+
 // Where and how the model computes.
 struct ComputeSpec {
   ComputeDevice device = ComputeDevice::kCpu;

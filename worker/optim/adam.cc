@@ -5,6 +5,7 @@
 
 #include "kernels/adam.h"
 #include "kernels/reduce.h"
+#include "worker/runtime/nvtx_range.h"
 #ifdef PSTAR_WITH_CUDA
 #include "kernels/cuda/adam.h"
 #endif
@@ -96,7 +97,10 @@ Result<double> GradientNorm(ParamStore& store, ModelKernels& ops) {
   }
   double sum = 0.0;
   for (double s : sums) sum += s;
-  if (store.world_size() > 1) PSTAR_RETURN_IF_ERROR(store.comm()->AllReduceSum(&sum, 1));
+  if (store.world_size() > 1) {
+    NvtxRange range("all_reduce");
+    PSTAR_RETURN_IF_ERROR(store.comm()->AllReduceSum(&sum, 1));
+  }
   return std::sqrt(sum);
 }
 

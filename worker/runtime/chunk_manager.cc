@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "worker/core/bytes.h"
+#include "worker/runtime/nvtx_range.h"
 
 namespace pstar {
 
@@ -254,25 +255,39 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     // The collective runs on this thread, so the host waits for the slot first.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     float* own = SlotData(slot) + int64_t(rank_) * n;
+    NvtxRange range("h2d");
     if (comm_->device_buffers()) {
       // NCCL reads GPU memory: the home shard is copied up first and gathered in place.
       backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
+      const int64_t move = BeginMove(Direction::kHostToDevice);
       backend_->Copy(own, HostCopy(index), size_t(shard_bytes_), StreamKind::kHostToDevice);
       backend_->Record(*ev.copied, StreamKind::kHostToDevice);
       backend_->Synchronize(*ev.copied);
       backend_->Synchronize(*ev.computed);
-      CheckCollective(comm_->AllGather(own, SlotData(slot), n));
+      {
+        NvtxRange gather("all_gather");
+        CheckCollective(comm_->AllGather(own, SlotData(slot), n));
+      }
+      EndMove(move, Direction::kHostToDevice, shard_bytes_);
     } else {
       backend_->Synchronize(*ev.computed);
       backend_->Synchronize(*ev.copied);
-      CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), n));
+      const int64_t move = BeginMove(Direction::kHostToDevice);
+      {
+        NvtxRange gather("all_gather");
+        CheckCollective(comm_->AllGather(HostCopy(index), SlotData(slot), n));
+      }
+      EndMove(move, Direction::kHostToDevice, shard_bytes_);
     }
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
     counters_.moved_bytes[int(Direction::kHostToDevice)] += shard_bytes_;
   } else {
     backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
+    NvtxRange range("h2d");
+    const int64_t move = BeginMove(Direction::kHostToDevice);
     backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+    EndMove(move, Direction::kHostToDevice, chunk_bytes_);
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
     counters_.moved_bytes[int(Direction::kHostToDevice)] += chunk_bytes_;
@@ -348,6 +363,8 @@ void ChunkManager::WriteHome(int32_t index) {
   ChunkState& st = states_[size_t(index)];
   SlotEvents& ev = slot_events_[size_t(st.slot)];
   backend_->StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
+  NvtxRange range("d2h");
+  const int64_t move = BeginMove(Direction::kDeviceToHost);
   if (AccumulatesHome(index)) {
     // home += this step's partials of every rank, reduced; the device copy is
     // then spent (it is in the home sum) and must be dropped by the caller.
@@ -357,11 +374,15 @@ void ChunkManager::WriteHome(int32_t index) {
       // NCCL writes GPU memory: reduce into this rank's place in the slot,
       // then copy that part down.
       float* own = SlotData(st.slot) + int64_t(rank_) * n;
-      CheckCollective(comm_->ReduceScatter(SlotData(st.slot), own, n));
+      {
+        NvtxRange scatter("reduce_scatter");
+        CheckCollective(comm_->ReduceScatter(SlotData(st.slot), own, n));
+      }
       backend_->Copy(Scratch(), own, size_t(shard_bytes_), StreamKind::kDeviceToHost);
       backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
       backend_->Synchronize(*ev.copied);
     } else {
+      NvtxRange scatter("reduce_scatter");
       CheckCollective(comm_->ReduceScatter(SlotData(st.slot), Scratch(), n));
     }
     float* home = HostCopy(index);
@@ -373,12 +394,14 @@ void ChunkManager::WriteHome(int32_t index) {
       for (int64_t i = 0; i < n; ++i) home[i] += sum[i];
     }
     counters_.moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;
+    EndMove(move, Direction::kDeviceToHost, shard_bytes_);
   } else if (world_ > 1) {
     InternalError("a sharded chunk other than a gradient was written on the device");
   } else {
     backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
     backend_->Record(*home_written_[size_t(index)], StreamKind::kDeviceToHost);
     counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
+    EndMove(move, Direction::kDeviceToHost, chunk_bytes_);
   }
   backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
   st.device_dirty = false;

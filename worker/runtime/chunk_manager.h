@@ -38,6 +38,17 @@ struct ChunkAccess {
   bool writes = false;
 };
 
+// Watches the copies between the tiers (the training profiler). BeginMove is
+// called just before a copy of `direction` is issued on its copy stream (with
+// N ranks: before the copy and collective that make up the move), EndMove
+// just after, with the token BeginMove returned and the bytes this rank moved.
+class MoveObserver {
+ public:
+  virtual ~MoveObserver() = default;
+  virtual int64_t BeginMove(Direction direction) = 0;
+  virtual void EndMove(int64_t token, Direction direction, int64_t bytes) = 0;
+};
+
 struct ChunkRuntimeOptions {
   // The whole device tier; 0 = exactly the non-model bytes plus every chunk of
   // every kind (the tier is never made larger than that).
@@ -145,6 +156,8 @@ class ChunkManager {
   int64_t device_bytes_in_use() const { return non_model_bytes_ + int64_t(slots_in_use_) * chunk_bytes_; }
   // Called after every moment's loads and prefetches (tests check the budget with it).
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
+  // Told of every copy between the tiers; null (the default) for none. Not owned.
+  void SetMoveObserver(MoveObserver* observer) { move_observer_ = observer; }
   const ChunkRuntimeOptions& options() const { return options_; }
 
  private:
@@ -236,6 +249,11 @@ class ChunkManager {
 
   RuntimeCounters counters_;
   std::function<void(const ChunkManager&)> observer_;
+  MoveObserver* move_observer_ = nullptr;
+  int64_t BeginMove(Direction d) { return move_observer_ != nullptr ? move_observer_->BeginMove(d) : -1; }
+  void EndMove(int64_t token, Direction d, int64_t bytes) {
+    if (move_observer_ != nullptr) move_observer_->EndMove(token, d, bytes);
+  }
 };
 
 }  // namespace pstar

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -23,7 +24,21 @@ Result<MemoryBlock> AllocateAligned(size_t bytes, const char* what) {
   return MemoryBlock(static_cast<std::byte*>(p), rounded, FreeBlock);
 }
 
-class CpuEvent final : public Event {};
+// Work completes as it is issued, so a timing event notes the host clock at
+// Record; a plain one notes nothing.
+class CpuEvent final : public Event {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit CpuEvent(bool timing) : timing_(timing) {}
+  void Mark() {
+    if (timing_) at_ = Clock::now();
+  }
+  Clock::time_point at() const { return at_; }
+
+ private:
+  bool timing_;
+  Clock::time_point at_{};
+};
 
 class CpuBackend final : public DeviceBackend {
  public:
@@ -39,10 +54,16 @@ class CpuBackend final : public DeviceBackend {
     std::memcpy(dst, src, bytes);
   }
   void Zero(void* dst, size_t bytes, StreamKind) override { std::memset(dst, 0, bytes); }
-  std::unique_ptr<Event> CreateEvent() override { return std::make_unique<CpuEvent>(); }
-  void Record(Event&, StreamKind) override {}
+  std::unique_ptr<Event> CreateEvent() override { return std::make_unique<CpuEvent>(false); }
+  void Record(Event& event, StreamKind) override { static_cast<CpuEvent&>(event).Mark(); }
   void StreamWait(StreamKind, const Event&) override {}
   void Synchronize(const Event&) override {}
+  std::unique_ptr<Event> CreateTimingEvent() override { return std::make_unique<CpuEvent>(true); }
+  double ElapsedSeconds(const Event& start, const Event& end) override {
+    const auto& a = static_cast<const CpuEvent&>(start);
+    const auto& b = static_cast<const CpuEvent&>(end);
+    return std::chrono::duration<double>(b.at() - a.at()).count();
+  }
   Status CheckErrors() override { return Status::Ok(); }
   void* stream_handle(StreamKind) override { return nullptr; }
 };

@@ -141,6 +141,30 @@ class CudaBackend final : public DeviceBackend {
     return std::make_unique<CudaEvent>(e);
   }
 
+  std::unique_ptr<Event> CreateTimingEvent() override {
+    cudaSetDevice(device_);
+    cudaEvent_t e = nullptr;
+    if (cudaError_t err = cudaEventCreate(&e); err != cudaSuccess) {
+      Note(err, "cudaEventCreate", StreamKind::kCompute);
+      e = nullptr;
+    }
+    return std::make_unique<CudaEvent>(e);
+  }
+
+  double ElapsedSeconds(const Event& start, const Event& end) override {
+    if (Native(start) == nullptr || Native(end) == nullptr) return 0.0;
+    if (cudaError_t e = cudaEventSynchronize(Native(end)); e != cudaSuccess) {
+      Note(e, "cudaEventSynchronize", StreamKind::kCompute);
+      return 0.0;
+    }
+    float ms = 0.0f;
+    if (cudaError_t e = cudaEventElapsedTime(&ms, Native(start), Native(end)); e != cudaSuccess) {
+      Note(e, "cudaEventElapsedTime", StreamKind::kCompute);
+      return 0.0;
+    }
+    return double(ms) * 1e-3;
+  }
+
   void Record(Event& event, StreamKind stream) override {
     if (Native(event) == nullptr) return;
     Note(cudaEventRecord(Native(event), Stream(stream)), "cudaEventRecord", stream);

@@ -1,7 +1,8 @@
 // The CUDA backend: the device tier is one cudaMalloc block on one GPU, the
 // host tier one pinned (page-locked, portable) block, and each StreamKind is
 // a non-blocking CUDA stream, so copies in both directions overlap compute.
-// Events carry no timing. Built only with the CUDA toolkit (PSTAR_WITH_CUDA).
+// Events carry no timing, except the profiler's timing events. Built only
+// with the CUDA toolkit (PSTAR_WITH_CUDA).
 //
 // Calls return before their work is done; a failed copy, fill or event call,
 // or a fault of the device, is kept and surfaces at CheckErrors().

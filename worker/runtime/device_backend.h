@@ -58,6 +58,15 @@ class DeviceBackend {
   // The host waits for `event`.
   virtual void Synchronize(const Event& event) = 0;
 
+  // An event that also notes when its stream reached it, for the profiler
+  // (CreateEvent's note no time, which is cheaper on a GPU). Record and
+  // Synchronize take it like any event.
+  virtual std::unique_ptr<Event> CreateTimingEvent() = 0;
+  // Seconds between two recorded timing events of one stream: device time
+  // (on the CPU backend the host clock, as work completes when issued).
+  // Waits for `end`; 0 when either could not be recorded.
+  virtual double ElapsedSeconds(const Event& start, const Event& end) = 0;
+
   // Copies, fills and events return before their work is done, so their
   // failures cannot be returned by the calls themselves: the first one (or a
   // fault the device reported since) is kept and returned here, without

@@ -5,6 +5,7 @@
 
 #include "worker/core/bytes.h"
 #include "worker/data/generated_corpus.h"
+#include "worker/runtime/nvtx_range.h"
 #ifdef PSTAR_WITH_CUDA
 #include "worker/runtime/cuda_backend.h"
 #endif
@@ -186,30 +187,50 @@ Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
   return step_;
 }
 
+void Trainer::EnableProfiling(int64_t warmup_steps) {
+  if (profiler_ != nullptr) return;
+  profiler_ = std::make_unique<Profiler>(store_->chunks().backend(), comm_, warmup_steps);
+  model_->WrapKernels([&](std::unique_ptr<ModelKernels> kernels) { return profiler_->Wrap(std::move(kernels)); });
+  store_->chunks().SetMoveObserver(profiler_.get());
+}
+
 Result<StepStats> Trainer::Step() {
+  NvtxRange step_range("step");
   const int64_t accum = config_.train.grad_accum_steps;
   StepStats stats;
   stats.step = step_;
   // fp16: the loss, and with it every gradient, is scaled up by `scale`.
   const float scale = scaler_.scale();
   stats.loss_scale = scale;
+  if (profiler_ != nullptr) profiler_->BeginStep();
   store_->BeginStep();
   store_->ZeroGrads();
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->Next(tokens_.data(), targets_.data());
-    model_->Forward(tokens_.data(), targets_.data());
+    {
+      NvtxRange range("forward");
+      model_->Forward(tokens_.data(), targets_.data());
+    }
+    NvtxRange range("backward");
     model_->Backward(scale / float(accum));
   }
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
   double loss = model_->TakeLoss();  // the mean over the step's micro-batches
   if (world_ > 1) {
+    NvtxRange range("all_reduce");
     PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
     loss /= double(world_);
   }
   stats.loss = float(loss);
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
-  PSTAR_ASSIGN_OR_RETURN(const double summed_norm, GradientNorm(*store_, model_->kernels()));
+  // The device is idle here (TakeLoss waited), so the span times the norm alone.
+  double summed_norm = 0.0;
+  {
+    NvtxRange range(OpFamilyName(OpFamily::kGradNorm));
+    ProfileScope timed(profiler_.get(), OpFamily::kGradNorm);
+    PSTAR_ASSIGN_OR_RETURN(summed_norm, GradientNorm(*store_, model_->kernels()));
+  }
   stats.grad_norm = summed_norm / double(world_) / double(scale);
   // The loss scaler's overflow decision: the norm is finite exactly when every
   // gradient is, and every rank sees the same all-reduced norm.
@@ -226,9 +247,12 @@ Result<StepStats> Trainer::Step() {
     // Clipping and unscaling fused into Adam's gradient scale; with N ranks
     // the stored gradients are sums, so 1/N too.
     const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
+    NvtxRange range(OpFamilyName(OpFamily::kAdam));
+    ProfileScope timed(profiler_.get(), OpFamily::kAdam);
     optimizer_->Step(*store_, stats.lr, clip / (float(world_) * scale));
   }
   store_->EndStep();
+  if (profiler_ != nullptr) profiler_->EndStep();
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   stats.tokens = accum * int64_t(tokens_.size()) * world_;

@@ -19,6 +19,7 @@
 #include "worker/optim/lr_schedule.h"
 #include "worker/plan/memory_plan.h"
 #include "worker/runtime/host_memory.h"
+#include "worker/train/profiler.h"
 
 namespace pstar {
 
@@ -52,6 +53,13 @@ class Trainer {
 
   int64_t steps_taken() const { return step_; }
 
+  // Times every op, chunk copy and collective of the steps from now on (see
+  // Profiler), leaving out the first `warmup_steps` of them. Numerics are
+  // untouched; each step waits once more for the device.
+  void EnableProfiling(int64_t warmup_steps = 0);
+  // The profiler, or null when profiling is off.
+  const Profiler* profiler() const { return profiler_.get(); }
+
   // Writes a sharded checkpoint of the current state under checkpoint.dir
   // (every rank calls it after the same step).
   Status SaveCheckpoint();
@@ -78,6 +86,8 @@ class Trainer {
   std::unique_ptr<Communicator> own_comm_;  // a single rank's, when none was given
   Communicator* comm_ = nullptr;            // never null after Create
   int world_ = 1;
+  // Before the store and the model, which point to it: destroyed after them.
+  std::unique_ptr<Profiler> profiler_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Gpt> model_;
