@@ -1,0 +1,348 @@
+#!/usr/bin/env bash
+# Offloaded training at scale on one GPU: GPT shapes of width 4096 (32 heads,
+# seq 1024, vocab 50257) with more and more layers (2B to 20B parameters),
+# model data homed in pinned host memory, the device tier at the GPU's memory.
+#
+#  1. `pstar plan` for each size: does the host (and the GPU tier) hold it?
+#  2. pstar: the fitting sizes from the largest down, a few steps each, until
+#     one trains: its tokens/s, TFLOP/s, MFU, and MFU against the in-memory
+#     MFU of bench/gpu_in_memory.sh (from the same --log-dir).
+#  3. PyTorch FSDP2 + CPUOffloadPolicy (bench/torch_fsdp_offload.py) on the
+#     same shapes: a tiny smoke run, then the largest it trains.
+#  4. Both at the largest size both train: tokens/s and pstar/FSDP.
+#
+# Usage: bench/gpu_offload_scale.sh [--dry-run] [--log-dir DIR] [--part all|plan|pstar|fsdp|compare]
+#                                   [--layers "10 20 ..."] [--steps N] [--warmup W]
+#   --part     run one stage; the measured runs accumulate in DIR/offload_runs.txt,
+#              so stages can run in separate calls (compare reads what is there)
+#   --dry-run  the plumbing on the CPU: the plan of the real shapes against an
+#              assumed 128 GiB host and 80 GiB GPU, then tiny shapes trained on
+#              the CPU backend with an emulated tier that forces chunk moves
+# Environment: PSTAR_BUILD_DIR, PYTHON, PEAK_FLOPS (bench/gpu_common.sh);
+#   BATCH (16), ACCUM (1), CHECKPOINT (1: activation checkpointing, both sides),
+#   HOST_MEMORY (default: 0.8 x RAM or the cgroup limit, as pstar takes it),
+#   DEVICE_MEMORY (default 0: pstar's 0.8 x the GPU's memory), PSTAR_TRIES (3),
+#   FSDP_TRIES (3), RUN_TIMEOUT (seconds per run, 480), FSDP_HOST_OVERHEAD (6GiB),
+#   IN_MEMORY_MFU (percent; default: read from DIR/in_memory.txt).
+#
+# FLOPs per token 6 N + 6 L C T (recomputation not counted); MFU against the
+# dense bf16 peak. Target: offloaded MFU of at least 40%.
+set -euo pipefail
+# shellcheck source=bench/gpu_common.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gpu_common.sh"
+
+dry_run=0 part=all log_dir="" layers_list="" steps="" warmup=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --part) part="$2"; shift ;;
+    --log-dir) log_dir="$2"; shift ;;
+    --layers) layers_list="$2"; shift ;;
+    --steps) steps="$2"; shift ;;
+    --warmup) warmup="$2"; shift ;;
+    -h | --help) print_header; exit 0 ;;
+    *) die "unknown argument $1 (try --help)" ;;
+  esac
+  shift
+done
+case "$part" in all | plan | pstar | fsdp | compare) ;; *) die "--part: all, plan, pstar, fsdp or compare" ;; esac
+log_dir="${log_dir:-$(mktemp -d)}"
+mkdir -p "$log_dir"
+runs="$log_dir/offload_runs.txt"
+touch "$runs"
+target_mfu=40
+batch="${BATCH:-16}" accum="${ACCUM:-1}" ckpt="${CHECKPOINT:-1}"
+ckpt_yaml=$([ "$ckpt" = 1 ] && echo true || echo false)
+
+require_pstar
+detect_gpu
+find_torch || true
+
+if [ "$dry_run" -eq 1 ]; then
+  echo "DRY RUN on the CPU: tiny shapes on the CPU backend; the figures below say nothing about GPUs"
+  C=128 NH=4 T=64 V=512
+  layers_list="${layers_list:-2 4 8}"
+  steps="${steps:-4}" warmup="${warmup:-1}" batch="${BATCH:-2}"
+  device=cpu precision=fp32 PEAK_FLOPS=""
+  # A host that holds the 2- and 4-layer shapes and not the 8-layer one, to
+  # show the plan's refusal.
+  host_budget=$(to_bytes "${HOST_MEMORY:-170MiB}")
+  tier_bytes=0
+else
+  C=4096 NH=32 T=1024 V=50257
+  layers_list="${layers_list:-10 20 24 28 30 32 36 40 50 60 75 100}"
+  steps="${steps:-4}" warmup="${warmup:-2}"
+  [ "$GPU_MEM_BYTES" -gt 0 ] || die "no GPU visible to nvidia-smi (use --dry-run on a machine without one)"
+  device=cuda precision=bf16
+  if [ -n "${HOST_MEMORY:-}" ]; then host_budget=$(to_bytes "$HOST_MEMORY"); else host_budget=$(default_host_budget); fi
+  if [ -n "${DEVICE_MEMORY:-}" ]; then
+    tier_bytes=$(to_bytes "$DEVICE_MEMORY")
+  else
+    tier_bytes=$(awk -v m="$GPU_MEM_BYTES" 'BEGIN { printf "%.0f", m * 0.8 }')
+  fi
+fi
+[ "$steps" -gt "$warmup" ] || die "--steps must exceed --warmup"
+describe_gpu
+if [ -n "$TORCH_VERSION" ]; then echo "pytorch: $TORCH_VERSION ($PYTHON)"; else echo "pytorch: not available: $TORCH_MISSING"; fi
+echo "shapes: width $C, $NH heads, seq $T, vocab $V, layers {$layers_list}; batch $batch x accum $accum," \
+     "activation checkpointing $ckpt_yaml, $precision; $steps steps, the first $warmup left out of tokens/s"
+echo "host budget $(gib "$host_budget")$([ "$dry_run" -eq 1 ] && echo ' (simulated)');" \
+     "device tier $([ "$tier_bytes" -gt 0 ] && gib "$tier_bytes" || echo 'per shape (dry run)'); logs in $log_dir"
+
+job_args() {  # layers -> pstar --set arguments
+  local args=(--set "model={n_layer: $1, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}"
+              --set "runtime.device=$device" --set "train.precision=$precision"
+              --set "train.batch_size=$batch" --set "train.seq_len=$T" --set "train.grad_accum_steps=$accum"
+              --set "train.activation_checkpointing=$ckpt_yaml" --set "train.steps=$steps" --set train.log_every=1
+              --set data.source=generated --set optimizer.params.lr=0.0006 --set train.warmup_steps=0
+              --set train.lr_decay=constant --set "runtime.host_memory=$host_budget")
+  [ -n "${CHUNK:-}" ] && args+=(--set "default_chunk_size=$CHUNK")
+  printf '%s\n' "${args[@]}"
+}
+
+# The device tier a shape trains with: on the GPU, DEVICE_MEMORY or 0 (pstar
+# takes 0.8 x the GPU's memory); in the dry run, activations plus half the
+# model data, so that chunks move.
+train_tier() {  # plan_json -> bytes for runtime.device_memory
+  if [ "$dry_run" -eq 0 ]; then
+    if [ -n "${DEVICE_MEMORY:-}" ]; then echo "$tier_bytes"; else echo 0; fi
+    return 0
+  fi
+  awk -v a="$(plan_field activation_bytes "$1")" -v m="$(plan_field model_bytes "$1")" \
+      -v lo="$(plan_field min_device_bytes "$1")" 'BEGIN { b = a + int(m / 2); if (b < lo) b = lo; printf "%d", b }'
+}
+
+# --- 1. the plan ---------------------------------------------------------------
+declare -A params fits plan_tier
+plan_table() {
+  local plan_tier_bytes=$1 label=$2 dev=$3 where=$4
+  printf "%-7s %14s %12s %12s %12s %12s  %s\n" layers parameters "model data" "host min" "dev min" "dev slots" "$label"
+  local L plan args host_min dev_min verdict t largest_fit=""
+  for L in $layers_list; do
+    mapfile -t args < <(job_args "$L")
+    if [ "$plan_tier_bytes" = shape ]; then
+      t=$(train_tier "$("$pstar" plan "${args[@]}" --set "runtime.device=$dev" --json)")
+      plan_tier[$L]=$t
+    else
+      t=$plan_tier_bytes
+      plan_tier[$L]=$(train_tier "")
+    fi
+    plan=$("$pstar" plan "${args[@]}" --set "runtime.device=$dev" --set "runtime.device_memory=$t" --json)
+    params[$L]=$(plan_field parameters "$plan")
+    host_min=$(plan_field min_host_bytes "$plan") dev_min=$(plan_field min_device_bytes "$plan")
+    if [ "$host_min" -gt "$host_budget" ]; then
+      verdict="no: host needs $(gib "$host_min")"
+      fits[$L]=0
+    elif [ "$t" -gt 0 ] && [ "$dev_min" -gt "$t" ]; then
+      verdict="no: device tier needs $(gib "$dev_min")"
+      fits[$L]=0
+    else
+      verdict=yes
+      fits[$L]=1
+    fi
+    printf "%-7s %14s %12s %12s %12s %12s  %s\n" "$L" "${params[$L]}" "$(gib "$(plan_field model_bytes "$plan")")" \
+      "$(gib "$host_min")" "$(gib "$dev_min")" "$(plan_field device_slots "$plan")" "$verdict"
+    [ "$verdict" = yes ] && largest_fit="$L layers (${params[$L]} parameters)"
+  done
+  echo "plan: largest that fits $where: ${largest_fit:-none}"
+}
+
+if [ "$dry_run" -eq 1 ] && { [ "$part" = all ] || [ "$part" = plan ]; }; then
+  # What the GPU host will see, planned here: nothing is allocated.
+  echo
+  echo "== plan of the real shapes for the GPU host (assumed: 128 GiB host x 0.8, 80 GiB GPU x 0.8)"
+  saved=("$C" "$NH" "$T" "$V" "$layers_list" "$host_budget" "$device" "$precision" "$batch")
+  C=4096 NH=32 T=1024 V=50257 layers_list="10 20 24 28 30 32 36 40 50 60 75 100" device=cuda precision=bf16
+  batch="${BATCH:-16}"
+  host_budget=$(awk 'BEGIN { printf "%.0f", 128 * 2^30 * 0.8 }')
+  plan_table "$(awk 'BEGIN { printf "%.0f", 80 * 2^30 * 0.8 }')" "fits the GPU host" cuda "the assumed GPU host"
+  C=${saved[0]} NH=${saved[1]} T=${saved[2]} V=${saved[3]} layers_list=${saved[4]} host_budget=${saved[5]}
+  device=${saved[6]} precision=${saved[7]} batch=${saved[8]}
+  unset params fits plan_tier
+  declare -A params fits plan_tier
+fi
+
+echo
+echo "== plan ($([ "$dry_run" -eq 1 ] && echo 'dry-run shapes, emulated tier' || echo 'this host and GPU'))"
+if [ "$dry_run" -eq 1 ]; then
+  plan_table shape fits "$device" "the simulated host"
+else
+  plan_table "$tier_bytes" fits "$device" "this host and GPU"
+fi
+[ "$part" = plan ] && exit 0
+
+descending() { tr ' ' '\n' <<<"$layers_list" | sed '/^$/d' | sort -n -r; }
+
+# --- 2. pstar -------------------------------------------------------------------
+pstar_run() {  # layers -> appends a line to $runs; returns 0 when it trained
+  local L=$1 args log tps
+  mapfile -t args < <(job_args "$L")
+  log="$log_dir/offload_pstar_L${L}.log"
+  echo "-- pstar, $L layers (${params[$L]} parameters): log $log"
+  set +e
+  timeout "${RUN_TIMEOUT:-480}" "$pstar" train "${args[@]}" --set "runtime.device_memory=${plan_tier[$L]}" > "$log" 2>&1
+  local rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    echo "   failed (exit $rc$([ "$rc" -eq 124 ] && echo ': timed out')): $(grep -m1 'error' "$log" || tail -1 "$log")"
+    echo "pstar layers=$L params=${params[$L]} status=failed rc=$rc" >> "$runs"
+    return 1
+  fi
+  tps=$(pstar_steady_tps "$log" "$warmup")
+  grep -E '^(memory|summary|chunks):' "$log" | sed 's/^/   /'
+  echo "pstar layers=$L params=${params[$L]} status=ok tokens_per_s=$tps batch=$batch accum=$accum" >> "$runs"
+  echo "   tokens/s (after $warmup warm-up steps): $tps"
+}
+
+if [ "$part" = all ] || [ "$part" = pstar ]; then
+  echo
+  echo "== pstar: the largest size that trains"
+  tries=0
+  for L in $(descending); do
+    [ "${fits[$L]}" = 1 ] || continue
+    if pstar_run "$L"; then break; fi
+    tries=$((tries + 1))
+    [ "$tries" -ge "${PSTAR_TRIES:-3}" ] && { echo "   giving up after $tries failed sizes"; break; }
+  done
+fi
+
+# --- 3. PyTorch FSDP2 + CPU offload --------------------------------------------
+fsdp_run() {  # layers [extra args] -> appends to $runs unless it is the smoke run
+  local L=$1 record=1 suffix="" log line rc
+  shift
+  [ "${1:-}" = --smoke ] && { record=0 suffix=_smoke; shift; }
+  [ "${1:-}" = --check-only ] && record=0 suffix=_check
+  log="$log_dir/offload_fsdp_L${L}${suffix}.log"
+  local flags=(--layers "$L" --heads "$NH" --embd "$C" --vocab "$V" --seq "$T" --batch "$batch"
+               --steps "$steps" --warmup "$warmup" --host-budget "$host_budget"
+               --host-overhead "$(to_bytes "${FSDP_HOST_OVERHEAD:-6GiB}")")
+  [ "$ckpt" = 1 ] && flags+=(--checkpoint)
+  flags+=("$@")
+  set +e
+  timeout "${RUN_TIMEOUT:-480}" "$PYTHON" "$bench_dir/torch_fsdp_offload.py" "${flags[@]}" > "$log" 2>&1
+  rc=$?
+  set -e
+  line=$(grep -E '^fsdp: (steps=|unavailable|failed|check)' "$log" | tail -1 || true)
+  echo "   $L layers: ${line:-exit $rc, no result line (log $log)}"
+  [ -z "$line" ] && tail -3 "$log" | sed 's/^/     /'
+  if [ "$record" = 1 ] && [ "$rc" -ne 3 ]; then
+    if [ "$rc" -eq 0 ]; then
+      echo "fsdp layers=$L params=${params[$L]:-?} status=ok tokens_per_s=$(field tokens_per_s "$line") batch=$batch" >> "$runs"
+    else
+      echo "fsdp layers=$L params=${params[$L]:-?} status=failed rc=$rc" >> "$runs"
+    fi
+  fi
+  return "$rc"
+}
+
+if [ "$part" = all ] || [ "$part" = fsdp ]; then
+  echo
+  echo "== PyTorch FSDP2 + CPUOffloadPolicy: the largest size that trains"
+  if [ -z "$TORCH_VERSION" ]; then
+    echo "   not measured: $TORCH_MISSING"
+  elif [ "$dry_run" -eq 1 ]; then
+    # No GPU here: check the API and the budget logic only.
+    for L in $(descending); do
+      fsdp_run "$L" --check-only && break
+      # Past the budget, a smaller size may pass; any other refusal holds for all.
+      grep -q 'of host memory' "$log_dir/offload_fsdp_L${L}_check.log" || break
+    done
+  else
+    echo "-- smoke run (2 layers, width 256, seq 128): checks the API before the big sizes"
+    saved_batch=$batch
+    batch=2
+    smoke_ok=1
+    C_saved=$C NH_saved=$NH T_saved=$T
+    C=256 NH=4 T=128
+    fsdp_run 2 --smoke || smoke_ok=0
+    C=$C_saved NH=$NH_saved T=$T_saved batch=$saved_batch
+    if [ "$smoke_ok" = 1 ]; then
+      tries=0
+      for L in $(descending); do
+        # 16 bytes a parameter (fp32 weight, grad, two Adam moments) + overhead.
+        need=$(awk -v n="${params[$L]}" -v o="$(to_bytes "${FSDP_HOST_OVERHEAD:-6GiB}")" 'BEGIN { printf "%.0f", 16 * n + o }')
+        if [ "$need" -gt "$host_budget" ]; then
+          echo "   $L layers: skipped, needs about $(gib "$need") of host memory"
+          continue
+        fi
+        if fsdp_run "$L"; then break; fi
+        tries=$((tries + 1))
+        [ "$tries" -ge "${FSDP_TRIES:-3}" ] && { echo "   giving up after $tries failed sizes"; break; }
+      done
+    else
+      echo "   the smoke run failed: FSDP2 sizes not tried (see $log_dir/offload_fsdp_L2_smoke.log)"
+    fi
+  fi
+fi
+
+# --- 4. the comparison ----------------------------------------------------------
+# Largest ok run of a system in $runs, as "layers tokens_per_s params".
+largest_ok() {
+  awk -v s="$1" '$1 == s && / status=ok / {
+      for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      if (v["layers"] + 0 > best) { best = v["layers"] + 0; tps = v["tokens_per_s"]; n = v["params"] } }
+    END { if (best > 0) print best, tps, n }' "$runs"
+}
+ok_at() {  # system layers -> tokens_per_s of its last ok run at that size, or empty
+  awk -v s="$1" -v l="layers=$2" '$1 == s && $2 == l && / status=ok / { for (i = 2; i <= NF; ++i) if ($i ~ /^tokens_per_s=/) t = substr($i, 14) }
+    END { if (t != "") print t }' "$runs"
+}
+
+if [ "$part" = all ] || [ "$part" = compare ]; then
+  echo
+  echo "== summary"
+  read -r pL pT pN <<<"$(largest_ok pstar)" || true
+  read -r fL fT fN <<<"$(largest_ok fsdp)" || true
+  in_mem_mfu="${IN_MEMORY_MFU:-}" in_mem_model="given"
+  if [ -z "$in_mem_mfu" ] && [ -f "$log_dir/in_memory.txt" ]; then
+    # The in-memory reference: the 350M run, else the 124M run (last line of each).
+    for m in 350m 124m; do
+      line=$(grep "model=$m " "$log_dir/in_memory.txt" | tail -1 || true)
+      v=$(field pstar_mfu "$line")
+      if [ -n "$v" ] && [ "$v" != n/a ]; then in_mem_mfu=$v in_mem_model=$m; break; fi
+    done
+  fi
+  if [ -n "${pL:-}" ]; then
+    fpt=$(flops_per_token "$pN" "$pL" "$C" "$T")
+    tflops=$(awk -v r="$pT" -v f="$fpt" 'BEGIN { printf "%.1f", r * f / 1e12 }')
+    m=$(mfu "$pT" "$fpt")
+    echo "pstar largest: $pL layers, $pN parameters: $pT tokens/s, $tflops TFLOP/s, MFU ${m}$([ "$m" != n/a ] && echo '%')"
+    if [ "$m" = n/a ]; then
+      echo "   MFU target (>= ${target_mfu}%): n/a ($([ "$dry_run" -eq 1 ] && echo 'dry run' || echo 'set PEAK_FLOPS'))"
+    else
+      awk -v m="$m" -v t="$target_mfu" 'BEGIN { printf "   MFU %.1f%% against the %d%% target: %s\n", m, t, m >= t ? "met" : "not met" }'
+    fi
+    if [ -n "$in_mem_mfu" ] && [ "$m" != n/a ]; then
+      awk -v m="$m" -v r="$in_mem_mfu" -v n="$in_mem_model" 'BEGIN {
+        printf "   against the in-memory MFU (%s, %.1f%%): %.2f of it\n", n, r, m / r }'
+    else
+      echo "   against the in-memory MFU: n/a (no in_memory.txt with an MFU in $log_dir: run bench/gpu_in_memory.sh --log-dir $log_dir first)"
+    fi
+    echo "offload_largest_layers=$pL" > "$log_dir/offload_largest.env"
+  else
+    echo "pstar largest: none trained (see $runs and the offload_pstar_*.log files)"
+  fi
+  if [ -n "${fL:-}" ]; then
+    echo "FSDP2 largest: $fL layers, $fN parameters: $fT tokens/s"
+  else
+    echo "FSDP2 largest: none trained"
+  fi
+  if [ -n "${pL:-}" ] && [ -n "${fL:-}" ]; then
+    common=$((pL < fL ? pL : fL))
+    pc=$(ok_at pstar "$common") fc=$(ok_at fsdp "$common")
+    if [ -z "$pc" ] && [ "$dry_run" -eq 0 ] && [ "$part" = all ]; then
+      echo "-- pstar at FSDP2's largest size, for the comparison"
+      pstar_run "$common" && pc=$(ok_at pstar "$common")
+    fi
+    if [ -z "$fc" ] && [ "$dry_run" -eq 0 ] && [ "$part" = all ] && [ -n "$TORCH_VERSION" ]; then
+      echo "-- FSDP2 at pstar's largest size, for the comparison"
+      fsdp_run "$common" && fc=$(ok_at fsdp "$common")
+    fi
+    if [ -n "$pc" ] && [ -n "$fc" ]; then
+      awk -v l="$common" -v p="$pc" -v f="$fc" 'BEGIN {
+        printf "both at %d layers: pstar %.1f tokens/s, FSDP2 %.1f tokens/s, pstar/FSDP2 %.2fx\n", l, p, f, p / f }'
+    else
+      echo "both at $common layers: not both measured (pstar ${pc:-none}, FSDP2 ${fc:-none})"
+    fi
+  fi
+fi
