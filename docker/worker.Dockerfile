@@ -1,9 +1,8 @@
 # syntax=docker/dockerfile:1
 # The worker image: `pstar` (train, launch, plan, export), built with CUDA and
-# NCCL; the operator runs `pstar launch` in it. The training steps still run on
-# the CPU kernels in every job until the CUDA training backend lands; a
-# `device: cuda` job reserves its GPUs and gets the NCCL settings already. Build from the repository
-# root (docs/install.md):
+# NCCL; the operator runs `pstar launch` in it. A `device: cuda` job trains on
+# the GPUs the device plugin gives the pod (docs/gpu.md). Build from the
+# repository root (docs/install.md):
 #   docker build -f docker/worker.Dockerfile \
 #     -t ghcr.io/patrickstar-k8s/pstar-worker:0.1.0 .
 # CPU jobs (device: cpu) run in the same image; no GPU is needed to run it.
