@@ -270,25 +270,32 @@ void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, i
   GemmStridedBatched(blas, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
 }
 
-template <typename T>
-void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+namespace {
+
+// The linear layer for operands of type T and outputs, bias and gradients of
+// type TO (T itself, or fp32 for mixed precision). As the CPU kernel, the
+// bias goes into out first and the GEMM adds to it, so bias + x.w is rounded
+// once. The bias gradient sums `dout`; the GEMMs read `dout_gemm` (dout
+// itself, or its 16-bit copy).
+template <typename T, typename TO>
+void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, const TO* bias, int64_t N,
                    int64_t C, int64_t OC, cudaStream_t stream) {
-  // As the CPU kernel: the bias goes into out first and the GEMM adds to it,
-  // so bias + x.w is rounded once.
   float beta = 0.0f;
   if (bias != nullptr && N * OC > 0) {
     BroadcastRows<<<BlocksFor(N * OC, kThreads), kThreads, 0, stream>>>(out, bias, N, OC);
     CheckLaunch("BroadcastRows");
     beta = 1.0f;
   }
-  Gemm(blas, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, stream);
+  GemmAnyOutput<T, TO>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, beta, out, OC, 0, 1, stream);
 }
 
-template <typename T>
-void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                    const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
-  Gemm(blas, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C, stream);    // (N, C)
-  Gemm(blas, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, stream);     // (OC, C)
+template <typename T, typename TO>
+void LinearBackward(BlasContext& blas, TO* dinp, TO* dweight, TO* dbias, const TO* dout, const T* dout_gemm,
+                    const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  GemmAnyOutput<T, TO>(blas, false, false, N, C, OC, 1.0f, dout_gemm, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
+                       stream);  // (N, C)
+  GemmAnyOutput<T, TO>(blas, true, false, OC, C, N, 1.0f, dout_gemm, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
+                       stream);  // (OC, C)
   if (dbias != nullptr && OC > 0) {
     const dim3 block(kColumnTile, kRowPhases);
     AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
@@ -296,31 +303,31 @@ void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* d
   }
 }
 
+}  // namespace
+
+template <typename T>
+void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                   int64_t C, int64_t OC, cudaStream_t stream) {
+  LinearForward<T, T>(blas, out, inp, weight, bias, N, C, OC, stream);
+}
+
+template <typename T>
+void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                    const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  LinearBackward<T, T>(blas, dinp, dweight, dbias, dout, dout, inp, weight, N, C, OC, stream);
+}
+
 template <typename T>
 void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* weight, const float* bias, int64_t N,
                         int64_t C, int64_t OC, cudaStream_t stream) {
-  float beta = 0.0f;
-  if (bias != nullptr && N * OC > 0) {
-    BroadcastRows<<<BlocksFor(N * OC, kThreads), kThreads, 0, stream>>>(out, bias, N, OC);
-    CheckLaunch("BroadcastRows");
-    beta = 1.0f;
-  }
-  GemmAnyOutput<T, float>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, beta, out, OC, 0, 1, stream);
+  LinearForward<T, float>(blas, out, inp, weight, bias, N, C, OC, stream);
 }
 
 template <typename T>
 void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* dbias, const float* dout,
                          const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
                          cudaStream_t stream) {
-  GemmAnyOutput<T, float>(blas, false, false, N, C, OC, 1.0f, dout_low, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
-                          stream);
-  GemmAnyOutput<T, float>(blas, true, false, OC, C, N, 1.0f, dout_low, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
-                          stream);
-  if (dbias != nullptr && OC > 0) {
-    const dim3 block(kColumnTile, kRowPhases);
-    AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
-    CheckLaunch("AddColumnSums");
-  }
+  LinearBackward<T, float>(blas, dinp, dweight, dbias, dout, dout_low, inp, weight, N, C, OC, stream);
 }
 
 template void MatmulForwardMixed<bf16>(BlasContext&, float*, const bf16*, const bf16*, const float*, int64_t,
