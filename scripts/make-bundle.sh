@@ -55,7 +55,7 @@ binaries=("$build/bin/pstar")
 [ -x "$build/bin/pstar-operator" ] && binaries+=("$build/bin/pstar-operator")
 # GPU tests first; the CPU suites too, since they exercise the same binary's
 # code paths on the GPU host's CPU and libraries.
-test_names=(cuda_backend_test kernels_cuda_test gpu_test worker_test kernels_cpu_test integration_test)
+test_names=(cuda_backend_test kernels_cuda_test gpu_training_test gpu_test profiler_test worker_test kernels_cpu_test integration_test)
 tests=()
 for t in "${test_names[@]}"; do
   for dir in "$build/bin" "$build/tests"; do
@@ -223,7 +223,7 @@ while [ "$#" -gt 0 ] && [ "$1" != -- ]; do names+=("$1"); shift; done
 [ "$#" -gt 0 ] && shift
 gtest_args=("$@")
 if [ "${#names[@]}" -eq 0 ]; then
-  for t in cuda_backend_test kernels_cuda_test gpu_test worker_test kernels_cpu_test integration_test; do
+  for t in cuda_backend_test kernels_cuda_test gpu_training_test gpu_test profiler_test worker_test kernels_cpu_test integration_test; do
     [ -e "$here/tests/$t" ] && names+=("$t")
   done
 fi

@@ -73,11 +73,13 @@ Layout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, i
   return layout;
 }
 
-// The alignment in bytes (a power of two, at most 256) that every matrix of
+// The alignment in bytes (a power of two, at most 64) that every matrix of
 // a batch starting at p meets, so the heuristic only offers algorithms that
-// can read it.
+// can read it. Capped at 64 bytes, the alignment of chunk slots: above it a
+// weight's alignment would depend on which slot it was loaded into, and with
+// it the algorithm and the bits, so results would vary with the device budget.
 uint32_t Alignment(const void* p, int64_t stride, size_t elem_bytes, int64_t batch) {
-  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
+  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | 64u;
   if (batch > 1) bits |= uint64_t(stride) * elem_bytes;
   return uint32_t(bits & (~bits + 1));
 }

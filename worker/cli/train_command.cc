@@ -67,6 +67,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   // The rank's place in the job (torchrun-style env; one rank without it).
   auto env = ReadDistEnv();
   if (!env.ok()) return ReportError(env.status());
+  if (Status usable = CheckComputeDevice(c.runtime.device, env->local_rank); !usable.ok()) {
+    return ReportError(usable.WithPrefix("runtime.device"));
+  }
   // GPU ranks exchange chunks in GPU memory over NCCL; CPU ranks over Gloo.
   const Transport transport = c.runtime.device == "cuda" ? Transport::kNccl : Transport::kGloo;
   auto comm = ConnectCommunicator(*env, std::chrono::seconds(c.dist.timeout_seconds), transport);

@@ -12,11 +12,9 @@
 
 namespace pstar {
 
-namespace {
-
-// The backend of runtime.device: the emulated tier, or GPU `local_rank`.
-Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int local_rank) {
-  if (device == ComputeDevice::kCpu) return MakeCpuBackend();
+Status CheckComputeDevice(const std::string& device, int local_rank) {
+  PSTAR_ASSIGN_OR_RETURN(const ComputeDevice d, ParseComputeDevice(device));
+  if (d == ComputeDevice::kCpu) return Status();
 #ifdef PSTAR_WITH_CUDA
   const int gpus = CudaDeviceCount();
   if (gpus == 0) return Status::FailedPrecondition("cuda needs a CUDA device, and this process sees none");
@@ -25,9 +23,22 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
                                       std::to_string(local_rank) + ", and this process sees only " +
                                       std::to_string(gpus));
   }
-  return MakeCudaBackend(local_rank);
+  return Status();
 #else
   (void)local_rank;
+  return Status::FailedPrecondition("cuda needs a pstar built with CUDA, and this one was built without");
+#endif
+}
+
+namespace {
+
+// The backend of runtime.device: the emulated tier, or GPU `local_rank`.
+Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int local_rank) {
+  PSTAR_RETURN_IF_ERROR(CheckComputeDevice(ComputeDeviceName(device), local_rank));
+  if (device == ComputeDevice::kCpu) return MakeCpuBackend();
+#ifdef PSTAR_WITH_CUDA
+  return MakeCudaBackend(local_rank);
+#else
   return Status::FailedPrecondition("cuda needs a pstar built with CUDA, and this one was built without");
 #endif
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "worker/ckpt/checkpoint.h"
@@ -98,6 +99,11 @@ class Trainer {
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
 };
+
+// Whether `device` (runtime.device) can run here as rank LOCAL_RANK
+// `local_rank`: the build has CUDA and the GPU exists. Checked before the
+// communicator connects, whose NCCL rendezvous would claim the GPU first.
+Status CheckComputeDevice(const std::string& device, int local_rank);
 
 // The token source a config names: the generated corpus, byte-level text or token shards.
 Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config);
