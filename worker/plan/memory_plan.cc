@@ -78,7 +78,9 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   r.min_chunks_per_moment = p.max_chunks_per_moment;
   r.eviction = c.runtime.eviction == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kOpt;
   r.prefetch_depth = int32_t(c.runtime.prefetch_depth);
-  r.hybrid_adam = c.optimizer.use_hybrid_adam;
+  // With several ranks every update runs on the host shards (the device holds
+  // whole chunks, the moments are sharded), so no slots are kept for them.
+  r.hybrid_adam = c.optimizer.use_hybrid_adam && world_size == 1;
   r.margin_use_ratio = c.mem_tracer.margin_use_ratio;
 
   const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
@@ -88,7 +90,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.all_resident_device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, all);
   p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
   p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
-  p.device_adam_chunks = world_size > 1 ? 0 : ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
+  p.device_adam_chunks = ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
 
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).

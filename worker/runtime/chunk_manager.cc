@@ -52,10 +52,18 @@ void ChunkManager::CheckCollective(const Status& status) const {
 
 int64_t ChunkManager::SlotBytes(int64_t chunk_bytes) { return RoundUp(chunk_bytes); }
 
+namespace {
+
+// The kinds that can be on the device: all four with the hybrid Adam
+// placement, else params and grads (the moments never leave the host).
+int64_t DeviceKinds(const ChunkRuntimeOptions& options) { return options.hybrid_adam ? kNumStateKinds : 2; }
+
+}  // namespace
+
 int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
                                      const ChunkRuntimeOptions& options) {
   const int64_t everything =
-      RoundUp(options.non_model_bytes) + int64_t(kNumStateKinds) * num_chunks * SlotBytes(chunk_bytes);
+      RoundUp(options.non_model_bytes) + DeviceKinds(options) * num_chunks * SlotBytes(chunk_bytes);
   // More than everything would be memory nothing uses: the tier is never larger.
   if (options.device_capacity_bytes > 0) return std::min(options.device_capacity_bytes, everything);
   return everything;
@@ -64,7 +72,7 @@ int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
 int64_t ChunkManager::DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
   const int64_t room = DeviceCapacity(num_chunks, chunk_bytes, options) - RoundUp(options.non_model_bytes);
   if (room <= 0) return 0;
-  return std::min(room / SlotBytes(chunk_bytes), int64_t(kNumStateKinds) * num_chunks);
+  return std::min(room / SlotBytes(chunk_bytes), DeviceKinds(options) * num_chunks);
 }
 
 int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options) {

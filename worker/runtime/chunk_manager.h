@@ -62,7 +62,9 @@ struct ChunkRuntimeOptions {
   int32_t prefetch_depth = 2;
   // Place optimizer states of some chunks on the device when the budget has room
   // beyond every param and grad chunk; this fraction of that room is used
-  // (all of it when the tier holds every chunk).
+  // (all of it when the tier holds every chunk). Off (as the planner sets it
+  // for N > 1 ranks), the moments never reach the device and the tier keeps
+  // no room for them.
   bool hybrid_adam = true;
   double margin_use_ratio = 0.8;
 };
