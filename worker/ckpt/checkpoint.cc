@@ -45,16 +45,17 @@ std::string LayoutFingerprint(const std::vector<TensorSpec>& specs) {
 }
 
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
-                      const TrainingState& state, Communicator& comm) {
+                      const TrainingState& state, Communicator& comm, DeviceCopier* device) {
   Status valid = CheckState(state);
-  if (valid.ok()) valid = CheckOwnedRanges(ranges);
+  if (valid.ok()) valid = CheckOwnedRanges(ranges, device);
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, valid, "arguments"));
 
   const std::string name = StepDirName(state.step);
   Status prepared = comm.rank() == 0 ? PrepareStagingDir(root, state.step) : Status::Ok();
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, prepared, name + " (preparing " + root + ")"));
 
-  Status written = WriteRankFile(StagingDir(root, state.step), comm.rank(), comm.world_size(), state.step, ranges);
+  Status written =
+      WriteRankFile(StagingDir(root, state.step), comm.rank(), comm.world_size(), state.step, ranges, device);
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, written, name + " (writing rank files)"));
 
   Status published = comm.rank() == 0 ? PublishCheckpoint(root, comm.world_size(), state, keep) : Status::Ok();
@@ -63,10 +64,10 @@ Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<O
 
 Result<TrainingState> LoadLatestCheckpoint(const std::string& root, const std::string& layout_fingerprint,
                                            const std::vector<OwnedRange>& ranges, Communicator& comm,
-                                           std::vector<std::string>* warnings) {
+                                           std::vector<std::string>* warnings, DeviceCopier* device) {
   std::vector<std::string> local_warnings;
   if (warnings == nullptr) warnings = &local_warnings;
-  PSTAR_RETURN_IF_ERROR(AgreeAll(comm, CheckOwnedRanges(ranges), "load (arguments)"));
+  PSTAR_RETURN_IF_ERROR(AgreeAll(comm, CheckOwnedRanges(ranges, device), "load (arguments)"));
 
   // Rank 0 decides which checkpoints to try, in which order: {found, status
   // code, count}, then the steps.
@@ -85,14 +86,22 @@ Result<TrainingState> LoadLatestCheckpoint(const std::string& root, const std::s
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t step = steps[i];
     const std::string dir = (std::filesystem::path(root) / StepDirName(step)).string();
-    Result<TrainingState> loaded = LoadCheckpointDir(dir, layout_fingerprint, ranges);
-    // {damaged, different model}, summed over ranks.
-    double verdict[2] = {loaded.ok() ? 0.0 : 1.0,
-                         loaded.status().code() == StatusCode::kFailedPrecondition ? 1.0 : 0.0};
-    PSTAR_RETURN_IF_ERROR(comm.AllReduceSum(verdict, 2));
+    Result<TrainingState> loaded = LoadCheckpointDir(dir, layout_fingerprint, ranges, device);
+    // {failed, different model, failed but not damaged}, summed over ranks.
+    // Only DataLoss means a damaged checkpoint; any other error (the device
+    // copier failing, say) would fail on an older checkpoint too.
+    const StatusCode code = loaded.status().code();
+    const bool other_error = !loaded.ok() && code != StatusCode::kDataLoss && code != StatusCode::kFailedPrecondition;
+    double verdict[3] = {loaded.ok() ? 0.0 : 1.0, code == StatusCode::kFailedPrecondition ? 1.0 : 0.0,
+                         other_error ? 1.0 : 0.0};
+    PSTAR_RETURN_IF_ERROR(comm.AllReduceSum(verdict, 3));
     if (verdict[1] > 0) {
-      if (loaded.status().code() == StatusCode::kFailedPrecondition) return loaded.status();
+      if (code == StatusCode::kFailedPrecondition) return loaded.status();
       return Status::FailedPrecondition(dir + ": checkpoint was written for a different model (reported by another rank)");
+    }
+    if (verdict[2] > 0) {
+      if (other_error) return loaded.status();
+      return Status::Internal(dir + ": loading failed on another rank");
     }
     if (verdict[0] == 0) return loaded;
     const std::string problem = loaded.ok() ? dir + ": damaged (reported by another rank)" : loaded.status().message();

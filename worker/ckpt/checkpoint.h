@@ -10,6 +10,7 @@
 // written and closed before a collective are visible to every rank after it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,18 @@ struct OwnedRange {
   std::string tensor;
   int64_t begin = 0, end = 0;
   float* data = nullptr;
+  // `data` is a device pointer, reached only through the DeviceCopier given
+  // to the save or load; it is never dereferenced on the host.
+  bool on_device = false;
+};
+
+// Copies between host memory and device memory the host cannot address.
+// Synchronous: the bytes are in place when a call returns.
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+  virtual Status ToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
+  virtual Status ToDevice(void* device_dst, const void* host_src, size_t bytes) = 0;
 };
 
 // Everything besides tensors a resume needs (same on every rank).
@@ -53,8 +66,13 @@ std::string LayoutFingerprint(const std::vector<TensorSpec>& specs);
 // deletes the others, including newer ones left by an abandoned run. On
 // success every rank returns after the checkpoint is published; a failure on
 // any rank fails the call on every rank.
+//
+// `device` reads the ranges marked on_device (required when there are any:
+// InvalidArgument otherwise). Their bytes pass through one host buffer of at
+// most 4 MiB per rank, never a whole piece at once; the file is the same as
+// for host ranges. A copier error fails the save and publishes nothing.
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
-                      const TrainingState& state, Communicator& comm);
+                      const TrainingState& state, Communicator& comm, DeviceCopier* device = nullptr);
 
 // Fills `ranges` from the checkpoint `latest` names and returns its state.
 // A damaged checkpoint (missing, truncated or corrupt file, bad manifest, a
@@ -64,8 +82,14 @@ Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<O
 // FailedPrecondition: written for a model with another layout fingerprint.
 // DataLoss: no checkpoint was usable; the message lists what was tried. After
 // an error the contents of `ranges` are unspecified. `warnings` may be null.
+//
+// `device` fills the ranges marked on_device (required when there are any:
+// InvalidArgument otherwise), from the same bounded read buffer the host
+// ranges are copied from. A copier error is not a damaged checkpoint: it is
+// returned (Internal, naming the file and the copier's message) without
+// trying older checkpoints.
 Result<TrainingState> LoadLatestCheckpoint(const std::string& root, const std::string& layout_fingerprint,
                                            const std::vector<OwnedRange>& ranges, Communicator& comm,
-                                           std::vector<std::string>* warnings);
+                                           std::vector<std::string>* warnings, DeviceCopier* device = nullptr);
 
 }  // namespace pstar

@@ -32,6 +32,9 @@ constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kStagingSuffix = ".tmp";
 constexpr int64_t kFloatBytes = int64_t(sizeof(float));
+// Rank files are read in blocks of this size; device copies on load come
+// from this buffer, so no single copy is larger.
+constexpr int64_t kReadBlockBytes = int64_t(4) << 20;
 
 std::string JoinPath(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
@@ -125,15 +128,18 @@ struct CopyOp {
   int64_t offset;  // in the file
   int64_t bytes;
   char* dest;
+  bool on_device;  // `dest` is reached only through the DeviceCopier
 };
 
 // Reads `path` whole in blocks, checking its size and CRC against the
-// manifest, and copies the `ops` ranges on the way.
-Status ReadVerifyAndCopy(const std::string& path, const ManifestFile& expect, std::vector<CopyOp> ops) {
+// manifest, and copies the `ops` ranges on the way: into host memory with
+// memcpy, into device memory from the same block buffer with `device`.
+Status ReadVerifyAndCopy(const std::string& path, const ManifestFile& expect, std::vector<CopyOp> ops,
+                         DeviceCopier* device) {
   std::sort(ops.begin(), ops.end(), [](const CopyOp& a, const CopyOp& b) { return a.offset < b.offset; });
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::DataLoss(path + ": cannot open: " + std::strerror(errno));
-  std::vector<char> buf(size_t(4) << 20);
+  std::vector<char> buf(static_cast<size_t>(kReadBlockBytes));
   Crc64 crc;
   int64_t pos = 0;
   size_t next = 0;  // first op not yet copied whole
@@ -151,7 +157,18 @@ Status ReadVerifyAndCopy(const std::string& path, const ManifestFile& expect, st
     for (size_t i = next; i < ops.size() && ops[i].offset < end; ++i) {
       const int64_t lo = std::max(ops[i].offset, pos);
       const int64_t hi = std::min(ops[i].offset + ops[i].bytes, end);
-      if (lo < hi) std::memcpy(ops[i].dest + (lo - ops[i].offset), buf.data() + (lo - pos), size_t(hi - lo));
+      if (lo >= hi) continue;
+      char* dest = ops[i].dest + (lo - ops[i].offset);
+      const char* src = buf.data() + (lo - pos);
+      if (!ops[i].on_device) {
+        std::memcpy(dest, src, size_t(hi - lo));
+        continue;
+      }
+      Status copied = device->ToDevice(dest, src, size_t(hi - lo));
+      if (!copied.ok()) {
+        ::close(fd);
+        return Status::Internal(path + ": copying into device memory failed: " + copied.message());
+      }
     }
     while (next < ops.size() && ops[next].offset + ops[next].bytes <= end) ++next;
     pos = end;
@@ -212,13 +229,16 @@ int64_t ParseStepDirName(std::string_view name) {
   return v;
 }
 
-Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges) {
+Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges, const DeviceCopier* device) {
   std::set<std::tuple<int, std::string, int64_t>> seen;
   for (const OwnedRange& r : ranges) {
     const std::string what = std::string(StateKindName(r.kind)) + "/" + r.tensor + " " + RangeText(r.begin, r.end);
     if (r.tensor.empty()) return Status::InvalidArgument("owned range with no tensor name");
     if (r.begin < 0 || r.end < r.begin) return Status::InvalidArgument("owned range " + what + " is malformed");
     if (r.end > r.begin && r.data == nullptr) return Status::InvalidArgument("owned range " + what + " has no data");
+    if (r.on_device && device == nullptr) {
+      return Status::InvalidArgument("owned range " + what + " is in device memory, but no device copier was given");
+    }
     if (!seen.insert({int(r.kind), r.tensor, r.begin}).second) {
       return Status::InvalidArgument("owned range " + what + " appears twice");
     }
@@ -299,8 +319,8 @@ Status PrepareStagingDir(const std::string& root, int64_t step) {
 }
 
 Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, int64_t step,
-                     const std::vector<OwnedRange>& ranges) {
-  PSTAR_RETURN_IF_ERROR(CheckOwnedRanges(ranges));
+                     const std::vector<OwnedRange>& ranges, DeviceCopier* device) {
+  PSTAR_RETURN_IF_ERROR(CheckOwnedRanges(ranges, device));
   SafetensorsWriter writer;
   writer.SetMetadata("format", std::string(kFormatName) + "-shard");
   writer.SetMetadata("format_version", std::to_string(kCheckpointFormatVersion));
@@ -309,7 +329,15 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
   writer.SetMetadata("step", std::to_string(step));
   for (const OwnedRange& r : ranges) {
     if (r.end == r.begin) continue;
-    writer.AddView(PieceName(r.kind, r.tensor, r.begin), Dtype::kF32, {r.end - r.begin}, r.data);
+    const std::string name = PieceName(r.kind, r.tensor, r.begin);
+    if (!r.on_device) {
+      writer.AddView(name, Dtype::kF32, {r.end - r.begin}, r.data);
+      continue;
+    }
+    const char* src = reinterpret_cast<const char*>(r.data);
+    writer.AddFetched(name, Dtype::kF32, {r.end - r.begin}, [device, src](char* dst, int64_t offset, int64_t bytes) {
+      return device->ToHost(dst, src + offset, size_t(bytes));
+    });
   }
   FileDigest digest;
   PSTAR_RETURN_IF_ERROR(writer.Write(JoinPath(staging_dir, RankFileName(rank)), &digest));
@@ -433,7 +461,8 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
 }
 
 Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::string& layout_fingerprint,
-                                        const std::vector<OwnedRange>& ranges) {
+                                        const std::vector<OwnedRange>& ranges, DeviceCopier* device) {
+  PSTAR_RETURN_IF_ERROR(CheckOwnedRanges(ranges, device));
   std::error_code ec;
   if (!fs::is_directory(step_dir, ec)) return Status::DataLoss(step_dir + ": missing");
   PSTAR_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir));
@@ -485,7 +514,7 @@ Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::
         const int64_t lo = std::max(r.begin, p.begin), hi = std::min(r.end, p.end);
         if (lo >= hi) continue;
         ops[size_t(p.file)].push_back({p.offset + (lo - p.begin) * kFloatBytes, (hi - lo) * kFloatBytes,
-                                       reinterpret_cast<char*>(r.data + (lo - r.begin))});
+                                       reinterpret_cast<char*>(r.data + (lo - r.begin)), r.on_device});
         covered.push_back({lo, hi});
       }
     }
@@ -510,7 +539,7 @@ Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].empty()) continue;
     PSTAR_RETURN_IF_ERROR(ReadVerifyAndCopy(JoinPath(step_dir, manifest.files[i].name), manifest.files[i],
-                                            std::move(ops[i])));
+                                            std::move(ops[i]), device));
   }
   return manifest.state;
 }

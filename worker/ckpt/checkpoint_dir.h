@@ -25,8 +25,9 @@ std::string PieceName(StateKind kind, const std::string& tensor, int64_t begin);
 int64_t ParseStepDirName(std::string_view name);
 
 // InvalidArgument for a range with begin > end, a negative begin, no data, an
-// empty tensor name, or a duplicate (kind, tensor, begin).
-Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges);
+// empty tensor name, a duplicate (kind, tensor, begin), or one on_device when
+// `device` is null.
+Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges, const DeviceCopier* device = nullptr);
 
 // Steps of the complete (published) checkpoint directories in `root`, newest first.
 std::vector<int64_t> ListCompleteSteps(const std::string& root);
@@ -43,9 +44,10 @@ std::string StagingDir(const std::string& root, int64_t step);
 // interrupted saves (step-*.tmp) and creates an empty staging directory.
 Status PrepareStagingDir(const std::string& root, int64_t step);
 // Every rank: writes its pieces (rank file) and their size and checksum
-// (sidecar) into the staging directory.
+// (sidecar) into the staging directory. Pieces on_device are fetched with
+// `device` through a bounded host buffer; a copier error leaves no rank file.
 Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, int64_t step,
-                     const std::vector<OwnedRange>& ranges);
+                     const std::vector<OwnedRange>& ranges, DeviceCopier* device = nullptr);
 // Rank 0, after every rank wrote: the manifest from the sidecars, then the
 // rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
 Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep);
@@ -68,8 +70,11 @@ Result<Manifest> ReadManifest(const std::string& step_dir);
 // that hold pieces of them, each verified whole against the manifest's size
 // and checksum. An empty `layout_fingerprint` accepts any. FailedPrecondition
 // on a fingerprint mismatch; DataLoss naming the file otherwise (including a
-// missing piece, named by tensor and range).
+// missing piece, named by tensor and range). Ranges on_device are filled with
+// `device` from the read buffer; InvalidArgument (CheckOwnedRanges) when one
+// is on_device and `device` is null, Internal naming the file when the
+// copier fails. DataLoss is the only code that means a damaged checkpoint.
 Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::string& layout_fingerprint,
-                                        const std::vector<OwnedRange>& ranges);
+                                        const std::vector<OwnedRange>& ranges, DeviceCopier* device = nullptr);
 
 }  // namespace pstar

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -91,8 +92,13 @@ void SafetensorsWriter::AddView(const std::string& name, Dtype dtype, std::vecto
                                 const void* data) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  Entry e{name, dtype, std::move(shape), {}, static_cast<const char*>(data), n * DtypeBytes(dtype)};
+  Entry e{name, dtype, std::move(shape), {}, static_cast<const char*>(data), {}, n * DtypeBytes(dtype)};
   entries_.push_back(std::move(e));
+}
+
+void SafetensorsWriter::AddFetched(const std::string& name, Dtype dtype, std::vector<int64_t> shape, Fetch fetch) {
+  AddView(name, dtype, std::move(shape), nullptr);
+  entries_.back().fetch = std::move(fetch);
 }
 
 Status SafetensorsWriter::Write(const std::string& path, FileDigest* digest) const {
@@ -120,7 +126,24 @@ Status SafetensorsWriter::Write(const std::string& path, FileDigest* digest) con
     return file.Append(std::string_view(p, size_t(n)));
   };
   PSTAR_RETURN_IF_ERROR(append(prefix.data(), int64_t(prefix.size())));
-  for (const auto& e : entries_) PSTAR_RETURN_IF_ERROR(append(e.data(), e.bytes));
+  // Fetched tensors pass through one staging buffer, sized for the largest.
+  int64_t staging_bytes = 0;
+  for (const auto& e : entries_) {
+    if (e.fetch) staging_bytes = std::max(staging_bytes, std::min(e.bytes, kFetchBlockBytes));
+  }
+  std::vector<char> staging(static_cast<size_t>(staging_bytes));
+  for (const auto& e : entries_) {
+    if (!e.fetch) {
+      PSTAR_RETURN_IF_ERROR(append(e.data(), e.bytes));
+      continue;
+    }
+    for (int64_t at = 0; at < e.bytes; at += staging_bytes) {
+      const int64_t n = std::min(staging_bytes, e.bytes - at);
+      Status fetched = e.fetch(staging.data(), at, n);
+      if (!fetched.ok()) return fetched.WithPrefix(path + ": fetching " + e.name);
+      PSTAR_RETURN_IF_ERROR(append(staging.data(), n));
+    }
+  }
   PSTAR_RETURN_IF_ERROR(file.Commit());
   if (digest != nullptr) *digest = FileDigest{written, crc.value()};
   return Status::Ok();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,13 +25,24 @@ struct FileDigest {
 
 class SafetensorsWriter {
  public:
+  // Produces bytes [offset, offset + bytes) of a tensor's data into `dst`.
+  using Fetch = std::function<Status(char* dst, int64_t offset, int64_t bytes)>;
+  // The most bytes one Fetch call asks for: the size of Write's staging buffer.
+  static constexpr int64_t kFetchBlockBytes = int64_t(4) << 20;
+
   // Copies the tensor's bytes.
   void Add(const std::string& name, Dtype dtype, std::vector<int64_t> shape, const void* data);
   // Refers to the bytes at `data`, which must stay valid until Write returns.
   void AddView(const std::string& name, Dtype dtype, std::vector<int64_t> shape, const void* data);
+  // Bytes produced by `fetch` while Write runs (memory the host cannot read
+  // directly, say), in order, at most kFetchBlockBytes per call, into one
+  // staging buffer that Write allocates once. A fetch error aborts Write.
+  void AddFetched(const std::string& name, Dtype dtype, std::vector<int64_t> shape, Fetch fetch);
   void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Written atomically (temp file, fsync, rename), streaming the tensors in
   // order of addition. `digest`, when given, receives the file's size and CRC.
+  // On any error (a fetch's, prefixed with the path and tensor) nothing is
+  // written at `path`.
   Status Write(const std::string& path, FileDigest* digest = nullptr) const;
 
  private:
@@ -40,6 +52,7 @@ class SafetensorsWriter {
     std::vector<int64_t> shape;
     std::string owned;           // Add
     const char* view = nullptr;  // AddView
+    Fetch fetch;                 // AddFetched
     int64_t bytes = 0;
     const char* data() const { return view != nullptr ? view : owned.data(); }
   };

@@ -1,10 +1,14 @@
 // Sharded checkpoints: round trips, re-sharding between world sizes, damaged
 // checkpoints and interrupted saves. Several ranks are played in one process,
 // either in turn through the per-rank steps (checkpoint_dir.h) or as threads
-// through SaveCheckpoint / LoadLatestCheckpoint.
+// through SaveCheckpoint / LoadLatestCheckpoint. Pieces in device memory are
+// played by FakeDevice.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -484,6 +488,330 @@ TEST(Checkpoint, BadArgumentsAreRejectedOnEveryRank) {
   state.loss_scale = std::numeric_limits<double>::infinity();
   EXPECT_EQ(SaveCheckpoint(dir.path(), 1, {}, state, *comm).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(ListCompleteSteps(dir.path()).empty());
+}
+
+// Device memory for the tests: addresses in a PROT_NONE reservation, so that
+// touching one directly crashes, backed by host bytes only the copier reads
+// and writes. Counts the copies and the largest one; can be told to fail.
+class FakeDevice final : public DeviceCopier {
+ public:
+  static constexpr int64_t kMaxCopyBytes = int64_t(4) << 20;
+
+  explicit FakeDevice(size_t capacity) : capacity_(capacity), backing_(capacity) {
+    void* p = ::mmap(nullptr, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+  }
+  ~FakeDevice() override {
+    if (base_ != nullptr) ::munmap(base_, capacity_);
+  }
+  FakeDevice(const FakeDevice&) = delete;
+  FakeDevice& operator=(const FakeDevice&) = delete;
+
+  bool ok() const { return base_ != nullptr; }
+  // `n` floats of device memory, or null when the capacity is exhausted.
+  float* Alloc(int64_t n) {
+    const size_t bytes = size_t(n) * sizeof(float);
+    if (base_ == nullptr || used_ + bytes > capacity_) return nullptr;
+    float* p = reinterpret_cast<float*>(base_ + used_);
+    used_ += (bytes + 63) / 64 * 64;
+    return p;
+  }
+  // The host bytes behind device address `p`, for tests to set and check.
+  float* Backing(const float* p) {
+    return reinterpret_cast<float*>(backing_.data() + (reinterpret_cast<const char*>(p) - base_));
+  }
+  void Clear() { std::fill(backing_.begin(), backing_.end(), '\0'); }
+
+  Status ToHost(void* host_dst, const void* device_src, size_t bytes) override {
+    ++to_host_calls;
+    to_host_bytes += int64_t(bytes);
+    max_copy_bytes = std::max(max_copy_bytes, int64_t(bytes));
+    if (fail_to_host_from > 0 && to_host_calls >= fail_to_host_from) {
+      return Status::Internal("fake device: copy to host failed");
+    }
+    PSTAR_RETURN_IF_ERROR(Check(host_dst, device_src, bytes));
+    std::memcpy(host_dst, backing_.data() + (static_cast<const char*>(device_src) - base_), bytes);
+    return Status::Ok();
+  }
+  Status ToDevice(void* device_dst, const void* host_src, size_t bytes) override {
+    ++to_device_calls;
+    to_device_bytes += int64_t(bytes);
+    max_copy_bytes = std::max(max_copy_bytes, int64_t(bytes));
+    if (fail_to_device_from > 0 && to_device_calls >= fail_to_device_from) {
+      return Status::Internal("fake device: copy to device failed");
+    }
+    PSTAR_RETURN_IF_ERROR(Check(host_src, device_dst, bytes));
+    std::memcpy(backing_.data() + (static_cast<char*>(device_dst) - base_), host_src, bytes);
+    return Status::Ok();
+  }
+
+  int64_t to_host_calls = 0, to_host_bytes = 0;
+  int64_t to_device_calls = 0, to_device_bytes = 0;
+  int64_t max_copy_bytes = 0;
+  // The call (counted from 1 since construction) from which copies fail; 0: never.
+  int64_t fail_to_host_from = 0, fail_to_device_from = 0;
+
+ private:
+  bool OnDevice(const void* p, size_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    return base_ != nullptr && c >= base_ && c + bytes <= base_ + used_;
+  }
+  // Fails (and so fails the test) on a copy the caller got the wrong way round.
+  Status Check(const void* host, const void* device, size_t bytes) const {
+    EXPECT_TRUE(OnDevice(device, bytes)) << "not device memory";
+    EXPECT_FALSE(OnDevice(host, 1)) << "host side of a copy is device memory";
+    EXPECT_LE(int64_t(bytes), kMaxCopyBytes) << "one copy of more than the bounded buffer";
+    if (!OnDevice(device, bytes) || OnDevice(host, 1)) return Status::Internal("fake device: bad addresses");
+    return Status::Ok();
+  }
+
+  size_t capacity_;
+  char* base_ = nullptr;
+  size_t used_ = 0;
+  std::vector<char> backing_;
+};
+
+constexpr TensorId kBigId = 1000;       // for Truth: not a layout tensor
+constexpr int64_t kBig = 1'500'000;     // floats: more than one 4 MiB block
+
+// Adds a piece of tensor "big" (not in the model; pieces need not be).
+void AddBigPiece(RankState& s, StateKind kind, int64_t begin, int64_t end) {
+  s.buffers.emplace_back(size_t(end - begin), 0.0f);
+  s.ranges.push_back({kind, "big", begin, end, nullptr});
+  s.ids.push_back(kBigId);
+  for (size_t i = 0; i < s.ranges.size(); ++i) s.ranges[i].data = s.buffers[i].data();
+}
+
+// The ranges of `s`, with those `pick` selects moved to `device` (their
+// current values copied there). The host buffers of `s` stay as mirrors.
+std::vector<OwnedRange> WithDeviceRanges(const RankState& s, FakeDevice& device,
+                                         const std::function<bool(const OwnedRange&)>& pick) {
+  std::vector<OwnedRange> out = s.ranges;
+  for (OwnedRange& r : out) {
+    if (!pick(r) || r.end == r.begin) continue;
+    float* d = device.Alloc(r.end - r.begin);
+    EXPECT_NE(d, nullptr) << "fake device too small";
+    if (d == nullptr) continue;
+    std::memcpy(device.Backing(d), r.data, size_t(r.end - r.begin) * sizeof(float));
+    r.data = d;
+    r.on_device = true;
+  }
+  return out;
+}
+
+// Copies the device ranges of `mixed` back into the host mirrors of `s`.
+void MirrorDeviceRanges(RankState& s, const std::vector<OwnedRange>& mixed, FakeDevice& device) {
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    if (!mixed[i].on_device) continue;
+    std::memcpy(s.buffers[i].data(), device.Backing(mixed[i].data), s.buffers[i].size() * sizeof(float));
+  }
+}
+
+int64_t DeviceBytes(const std::vector<OwnedRange>& ranges) {
+  int64_t bytes = 0;
+  for (const OwnedRange& r : ranges) bytes += r.on_device ? (r.end - r.begin) * int64_t(sizeof(float)) : 0;
+  return bytes;
+}
+
+int64_t DeviceRangeCount(const std::vector<OwnedRange>& ranges) {
+  return std::count_if(ranges.begin(), ranges.end(), [](const OwnedRange& r) { return r.on_device; });
+}
+
+bool IsMoment(const OwnedRange& r) { return r.kind == StateKind::kExpAvg || r.kind == StateKind::kExpAvgSq; }
+
+// One rank's state with the Adam moments on a fake device, plus two pieces of
+// kBig floats: exp_avg_sq on the device, param on the host.
+struct MixedRank {
+  RankState host;  // mirrors of every range
+  FakeDevice device{size_t(32) << 20};
+  std::vector<OwnedRange> ranges;
+
+  explicit MixedRank(uint64_t version) : host(ShardOf(Layout(0), 1, 0)) {
+    AddBigPiece(host, StateKind::kExpAvgSq, 7, 7 + kBig);
+    AddBigPiece(host, StateKind::kParam, 0, kBig);
+    FillTruth(host, version);
+    ranges = WithDeviceRanges(host, device, IsMoment);
+  }
+};
+
+TEST(CheckpointOnDevice, RoundTripsThroughABoundedBufferAndWritesTheSameFile) {
+  test::TempDir dir("ckpt_device");
+  auto comm = MakeSingleRankCommunicator();
+  MixedRank m(4);
+  ASSERT_TRUE(m.device.ok());
+  const int64_t device_bytes = DeviceBytes(m.ranges);
+  const int64_t device_ranges = DeviceRangeCount(m.ranges);
+  ASSERT_GT(device_ranges, 2);
+  ASSERT_LT(device_ranges, int64_t(m.ranges.size()));  // host ranges too
+
+  const std::string on_device = dir.path() + "/device", on_host = dir.path() + "/host";
+  Status st = SaveCheckpoint(on_device, 0, m.ranges, StateAt(4), *comm, &m.device);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(m.device.to_host_bytes, device_bytes);
+  EXPECT_GE(m.device.to_host_calls, device_ranges + 1);  // the big piece takes two
+  EXPECT_LE(m.device.max_copy_bytes, FakeDevice::kMaxCopyBytes);
+  EXPECT_EQ(m.device.to_device_calls, 0);
+
+  // The same data as host ranges gives the same bytes.
+  st = SaveCheckpoint(on_host, 0, m.host.ranges, StateAt(4), *comm);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const std::string file = "/step-00000004/rank-00000.safetensors";
+  EXPECT_TRUE(Text(on_device + file) == Text(on_host + file)) << "rank files differ";
+  EXPECT_EQ(Text(on_device + "/step-00000004/manifest.json"), Text(on_host + "/step-00000004/manifest.json"));
+
+  Zero(m.host);
+  m.device.Clear();
+  std::vector<std::string> warnings;
+  auto loaded = LoadLatestCheckpoint(on_device, StateAt(4).layout_fingerprint, m.ranges, *comm, &warnings, &m.device);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_TRUE(warnings.empty()) << JoinLines(warnings);
+  ExpectSameState(*loaded, StateAt(4));
+  EXPECT_EQ(m.device.to_device_bytes, device_bytes);
+  EXPECT_GE(m.device.to_device_calls, device_ranges + 1);
+  EXPECT_LE(m.device.max_copy_bytes, FakeDevice::kMaxCopyBytes);
+  MirrorDeviceRanges(m.host, m.ranges, m.device);
+  EXPECT_EQ(Mismatches(m.host, 4), 0);
+
+  // A checkpoint saved from the host loads onto the device too.
+  Zero(m.host);
+  m.device.Clear();
+  loaded = LoadLatestCheckpoint(on_host, "", m.ranges, *comm, nullptr, &m.device);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  MirrorDeviceRanges(m.host, m.ranges, m.device);
+  EXPECT_EQ(Mismatches(m.host, 4), 0);
+}
+
+TEST(CheckpointOnDevice, DeviceRangesGatherPiecesFromSeveralRankFiles) {
+  test::TempDir dir("ckpt_device");
+  const std::string root = dir.path() + "/ckpt";
+  SaveAsWorld(root, 2, 1200, 5);
+  RankState s = ShardOf(Layout(0), 1, 0);
+  FakeDevice device(size_t(4) << 20);
+  ASSERT_TRUE(device.ok());
+  const std::vector<OwnedRange> ranges = WithDeviceRanges(s, device, IsMoment);
+  auto comm = MakeSingleRankCommunicator();
+  auto loaded = LoadLatestCheckpoint(root, "", ranges, *comm, nullptr, &device);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(device.to_device_bytes, DeviceBytes(ranges));
+  EXPECT_GT(device.to_device_calls, DeviceRangeCount(ranges));  // some ranges span both files
+  MirrorDeviceRanges(s, ranges, device);
+  EXPECT_EQ(Mismatches(s, 5), 0);
+}
+
+TEST(CheckpointOnDevice, DeviceRangeWithoutACopierIsRejected) {
+  test::TempDir dir("ckpt_device");
+  const std::string root = dir.path() + "/ckpt";
+  auto comm = MakeSingleRankCommunicator();
+  FakeDevice device(size_t(1) << 20);
+  ASSERT_TRUE(device.ok());
+  std::vector<float> host(10, 1.0f);
+  float* d = device.Alloc(10);
+  const std::vector<OwnedRange> ranges = {{StateKind::kParam, "a", 0, 10, host.data()},
+                                          {StateKind::kExpAvg, "a", 0, 10, d, true}};
+  const std::string message = "owned range exp_avg/a [0, 10) is in device memory, but no device copier was given";
+
+  Status st = SaveCheckpoint(root, 0, ranges, StateAt(1), *comm);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(message), std::string::npos) << st.message();
+  EXPECT_TRUE(ListCompleteSteps(root).empty());
+  ASSERT_TRUE(PrepareStagingDir(root, 1).ok());
+  st = WriteRankFile(StagingDir(root, 1), 0, 1, 1, ranges);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(message), std::string::npos) << st.message();
+
+  st = SaveCheckpoint(root, 0, ranges, StateAt(1), *comm, &device);
+  ASSERT_TRUE(st.ok()) << st.message();
+  auto loaded = LoadLatestCheckpoint(root, "", ranges, *comm, nullptr);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find(message), std::string::npos) << loaded.status().message();
+  loaded = LoadCheckpointDir(root + "/step-00000001", "", ranges);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find(message), std::string::npos) << loaded.status().message();
+  EXPECT_EQ(device.to_device_calls, 0);
+}
+
+TEST(CheckpointOnDevice, CopierFailingToHostFailsTheSaveAndPublishesNothing) {
+  test::TempDir dir("ckpt_device");
+  const std::string root = dir.path() + "/ckpt";
+  auto comm = MakeSingleRankCommunicator();
+  MixedRank m(1);
+  ASSERT_TRUE(m.device.ok());
+  Status st = SaveCheckpoint(root, 0, m.ranges, StateAt(1), *comm, &m.device);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  // The second copy of the next save fails, after part of the file is written.
+  m.device.fail_to_host_from = m.device.to_host_calls + 2;
+  st = SaveCheckpoint(root, 0, m.ranges, StateAt(2), *comm, &m.device);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fake device: copy to host failed"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("rank-00000.safetensors"), std::string::npos) << st.message();
+  EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{1}));
+  EXPECT_EQ(Text(root + "/latest"), "step-00000001\n");
+  int left = 0;  // in the staging directory: no rank file, temp file or sidecar
+  for (const auto& e : fs::directory_iterator(StagingDir(root, 2))) {
+    ADD_FAILURE() << "left behind: " << e.path();
+    ++left;
+  }
+  EXPECT_EQ(left, 0);
+
+  m.device.fail_to_host_from = 0;
+  Zero(m.host);
+  m.device.Clear();
+  auto loaded = LoadLatestCheckpoint(root, "", m.ranges, *comm, nullptr, &m.device);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->step, 1);
+  MirrorDeviceRanges(m.host, m.ranges, m.device);
+  EXPECT_EQ(Mismatches(m.host, 1), 0);
+}
+
+TEST(CheckpointOnDevice, CopierFailingToDeviceFailsTheLoadWithoutTryingOlderOnes) {
+  test::TempDir dir("ckpt_device");
+  const std::string root = dir.path() + "/ckpt";
+  auto comm = MakeSingleRankCommunicator();
+  MixedRank m(1);
+  ASSERT_TRUE(m.device.ok());
+  for (int64_t step : {1, 2}) {
+    Status st = SaveCheckpoint(root, 0, m.ranges, StateAt(step), *comm, &m.device);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  m.device.fail_to_device_from = 1;
+  std::vector<std::string> warnings;
+  auto loaded = LoadLatestCheckpoint(root, "", m.ranges, *comm, &warnings, &m.device);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_NE(loaded.status().message().find("step-00000002/rank-00000.safetensors: copying into device memory failed: "
+                                           "fake device: copy to device failed"),
+            std::string::npos)
+      << loaded.status().message();
+  EXPECT_TRUE(warnings.empty()) << JoinLines(warnings);
+  EXPECT_EQ(m.device.to_device_calls, 1);  // step 1 was not tried
+}
+
+TEST(CheckpointOnDevice, CopierFailingOnOneRankFailsTheLoadOnEveryRank) {
+  test::TempDir dir("ckpt_device");
+  const std::string root = dir.path() + "/ckpt";
+  SaveAsWorld(root, 2, 1200, 1);
+  SaveAsWorld(root, 2, 1200, 2);
+  auto comms = test::MakeThreadGroupCommunicators(2);
+  std::vector<Status> results(2);
+  std::vector<std::vector<std::string>> warnings(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      RankState s = ShardOf(Layout(1200), 2, r);
+      FakeDevice device(size_t(1) << 20);
+      if (r == 1) device.fail_to_device_from = 1;
+      const std::vector<OwnedRange> ranges = WithDeviceRanges(s, device, IsMoment);
+      results[size_t(r)] = LoadLatestCheckpoint(root, "", ranges, *comms[size_t(r)], &warnings[size_t(r)], &device).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(results[1].code(), StatusCode::kInternal);
+  EXPECT_NE(results[1].message().find("fake device: copy to device failed"), std::string::npos) << results[1].message();
+  EXPECT_EQ(results[0].code(), StatusCode::kInternal);
+  EXPECT_NE(results[0].message().find("step-00000002: loading failed on another rank"), std::string::npos)
+      << results[0].message();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(warnings[size_t(r)].empty()) << "rank " << r << ":\n" << JoinLines(warnings[size_t(r)]);
 }
 
 }  // namespace
