@@ -217,9 +217,12 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   int found = 0;
   const auto query = [&] {
     found = 0;
-    CheckBlas(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc_raw, first.get(), second.get(), out.get(),
-                                             out.get(), pref_raw, 1, &heuristic, &found),
-              "cublasLtMatmulAlgoGetHeuristic");
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc_raw, first.get(), second.get(),
+                                                                 out.get(), out.get(), pref_raw, 1, &heuristic,
+                                                                 &found);
+    // NOT_SUPPORTED is how cuBLASLt says "no algorithm for these constraints".
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+    CheckBlas(status, "cublasLtMatmulAlgoGetHeuristic");
     return found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS;
   };
   // Split-K partial sums go to the workspace in fp32 and are added in a

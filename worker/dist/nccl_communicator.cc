@@ -118,6 +118,10 @@ class NcclCommunicator final : public Communicator {
     const auto start = Clock::now();
     ncclResult_t r = enqueue();
     if (r != ncclSuccess && r != ncclInProgress) return Fail(op, ncclGetErrorString(r));
+    // A non-blocking communicator may return before the collective is on the
+    // stream (the first call sets up connections): an empty stream would
+    // look finished. Wait until NCCL has enqueued it.
+    if (r == ncclInProgress) PSTAR_RETURN_IF_ERROR(WaitForComm(CollectiveOpName(op)));
     PSTAR_RETURN_IF_ERROR(WaitForStream(CollectiveOpName(op)));
     const size_t i = size_t(op);
     ++counters_.calls[i];
