@@ -19,7 +19,8 @@
 #              assumed 128 GiB host and 80 GiB GPU, then tiny shapes trained on
 #              the CPU backend with an emulated tier that forces chunk moves
 # Environment: PSTAR_BUILD_DIR, PYTHON, PEAK_FLOPS (bench/gpu_common.sh);
-#   BATCH (16), ACCUM (1), CHECKPOINT (1: activation checkpointing, both sides),
+#   BATCH (4: the GPU room activations leave homes Adam moments), ACCUM (1),
+#   GRAD_PRECISION (16bit with bf16: gradients homed at 2 bytes per parameter), CHECKPOINT (1: activation checkpointing, both sides),
 #   HOST_MEMORY (default: 0.8 x RAM or the cgroup limit, as pstar takes it),
 #   DEVICE_MEMORY (default 0: pstar's 0.8 x the GPU's memory), PSTAR_TRIES (3),
 #   FSDP_TRIES (3), RUN_TIMEOUT (seconds per run, 480), FSDP_HOST_OVERHEAD (6GiB),
@@ -51,7 +52,7 @@ mkdir -p "$log_dir"
 runs="$log_dir/offload_runs.txt"
 touch "$runs"
 target_mfu=40
-batch="${BATCH:-16}" accum="${ACCUM:-1}" ckpt="${CHECKPOINT:-1}"
+batch="${BATCH:-4}" accum="${ACCUM:-1}" ckpt="${CHECKPOINT:-1}"
 ckpt_yaml=$([ "$ckpt" = 1 ] && echo true || echo false)
 
 require_pstar
@@ -70,7 +71,7 @@ if [ "$dry_run" -eq 1 ]; then
   tier_bytes=0
 else
   C=4096 NH=32 T=1024 V=50257
-  layers_list="${layers_list:-10 20 24 28 30 32 36 40 50 60 75 100}"
+  layers_list="${layers_list:-10 20 24 28 32 36 40 42 44 46 48 50 60 75 100}"
   steps="${steps:-4}" warmup="${warmup:-2}"
   [ "$GPU_MEM_BYTES" -gt 0 ] || die "no GPU visible to nvidia-smi (use --dry-run on a machine without one)"
   device=cuda precision=bf16
@@ -93,6 +94,7 @@ job_args() {  # layers -> pstar --set arguments
   local args=(--set "model={n_layer: $1, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}"
               --set "runtime.device=$device" --set "train.precision=$precision"
               --set "train.batch_size=$batch" --set "train.seq_len=$T" --set "train.grad_accum_steps=$accum"
+              --set "train.grad_precision=$([ "$precision" = fp32 ] && echo fp32 || echo "${GRAD_PRECISION:-16bit}")"
               --set "train.activation_checkpointing=$ckpt_yaml" --set "train.steps=$steps" --set train.log_every=1
               --set data.source=generated --set optimizer.params.lr=0.0006 --set train.warmup_steps=0
               --set train.lr_decay=constant --set "runtime.host_memory=$host_budget")
@@ -116,7 +118,8 @@ train_tier() {  # plan_json -> bytes for runtime.device_memory
 declare -A params fits plan_tier
 plan_table() {
   local plan_tier_bytes=$1 label=$2 dev=$3 where=$4
-  printf "%-7s %14s %12s %12s %12s %12s  %s\n" layers parameters "model data" "host min" "dev min" "dev slots" "$label"
+  printf "%-7s %14s %12s %12s %12s %12s %12s  %s\n" layers parameters "model data" "host min" "dev min" "dev slots" \
+    "homed on dev" "$label"
   local L plan args host_min dev_min verdict t largest_fit=""
   for L in $layers_list; do
     mapfile -t args < <(job_args "$L")
@@ -140,8 +143,9 @@ plan_table() {
       verdict=yes
       fits[$L]=1
     fi
-    printf "%-7s %14s %12s %12s %12s %12s  %s\n" "$L" "${params[$L]}" "$(gib "$(plan_field model_bytes "$plan")")" \
-      "$(gib "$host_min")" "$(gib "$dev_min")" "$(plan_field device_slots "$plan")" "$verdict"
+    printf "%-7s %14s %12s %12s %12s %12s %12s  %s\n" "$L" "${params[$L]}" "$(gib "$(plan_field model_bytes "$plan")")" \
+      "$(gib "$host_min")" "$(gib "$dev_min")" "$(plan_field device_slots "$plan")" \
+      "$(gib "$(plan_field device_home_bytes "$plan")")" "$verdict"
     [ "$verdict" = yes ] && largest_fit="$L layers (${params[$L]} parameters)"
   done
   echo "plan: largest that fits $where: ${largest_fit:-none}"
@@ -152,8 +156,8 @@ if [ "$dry_run" -eq 1 ] && { [ "$part" = all ] || [ "$part" = plan ]; }; then
   echo
   echo "== plan of the real shapes for the GPU host (assumed: 128 GiB host x 0.8, 80 GiB GPU x 0.8)"
   saved=("$C" "$NH" "$T" "$V" "$layers_list" "$host_budget" "$device" "$precision" "$batch")
-  C=4096 NH=32 T=1024 V=50257 layers_list="10 20 24 28 30 32 36 40 50 60 75 100" device=cuda precision=bf16
-  batch="${BATCH:-16}"
+  C=4096 NH=32 T=1024 V=50257 layers_list="10 20 24 28 32 36 40 42 44 46 48 50 60 75 100" device=cuda precision=bf16
+  batch="${BATCH:-4}"
   host_budget=$(awk 'BEGIN { printf "%.0f", 128 * 2^30 * 0.8 }')
   plan_table "$(awk 'BEGIN { printf "%.0f", 80 * 2^30 * 0.8 }')" "fits the GPU host" cuda "the assumed GPU host"
   C=${saved[0]} NH=${saved[1]} T=${saved[2]} V=${saved[3]} layers_list=${saved[4]} host_budget=${saved[5]}

@@ -58,6 +58,11 @@ struct Identity {
   __device__ float operator()(float x) const { return x; }
 };
 
+template <typename T>
+struct RoundTo {
+  __device__ float operator()(float x) const { return ToFloat(FromFloat<T>(x)); }
+};
+
 // out[i] = op(in[i]), through fp32. `vec`: every pointer is pack-aligned.
 template <typename To, typename From, typename Op>
 __global__ void UnaryKernel(To* out, const From* in, int64_t n, bool vec, Op op) {
@@ -139,6 +144,15 @@ void Convert(To* out, const From* in, int64_t n, cudaStream_t stream) {
     CheckLaunch("Convert");
   }
 }
+
+template <typename T>
+void RoundThrough(float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  UnaryKernel<<<PackBlocks(n), kThreads, 0, stream>>>(x, x, n, PackAligned(x), RoundTo<T>{});
+  CheckLaunch("RoundThrough");
+}
+template void RoundThrough<bf16>(float*, int64_t, cudaStream_t);
+template void RoundThrough<fp16>(float*, int64_t, cudaStream_t);
 
 #define PSTAR_POINTWISE(T)                                                           \
   template void GeluForward<T>(T*, const T*, int64_t, cudaStream_t);                 \

@@ -23,4 +23,9 @@ void ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t str
 template <typename To, typename From>
 void Convert(To* out, const From* in, int64_t n, cudaStream_t stream);
 
+// x[i] = float(T(x[i])), in place: rounded to T's precision (nearest even,
+// the bits of kernels/half.h). T is bf16 or fp16.
+template <typename T>
+void RoundThrough(float* x, int64_t n, cudaStream_t stream);
+
 }  // namespace pstar::kernels::cuda

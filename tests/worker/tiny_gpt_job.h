@@ -36,7 +36,7 @@ inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
 inline std::vector<std::vector<float>> TensorCopies(ParamStore& store, StateKind kind) {
   std::vector<std::vector<float>> out;
   for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
-    const float* p = store.TensorData(kind, id);
+    const float* p = store.Peek(kind, id);  // read in place, or copied to the host (a GPU's)
     out.emplace_back(p, p + store.layout().spec(id).numel());
   }
   return out;

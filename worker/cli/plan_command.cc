@@ -30,8 +30,10 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"device_bytes", p.device_bytes},
           {"device_slots", p.device_slots},
           {"device_adam_chunks", p.device_adam_chunks},
+          {"device_home_bytes", p.device_home_bytes},
           {"device_is_host_memory", p.device_is_host_memory},
           {"host_chunk_bytes", p.host_chunk_bytes},
+          {"grad_home", p.grad_home},
           {"host_data_bytes", p.host_data_bytes},
           {"host_overhead_bytes", p.host_overhead_bytes},
           {"min_host_bytes", p.min_host_bytes}};

@@ -127,11 +127,12 @@ int TrainCommand(const std::vector<std::string>& args) {
               (long long)g.n_layer, (long long)g.n_head, (long long)g.n_embd, (long long)g.vocab_size,
               double(g.NumParameters()) / 1e6, t.store().layout().num_chunks(),
               (long long)t.store().layout().chunk_elems());
-  std::printf("compute: %s | %s linear layers, fp32 accumulation and master weights%s\n",
+  std::printf("compute: %s | %s linear layers, fp32 accumulation and master weights%s%s\n",
               c.runtime.device == "cuda" ? ("cuda, GPU " + std::to_string(env->local_rank)).c_str() : "cpu",
               c.train.precision.c_str(),
               c.train.precision == "fp16" ? (c.fp16.loss_scale > 0 ? ", static loss scale" : ", dynamic loss scale")
-                                          : "");
+                                          : "",
+              c.train.grad_precision == "16bit" ? (", " + c.train.precision + " gradients").c_str() : "");
   if (metrics) {
     metrics->AttachRuntimeCounters(&t.store().chunks().counters());
     metrics->AttachCollectiveCounters(&(*comm)->counters());
@@ -139,12 +140,13 @@ int TrainCommand(const std::vector<std::string>& args) {
   const MemoryPlan& plan = t.plan();
   const ChunkManager& chunks = t.store().chunks();
   std::printf("memory: model data %s, activations %s%s | device tier %s (%s), %d chunk slots, "
-              "eviction %s, prefetch %lld | host budget %s (%s) | %d threads\n",
+              "Adam moments of %d/%d chunks homed there, eviction %s, prefetch %lld | host budget %s (%s) | "
+              "%d threads\n",
               FormatBytes(plan.model_bytes).c_str(), FormatBytes(plan.activation_bytes).c_str(),
               c.train.activation_checkpointing ? " (checkpointed)" : "",
               FormatBytes(chunks.device_capacity_bytes()).c_str(),
               chunks.device_capacity_bytes() >= plan.all_resident_device_bytes ? "all resident" : "chunks move",
-              chunks.device_slots(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
+              chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
               FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
               omp_get_max_threads());
   std::printf("data: %lld tokens | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",

@@ -299,7 +299,11 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   s.Read("lr_decay", t.lr_decay);
   s.Read("threads", t.threads);
   s.Read("precision", t.precision);
+  s.Read("grad_precision", t.grad_precision);
   s.CheckNoUnknownKeys();
+  if (t.grad_precision != "fp32" && t.grad_precision != "16bit") {
+    Fail(s.Key("grad_precision"), "must be fp32 or 16bit, got '" + t.grad_precision + "'");
+  }
   if (t.precision != "auto" && t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
     Fail(s.Key("precision"), "must be auto, fp32, bf16 or fp16, got '" + t.precision + "'");
   }
@@ -350,6 +354,9 @@ Config ParseRoot(const YAML::Node& root) {
   }
   if (c.train.precision == "auto") {
     c.train.precision = c.fp16.enabled ? "fp16" : c.runtime.device == "cuda" ? "bf16" : "fp32";
+  }
+  if (c.train.grad_precision == "16bit" && c.train.precision == "fp32") {
+    Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
   return c;
@@ -505,6 +512,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "lr_decay" << YAML::Value << c.train.lr_decay;
   e << YAML::Key << "threads" << YAML::Value << c.train.threads;
   e << YAML::Key << "precision" << YAML::Value << c.train.precision;
+  e << YAML::Key << "grad_precision" << YAML::Value << c.train.grad_precision;
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

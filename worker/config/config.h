@@ -101,6 +101,10 @@ struct TrainSection {
   // accumulation in every case). "auto" in a file; after parsing always the
   // effective one: fp16 when fp16.enabled, else bf16 on cuda and fp32 on cpu.
   std::string precision = "auto";
+  // Gradients in fp32, or "16bit": rounded to the precision's 16-bit format
+  // after every op that adds to them (each op still accumulates in fp32) and
+  // homed on the host at half size. One rank and a 16-bit precision only.
+  std::string grad_precision = "fp32";
 };
 
 struct Config {

@@ -57,6 +57,14 @@ class CpuModelKernels final : public ModelKernels {
   void SumsOfSquares(std::span<const Span> spans, double* sums) override {
     for (size_t i = 0; i < spans.size(); ++i) sums[i] = k::SumOfSquares(spans[i].data, spans[i].n);
   }
+  void RoundToPrecision(float* x, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGradRound));
+    if (precision_ == Precision::kBf16) {
+      for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::BFloat16ToFloat(pstar::kernels::FloatToBFloat16(x[i]));
+    } else if (precision_ == Precision::kFp16) {
+      for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::HalfToFloat(pstar::kernels::FloatToHalf(x[i]));
+    }
+  }
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                       int64_t T, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));

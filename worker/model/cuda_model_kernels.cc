@@ -68,6 +68,11 @@ class CudaModelKernels final : public ModelKernels {
     CheckCuda(cudaStreamSynchronize(stream_), "download");
     return host;
   }
+  void RoundToPrecision(float* x, int64_t n) override {
+    NvtxRange range(OpFamilyName(OpFamily::kGradRound));
+    if (precision_ == Precision::kBf16) kc::RoundThrough<kc::bf16>(x, n, stream_);
+    if (precision_ == Precision::kFp16) kc::RoundThrough<kc::fp16>(x, n, stream_);
+  }
   void SumsOfSquares(std::span<const Span> spans, double* sums) override {
     // The partials first, then as many per-span sums as the scratch holds,
     // downloaded together (once for any real model).

@@ -52,10 +52,11 @@ enum class OpFamily : int {
   kZero,          // zero-filled workspaces
   kGradNorm,      // GradientNorm, all of it
   kAdam,          // the optimizer step, all of it
+  kGradRound,     // gradients rounded to 16 bits after each op (train.grad_precision: 16bit)
 };
-inline constexpr int kNumOpFamilies = 12;
+inline constexpr int kNumOpFamilies = 13;
 // "encoder", "layernorm", "matmul", "attention", "gelu", "residual",
-// "cross_entropy", "loss_sum", "upload", "zero", "grad_norm", "adam".
+// "cross_entropy", "loss_sum", "upload", "zero", "grad_norm", "adam", "grad_round".
 inline const char* OpFamilyName(OpFamily family) {
   switch (family) {
     case OpFamily::kEncoder: return "encoder";
@@ -70,6 +71,7 @@ inline const char* OpFamilyName(OpFamily family) {
     case OpFamily::kZero: return "zero";
     case OpFamily::kGradNorm: return "grad_norm";
     case OpFamily::kAdam: return "adam";
+    case OpFamily::kGradRound: return "grad_round";
   }
   return "?";
 }
@@ -114,6 +116,9 @@ class ModelKernels {
     int64_t n = 0;
   };
   virtual void SumsOfSquares(std::span<const Span> spans, double* sums) = 0;
+  // x[i] rounded to the precision's 16-bit format (nearest even, the bits of
+  // kernels/half.h), in place: gradients kept in 16 bits. Nothing in fp32.
+  virtual void RoundToPrecision(float* x, int64_t n) = 0;
 
   virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                               int64_t B, int64_t T, int64_t C) = 0;

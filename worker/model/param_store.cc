@@ -98,6 +98,12 @@ ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pas
 
 void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses,
                          Pass pass) {
+  if (pass == Pass::kBackward && round_grad_) {
+    for (TensorId id : tensors) {
+      const TensorPlacement& p = layout_.placement(id);
+      round_grad_(chunks_->DeviceData({StateKind::kGrad, p.chunk}) + p.offset, layout_.spec(id).numel());
+    }
+  }
   for (TensorId id : tensors) {
     if (--compute_refs_[size_t(id)] == 0) {
       states_[size_t(id)] = pass == Pass::kForward ? TensorState::kHoldAfterForward

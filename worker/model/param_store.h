@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -95,6 +96,11 @@ class ParamStore {
   // every rank calls it after the step's last backward pass.
   void FlushGrads() { chunks_->Flush(StateKind::kGrad); }
 
+  // Called when a backward-pass use ends, with each of its tensors' device
+  // gradients, in the op's order on the device: rounds gradients kept in 16
+  // bits (see ModelKernels::RoundToPrecision). None by default.
+  void SetGradientRounding(std::function<void(float* grad, int64_t n)> round) { round_grad_ = std::move(round); }
+
   // Step boundaries for the chunk trace.
   void BeginStep() { chunks_->BeginStep(); }
   void EndStep();
@@ -125,6 +131,7 @@ class ParamStore {
   bool recording_ = false;
   int64_t moment_ = 0;
   std::vector<AccessRecord> trace_;
+  std::function<void(float*, int64_t)> round_grad_;
 };
 
 class ParamStore::Use {

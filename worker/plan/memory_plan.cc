@@ -82,6 +82,14 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   // whole chunks, the moments are sharded), so no slots are kept for them.
   r.hybrid_adam = c.optimizer.use_hybrid_adam && world_size == 1;
   r.margin_use_ratio = c.mem_tracer.margin_use_ratio;
+  if (c.train.grad_precision == "16bit") {
+    if (world_size > 1) {
+      return Status::InvalidArgument("train.grad_precision: 16bit needs one rank (several reduce their gradients in fp32), this job has " +
+                                     std::to_string(world_size));
+    }
+    r.grad_home = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
+    p.grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
+  }
 
   const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
   p.min_device_bytes = ChunkManager::MinDeviceBytes(chunk_bytes, r);
@@ -91,11 +99,13 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
   p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
   p.device_adam_chunks = ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
+  p.device_home_bytes = 2 * int64_t(p.device_adam_chunks) * p.chunk_bytes;
 
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).
   p.device_is_host_memory = device == ComputeDevice::kCpu;
-  p.host_chunk_bytes = p.model_bytes / world_size;
+  p.host_chunk_bytes =
+      ChunkManager::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
   p.host_overhead_bytes = kHostOverheadBytes;
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
@@ -126,10 +136,12 @@ std::string FormatPlan(const MemoryPlan& p) {
   add("chunks pinned at once", std::to_string(p.max_chunks_per_moment));
   add("device: minimum", bytes(p.min_device_bytes));
   add("device: all resident", bytes(p.all_resident_device_bytes));
-  add("device: this job", bytes(p.device_bytes) + ", " + std::to_string(p.device_slots) +
-                              " chunk slots, Adam on device for " + std::to_string(p.device_adam_chunks) +
-                              " of " + std::to_string(p.num_chunks) + " chunks");
-  add("host: chunk home copies", bytes(p.host_chunk_bytes));
+  add("device: this job", bytes(p.device_bytes) + ", " + std::to_string(p.device_slots) + " chunk slots");
+  add("device: homed Adam moments", FormatBytes(p.device_home_bytes) + ", " +
+                                        std::to_string(p.device_adam_chunks) + " of " +
+                                        std::to_string(p.num_chunks) + " chunks (their Adam runs on the device)");
+  add("host: chunk home copies", bytes(p.host_chunk_bytes) + (p.grad_home == "fp32" ? std::string()
+                                                                  : ", gradients in " + p.grad_home));
   add("host: data", bytes(p.host_data_bytes));
   add("host: overhead", bytes(p.host_overhead_bytes));
   if (p.device_is_host_memory) add("host: emulated device", bytes(p.device_bytes));

@@ -37,10 +37,12 @@ struct MemoryPlan {
   int64_t all_resident_device_bytes = 0;  // activations + every chunk: nothing moves
   int64_t device_bytes = 0;           // the device tier this config gets
   int64_t device_slots = 0;           // chunk slots in it
-  int32_t device_adam_chunks = 0;     // chunks whose Adam runs on the device
+  int32_t device_adam_chunks = 0;     // chunks whose moments are homed on the device (Adam runs there)
+  int64_t device_home_bytes = 0;      // the part of the tier those moments take
 
   bool device_is_host_memory = true;  // CPU backend: the device tier is RAM too
-  int64_t host_chunk_bytes = 0;       // this rank's home shards of every chunk
+  int64_t host_chunk_bytes = 0;       // this rank's home shards of every chunk homed on the host
+  std::string grad_home = "fp32";     // the gradients' host format: fp32, bf16 or fp16
   int64_t host_data_bytes = 0;        // the token data held in memory
   int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
   int64_t min_host_bytes = 0;         // everything the host must hold

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/half.h"
 #include "worker/core/bytes.h"
 #include "worker/runtime/nvtx_range.h"
 
@@ -60,19 +61,32 @@ int64_t DeviceKinds(const ChunkRuntimeOptions& options) { return options.hybrid_
 
 }  // namespace
 
+int64_t ChunkManager::StagingBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
+  // Half a chunk per copy direction.
+  return options.grad_home.has_value() ? 2 * RoundUp(SlotBytes(chunk_bytes) / 2) : 0;
+}
+
 int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
                                      const ChunkRuntimeOptions& options) {
-  const int64_t everything =
-      RoundUp(options.non_model_bytes) + DeviceKinds(options) * num_chunks * SlotBytes(chunk_bytes);
+  const int64_t everything = RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) +
+                             DeviceKinds(options) * num_chunks * SlotBytes(chunk_bytes);
   // More than everything would be memory nothing uses: the tier is never larger.
   if (options.device_capacity_bytes > 0) return std::min(options.device_capacity_bytes, everything);
   return everything;
 }
 
 int64_t ChunkManager::DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
-  const int64_t room = DeviceCapacity(num_chunks, chunk_bytes, options) - RoundUp(options.non_model_bytes);
+  const int64_t room = DeviceCapacity(num_chunks, chunk_bytes, options) - RoundUp(options.non_model_bytes) -
+                       StagingBytes(chunk_bytes, options);
   if (room <= 0) return 0;
   return std::min(room / SlotBytes(chunk_bytes), DeviceKinds(options) * num_chunks);
+}
+
+int64_t ChunkManager::StreamingReserve(int32_t num_chunks, const ChunkRuntimeOptions& options) {
+  // The chunks one moment pins, for this moment and each one prefetched
+  // ahead of it; never more than every param and grad chunk.
+  const int64_t working = int64_t(options.min_chunks_per_moment) * (1 + std::max(0, options.prefetch_depth));
+  return std::min<int64_t>(working, 2 * int64_t(num_chunks));
 }
 
 int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options) {
@@ -80,16 +94,23 @@ int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const 
   // Room for every chunk of every kind: everything stays, no margin is needed
   // (slots are exact, nothing fragments).
   if (slots >= int64_t(kNumStateKinds) * num_chunks) return num_chunks;
-  // Otherwise a share of the room beyond every param and grad chunk holds
-  // optimizer states, two slots per chunk.
-  const int64_t fwd_bwd_chunks = 2 * int64_t(num_chunks);
-  if (slots < fwd_bwd_chunks + 2) return 0;
-  const int64_t n = int64_t(double(slots - fwd_bwd_chunks) * options.margin_use_ratio) / 2;
+  // Otherwise a share of the room beyond what params and grads stream
+  // through homes optimizer moments, two slots per chunk.
+  const int64_t spare = slots - StreamingReserve(num_chunks, options);
+  if (spare < 2) return 0;
+  const int64_t n = int64_t(double(spare) * options.margin_use_ratio) / 2;
   return int32_t(std::min<int64_t>(n, num_chunks));
 }
 
+int64_t ChunkManager::HostHomeBytes(int32_t num_chunks, int64_t shard_bytes, int32_t device_adam_chunks,
+                                    const ChunkRuntimeOptions& options) {
+  const int64_t grads = int64_t(num_chunks) * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes);
+  return (int64_t(kNumStateKinds - 1) * num_chunks - 2 * int64_t(device_adam_chunks)) * shard_bytes + grads;
+}
+
 int64_t ChunkManager::MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
-  return RoundUp(options.non_model_bytes) + int64_t(options.min_chunks_per_moment) * SlotBytes(chunk_bytes);
+  return RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) +
+         int64_t(options.min_chunks_per_moment) * SlotBytes(chunk_bytes);
 }
 
 Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
@@ -103,6 +124,9 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) + " bytes cannot be split into " +
                                    std::to_string(world) + " aligned shards (needs a multiple of " +
                                    std::to_string(kAlign * world) + " bytes)");
+  }
+  if (world > 1 && options.grad_home.has_value()) {
+    return Status::InvalidArgument("16-bit gradient homes need one rank (several reduce their gradients in fp32)");
   }
   if (world > 1 && comm->device_buffers() == backend->device_is_host_memory()) {
     return Status::FailedPrecondition(
@@ -125,30 +149,50 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   auto m = std::unique_ptr<ChunkManager>(new ChunkManager(num_chunks, stride, std::move(backend), options, comm));
   m->device_capacity_ = capacity;
   m->non_model_bytes_ = non_model;
-  m->slots_offset_ = non_model;
+  m->staging_offset_ = non_model;
+  m->slots_offset_ = non_model + StagingBytes(chunk_bytes, options);
   const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
-  PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(non_model + slots * stride)));
-  PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(total_chunks * m->shard_bytes_)));
+  // With N ranks every update runs on the host shards (device Adam would need
+  // the device to hold shards, not gathered chunks).
+  const int32_t homed = world > 1 ? 0 : DeviceAdamChunks(num_chunks, slots, options);
+  const int64_t streaming = slots - 2 * int64_t(homed);
+  m->device_adam_chunks_ = homed;
+  m->homes_offset_ = m->slots_offset_ + streaming * stride;
+  PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(m->slots_offset_ + slots * stride)));
+  PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(
+                                             HostHomeBytes(num_chunks, m->shard_bytes_, homed, options))));
+  if (options.grad_home.has_value()) {
+    PSTAR_ASSIGN_OR_RETURN(m->widen_buffer_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
+  }
   if (world > 1) {
     PSTAR_ASSIGN_OR_RETURN(m->scratch_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
   }
   m->states_.assign(size_t(total_chunks), ChunkState{});
   for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
-  m->slot_owner_.assign(size_t(slots), -1);
-  for (int64_t s = 0; s < slots; ++s) {
+  m->slot_owner_.assign(size_t(streaming), -1);
+  for (int64_t s = 0; s < streaming; ++s) {
     m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent()});
   }
-  for (int64_t s = slots - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
+  for (int64_t s = streaming - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
   for (int64_t i = 0; i < total_chunks; ++i) m->home_written_.push_back(m->backend_->CreateEvent());
-  m->peak_device_bytes_ = non_model;
-  // With N ranks every update runs on the host shards (device Adam would need
-  // the device to hold shards, not gathered chunks).
-  m->device_adam_chunks_ = world > 1 ? 0 : DeviceAdamChunks(num_chunks, slots, options);
+  m->compute_done_ = m->backend_->CreateEvent();
+  // Device-homed moments start at zero, like every moment.
+  if (homed > 0) {
+    m->backend_->Zero(m->device_block_.data() + m->homes_offset_, size_t(2 * homed * stride), StreamKind::kCompute);
+    for (int32_t i = 2 * num_chunks; i < total_chunks; ++i) {
+      if (m->DeviceHomed(i)) m->states_[size_t(i)].zero = false;
+    }
+  }
+  m->peak_device_bytes_ = m->device_bytes_in_use();
 
   RuntimeCounters& c = m->counters_;
   for (int k = 0; k < kNumStateKinds; ++k) {
-    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(num_chunks) * m->shard_bytes_;
-    c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks;
+    const int32_t on_device = k >= int(StateKind::kExpAvg) ? homed : 0;
+    c.resident_bytes[int(Tier::kHost)][size_t(k)] =
+        int64_t(num_chunks - on_device) * m->HomeBytes(k * num_chunks);
+    c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks - on_device;
+    c.resident_bytes[int(Tier::kDevice)][size_t(k)] = int64_t(on_device) * stride;
+    c.resident_chunks[int(Tier::kDevice)][size_t(k)] = on_device;
   }
   c.non_model_bytes[int(Tier::kDevice)] = non_model;
   c.device_capacity_bytes = capacity;
@@ -156,8 +200,54 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   return m;
 }
 
+std::byte* ChunkManager::Home(int32_t index) const {
+  // Params, grads (at half size when 16-bit), then each moment kind without
+  // its device-homed chunks.
+  const int64_t n = num_chunks_, chunk = index % num_chunks_;
+  const int64_t grad_bytes = HomeBytes(int32_t(n));
+  if (index < n) return host_block_.data() + chunk * shard_bytes_;
+  if (index < 2 * n) return host_block_.data() + n * shard_bytes_ + chunk * grad_bytes;
+  if (DeviceHomed(index)) InternalError("host copy of a chunk homed on the device");
+  const int64_t kind = index / n - 2;
+  const int64_t slot = kind * (n - device_adam_chunks_) + (chunk - device_adam_chunks_);
+  return host_block_.data() + n * (shard_bytes_ + grad_bytes) + slot * shard_bytes_;
+}
+
 float* ChunkManager::HostCopy(int32_t index) const {
-  return reinterpret_cast<float*>(host_block_.data() + int64_t(index) * shard_bytes_);
+  if (HalfHomed(index)) InternalError("fp32 host copy of a chunk homed in 16 bits");
+  return reinterpret_cast<float*>(Home(index));
+}
+
+uint16_t* ChunkManager::HalfHome(int32_t index) const { return reinterpret_cast<uint16_t*>(Home(index)); }
+
+float* ChunkManager::HomeOnDevice(int32_t index) const {
+  const int64_t kind = index / num_chunks_ - 2, chunk = index % num_chunks_;
+  return reinterpret_cast<float*>(device_block_.data() + homes_offset_ +
+                                  (kind * device_adam_chunks_ + chunk) * chunk_bytes_);
+}
+
+float* ChunkManager::DeviceHome(ChunkKey key) const {
+  if (!DeviceHomed(key)) InternalError("device home of a chunk homed on the host");
+  return HomeOnDevice(Index(key));
+}
+
+float* ChunkManager::HostReadableHome(int32_t index) {
+  if (backend_->device_is_host_memory()) return HomeOnDevice(index);  // ops complete when issued
+  if (peek_buffer_.data() == nullptr) {
+    auto block = backend_->AllocateHost(size_t(chunk_bytes_));
+    if (!block.ok()) InternalError("host buffer for reading a device-homed chunk: " + block.status().message());
+    peek_buffer_ = std::move(block).value();
+  }
+  SynchronizeCompute();
+  backend_->Copy(peek_buffer_.data(), HomeOnDevice(index), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+  backend_->Record(*compute_done_, StreamKind::kDeviceToHost);
+  backend_->Synchronize(*compute_done_);
+  return reinterpret_cast<float*>(peek_buffer_.data());
+}
+
+void ChunkManager::SynchronizeCompute() {
+  backend_->Record(*compute_done_, StreamKind::kCompute);
+  backend_->Synchronize(*compute_done_);
 }
 
 float* ChunkManager::SlotData(int32_t slot) const {
@@ -166,18 +256,24 @@ float* ChunkManager::SlotData(int32_t slot) const {
 
 void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
   const size_t kind = size_t(KeyOf(index).kind);
-  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? shard_bytes_ : chunk_bytes_);
+  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? HomeBytes(index) : chunk_bytes_);
   counters_.resident_chunks[int(tier)][kind] += sign;
 }
 
 void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   ++tick_;
+  // The chunks that stream through slots; device-homed ones are always there
+  // and stay out of the trace.
   std::vector<int32_t> moment;
   moment.reserve(accesses.size());
-  for (const ChunkAccess& a : accesses) {
-    const int32_t i = Index(a.key);
-    for (int32_t seen : moment) {
-      if (seen == i) InternalError("chunk listed twice in one moment");
+  for (size_t k = 0; k < accesses.size(); ++k) {
+    const int32_t i = Index(accesses[k].key);
+    for (size_t j = 0; j < k; ++j) {
+      if (Index(accesses[j].key) == i) InternalError("chunk listed twice in one moment");
+    }
+    if (DeviceHomed(i)) {
+      ++states_[size_t(i)].pins;
+      continue;
     }
     moment.push_back(i);
   }
@@ -196,20 +292,21 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
     }
     ++st.pins;
   }
-  for (size_t k = 0; k < accesses.size(); ++k) {
-    const int32_t i = moment[k];
+  for (const ChunkAccess& a : accesses) {
+    const int32_t i = Index(a.key);
+    if (DeviceHomed(i)) continue;
     ChunkState& st = states_[size_t(i)];
     if (st.slot < 0) {
       if (!Load(i, /*prefetch=*/false, /*must_outlive=*/0)) {
         int32_t pinned = 0;
         for (int32_t owner : slot_owner_) pinned += owner >= 0 && states_[size_t(owner)].pins > 0;
-        InternalError("no device slot for chunk " + std::to_string(accesses[k].key.chunk) + " (" +
-                      StateKindName(accesses[k].key.kind) + "): " + std::to_string(pinned) + " of " +
-                      std::to_string(device_slots()) + " slots pinned");
+        InternalError("no device slot for chunk " + std::to_string(a.key.chunk) + " (" +
+                      StateKindName(a.key.kind) + "): " + std::to_string(pinned) + " of " +
+                      std::to_string(streaming_slots()) + " slots pinned");
       }
       ++st.pins;
     }
-    if (accesses[k].writes) st.device_dirty = true;
+    if (a.writes) st.device_dirty = true;
     st.last_use = tick_;
   }
   // Compute reads the chunks only after their copies landed.
@@ -226,6 +323,7 @@ void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
     ChunkState& st = state(a.key);
     if (st.pins <= 0) InternalError("release of an unpinned chunk");
     --st.pins;
+    if (DeviceHomed(a.key)) continue;  // read by the host only after SynchronizeCompute
     // The slot may be copied out or reused only after the op's work on it.
     backend_->Record(*slot_events_[size_t(st.slot)].computed, StreamKind::kCompute);
   }
@@ -233,8 +331,8 @@ void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
 
 float* ChunkManager::DeviceData(ChunkKey key) const {
   const ChunkState& st = state(key);
-  if (st.slot < 0 || st.pins <= 0) InternalError("device data of a chunk that is not pinned");
-  return SlotData(st.slot);
+  if (st.pins <= 0 || (st.slot < 0 && !DeviceHomed(key))) InternalError("device data of a chunk that is not pinned");
+  return DeviceHomed(key) ? HomeOnDevice(Index(key)) : SlotData(st.slot);
 }
 
 bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
@@ -294,11 +392,17 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
     NvtxRange range("h2d");
     const int64_t move = BeginMove(Direction::kHostToDevice);
-    backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
-    EndMove(move, Direction::kHostToDevice, chunk_bytes_);
+    const int64_t bytes = HomeBytes(index);
+    if (HalfHomed(index)) {
+      backend_->CopyWidened(SlotData(slot), HalfHome(index), chunk_bytes_ / int64_t(sizeof(float)),
+                            *options_.grad_home, device_block_.data() + staging_offset_, StreamKind::kHostToDevice);
+    } else {
+      backend_->Copy(SlotData(slot), HostCopy(index), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+    }
+    EndMove(move, Direction::kHostToDevice, bytes);
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
-    counters_.moved_bytes[int(Direction::kHostToDevice)] += chunk_bytes_;
+    counters_.moved_bytes[int(Direction::kHostToDevice)] += bytes;
   }
   backend_->Record(*ev.copied, StreamKind::kHostToDevice);
   st.prefetched = prefetch;
@@ -371,6 +475,7 @@ void ChunkManager::WriteHome(int32_t index) {
   ChunkState& st = states_[size_t(index)];
   SlotEvents& ev = slot_events_[size_t(st.slot)];
   backend_->StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
+  backend_->StreamWait(StreamKind::kDeviceToHost, *ev.copied);    // and a fill or load into the slot
   NvtxRange range("d2h");
   const int64_t move = BeginMove(Direction::kDeviceToHost);
   if (AccumulatesHome(index)) {
@@ -378,6 +483,7 @@ void ChunkManager::WriteHome(int32_t index) {
     // then spent (it is in the home sum) and must be dropped by the caller.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     backend_->Synchronize(*ev.computed);  // the collective reads the slot on this thread
+    backend_->Synchronize(*ev.copied);
     if (comm_->device_buffers()) {
       // NCCL writes GPU memory: reduce into this rank's place in the slot,
       // then copy that part down.
@@ -406,10 +512,17 @@ void ChunkManager::WriteHome(int32_t index) {
   } else if (world_ > 1) {
     InternalError("a sharded chunk other than a gradient was written on the device");
   } else {
-    backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+    const int64_t bytes = HomeBytes(index);
+    if (HalfHomed(index)) {
+      backend_->CopyNarrowed(HalfHome(index), SlotData(st.slot), chunk_bytes_ / int64_t(sizeof(float)),
+                             *options_.grad_home, device_block_.data() + staging_offset_ + StagingBytes(chunk_bytes_, options_) / 2,
+                             StreamKind::kDeviceToHost);
+    } else {
+      backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
+    }
     backend_->Record(*home_written_[size_t(index)], StreamKind::kDeviceToHost);
-    counters_.moved_bytes[int(Direction::kDeviceToHost)] += chunk_bytes_;
-    EndMove(move, Direction::kDeviceToHost, chunk_bytes_);
+    counters_.moved_bytes[int(Direction::kDeviceToHost)] += bytes;
+    EndMove(move, Direction::kDeviceToHost, bytes);
   }
   backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
   st.device_dirty = false;
@@ -441,6 +554,7 @@ void ChunkManager::Prefetch() {
 
 const float* ChunkManager::HostRead(ChunkKey key) {
   const int32_t i = Index(key);
+  if (DeviceHomed(i)) return HostReadableHome(i);
   ChunkState& st = states_[size_t(i)];
   if (st.slot >= 0 && st.device_dirty) {
     if (st.pins > 0) InternalError("host read of a chunk an op is writing on the device");
@@ -450,15 +564,36 @@ const float* ChunkManager::HostRead(ChunkKey key) {
   // This write-home, or one from an eviction still in flight.
   backend_->Synchronize(*home_written_[size_t(i)]);
   if (st.zero) {
-    std::memset(HostCopy(i), 0, size_t(shard_bytes_));
+    std::memset(Home(i), 0, size_t(HomeBytes(i)));
     st.zero = false;
+  }
+  if (HalfHomed(i)) {
+    // Widened into the one-shard buffer, exactly (the values are 16-bit ones).
+    float* wide = reinterpret_cast<float*>(widen_buffer_.data());
+    const uint16_t* half = HalfHome(i);
+    const int64_t n = shard_bytes_ / int64_t(sizeof(float));
+    if (*options_.grad_home == HalfFormat::kBf16) {
+      for (int64_t k = 0; k < n; ++k) wide[k] = kernels::BFloat16ToFloat(half[k]);
+    } else {
+      for (int64_t k = 0; k < n; ++k) wide[k] = kernels::HalfToFloat(half[k]);
+    }
+    return wide;
   }
   return HostCopy(i);
 }
 
 float* ChunkManager::HostWrite(ChunkKey key) {
-  HostRead(key);
   const int32_t i = Index(key);
+  if (DeviceHomed(i)) {
+    if (states_[size_t(i)].pins > 0) InternalError("host write to a chunk pinned on the device");
+    if (!backend_->device_is_host_memory()) {
+      InternalError(std::string("host write to a chunk homed in GPU memory (") + StateKindName(key.kind) + " " +
+                    std::to_string(key.chunk) + ")");
+    }
+    return HomeOnDevice(i);
+  }
+  if (HalfHomed(i)) InternalError(std::string("host write to a chunk homed in 16 bits (") + StateKindName(key.kind) + ")");
+  HostRead(key);
   ChunkState& st = states_[size_t(i)];
   if (st.slot >= 0) {
     if (st.pins > 0) InternalError("host write to a chunk pinned on the device");
@@ -469,9 +604,15 @@ float* ChunkManager::HostWrite(ChunkKey key) {
 
 ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   const int32_t i = Index(key);
+  if (DeviceHomed(i)) return {HomeOnDevice(i), true};
   const ChunkState& st = states_[size_t(i)];
   if (st.zero || AccumulatesHome(i)) return {HostRead(key), false};
-  if (st.slot >= 0 && st.device_dirty) return {SlotData(st.slot), true};
+  // With one rank a device copy is current, dirty or not (a clean one may
+  // still be on its way home: reading it in place does not wait for that
+  // copy). With N ranks the device holds whole chunks, the home this rank's
+  // shard, which is what callers index.
+  if (world_ == 1 && st.slot >= 0) return {SlotData(st.slot), true};
+  if (HalfHomed(i)) return {HostRead(key), false};  // widened for the host
   backend_->Synchronize(*home_written_[size_t(i)]);
   return {HostCopy(i), false};
 }
@@ -487,16 +628,27 @@ void ChunkManager::ZeroFill(StateKind kind) {
     const int32_t i = Index({kind, c});
     ChunkState& st = states_[size_t(i)];
     if (st.pins > 0) InternalError("zero fill of a pinned chunk");
+    if (DeviceHomed(i)) {
+      backend_->Zero(HomeOnDevice(i), size_t(chunk_bytes_), StreamKind::kCompute);
+      continue;
+    }
     if (st.slot >= 0) DropDeviceCopy(i);  // its contents are discarded, no copy home
     st.zero = true;
   }
 }
 
 void ChunkManager::Flush(StateKind kind) {
-  // One rank's home copies need nothing: readers copy a dirty chunk home when
-  // they need it (Peek reads the device copy in place).
-  if (world_ == 1) return;
-  for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
+  if (world_ > 1) {
+    for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
+    return;
+  }
+  for (int32_t c = device_adam_chunks_; c < num_chunks_; ++c) {
+    const int32_t i = Index({kind, c});
+    const ChunkState& st = states_[size_t(i)];
+    if (DeviceHomed(i) || st.slot < 0 || !st.device_dirty) continue;
+    if (st.pins > 0) InternalError("flush of a chunk pinned on the device");
+    WriteHome(i);
+  }
 }
 
 void ChunkManager::BeginStep() {
@@ -506,6 +658,26 @@ void ChunkManager::BeginStep() {
 
 void ChunkManager::EndStep() {
   if (!trace_valid_ || moment_ != int64_t(trace_.size())) AdoptTrace();
+  PrefetchStepStart();
+}
+
+void ChunkManager::PrefetchStepStart() {
+  if (options_.prefetch_depth <= 0 || !trace_valid_) return;
+  // Distances count from just before the next step's first moment.
+  moment_ = -1;
+  const int64_t moments = int64_t(trace_.size());
+  for (int64_t j = 0; j < options_.prefetch_depth && j < moments; ++j) {
+    for (int32_t index : trace_[size_t(j)]) {
+      // Gradients start every step as zeros (a fill, not a copy); with N ranks
+      // they also start from zeros on the device.
+      if (KeyOf(index).kind == StateKind::kGrad || states_[size_t(index)].slot >= 0) continue;
+      if (!Load(index, /*prefetch=*/true, /*must_outlive=*/j + 1)) {
+        moment_ = 0;
+        return;
+      }
+    }
+  }
+  moment_ = 0;
 }
 
 void ChunkManager::AdoptTrace() {

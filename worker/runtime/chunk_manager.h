@@ -9,11 +9,18 @@
 // slots. Without a valid trace (warm-up, or after the sequence changed) the
 // least recently used chunk is evicted and nothing is prefetched. Clean device
 // copies are dropped without a copy; dirty ones are written home first.
+//
+// With one rank and the hybrid Adam placement, the optimizer moments of the
+// first DeviceAdamChunks chunks are homed on the device instead: they live in
+// fixed slots at the end of the tier for the whole run, never move, and take
+// no host memory. That is what lets a model larger than the host alone could
+// home train (the moments are half of all model data).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -60,13 +67,19 @@ struct ChunkRuntimeOptions {
   EvictionPolicy eviction = EvictionPolicy::kOpt;
   // Moments of lookahead for prefetch; 0 = off.
   int32_t prefetch_depth = 2;
-  // Place optimizer states of some chunks on the device when the budget has room
-  // beyond every param and grad chunk; this fraction of that room is used
-  // (all of it when the tier holds every chunk). Off (as the planner sets it
-  // for N > 1 ranks), the moments never reach the device and the tier keeps
-  // no room for them.
+  // Home the optimizer moments of some chunks on the device, in the room the
+  // tier has beyond the slots params and grads stream through; this fraction
+  // of that room is used (all of it when the tier holds every chunk). Off (as
+  // the planner sets it for N > 1 ranks), the moments never reach the device
+  // and the tier keeps no room for them.
   bool hybrid_adam = true;
   double margin_use_ratio = 0.8;
+  // Gradients homed on the host in 16 bits of this format instead of fp32
+  // (one rank only). Their device copies stay fp32; every value must already
+  // be one the format holds (the model rounds gradients after each op), so
+  // the narrowing copies home and the widening ones back are exact. The
+  // device tier keeps a staging area of one chunk for the conversions.
+  std::optional<HalfFormat> grad_home;
 };
 
 class ChunkManager {
@@ -80,13 +93,23 @@ class ChunkManager {
                                                       const ChunkRuntimeOptions& options,
                                                       Communicator* comm = nullptr);
   // The arithmetic Create uses, shared with the planner: chunk slots are
-  // 64-byte aligned; the device tier's capacity and slot count; how many
-  // chunks' optimizer states the hybrid placement puts on the device.
+  // 64-byte aligned; the device tier's capacity and its chunk slots (streaming
+  // and homed together); the slots params and grads keep to stream through;
+  // how many chunks' optimizer moments the hybrid placement homes on the
+  // device (two slots each).
   static int64_t SlotBytes(int64_t chunk_bytes);
   static int64_t DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
   static int64_t DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+  static int64_t StreamingReserve(int32_t num_chunks, const ChunkRuntimeOptions& options);
   static int32_t DeviceAdamChunks(int32_t num_chunks, int64_t slots, const ChunkRuntimeOptions& options);
-  // Bytes the device tier needs at least: non-model plus the chunks one moment pins.
+  // Host bytes one rank's home shards take when `device_adam_chunks` chunks
+  // have their moments homed on the device (gradients at half size with
+  // 16-bit homes).
+  static int64_t HostHomeBytes(int32_t num_chunks, int64_t shard_bytes, int32_t device_adam_chunks,
+                               const ChunkRuntimeOptions& options);
+  // Device bytes for the 16-bit conversions (one chunk; 0 with fp32 homes).
+  static int64_t StagingBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+  // Bytes the device tier needs at least: non-model, staging, and the chunks one moment pins.
   static int64_t MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options);
 
   ChunkManager(const ChunkManager&) = delete;
@@ -102,9 +125,21 @@ class ChunkManager {
   // Device copy of a pinned chunk.
   float* DeviceData(ChunkKey key) const;
 
+  // Whether the chunk's home is on the device (moments under hybrid Adam).
+  bool DeviceHomed(ChunkKey key) const { return DeviceHomed(Index(key)); }
+  // A device-homed chunk's only copy, at any time (checkpoints copy it
+  // through the backend; on the CPU backend the host may also read it).
+  float* DeviceHome(ChunkKey key) const;
+  // Waits for every op queued on the compute stream, so that device-homed
+  // chunks can be copied or read by the host.
+  void SynchronizeCompute();
+
   // This rank's home shard (the whole chunk with one rank), made current (a
   // dirty device copy is copied, or reduce-scattered, home first). Not while
-  // an op holds the chunk on the device.
+  // an op holds the chunk on the device. A device-homed chunk has no host
+  // shard: on the CPU backend its device home is returned; on a GPU, a copy
+  // in a one-chunk host buffer, valid until the next host read of a
+  // device-homed chunk (HostWrite of one is a bug there: copy it in).
   const float* HostRead(ChunkKey key);
   // As HostRead, and the device copy is dropped: the caller writes the host copy.
   float* HostWrite(ChunkKey key);
@@ -125,7 +160,11 @@ class ChunkManager {
   void ZeroFill(StateKind kind);
   // With N ranks, makes every home shard of `kind` current by reduce-scattering
   // the gradients still on the device; all ranks call it at the same point.
-  // With one rank it does nothing (readers copy home what they need).
+  // With one rank, starts the copies home of the dirty device copies of
+  // `kind` whose chunks update on the host, in chunk order and without
+  // waiting (asynchronous on a GPU): the gradient norm and the host Adam of
+  // one chunk then overlap the copies of the next. The device copies stay,
+  // clean.
   void Flush(StateKind kind);
 
   // Whether chunk `chunk`'s optimizer update runs on the device (hybrid Adam).
@@ -133,13 +172,16 @@ class ChunkManager {
   int32_t device_adam_chunks() const { return device_adam_chunks_; }
 
   // Brackets one training step; the trace is recorded or checked in between.
+  // EndStep also prefetches the params of the next step's first moments
+  // (with a valid trace and prefetch on): after the optimizer they are
+  // current, and their copies overlap whatever runs until that step starts.
   void BeginStep();
   void EndStep();
   bool trace_valid() const { return trace_valid_; }
   int64_t trace_recordings() const { return trace_recordings_; }
   int64_t trace_moments() const { return int64_t(trace_.size()); }
 
-  bool OnDevice(ChunkKey key) const { return state(key).slot >= 0; }
+  bool OnDevice(ChunkKey key) const { return DeviceHomed(key) || state(key).slot >= 0; }
   int32_t num_chunks() const { return num_chunks_; }
   int64_t chunk_bytes() const { return chunk_bytes_; }
   // This rank's share of each chunk: bytes, and its first byte within the chunk.
@@ -147,7 +189,9 @@ class ChunkManager {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   Communicator* comm() const { return comm_; }
-  int32_t device_slots() const { return int32_t(slot_owner_.size()); }
+  // Chunk slots of the tier: those chunks stream through, and those homing moments.
+  int32_t device_slots() const { return int32_t(slot_owner_.size()) + 2 * device_adam_chunks_; }
+  int32_t streaming_slots() const { return int32_t(slot_owner_.size()); }
   int64_t device_capacity_bytes() const { return device_capacity_; }
   int64_t non_model_bytes() const { return non_model_bytes_; }
   int64_t host_bytes() const { return int64_t(host_block_.bytes()); }
@@ -155,7 +199,9 @@ class ChunkManager {
   int64_t peak_device_bytes() const { return peak_device_bytes_; }
   const RuntimeCounters& counters() const { return counters_; }
   // Device bytes in use now: non-model plus resident chunks.
-  int64_t device_bytes_in_use() const { return non_model_bytes_ + int64_t(slots_in_use_) * chunk_bytes_; }
+  int64_t device_bytes_in_use() const {
+    return non_model_bytes_ + (int64_t(slots_in_use_) + 2 * int64_t(device_adam_chunks_)) * chunk_bytes_;
+  }
   // Called after every moment's loads and prefetches (tests check the budget with it).
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
   // Told of every copy between the tiers; null (the default) for none. Not owned.
@@ -181,7 +227,22 @@ class ChunkManager {
   }
   ChunkState& state(ChunkKey key) { return states_[size_t(Index(key))]; }
   const ChunkState& state(ChunkKey key) const { return states_[size_t(Index(key))]; }
+  bool DeviceHomed(int32_t index) const {
+    return index >= 2 * num_chunks_ && index % num_chunks_ < device_adam_chunks_;
+  }
+  // Whether the chunk's host home is 16-bit (gradients with grad_home set).
+  bool HalfHomed(int32_t index) const {
+    return options_.grad_home.has_value() && index >= num_chunks_ && index < 2 * num_chunks_;
+  }
+  int64_t HomeBytes(int32_t index) const { return HalfHomed(index) ? shard_bytes_ / 2 : shard_bytes_; }
+  std::byte* Home(int32_t index) const;
+  uint16_t* HalfHome(int32_t index) const;
+  float* HomeOnDevice(int32_t index) const;
+  // The host shard of a chunk homed on the host.
   float* HostCopy(int32_t index) const;
+  // The host-readable copy of a device-homed chunk: its home on the CPU
+  // backend, else a copy in peek_buffer_.
+  float* HostReadableHome(int32_t index);
   float* SlotData(int32_t slot) const;
 
   // Brings chunk `index` to the device; false when no slot can be had.
@@ -196,6 +257,7 @@ class ChunkManager {
   // Moments from now until chunk `index` is next used, per the trace.
   int64_t NextUseDistance(int32_t index) const;
   void Prefetch();
+  void PrefetchStepStart();
   void AdoptTrace();
   void UpdateResidency(int32_t index, Tier tier, int sign);
 
@@ -220,6 +282,11 @@ class ChunkManager {
   MemoryBlock device_block_;
   MemoryBlock host_block_;
   int64_t slots_offset_ = 0;
+  int64_t homes_offset_ = 0;  // device-homed moments, after the streaming slots
+  std::unique_ptr<Event> compute_done_;
+  MemoryBlock peek_buffer_;  // one chunk of host memory, allocated on first use
+  MemoryBlock widen_buffer_;  // one fp32 shard: a 16-bit home as the host reads it
+  int64_t staging_offset_ = 0;  // device staging for 16-bit copies: h2d half, then d2h half
   std::vector<ChunkState> states_;
   // Per slot: the end of the last op that used it (compute stream) and of the
   // last copy into or out of it (copy streams). A slot is refilled only after

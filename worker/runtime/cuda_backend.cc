@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/cuda/pointwise.h"
 #include "worker/core/bytes.h"
 
 namespace pstar {
@@ -130,6 +131,30 @@ class CudaBackend final : public DeviceBackend {
     Note(cudaMemsetAsync(dst, 0, bytes, Stream(stream)), "cudaMemsetAsync", stream);
   }
 
+  void CopyNarrowed(uint16_t* host_dst, const float* device_src, int64_t n, HalfFormat format, void* staging,
+                    StreamKind stream) override {
+    if (n <= 0) return;
+    cudaSetDevice(device_);
+    if (format == HalfFormat::kBf16) {
+      kernels::cuda::Convert(static_cast<kernels::cuda::bf16*>(staging), device_src, n, Stream(stream));
+    } else {
+      kernels::cuda::Convert(static_cast<kernels::cuda::fp16*>(staging), device_src, n, Stream(stream));
+    }
+    Copy(host_dst, staging, size_t(n) * sizeof(uint16_t), stream);
+  }
+
+  void CopyWidened(float* device_dst, const uint16_t* host_src, int64_t n, HalfFormat format, void* staging,
+                   StreamKind stream) override {
+    if (n <= 0) return;
+    cudaSetDevice(device_);
+    Copy(staging, host_src, size_t(n) * sizeof(uint16_t), stream);
+    if (format == HalfFormat::kBf16) {
+      kernels::cuda::Convert(device_dst, static_cast<const kernels::cuda::bf16*>(staging), n, Stream(stream));
+    } else {
+      kernels::cuda::Convert(device_dst, static_cast<const kernels::cuda::fp16*>(staging), n, Stream(stream));
+    }
+  }
+
   std::unique_ptr<Event> CreateEvent() override {
     cudaSetDevice(device_);
     cudaEvent_t e = nullptr;
@@ -228,7 +253,10 @@ int CudaDeviceCount() {
 
 int64_t CudaDeviceMemoryBytes(int device_ordinal) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device_ordinal) != cudaSuccess) return 0;
+  if (cudaGetDeviceProperties(&prop, device_ordinal) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: keep it from being blamed on a later launch
+    return 0;
+  }
   return int64_t(prop.totalGlobalMem);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "worker/core/status.h"
@@ -13,6 +14,9 @@
 namespace pstar {
 
 enum class StreamKind : int { kCompute = 0, kHostToDevice = 1, kDeviceToHost = 2, kComm = 3 };
+
+// The 16-bit float formats a chunk's host home can be kept in.
+enum class HalfFormat : uint8_t { kBf16, kFp16 };
 
 // A point in a stream's work; backends subclass it.
 class Event {
@@ -49,6 +53,16 @@ class DeviceBackend {
   // Copies or zero-fills `bytes` in stream order.
   virtual void Copy(void* dst, const void* src, size_t bytes, StreamKind stream) = 0;
   virtual void Zero(void* dst, size_t bytes, StreamKind stream) = 0;
+  // Copies n floats of device memory to the host as 16-bit values of
+  // `format` (rounded to nearest even with the bits of kernels/half.h: exact
+  // for values the format holds), or n such host values to the device as
+  // floats. The conversion runs on the device, so half the bytes cross the
+  // bus; `staging` is 2n bytes of device memory that nothing else uses until
+  // the copy is done (unused where the device is host memory). Stream order.
+  virtual void CopyNarrowed(uint16_t* host_dst, const float* device_src, int64_t n, HalfFormat format,
+                            void* staging, StreamKind stream) = 0;
+  virtual void CopyWidened(float* device_dst, const uint16_t* host_src, int64_t n, HalfFormat format,
+                           void* staging, StreamKind stream) = 0;
 
   virtual std::unique_ptr<Event> CreateEvent() = 0;
   // Marks the current end of `stream`'s work.

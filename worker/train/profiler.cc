@@ -41,6 +41,10 @@ class TimedKernels final : public ModelKernels {
   double TakeLossSum() override { return inner_->TakeLossSum(); }
   // Part of GradientNorm, which the trainer times as a whole.
   void SumsOfSquares(std::span<const Span> spans, double* sums) override { inner_->SumsOfSquares(spans, sums); }
+  void RoundToPrecision(float* x, int64_t n) override {
+    ProfileScope t(&profiler_, OpFamily::kGradRound);
+    inner_->RoundToPrecision(x, n);
+  }
 
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                       int64_t T, int64_t C) override {

@@ -32,6 +32,33 @@ Status CheckComputeDevice(const std::string& device, int local_rank) {
 
 namespace {
 
+// Checkpoint copies of chunks homed on the device: through the backend's copy
+// streams, after every queued op (Adam writes the moments on the compute
+// stream), and finished before the call returns.
+class HomedChunkCopier final : public DeviceCopier {
+ public:
+  explicit HomedChunkCopier(ChunkManager& chunks) : chunks_(chunks), done_(chunks.backend().CreateEvent()) {}
+  Status ToHost(void* host_dst, const void* device_src, size_t bytes) override {
+    return Copy(host_dst, device_src, bytes, StreamKind::kDeviceToHost);
+  }
+  Status ToDevice(void* device_dst, const void* host_src, size_t bytes) override {
+    return Copy(device_dst, host_src, bytes, StreamKind::kHostToDevice);
+  }
+
+ private:
+  Status Copy(void* dst, const void* src, size_t bytes, StreamKind stream) {
+    chunks_.SynchronizeCompute();
+    DeviceBackend& backend = chunks_.backend();
+    backend.Copy(dst, src, bytes, stream);
+    backend.Record(*done_, stream);
+    backend.Synchronize(*done_);
+    return backend.CheckErrors().WithPrefix("device copy");
+  }
+
+  ChunkManager& chunks_;
+  std::unique_ptr<Event> done_;
+};
+
 // The backend of runtime.device: the emulated tier, or GPU `local_rank`.
 Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int local_rank) {
   PSTAR_RETURN_IF_ERROR(CheckComputeDevice(ComputeDeviceName(device), local_rank));
@@ -131,6 +158,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
                                                 tr.activation_checkpointing, std::move(kernels)));
   t->model_ = std::make_unique<Gpt>(std::move(model));
+  if (plan.runtime.grad_home.has_value()) {
+    // Gradients homed in 16 bits hold only 16-bit values, wherever they are.
+    t->store_->SetGradientRounding(
+        [model = t->model_.get()](float* grad, int64_t n) { model->kernels().RoundToPrecision(grad, n); });
+  }
 
   auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len, rank, t->world_);
   if (!loader.ok()) return loader.status().WithPrefix("data");
@@ -156,16 +188,20 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
 }
 
 std::vector<OwnedRange> Trainer::CheckpointRanges() {
-  // Params and both Adam moments; gradients are rebuilt every step.
+  // Params and both Adam moments; gradients are rebuilt every step. Moments
+  // homed on the device are copied through HomedChunkCopier (on the CPU
+  // backend too, so that path is the one tests run).
   std::vector<OwnedRange> ranges;
   const ParamLayout& layout = store_->layout();
+  ChunkManager& chunks = store_->chunks();
   for (StateKind kind : {StateKind::kParam, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
     for (int32_t c = 0; c < layout.num_chunks(); ++c) {
-      float* shard = store_->HostShard(kind, c);
+      const bool homed = chunks.DeviceHomed({kind, c});
+      float* shard = homed ? chunks.DeviceHome({kind, c}) : store_->HostShard(kind, c);
       for (TensorId id : layout.chunk_tensors(c)) {
         const ParamStore::Slice s = store_->OwnedSlice(id);
         if (s.begin == s.end) continue;
-        ranges.push_back({kind, layout.spec(id).name, s.begin, s.end, shard + s.shard_offset});
+        ranges.push_back({kind, layout.spec(id).name, s.begin, s.end, shard + s.shard_offset, homed});
       }
     }
   }
@@ -180,13 +216,16 @@ Status Trainer::SaveCheckpoint() {
   state.loss_scale = scaler_.scale();
   state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
   state.model = config_.model.gpt;
-  return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_)
+  HomedChunkCopier copier(store_->chunks());
+  return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_,
+                               &copier)
       .WithPrefix("checkpoint");
 }
 
 Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
+  HomedChunkCopier copier(store_->chunks());
   auto state = LoadLatestCheckpoint(config_.checkpoint.dir, LayoutFingerprint(GptTensorSpecs(config_.model.gpt)),
-                                    CheckpointRanges(), *comm_, warnings);
+                                    CheckpointRanges(), *comm_, warnings, &copier);
   if (!state.ok()) {
     if (state.status().code() == StatusCode::kNotFound) return int64_t{0};
     return state.status().WithPrefix("checkpoint");

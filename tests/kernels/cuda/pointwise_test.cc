@@ -280,5 +280,38 @@ TYPED_TEST(CudaConvertTest, MatchesHostConversionBitForBit) {
   }
 }
 
+// RoundThrough<T> leaves float(Narrow<T>(x)) in place: the bits of the host
+// round trip through kernels/half.h, NaN staying NaN.
+template <typename T>
+class CudaRoundThroughTest : public ::testing::Test {};
+using HalfTypes = ::testing::Types<bf16, fp16>;
+TYPED_TEST_SUITE(CudaRoundThroughTest, HalfTypes, ElementName);
+
+TYPED_TEST(CudaRoundThroughTest, MatchesTheHostRoundTripBitForBit) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  const std::vector<Bits<float>> in = SourceBits<float>();
+  const int64_t n = int64_t(in.size());
+  for (int64_t off : kOffsets) {
+    SCOPED_TRACE(testing::Message() << "offset=" << off);
+    DeviceBuffer<Bits<float>> d(in);
+    cuda::RoundThrough<T>(reinterpret_cast<float*>(d.get()) + off, n - off, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    const std::vector<Bits<float>> got = d.Download();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = Widen<float>(in[size_t(i)]);
+      const float want = i < off ? x : Widen<T>(Narrow<T>(x));
+      const float y = Widen<float>(got[size_t(i)]);
+      const bool ok = std::isnan(want) ? std::isnan(y) : got[size_t(i)] == Narrow<float>(want);
+      if (!ok && ++bad <= 10) {
+        ADD_FAILURE() << "input bits 0x" << std::hex << uint32_t(in[size_t(i)]) << ": got 0x"
+                      << uint32_t(got[size_t(i)]);
+      }
+    }
+    EXPECT_EQ(bad, 0) << "of " << n << " values";
+  }
+}
+
 }  // namespace
 }  // namespace pstar::test

@@ -27,10 +27,16 @@ TEST(MemoryPlan, CountsEveryKindAndTier) {
   EXPECT_EQ(p->all_resident_device_bytes, p->activation_bytes + p->model_bytes);
   EXPECT_EQ(p->device_bytes, p->all_resident_device_bytes);  // device_memory 0: all resident
   EXPECT_EQ(p->device_adam_chunks, p->num_chunks);  // sized for everything: all Adam on the device
+  EXPECT_EQ(p->device_home_bytes, p->model_bytes / 2);  // every moment lives on the device
+  EXPECT_EQ(p->host_chunk_bytes, p->model_bytes / 2);   // params and grads only
   c.runtime.device_memory = p->device_bytes - 2 * p->chunk_bytes;  // two slots short: the margin applies
   auto short_two = PlanMemory(c);
   ASSERT_TRUE(short_two.ok());
-  EXPECT_EQ(short_two->device_adam_chunks, int32_t(double(2 * p->num_chunks - 2) * 0.8) / 2);
+  const int64_t n = p->num_chunks;
+  const int64_t spare = 4 * n - 2 - ChunkManager::StreamingReserve(p->num_chunks, short_two->runtime);
+  EXPECT_EQ(short_two->device_adam_chunks, std::min<int64_t>(int64_t(double(spare) * 0.8) / 2, n));
+  EXPECT_EQ(short_two->device_home_bytes, 2 * short_two->device_adam_chunks * p->chunk_bytes);
+  EXPECT_EQ(short_two->host_chunk_bytes, (4 * n - 2 * short_two->device_adam_chunks) * p->chunk_bytes);
   EXPECT_EQ(p->min_host_bytes,
             p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->device_bytes);
 }
@@ -44,6 +50,7 @@ TEST(MemoryPlan, ABudgetBelowParamsAndGradsKeepsAdamOnTheHost) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->device_bytes, c.runtime.device_memory);
   EXPECT_EQ(p->device_adam_chunks, 0);
+  EXPECT_EQ(p->host_chunk_bytes, p->model_bytes);
   EXPECT_LT(p->device_slots, 2 * p->num_chunks);
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <vector>
 
 #include "tests/worker/dist/thread_group_communicator.h"
@@ -231,18 +232,207 @@ TEST(ChunkManagerDeathTest, MisuseAbortsWithTheReason) {
       "writing on the device");
 }
 
-TEST(ChunkManager, HybridAdamUsesRoomBeyondParamsAndGrads) {
+TEST(ChunkManager, FlushStartsTheHostUpdatedGradientsHomeAndKeepsTheDeviceCopies) {
+  auto m = Make(3, 3, EvictionPolicy::kOpt, 0);  // no room to home moments: every chunk updates on the host
+  ASSERT_EQ(m->device_adam_chunks(), 0);
+  m->ZeroFill(StateKind::kGrad);
+  for (int32_t c = 0; c < 3; ++c) {
+    ChunkAccess a{{StateKind::kGrad, c}, true};
+    m->Access({&a, 1});
+    float* g = m->DeviceData(a.key);
+    for (int i = 0; i < 64; ++i) g[i] = float(c * 64 + i);
+    m->Release({&a, 1});
+  }
+  ASSERT_EQ(D2H(*m), 0);
+  m->Flush(StateKind::kGrad);
+  EXPECT_EQ(D2H(*m), 3 * kChunkBytes);  // every dirty gradient on its way home
+  for (int32_t c = 0; c < 3; ++c) {
+    EXPECT_TRUE(m->OnDevice({StateKind::kGrad, c}));  // kept, clean
+    const ChunkManager::CurrentCopy current = m->Current({StateKind::kGrad, c});
+    EXPECT_TRUE(current.on_device) << "the norm reads the device copy in place";
+    const float* g = m->HostRead({StateKind::kGrad, c});
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(g[i], float(c * 64 + i));
+  }
+  EXPECT_EQ(D2H(*m), 3 * kChunkBytes);  // no second copy
+  m->Flush(StateKind::kGrad);
+  EXPECT_EQ(D2H(*m), 3 * kChunkBytes);  // nothing dirty is left
+}
+
+TEST(ChunkManager, EndStepPrefetchesTheNextStepsFirstParams) {
+  // Three params cycled through two slots, each rewritten on the host at the
+  // end of the step as the host Adam does: the end of the step brings the
+  // first moment's fresh param back, and the next step finds it there.
+  auto m = Make(3, 2, EvictionPolicy::kOpt, 1);
+  for (int step = 0; step < 3; ++step) {
+    const int64_t hits = m->counters().prefetch_hits;
+    m->BeginStep();
+    ChunkAccess first{{StateKind::kParam, 0}, false};
+    m->Access({&first, 1});
+    if (step > 0) {
+      EXPECT_EQ(m->counters().prefetch_hits, hits + 1) << step;
+      EXPECT_EQ(m->DeviceData(first.key)[5], float((step - 1) * 1000 + 5)) << "the latest host write";
+    }
+    m->Release({&first, 1});
+    for (int32_t c = 1; c < 3; ++c) ReadMoment(*m, c);
+    for (int32_t c = 0; c < 3; ++c) {
+      float* p = m->HostWrite({StateKind::kParam, c});  // drops the device copy
+      for (int i = 0; i < 64; ++i) p[i] = float(step * 1000 + c * 64 + i);
+    }
+    EXPECT_FALSE(m->OnDevice({StateKind::kParam, 0}));
+    m->EndStep();
+    EXPECT_TRUE(m->OnDevice({StateKind::kParam, 0})) << step;
+    EXPECT_FALSE(m->OnDevice({StateKind::kParam, 1})) << "prefetch depth 1: one moment ahead";
+  }
+}
+
+TEST(ChunkManager, SixteenBitGradientHomesAreExactAndMoveHalfTheBytes) {
+  for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
+    ChunkRuntimeOptions o;
+    o.non_model_bytes = 128;
+    o.grad_home = format;
+    o.hybrid_adam = false;
+    o.min_chunks_per_moment = 1;
+    o.prefetch_depth = 0;
+    o.device_capacity_bytes = ChunkManager::MinDeviceBytes(kChunkBytes, o) + kChunkBytes;  // two slots
+    EXPECT_EQ(ChunkManager::StagingBytes(kChunkBytes, o), kChunkBytes);
+    auto made = ChunkManager::Create(4, kChunkBytes, MakeCpuBackend(), o);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    ChunkManager& m = **made;
+    EXPECT_EQ(m.host_bytes(), 4 * 3 * kChunkBytes + 4 * kChunkBytes / 2);
+    EXPECT_EQ(m.counters().resident_bytes[int(Tier::kHost)][int(StateKind::kGrad)], 4 * kChunkBytes / 2);
+    // Values both formats hold exactly: negative ones, and a subnormal of each.
+    auto value = [](int32_t c, int i) { return i == 0 ? -1.5f : i == 1 ? 0x1p-24f : float(c * 64 + i) * -0.25f; };
+    m.ZeroFill(StateKind::kGrad);
+    for (int32_t c = 0; c < 4; ++c) {  // four gradients through two slots: two are written home
+      ChunkAccess a{{StateKind::kGrad, c}, true};
+      m.Access({&a, 1});
+      float* g = m.DeviceData(a.key);
+      for (int i = 0; i < 64; ++i) g[i] += value(c, i);
+      m.Release({&a, 1});
+    }
+    EXPECT_EQ(D2H(m), 2 * kChunkBytes / 2);  // two evictions, half a chunk each
+    // Accumulating into a gradient that went home brings it back exactly.
+    ChunkAccess again{{StateKind::kGrad, 0}, true};
+    m.Access({&again, 1});
+    EXPECT_EQ(H2D(m), kChunkBytes / 2);
+    float* g0 = m.DeviceData(again.key);
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(g0[i], value(0, i)) << i;
+    for (int i = 0; i < 64; ++i) g0[i] += value(0, i);
+    m.Release({&again, 1});
+    m.Flush(StateKind::kGrad);
+    for (int32_t c = 0; c < 4; ++c) {
+      const float* g = m.HostRead({StateKind::kGrad, c});
+      for (int i = 0; i < 64; ++i) {
+        const float want = (c == 0 ? 2.0f : 1.0f) * value(c, i);
+        ASSERT_EQ(std::bit_cast<uint32_t>(g[i]), std::bit_cast<uint32_t>(want)) << c << " " << i;
+      }
+    }
+    EXPECT_DEATH((void)m.HostWrite({StateKind::kGrad, 1}), "homed in 16 bits");
+  }
+}
+
+TEST(ChunkManager, HybridAdamHomesMomentsBeyondTheStreamingReserve) {
   ChunkRuntimeOptions o;
+  o.min_chunks_per_moment = 4;
+  o.prefetch_depth = 1;
+  EXPECT_EQ(ChunkManager::StreamingReserve(10, o), 8);  // this moment's chunks and the next one's
+  EXPECT_EQ(ChunkManager::StreamingReserve(3, o), 6);   // never more than every param and grad chunk
   o.margin_use_ratio = 1.0;
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 19, o), 0);   // params and grads do not all fit
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 3);   // 6 spare slots: 3 chunks' moments
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 9, o), 0);    // one spare slot: no chunk's two moments
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 10, o), 1);
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 19, o), 5);   // params and grads stream, 5 chunks' moments stay
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 9);
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // everything fits
   o.margin_use_ratio = 0.5;
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 1);
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 38, o), 4);   // the margin holds back part of the room
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 4);
+  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 38, o), 7);   // the margin holds back part of the room
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // room for everything: no margin needed
   o.hybrid_adam = false;
   EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 0);
+  EXPECT_EQ(ChunkManager::HostHomeBytes(10, 256, 3, o), (40 - 6) * 256);
+  o.grad_home = HalfFormat::kBf16;
+  EXPECT_EQ(ChunkManager::HostHomeBytes(10, 256, 3, o), (30 - 6) * 256 + 10 * 128);  // gradients at half size
+}
+
+TEST(ChunkManager, MomentsHomedOnTheDeviceNeverMoveAndTakeNoHostMemory) {
+  // 4 chunks, 12 slots, a reserve of 2 x (1 + 1) = 4: (12 - 4) / 2 = 4 chunks' moments would fit, the
+  // margin keeps 3 of them; params and grads stream through the 6 slots left.
+  ChunkRuntimeOptions o;
+  o.non_model_bytes = 128;
+  o.device_capacity_bytes = 128 + 12 * kChunkBytes;
+  o.min_chunks_per_moment = 2;
+  o.prefetch_depth = 1;
+  o.margin_use_ratio = 0.75;
+  auto made = ChunkManager::Create(4, kChunkBytes, MakeCpuBackend(), o);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ChunkManager& m = **made;
+  ASSERT_EQ(m.device_adam_chunks(), 3);
+  EXPECT_EQ(m.device_slots(), 12);
+  EXPECT_EQ(m.streaming_slots(), 6);
+  EXPECT_EQ(m.host_bytes(), (16 - 6) * kChunkBytes);
+  EXPECT_EQ(m.device_bytes_in_use(), 128 + 6 * kChunkBytes);  // the homes, from the start
+  const RuntimeCounters& rc = m.counters();
+  EXPECT_EQ(rc.resident_chunks[int(Tier::kDevice)][int(StateKind::kExpAvg)], 3);
+  EXPECT_EQ(rc.resident_chunks[int(Tier::kHost)][int(StateKind::kExpAvg)], 1);
+  EXPECT_EQ(rc.resident_bytes[int(Tier::kHost)][int(StateKind::kExpAvgSq)], kChunkBytes);
+  for (int32_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(m.DeviceHomed({StateKind::kExpAvg, c}), c < 3);
+    EXPECT_EQ(m.DeviceHomed({StateKind::kExpAvgSq, c}), c < 3);
+    EXPECT_FALSE(m.DeviceHomed({StateKind::kParam, c}));
+    EXPECT_FALSE(m.DeviceHomed({StateKind::kGrad, c}));
+    EXPECT_EQ(m.OnDevice({StateKind::kExpAvg, c}), c < 3);
+  }
+  // Moments start at zero, and the host reaches a homed one in place (CPU backend).
+  const float* home = m.DeviceHome({StateKind::kExpAvg, 1});
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(home[i], 0.0f);
+  EXPECT_EQ(m.HostRead({StateKind::kExpAvg, 1}), home);
+  EXPECT_EQ(m.HostWrite({StateKind::kExpAvg, 1}), home);
+  EXPECT_EQ(m.Current({StateKind::kExpAvg, 1}).data, home);
+  EXPECT_TRUE(m.Current({StateKind::kExpAvg, 1}).on_device);
+  // Steps that write every moment through the device while params and grads
+  // stream: the moments are where they were, with every write, and only
+  // params and grads ever moved.
+  m.ZeroFill(StateKind::kGrad);
+  for (int step = 1; step <= 3; ++step) {
+    m.BeginStep();
+    for (int32_t c = 0; c < 4; ++c) {
+      ChunkAccess a[2] = {{{StateKind::kParam, c}, false}, {{StateKind::kGrad, c}, true}};
+      m.Access(a);
+      m.Release(a);
+    }
+    for (int32_t c = 0; c < 3; ++c) {
+      ChunkAccess u[3] = {{{StateKind::kParam, c}, true},
+                          {{StateKind::kExpAvg, c}, true},
+                          {{StateKind::kExpAvgSq, c}, true}};
+      m.Access(u);
+      float* avg = m.DeviceData({StateKind::kExpAvg, c});
+      float* sq = m.DeviceData({StateKind::kExpAvgSq, c});
+      EXPECT_EQ(avg, m.DeviceHome({StateKind::kExpAvg, c}));
+      for (int i = 0; i < 64; ++i) {
+        avg[i] += float(c + 1);
+        sq[i] += float(i);
+      }
+      m.Release(u);
+    }
+    m.EndStep();
+  }
+  for (int32_t c = 0; c < 3; ++c) {
+    const float* avg = m.Peek({StateKind::kExpAvg, c});
+    const float* sq = m.Peek({StateKind::kExpAvgSq, c});
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_EQ(avg[i], 3.0f * float(c + 1)) << c << " " << i;
+      ASSERT_EQ(sq[i], 3.0f * float(i)) << c << " " << i;
+    }
+  }
+  EXPECT_EQ(rc.evictions[int(StateKind::kExpAvg)] + rc.evictions[int(StateKind::kExpAvgSq)], 0);
+  EXPECT_GT(rc.evictions[int(StateKind::kParam)] + rc.evictions[int(StateKind::kGrad)], 0);
+  EXPECT_EQ(m.trace_moments(), 7);  // homed chunks stay out of the trace: they never need a slot
+  EXPECT_LE(m.peak_device_bytes(), m.device_capacity_bytes());
+  // A moment chunk homed on the host still goes through a slot.
+  ChunkAccess host_homed{{StateKind::kExpAvg, 3}, false};
+  m.Access({&host_homed, 1});
+  EXPECT_NE(m.DeviceData(host_homed.key), nullptr);
+  m.Release({&host_homed, 1});
 }
 
 }  // namespace

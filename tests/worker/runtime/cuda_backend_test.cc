@@ -136,6 +136,46 @@ TEST(CudaBackend, ZeroFillsExactlyTheRange) {
   }
 }
 
+TEST(CudaBackend, NarrowedAndWidenedCopiesGiveTheHostConversionsBits) {
+  PSTAR_REQUIRE_CUDA_DEVICE();
+  auto b = Backend();
+  ASSERT_NE(b, nullptr);
+  auto cpu = MakeCpuBackend();
+  const int64_t n = (int64_t(1) << 20) + 13;
+  auto host = b->AllocateHost(size_t(n) * 4);
+  auto half = b->AllocateHost(size_t(n) * 2);
+  auto dev = b->AllocateDevice(size_t(n) * 4);
+  auto staging = b->AllocateDevice(size_t(n) * 2);
+  ASSERT_TRUE(host.ok() && half.ok() && dev.ok() && staging.ok());
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = float((i * 2654435761u) % 100003) * 1e-3f - 50.0f;
+  std::vector<uint16_t> want(static_cast<size_t>(n));
+  std::vector<float> widened(static_cast<size_t>(n));
+  auto done = b->CreateEvent();
+  for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
+    std::memcpy(host->data(), values.data(), size_t(n) * 4);
+    b->Copy(dev->data(), host->data(), size_t(n) * 4, StreamKind::kHostToDevice);
+    b->Record(*done, StreamKind::kHostToDevice);
+    b->StreamWait(StreamKind::kDeviceToHost, *done);
+    auto* half16 = reinterpret_cast<uint16_t*>(half->data());
+    b->CopyNarrowed(half16, Floats(*dev), n, format, staging->data(), StreamKind::kDeviceToHost);
+    b->Record(*done, StreamKind::kDeviceToHost);
+    b->Synchronize(*done);
+    ASSERT_TRUE(b->CheckErrors().ok()) << b->CheckErrors().message();
+    cpu->CopyNarrowed(want.data(), values.data(), n, format, nullptr, StreamKind::kDeviceToHost);
+    ASSERT_EQ(0, std::memcmp(half16, want.data(), size_t(n) * 2)) << "narrowing, format " << int(format);
+    // And back: the device widens what the host holds.
+    b->Zero(dev->data(), size_t(n) * 4, StreamKind::kHostToDevice);
+    b->CopyWidened(Floats(*dev), half16, n, format, staging->data(), StreamKind::kHostToDevice);
+    b->Copy(host->data(), dev->data(), size_t(n) * 4, StreamKind::kHostToDevice);
+    b->Record(*done, StreamKind::kHostToDevice);
+    b->Synchronize(*done);
+    ASSERT_TRUE(b->CheckErrors().ok()) << b->CheckErrors().message();
+    cpu->CopyWidened(widened.data(), want.data(), n, format, nullptr, StreamKind::kHostToDevice);
+    ASSERT_EQ(0, std::memcmp(host->data(), widened.data(), size_t(n) * 4)) << "widening, format " << int(format);
+  }
+}
+
 // Values that stay exact in float through the sums below (multiples of 1/4
 // well under 2^20), so device and host results must agree bit for bit.
 float Initial(int32_t chunk, int64_t i) { return float((chunk * 7919 + i) % 1021) * 0.25f; }

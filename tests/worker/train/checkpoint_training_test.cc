@@ -75,6 +75,40 @@ TEST(CheckpointTraining, StopAndResumeIsBitIdentical) {
   }
 }
 
+TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlacement) {
+  // Saved while part of the moments live only on the device (copied out
+  // through the checkpoint's device copier), resumed where every moment is
+  // homed on the host, and the reverse: the same numbers as one run.
+  auto data = test::RandomTokens(4000, 40, 32);
+  const Config plain = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024"});
+  const TrainRun whole = TrainOneRank(plain, data, 0, 6, false);
+  auto plan = PlanMemory(plain);
+  ASSERT_TRUE(plan.ok());
+  const int64_t mixed = plan->activation_bytes + plan->model_bytes / 2;
+  const int64_t minimum = plan->min_device_bytes;
+  for (auto [save_budget, resume_budget] : {std::pair{mixed, minimum}, std::pair{minimum, mixed}}) {
+    test::TempDir dir("homed");
+    Config first = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024", "checkpoint.dir=" + dir.path()});
+    Config second = first;
+    first.runtime.device_memory = save_budget;
+    second.runtime.device_memory = resume_budget;
+    auto homed = PlanMemory(save_budget == mixed ? first : second);
+    ASSERT_TRUE(homed.ok());
+    ASSERT_GT(homed->device_adam_chunks, 0);
+    ASSERT_LT(homed->device_adam_chunks, homed->num_chunks);
+    TrainOneRank(first, data, 0, 3, true);
+    const TrainRun resumed = TrainOneRank(second, data, 3, 6, false);
+    ASSERT_EQ(resumed.losses.size(), 3u);
+    EXPECT_EQ(0, std::memcmp(resumed.losses.data(), whole.losses.data() + 3, 3 * sizeof(float)));
+    for (size_t i = 0; i < whole.params.size(); ++i) {
+      ASSERT_EQ(0, std::memcmp(resumed.params[i].data(), whole.params[i].data(), whole.params[i].size() * 4)) << i;
+      ASSERT_EQ(0, std::memcmp(resumed.exp_avg_sq[i].data(), whole.exp_avg_sq[i].data(),
+                               whole.exp_avg_sq[i].size() * 4))
+          << i;
+    }
+  }
+}
+
 TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
   test::TempDir dir("reshard");
   auto data = test::RandomTokens(4000, 40, 32);

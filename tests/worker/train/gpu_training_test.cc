@@ -1,6 +1,7 @@
 // Training on the CUDA backend: a run matches the CPU backend in fp32, and
 // in bf16 and fp16 trains stably and tracks it; every
-// device budget gives the same bits on the GPU as the all-resident run; the
+// device budget gives the same bits on the GPU as the all-resident run, and
+// a checkpoint saved or resumed with moments homed on the GPU continues it; the
 // gradient norm's sums are those of the CPU kernel wherever a gradient lies;
 // two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
 #include <cuda_runtime.h>
@@ -117,6 +118,7 @@ TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
     const RunResult all = Train(GpuConfig({chunk_set, "train.precision=fp32"}), data);
     EXPECT_EQ(all.moved_after_warmup, 0);
     EXPECT_EQ(all.device_adam_chunks, all.num_chunks) << "everything fits: Adam runs on the GPU";
+    bool mixed = false;  // some budget homes part of the moments on the GPU, not all
     for (double fraction : {0.9, 0.5, 0.0}) {
       const int64_t budget = Budget(GpuConfig({chunk_set, "train.precision=fp32"}), fraction);
       for (int64_t depth : {0, 4}) {
@@ -135,14 +137,61 @@ TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
           EXPECT_TRUE(SameBits(r.exp_avg_sq[i], all.exp_avg_sq[i])) << what << ": exp_avg_sq " << i;
         }
         EXPECT_LE(r.peak, budget) << what;
-        if (fraction == 0.9) {
-          EXPECT_GT(r.device_adam_chunks, 0) << what;
-          EXPECT_LT(r.device_adam_chunks, r.num_chunks) << what << ": hybrid Adam, GPU and CPU";
-        }
+        if (fraction == 0.9) EXPECT_GT(r.device_adam_chunks, 0) << what;
+        mixed = mixed || (r.device_adam_chunks > 0 && r.device_adam_chunks < r.num_chunks);
         if (fraction == 0.0) {
           EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
         }
       }
+    }
+    EXPECT_TRUE(mixed) << "chunk " << chunk << ": no budget gave hybrid Adam on GPU and CPU";
+  }
+}
+
+TEST(GpuTraining, MomentsHomedOnTheGpuSaveAndResumeThroughTheCopier) {
+  PSTAR_REQUIRE_GPUS(1);
+  // Stop and resume across placements: moments homed in GPU memory (copied
+  // out and in through a bounded host buffer) and moments homed on the host.
+  auto data = test::RandomTokens(3000, 40, 14);
+  const std::vector<std::string> base = {"train.steps=6", "train.precision=fp32", "default_chunk_size=1024"};
+  const RunResult whole = Train(GpuConfig(base), data);
+  ASSERT_EQ(whole.device_adam_chunks, whole.num_chunks);
+  const int64_t minimum = Budget(GpuConfig(base), 0.0);
+  for (bool save_homed : {true, false}) {
+    test::TempDir dir("gpu-homed");
+    auto with = [&](int64_t budget) {
+      std::vector<std::string> o = base;
+      o.push_back("checkpoint.dir=" + dir.path());
+      if (budget > 0) o.push_back("runtime.device_memory=" + std::to_string(budget));
+      return GpuConfig(o);
+    };
+    const Config first = with(save_homed ? 0 : minimum), second = with(save_homed ? minimum : 0);
+    {
+      auto t = Trainer::Create(first, data);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      EXPECT_EQ((*t)->store().chunks().device_adam_chunks() > 0, save_homed);
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step().ok());
+      ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+    }
+    auto t = Trainer::Create(second, data);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    std::vector<std::string> warnings;
+    auto resumed = (*t)->Resume(&warnings);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+    EXPECT_EQ(*resumed, 3);
+    std::vector<float> losses;
+    for (int s = 3; s < 6; ++s) {
+      auto st = (*t)->Step();
+      ASSERT_TRUE(st.ok()) << st.status().message();
+      losses.push_back(st->loss);
+    }
+    const std::string what = save_homed ? "saved homed on the GPU" : "resumed homed on the GPU";
+    EXPECT_EQ(0, std::memcmp(losses.data(), whole.losses.data() + 3, 3 * sizeof(float))) << what;
+    const auto params = test::TensorCopies((*t)->store(), StateKind::kParam);
+    const auto exp_avg_sq = test::TensorCopies((*t)->store(), StateKind::kExpAvgSq);
+    for (size_t i = 0; i < whole.params.size(); ++i) {
+      EXPECT_TRUE(SameBits(params[i], whole.params[i])) << what << ": tensor " << i;
+      EXPECT_TRUE(SameBits(exp_avg_sq[i], whole.exp_avg_sq[i])) << what << ": exp_avg_sq " << i;
     }
   }
 }
@@ -181,15 +230,20 @@ TEST(GpuTraining, SixteenBitIsBitIdenticalForEveryDeviceBudget) {
   PSTAR_REQUIRE_GPUS(1);
   auto data = test::RandomTokens(3000, 40, 15);
   for (const char* precision : {"bf16", "fp16"}) {
-    const std::string p = std::string("train.precision=") + precision;
-    const RunResult all = Train(GpuConfig({p, "default_chunk_size=1024"}), data);
-    for (double fraction : {0.5, 0.0}) {
-      const int64_t budget = Budget(GpuConfig({p, "default_chunk_size=1024"}), fraction);
-      const RunResult r =
-          Train(GpuConfig({p, "default_chunk_size=1024", "runtime.device_memory=" + std::to_string(budget)}), data);
-      EXPECT_TRUE(SameBits(r.losses, all.losses)) << precision << " " << fraction;
-      for (size_t i = 0; i < all.params.size(); ++i) {
-        EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << precision << " " << fraction << ": tensor " << i;
+    // fp32 gradients, and gradients kept in 16 bits (homed narrowed, read back widened).
+    for (const char* grads : {"fp32", "16bit"}) {
+      const std::string p = std::string("train.precision=") + precision;
+      const std::string g = std::string("train.grad_precision=") + grads;
+      const std::string what = std::string(precision) + ", " + grads + " gradients";
+      const RunResult all = Train(GpuConfig({p, g, "default_chunk_size=1024"}), data);
+      for (double fraction : {0.5, 0.0}) {
+        const int64_t budget = Budget(GpuConfig({p, g, "default_chunk_size=1024"}), fraction);
+        const RunResult r = Train(
+            GpuConfig({p, g, "default_chunk_size=1024", "runtime.device_memory=" + std::to_string(budget)}), data);
+        EXPECT_TRUE(SameBits(r.losses, all.losses)) << what << " " << fraction;
+        for (size_t i = 0; i < all.params.size(); ++i) {
+          EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << what << " " << fraction << ": tensor " << i;
+        }
       }
     }
   }

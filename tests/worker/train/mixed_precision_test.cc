@@ -2,7 +2,9 @@
 // operands exactly as the GPU's 16-bit GEMMs read them: bf16 and fp16 train
 // and differ from fp32 by rounding only; every device budget gives the same
 // bits; fp16 overflows skip the step and lower the loss scale, clean windows
-// raise it, and the scale survives a checkpoint.
+// raise it, and the scale survives a checkpoint. Gradients kept in 16 bits
+// (train.grad_precision: 16bit) train as well, halve the gradients' host
+// homes, and give the same bits for every budget too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -194,6 +196,58 @@ TEST(MixedPrecision, TheLossScaleSurvivesACheckpoint) {
   EXPECT_EQ(*resumed, 4);
   EXPECT_EQ((*t)->Step()->loss_scale, scale_at_save);
   EXPECT_EQ(scale_at_save, 16.0f);
+}
+
+TEST(MixedPrecision, SixteenBitGradientsTrainAndAreBitIdenticalForEveryBudget) {
+  auto data = LearnableTokens(4000, 27);
+  for (const char* precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::vector<std::string> base = {"train.steps=12", std::string("train.precision=") + precision,
+                                           "fp16.initial_scale_power=8", "default_chunk_size=1024"};
+    std::vector<std::string> half = base;
+    half.push_back("train.grad_precision=16bit");
+    const TrainedRun wide = Train(Make(base), data);
+    const TrainedRun all = Train(Make(half), data);
+    ASSERT_EQ(all.steps.size(), wide.steps.size());
+    EXPECT_NE(Losses(all), Losses(wide)) << "16-bit gradients must round";
+    for (size_t s = 0; s < wide.steps.size(); ++s) {
+      EXPECT_NEAR(all.steps[s].loss, wide.steps[s].loss, 0.02 * wide.steps[s].loss) << "step " << s;
+      EXPECT_FALSE(all.steps[s].skipped) << "step " << s;
+    }
+    EXPECT_LT(all.steps.back().loss, all.steps.front().loss - 0.2f) << "it learns";
+
+    auto wide_plan = PlanMemory(Make(base));
+    auto plan = PlanMemory(Make(half));
+    ASSERT_TRUE(plan.ok() && wide_plan.ok());
+    EXPECT_EQ(plan->grad_home, precision);
+    // Everything resident homes the moments on the device: the host holds
+    // params, and gradients at half size.
+    EXPECT_EQ(plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes * 3 / 2);
+    EXPECT_EQ(wide_plan->host_chunk_bytes - plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes / 2);
+    EXPECT_EQ(plan->min_device_bytes - wide_plan->min_device_bytes, ChunkManager::StagingBytes(plan->chunk_bytes, plan->runtime));
+    // Budgets where gradients are written home and read back, with and
+    // without moments homed on the device.
+    for (int64_t budget : {plan->activation_bytes + plan->model_bytes / 2, plan->min_device_bytes}) {
+      std::vector<std::string> o = half;
+      o.push_back("runtime.device_memory=" + std::to_string(budget));
+      const TrainedRun r = Train(Make(o), data);
+      EXPECT_EQ(Losses(r), Losses(all)) << "at " << budget;
+      EXPECT_TRUE(SameBits(r.params, all.params)) << "at " << budget;
+      EXPECT_TRUE(SameBits(r.exp_avg_sq, all.exp_avg_sq)) << "at " << budget;
+    }
+  }
+}
+
+TEST(MixedPrecision, SixteenBitGradientsNeedA16BitPrecisionAndOneRank) {
+  auto fp32 = ParseConfig("model: {preset: tiny}\ntrain: {precision: fp32, grad_precision: 16bit}\n", "job.yaml", {});
+  ASSERT_FALSE(fp32.ok());
+  EXPECT_NE(fp32.status().message().find("train.grad_precision"), std::string::npos) << fp32.status().message();
+  auto bad = ParseConfig("model: {preset: tiny}\ntrain: {grad_precision: half}\n", "job.yaml", {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("must be fp32 or 16bit"), std::string::npos) << bad.status().message();
+  auto plan = PlanMemory(Make({"train.precision=bf16", "train.grad_precision=16bit"}), 2);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("needs one rank"), std::string::npos) << plan.status().message();
 }
 
 }  // namespace
