@@ -52,6 +52,18 @@ TrainRun TrainOneRank(const Config& c, const TokenSource& data, int64_t from, in
   return Collect(**t, losses);
 }
 
+// The resumed steps 3..6 are those of the uninterrupted run, bit for bit.
+void ExpectContinues(const TrainRun& resumed, const TrainRun& whole) {
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  EXPECT_EQ(0, std::memcmp(resumed.losses.data(), whole.losses.data() + 3, 3 * sizeof(float)));
+  for (size_t i = 0; i < whole.params.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(resumed.params[i].data(), whole.params[i].data(), whole.params[i].size() * 4)) << i;
+    ASSERT_EQ(0, std::memcmp(resumed.exp_avg_sq[i].data(), whole.exp_avg_sq[i].data(),
+                             whole.exp_avg_sq[i].size() * 4))
+        << i;
+  }
+}
+
 TEST(CheckpointTraining, StopAndResumeIsBitIdentical) {
   test::TempDir dir("resume");
   auto data = test::RandomTokens(4000, 40, 31);
@@ -64,15 +76,7 @@ TEST(CheckpointTraining, StopAndResumeIsBitIdentical) {
   Config first = saving;
   first.runtime.device_memory = PlanMemory(saving)->min_device_bytes;
   TrainOneRank(first, data, 0, 3, true);
-  const TrainRun resumed = TrainOneRank(saving, data, 3, 6, false);
-  ASSERT_EQ(resumed.losses.size(), 3u);
-  EXPECT_EQ(0, std::memcmp(resumed.losses.data(), whole.losses.data() + 3, 3 * sizeof(float)));
-  for (size_t i = 0; i < whole.params.size(); ++i) {
-    ASSERT_EQ(0, std::memcmp(resumed.params[i].data(), whole.params[i].data(), whole.params[i].size() * 4)) << i;
-    ASSERT_EQ(0, std::memcmp(resumed.exp_avg_sq[i].data(), whole.exp_avg_sq[i].data(),
-                             whole.exp_avg_sq[i].size() * 4))
-        << i;
-  }
+  ExpectContinues(TrainOneRank(saving, data, 3, 6, false), whole);
 }
 
 TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlacement) {
@@ -97,15 +101,7 @@ TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlaceme
     ASSERT_GT(homed->device_adam_chunks, 0);
     ASSERT_LT(homed->device_adam_chunks, homed->num_chunks);
     TrainOneRank(first, data, 0, 3, true);
-    const TrainRun resumed = TrainOneRank(second, data, 3, 6, false);
-    ASSERT_EQ(resumed.losses.size(), 3u);
-    EXPECT_EQ(0, std::memcmp(resumed.losses.data(), whole.losses.data() + 3, 3 * sizeof(float)));
-    for (size_t i = 0; i < whole.params.size(); ++i) {
-      ASSERT_EQ(0, std::memcmp(resumed.params[i].data(), whole.params[i].data(), whole.params[i].size() * 4)) << i;
-      ASSERT_EQ(0, std::memcmp(resumed.exp_avg_sq[i].data(), whole.exp_avg_sq[i].data(),
-                               whole.exp_avg_sq[i].size() * 4))
-          << i;
-    }
+    ExpectContinues(TrainOneRank(second, data, 3, 6, false), whole);
   }
 }
 
