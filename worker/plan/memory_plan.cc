@@ -107,7 +107,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.host_chunk_bytes =
       ChunkManager::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
-  p.host_overhead_bytes = kHostOverheadBytes;
+  // Plus, with 16-bit gradient homes, the shard the host widens one into.
+  p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0);
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
                      (p.device_is_host_memory ? p.device_bytes : 0);
   return p;

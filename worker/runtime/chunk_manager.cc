@@ -104,7 +104,7 @@ int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const 
 
 int64_t ChunkManager::HostHomeBytes(int32_t num_chunks, int64_t shard_bytes, int32_t device_adam_chunks,
                                     const ChunkRuntimeOptions& options) {
-  const int64_t grads = int64_t(num_chunks) * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes);
+  const int64_t grads = RoundUp(int64_t(num_chunks) * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes));
   return (int64_t(kNumStateKinds - 1) * num_chunks - 2 * int64_t(device_adam_chunks)) * shard_bytes + grads;
 }
 
@@ -142,6 +142,9 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     return Status::ResourceExhausted(
         "device memory budget too small: need at least " + std::to_string(needed) + " bytes (" +
         FormatBytes(needed) + ": " + FormatBytes(non_model) + " activations and workspaces + " +
+        (options.grad_home.has_value()
+             ? FormatBytes(StagingBytes(chunk_bytes, options)) + " staging for 16-bit gradient copies + "
+             : std::string()) +
         std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride) +
         " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) +
         ")");
@@ -161,9 +164,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(m->slots_offset_ + slots * stride)));
   PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(
                                              HostHomeBytes(num_chunks, m->shard_bytes_, homed, options))));
-  if (options.grad_home.has_value()) {
-    PSTAR_ASSIGN_OR_RETURN(m->widen_buffer_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
-  }
+  if (options.grad_home.has_value()) m->widen_buffer_.resize(size_t(m->shard_bytes_) / sizeof(float));
   if (world > 1) {
     PSTAR_ASSIGN_OR_RETURN(m->scratch_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
   }
@@ -210,7 +211,8 @@ std::byte* ChunkManager::Home(int32_t index) const {
   if (DeviceHomed(index)) InternalError("host copy of a chunk homed on the device");
   const int64_t kind = index / n - 2;
   const int64_t slot = kind * (n - device_adam_chunks_) + (chunk - device_adam_chunks_);
-  return host_block_.data() + n * (shard_bytes_ + grad_bytes) + slot * shard_bytes_;
+  // The moments start on a cache line (16-bit gradients may end mid-line).
+  return host_block_.data() + n * shard_bytes_ + RoundUp(n * grad_bytes) + slot * shard_bytes_;
 }
 
 float* ChunkManager::HostCopy(int32_t index) const {
@@ -438,6 +440,9 @@ int32_t ChunkManager::ChooseVictim(int64_t must_outlive) const {
     if (owner < 0) continue;
     const ChunkState& st = states_[size_t(owner)];
     if (st.pins > 0) continue;
+    // Between steps the dirty copies are gradients the next step zeroes:
+    // writing them home for a prefetch would copy dead data.
+    if (clean_victims_only_ && st.device_dirty) continue;
     int64_t score;
     if (opt) {
       score = NextUseDistance(owner);  // farther is better
@@ -569,7 +574,7 @@ const float* ChunkManager::HostRead(ChunkKey key) {
   }
   if (HalfHomed(i)) {
     // Widened into the one-shard buffer, exactly (the values are 16-bit ones).
-    float* wide = reinterpret_cast<float*>(widen_buffer_.data());
+    float* wide = widen_buffer_.data();
     const uint16_t* half = HalfHome(i);
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     if (*options_.grad_home == HalfFormat::kBf16) {
@@ -611,7 +616,11 @@ ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   // still be on its way home: reading it in place does not wait for that
   // copy). With N ranks the device holds whole chunks, the home this rank's
   // shard, which is what callers index.
-  if (world_ == 1 && st.slot >= 0) return {SlotData(st.slot), true};
+  if (world_ == 1 && st.slot >= 0) {
+    // A prefetched copy may still be on its way in: device readers wait for it.
+    backend_->StreamWait(StreamKind::kCompute, *slot_events_[size_t(st.slot)].copied);
+    return {SlotData(st.slot), true};
+  }
   if (HalfHomed(i)) return {HostRead(key), false};  // widened for the host
   backend_->Synchronize(*home_written_[size_t(i)]);
   return {HostCopy(i), false};
@@ -665,6 +674,7 @@ void ChunkManager::PrefetchStepStart() {
   if (options_.prefetch_depth <= 0 || !trace_valid_) return;
   // Distances count from just before the next step's first moment.
   moment_ = -1;
+  clean_victims_only_ = true;
   const int64_t moments = int64_t(trace_.size());
   for (int64_t j = 0; j < options_.prefetch_depth && j < moments; ++j) {
     for (int32_t index : trace_[size_t(j)]) {
@@ -673,11 +683,13 @@ void ChunkManager::PrefetchStepStart() {
       if (KeyOf(index).kind == StateKind::kGrad || states_[size_t(index)].slot >= 0) continue;
       if (!Load(index, /*prefetch=*/true, /*must_outlive=*/j + 1)) {
         moment_ = 0;
+        clean_victims_only_ = false;
         return;
       }
     }
   }
   moment_ = 0;
+  clean_victims_only_ = false;
 }
 
 void ChunkManager::AdoptTrace() {

@@ -139,7 +139,9 @@ class ChunkManager {
   // an op holds the chunk on the device. A device-homed chunk has no host
   // shard: on the CPU backend its device home is returned; on a GPU, a copy
   // in a one-chunk host buffer, valid until the next host read of a
-  // device-homed chunk (HostWrite of one is a bug there: copy it in).
+  // device-homed chunk (HostWrite of one is a bug there: copy it in). A
+  // gradient homed in 16 bits is returned widened into a one-shard buffer,
+  // valid until the next host read of such a gradient.
   const float* HostRead(ChunkKey key);
   // As HostRead, and the device copy is dropped: the caller writes the host copy.
   float* HostWrite(ChunkKey key);
@@ -200,8 +202,11 @@ class ChunkManager {
   const RuntimeCounters& counters() const { return counters_; }
   // Device bytes in use now: non-model plus resident chunks.
   int64_t device_bytes_in_use() const {
-    return non_model_bytes_ + (int64_t(slots_in_use_) + 2 * int64_t(device_adam_chunks_)) * chunk_bytes_;
+    return non_model_bytes_ + staging_bytes() +
+           (int64_t(slots_in_use_) + 2 * int64_t(device_adam_chunks_)) * chunk_bytes_;
   }
+  // The staging area for 16-bit gradient copies (0 without).
+  int64_t staging_bytes() const { return slots_offset_ - non_model_bytes_; }
   // Called after every moment's loads and prefetches (tests check the budget with it).
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
   // Told of every copy between the tiers; null (the default) for none. Not owned.
@@ -284,8 +289,9 @@ class ChunkManager {
   int64_t slots_offset_ = 0;
   int64_t homes_offset_ = 0;  // device-homed moments, after the streaming slots
   std::unique_ptr<Event> compute_done_;
+  bool clean_victims_only_ = false;  // set while EndStep prefetches
   MemoryBlock peek_buffer_;  // one chunk of host memory, allocated on first use
-  MemoryBlock widen_buffer_;  // one fp32 shard: a 16-bit home as the host reads it
+  std::vector<float> widen_buffer_;  // one shard: a 16-bit home as the host reads it
   int64_t staging_offset_ = 0;  // device staging for 16-bit copies: h2d half, then d2h half
   std::vector<ChunkState> states_;
   // Per slot: the end of the last op that used it (compute stream) and of the

@@ -331,6 +331,27 @@ TEST(ChunkManager, SixteenBitGradientHomesAreExactAndMoveHalfTheBytes) {
   }
 }
 
+TEST(ChunkManager, EndStepPrefetchNeverWritesADeadGradientHome) {
+  // One slot: at the end of the step it holds a dirty gradient, which the
+  // next step zeroes. Fetching the next step's first param would have to
+  // write it home first; the prefetch gives way instead.
+  auto m = Make(1, 1, EvictionPolicy::kOpt, 1);
+  for (int step = 0; step < 3; ++step) {
+    m->BeginStep();
+    m->ZeroFill(StateKind::kGrad);
+    ReadMoment(*m, 0);
+    ChunkAccess g{{StateKind::kGrad, 0}, true};
+    m->Access({&g, 1});
+    m->DeviceData(g.key)[0] = 1.0f;
+    m->Release({&g, 1});
+    const int64_t d2h = D2H(*m);
+    m->EndStep();
+    EXPECT_EQ(D2H(*m), d2h) << step;
+    EXPECT_FALSE(m->OnDevice({StateKind::kParam, 0})) << step;
+  }
+  EXPECT_EQ(D2H(*m), 0);
+}
+
 TEST(ChunkManager, HybridAdamHomesMomentsBeyondTheStreamingReserve) {
   ChunkRuntimeOptions o;
   o.min_chunks_per_moment = 4;
