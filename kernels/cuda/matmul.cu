@@ -196,6 +196,19 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
 
+  const uint32_t align_a = Alignment(B, stride_b, sizeof(T), batch);
+  const uint32_t align_b = Alignment(A, stride_a, sizeof(T), batch);
+  const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
+  const BlasContext::GemmKey key = {int64_t(type), int64_t(out_type), int64_t(trans_a), int64_t(trans_b), M, N, K,
+                                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, int64_t(align_a),
+                                    int64_t(align_b), int64_t(align_c)};
+  if (const cublasLtMatmulAlgo_t* known = blas.FindAlgo(key)) {
+    CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
+                             C, out.get(), known, blas.workspace(), blas.workspace_bytes(), stream),
+              "cublasLtMatmul");
+    return;
+  }
+
   cublasLtMatmulPreference_t pref_raw = nullptr;
   CheckBlas(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate");
   const Preference pref(pref_raw);
@@ -203,11 +216,10 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   CheckBlas(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &workspace_bytes, sizeof(workspace_bytes)),
             "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, Alignment(B, stride_b, sizeof(T), batch),
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a,
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
-  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, Alignment(A, stride_a, sizeof(T), batch),
+  SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b,
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-  const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c,
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c,
@@ -251,6 +263,7 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
                  static_cast<long long>(ldc), static_cast<long long>(batch));
     std::abort();
   }
+  blas.RememberAlgo(key, heuristic.algo);
   // C is both the input and the output (D): an in-place update.
   CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                            C, out.get(), &heuristic.algo, blas.workspace(), blas.workspace_bytes(), stream),

@@ -7,8 +7,10 @@
 
 #include <cublasLt.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 
 #include "kernels/cuda/launch.h"
 
@@ -28,7 +30,21 @@ class BlasContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // The algorithm cuBLASLt's heuristic chose for a GEMM of this shape
+  // (types, transposes, sizes, leading dimensions, strides, batch, operand
+  // alignments): queried once, reused by every later call of the same shape,
+  // which a training step repeats every layer and every step. The heuristic
+  // gives the same answer for the same key, so caching changes no bits.
+  using GemmKey = std::array<int64_t, 17>;
+  const cublasLtMatmulAlgo_t* FindAlgo(const GemmKey& key) const {
+    auto it = algos_.find(key);
+    return it == algos_.end() ? nullptr : &it->second;
+  }
+  void RememberAlgo(const GemmKey& key, const cublasLtMatmulAlgo_t& algo) { algos_[key] = algo; }
+  size_t cached_algos() const { return algos_.size(); }
+
  private:
+  std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -90,6 +90,32 @@ TYPED_TEST(CudaMatmulTest, GemmWithZeroBetaIgnoresOldC) {
   EXPECT_TRUE(AllClose(ToFloats(dc.Download()), c, Element<T>::kTolerance));
 }
 
+// The algorithm is chosen once per GEMM shape and reused: a repeat gives the
+// same bits, and another shape is queried and cached on its own.
+TYPED_TEST(CudaMatmulTest, AlgorithmsAreCachedPerShapeAndRepeatsGiveTheSameBits) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(13);
+  cuda::BlasContext blas;
+  const int64_t M = 64, N = 48, K = 96;
+  const auto a = RandomValues<T>(size_t(M * K), rng);
+  const auto b = RandomValues<T>(size_t(N * K), rng);
+  std::vector<float> zeros(size_t(M * N), 0.0f);
+  DeviceBuffer<T> da(ToElements<T>(a)), db(ToElements<T>(b)), dc(ToElements<T>(zeros)), dd(ToElements<T>(zeros));
+  EXPECT_EQ(blas.cached_algos(), 0u);
+  cuda::Gemm<T>(blas, false, true, M, N, K, 1.0f, da.get(), K, db.get(), K, 0.0f, dc.get(), N, kStream);
+  EXPECT_EQ(blas.cached_algos(), 1u);
+  cuda::Gemm<T>(blas, false, true, M, N, K, 1.0f, da.get(), K, db.get(), K, 0.0f, dd.get(), N, kStream);
+  EXPECT_EQ(blas.cached_algos(), 1u) << "the same shape reuses its algorithm";
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  const auto first = dc.Download(), second = dd.Download();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(first[0])));
+  cuda::Gemm<T>(blas, false, true, M, N / 2, K, 1.0f, da.get(), K, db.get(), K, 0.0f, dc.get(), N, kStream);
+  EXPECT_EQ(blas.cached_algos(), 2u) << "another shape queries again";
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+}
+
 TYPED_TEST(CudaMatmulTest, GemmStridedBatchedMatchesCpuPerMatrix) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
