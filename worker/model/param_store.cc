@@ -129,7 +129,11 @@ ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
     u.exp_avg_sq_ = chunks_->DeviceData({StateKind::kExpAvgSq, chunk});
   } else {
     u.tier_ = Tier::kHost;
-    u.grad_ = chunks_->HostRead({StateKind::kGrad, chunk});
+    if (chunks_->HalfHomed({StateKind::kGrad, chunk})) {
+      u.grad_half_ = chunks_->HalfHostRead({StateKind::kGrad, chunk});
+    } else {
+      u.grad_ = chunks_->HostRead({StateKind::kGrad, chunk});
+    }
     u.param_ = chunks_->HostWrite({StateKind::kParam, chunk});
     u.exp_avg_ = chunks_->HostWrite({StateKind::kExpAvg, chunk});
     u.exp_avg_sq_ = chunks_->HostWrite({StateKind::kExpAvgSq, chunk});
@@ -210,6 +214,7 @@ ParamStore::ChunkUpdate::ChunkUpdate(ChunkUpdate&& other) noexcept
       accesses_(std::move(other.accesses_)),
       param_(other.param_),
       grad_(other.grad_),
+      grad_half_(other.grad_half_),
       exp_avg_(other.exp_avg_),
       exp_avg_sq_(other.exp_avg_sq_),
       tier_(other.tier_) {

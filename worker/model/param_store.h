@@ -167,7 +167,10 @@ class ParamStore::ChunkUpdate {
   ~ChunkUpdate();
 
   float* param() const { return param_; }
+  // The gradient: fp32, or (on the host, with 16-bit gradient homes) the
+  // 16-bit home in `grad_half()` and null here.
   const float* grad() const { return grad_; }
+  const uint16_t* grad_half() const { return grad_half_; }
   float* exp_avg() const { return exp_avg_; }
   float* exp_avg_sq() const { return exp_avg_sq_; }
   Tier tier() const { return tier_; }
@@ -180,6 +183,7 @@ class ParamStore::ChunkUpdate {
   std::vector<ChunkAccess> accesses_;
   float* param_ = nullptr;
   const float* grad_ = nullptr;
+  const uint16_t* grad_half_ = nullptr;
   float* exp_avg_ = nullptr;
   float* exp_avg_sq_ = nullptr;
   Tier tier_ = Tier::kHost;

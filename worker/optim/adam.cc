@@ -1,6 +1,7 @@
 #include "worker/optim/adam.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kernels/adam.h"
@@ -24,6 +25,9 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale) {
   p.bias_correction2 = float(1.0 - std::pow(double(config_.beta2), double(step_)));
   const ParamLayout& layout = store.layout();
   DeviceBackend& backend = store.chunks().backend();
+  const std::optional<HalfFormat> grad_home = store.chunks().options().grad_home;
+  const kernels::cpu::HalfType half_type =
+      grad_home == HalfFormat::kFp16 ? kernels::cpu::HalfType::kFloat16 : kernels::cpu::HalfType::kBFloat16;
   for (int32_t c = 0; c < layout.num_chunks(); ++c) {
     ParamStore::ChunkUpdate u = store.AcquireForUpdate(c);
     // The hybrid placement: chunks whose moments live on a GPU update there,
@@ -59,6 +63,10 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale) {
                                          u.exp_avg_sq() + begin, end - begin, p,
                                          static_cast<cudaStream_t>(backend.stream_handle(StreamKind::kCompute)));
 #endif
+      } else if (u.grad_half() != nullptr) {
+        // 16-bit gradient homes, widened exactly as the kernel reads them.
+        kernels::cpu::AdamUpdate(u.param() + begin, u.grad_half() + begin, half_type, u.exp_avg() + begin,
+                                 u.exp_avg_sq() + begin, end - begin, p);
       } else {
         kernels::cpu::AdamUpdate(u.param() + begin, u.grad() + begin, u.exp_avg() + begin,
                                  u.exp_avg_sq() + begin, end - begin, p);

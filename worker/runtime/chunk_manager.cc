@@ -557,9 +557,7 @@ void ChunkManager::Prefetch() {
   }
 }
 
-const float* ChunkManager::HostRead(ChunkKey key) {
-  const int32_t i = Index(key);
-  if (DeviceHomed(i)) return HostReadableHome(i);
+void ChunkManager::MakeHomeCurrent(int32_t i) {
   ChunkState& st = states_[size_t(i)];
   if (st.slot >= 0 && st.device_dirty) {
     if (st.pins > 0) InternalError("host read of a chunk an op is writing on the device");
@@ -572,6 +570,19 @@ const float* ChunkManager::HostRead(ChunkKey key) {
     std::memset(Home(i), 0, size_t(HomeBytes(i)));
     st.zero = false;
   }
+}
+
+const uint16_t* ChunkManager::HalfHostRead(ChunkKey key) {
+  const int32_t i = Index(key);
+  if (!HalfHomed(i)) InternalError(std::string("16-bit read of a chunk homed in fp32 (") + StateKindName(key.kind) + ")");
+  MakeHomeCurrent(i);
+  return HalfHome(i);
+}
+
+const float* ChunkManager::HostRead(ChunkKey key) {
+  const int32_t i = Index(key);
+  if (DeviceHomed(i)) return HostReadableHome(i);
+  MakeHomeCurrent(i);
   if (HalfHomed(i)) {
     // Widened into the one-shard buffer, exactly (the values are 16-bit ones).
     float* wide = widen_buffer_.data();

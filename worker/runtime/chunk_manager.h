@@ -143,6 +143,10 @@ class ChunkManager {
   // gradient homed in 16 bits is returned widened into a one-shard buffer,
   // valid until the next host read of such a gradient.
   const float* HostRead(ChunkKey key);
+  // As HostRead for a gradient homed in 16 bits: the home itself, unwidened
+  // (the host Adam reads 16-bit gradients directly).
+  const uint16_t* HalfHostRead(ChunkKey key);
+  bool HalfHomed(ChunkKey key) const { return HalfHomed(Index(key)); }
   // As HostRead, and the device copy is dropped: the caller writes the host copy.
   float* HostWrite(ChunkKey key);
   // The current copy wherever it is, without moving it (reads only). A device
@@ -243,6 +247,9 @@ class ChunkManager {
   std::byte* Home(int32_t index) const;
   uint16_t* HalfHome(int32_t index) const;
   float* HomeOnDevice(int32_t index) const;
+  // A host home made current: a dirty device copy written home and waited
+  // for, a zero chunk zero-filled.
+  void MakeHomeCurrent(int32_t index);
   // The host shard of a chunk homed on the host.
   float* HostCopy(int32_t index) const;
   // The host-readable copy of a device-homed chunk: its home on the CPU
