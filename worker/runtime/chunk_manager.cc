@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/half.h"
 #include "worker/core/bytes.h"
 #include "worker/runtime/nvtx_range.h"
 
@@ -585,15 +584,8 @@ const float* ChunkManager::HostRead(ChunkKey key) {
   MakeHomeCurrent(i);
   if (HalfHomed(i)) {
     // Widened into the one-shard buffer, exactly (the values are 16-bit ones).
-    float* wide = widen_buffer_.data();
-    const uint16_t* half = HalfHome(i);
-    const int64_t n = shard_bytes_ / int64_t(sizeof(float));
-    if (*options_.grad_home == HalfFormat::kBf16) {
-      for (int64_t k = 0; k < n; ++k) wide[k] = kernels::BFloat16ToFloat(half[k]);
-    } else {
-      for (int64_t k = 0; k < n; ++k) wide[k] = kernels::HalfToFloat(half[k]);
-    }
-    return wide;
+    WidenFromHalf(widen_buffer_.data(), HalfHome(i), shard_bytes_ / int64_t(sizeof(float)), *options_.grad_home);
+    return widen_buffer_.data();
   }
   return HostCopy(i);
 }
@@ -687,16 +679,14 @@ void ChunkManager::PrefetchStepStart() {
   moment_ = -1;
   clean_victims_only_ = true;
   const int64_t moments = int64_t(trace_.size());
-  for (int64_t j = 0; j < options_.prefetch_depth && j < moments; ++j) {
+  bool room = true;
+  for (int64_t j = 0; room && j < options_.prefetch_depth && j < moments; ++j) {
     for (int32_t index : trace_[size_t(j)]) {
       // Gradients start every step as zeros (a fill, not a copy); with N ranks
       // they also start from zeros on the device.
       if (KeyOf(index).kind == StateKind::kGrad || states_[size_t(index)].slot >= 0) continue;
-      if (!Load(index, /*prefetch=*/true, /*must_outlive=*/j + 1)) {
-        moment_ = 0;
-        clean_victims_only_ = false;
-        return;
-      }
+      room = Load(index, /*prefetch=*/true, /*must_outlive=*/j + 1);
+      if (!room) break;
     }
   }
   moment_ = 0;

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/half.h"
 #include "worker/runtime/device_backend.h"
 
 namespace pstar {
@@ -57,19 +56,11 @@ class CpuBackend final : public DeviceBackend {
   void Zero(void* dst, size_t bytes, StreamKind) override { std::memset(dst, 0, bytes); }
   void CopyNarrowed(uint16_t* host_dst, const float* device_src, int64_t n, HalfFormat format, void*,
                     StreamKind) override {
-    if (format == HalfFormat::kBf16) {
-      for (int64_t i = 0; i < n; ++i) host_dst[i] = kernels::FloatToBFloat16(device_src[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) host_dst[i] = kernels::FloatToHalf(device_src[i]);
-    }
+    NarrowToHalf(host_dst, device_src, n, format);
   }
   void CopyWidened(float* device_dst, const uint16_t* host_src, int64_t n, HalfFormat format, void*,
                    StreamKind) override {
-    if (format == HalfFormat::kBf16) {
-      for (int64_t i = 0; i < n; ++i) device_dst[i] = kernels::BFloat16ToFloat(host_src[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) device_dst[i] = kernels::HalfToFloat(host_src[i]);
-    }
+    WidenFromHalf(device_dst, host_src, n, format);
   }
   std::unique_ptr<Event> CreateEvent() override { return std::make_unique<CpuEvent>(false); }
   void Record(Event& event, StreamKind) override { static_cast<CpuEvent&>(event).Mark(); }

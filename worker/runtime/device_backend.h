@@ -10,13 +10,12 @@
 #include <memory>
 
 #include "worker/core/status.h"
+#include "worker/runtime/half_format.h"
 
 namespace pstar {
 
 enum class StreamKind : int { kCompute = 0, kHostToDevice = 1, kDeviceToHost = 2, kComm = 3 };
 
-// The 16-bit float formats a chunk's host home can be kept in.
-enum class HalfFormat : uint8_t { kBf16, kFp16 };
 
 // A point in a stream's work; backends subclass it.
 class Event {
