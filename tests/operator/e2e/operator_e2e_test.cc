@@ -149,8 +149,17 @@ class OperatorE2e : public ::testing::Test {
     }
     return Json::object();
   }
+  // Waits for a phase. Only for a phase the job stays in until the test acts
+  // (a terminal one, or Running of a job far from its last step): a 100 ms
+  // poll can miss a phase a job passes through.
   bool WaitForPhase(const std::string& name, const std::string& phase, seconds timeout) {
     return WaitFor([&] { return Phase(name) == phase; }, timeout);
+  }
+  // Waits until the job's pods were created: the Created condition stays
+  // True once set, whatever phases follow (a tiny job can go from Created to
+  // Succeeded between two polls).
+  bool WaitForCreated(const std::string& name, seconds timeout) {
+    return WaitFor([&] { return Condition(name, "Created").value("status", "") == "True"; }, timeout);
   }
   std::vector<Json> Pods(const std::string& selector = "") {
     op::ListOptions o;
@@ -263,11 +272,23 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
 TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
   StartServer(/*kubelet=*/true);
   OperatorProcess op(*server_);
-  Create(TinyJob("resumer", 40));
-  // Wait for a checkpoint, then kill rank 1 (the child of its pod's launcher).
+  // Enough steps (about 5 ms each) that the first attempt is still training
+  // long after its first checkpoint, whatever the machine's load.
+  Json resumer = TinyJob("resumer", 1000);
+  resumer["spec"]["config"]["checkpoint"]["every_steps"] = 50;
+  Create(resumer);
+  // Wait for a checkpoint, any (older ones are pruned), then kill rank 1 (the
+  // child of its pod's launcher).
   const std::string ckpt = ckpt_.path() + "/resumer";
-  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ckpt + "/step-00000005"); }, seconds(120)))
-      << Describe("resumer");
+  auto any_checkpoint = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ckpt, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(any_checkpoint, seconds(120))) << Describe("resumer");
   ApiResponse kill = server_->Post("/fake/kubelet/signal",
                                    {{"namespace", kNs}, {"name", "resumer-node-1"}, {"signal", 9}, {"target", "child"}});
   ASSERT_TRUE(kill.ok()) << kill.error;
@@ -293,8 +314,9 @@ TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
       seconds(10)))
       << op.Metrics();
 
-  // With backoffLimit 0 the first failure ends the job.
-  Json strict = TinyJob("strict", 400);
+  // With backoffLimit 0 the first failure ends the job. It would train for
+  // hours, so it is Running until the kill.
+  Json strict = TinyJob("strict", 10000000);
   strict["spec"]["runPolicy"] = {{"backoffLimit", 0}};
   Create(strict);
   ASSERT_TRUE(WaitForPhase("strict", "Running", seconds(120))) << Describe("strict");
@@ -331,7 +353,7 @@ TEST_F(OperatorE2e, AnOperatorKilledMidReconcileLeavesNoDuplicateOrOrphanedPods)
       << Pods().size() << " pods";
   for (int i = 1; i < kJobs; ++i) {
     const std::string name = "crash-" + std::to_string(i);
-    ASSERT_TRUE(WaitForPhase(name, "Created", seconds(60))) << Describe(name);
+    ASSERT_TRUE(WaitForCreated(name, seconds(60))) << Describe(name);
   }
   std::this_thread::sleep_for(seconds(1));  // anything extra would show now
   std::map<std::string, std::set<std::string>> pods_by_job;
@@ -380,7 +402,7 @@ TEST_F(OperatorE2e, ConvergesThroughConflictsServerErrorsDroppedWatchesAndExpire
     const std::string name = "fault-" + std::to_string(i);
     ASSERT_TRUE(WaitFor([&] { return Pods("patrickstar.io/job-name=" + name).size() == 2; }, seconds(90)))
         << Describe(name);
-    ASSERT_TRUE(WaitForPhase(name, "Created", seconds(60))) << Describe(name);
+    ASSERT_TRUE(WaitForCreated(name, seconds(60))) << Describe(name);
   }
   EXPECT_EQ(Pods().size(), 32u);
   const std::string metrics = op.Metrics();
@@ -404,7 +426,7 @@ TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
   Create(huge);
   Create(TinyJob("good", 10));
 
-  ASSERT_TRUE(WaitForPhase("good", "Created", seconds(60))) << Describe("good");
+  ASSERT_TRUE(WaitForCreated("good", seconds(60))) << Describe("good");
   struct Expect {
     const char* job;
     const char* reason;
@@ -449,13 +471,13 @@ TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {
   EXPECT_EQ(Series(b.Metrics(), "pstar_operator_leader"), 0);
   EXPECT_EQ(HttpGet(b.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");  // standing by
   Create(TinyJob("led-1", 10));
-  ASSERT_TRUE(WaitForPhase("led-1", "Created", seconds(60)));
+  ASSERT_TRUE(WaitForCreated("led-1", seconds(60)));
 
   a.process().Signal(SIGTERM);  // releases the lease
   EXPECT_EQ(a.process().Wait().exit_code, 0);
   ASSERT_TRUE(WaitFor([&] { return Series(b.Metrics(), "pstar_operator_leader") == 1; }, seconds(20)));
   Create(TinyJob("led-2", 10));
-  ASSERT_TRUE(WaitForPhase("led-2", "Created", seconds(60))) << Describe("led-2");
+  ASSERT_TRUE(WaitForCreated("led-2", seconds(60))) << Describe("led-2");
   ExpectModelsRoundTrip({op::Leases()}, "default");
 }
 
