@@ -1,16 +1,35 @@
-// Causal multi-head self-attention.
-// qkv (B, T, 3C) holds q | k | v, head h at columns h*hs of each third (hs = C/NH).
-// att (B, NH, T, T) keeps the softmax probabilities for backward; entries above
-// the diagonal are zero. out (B, T, C).
+// Causal multi-head self-attention with no T×T storage (the FlashAttention-2
+// algorithm). Queries and keys are taken in blocks of kAttentionBlock
+// positions and only blocks on or below the diagonal are computed. Forward
+// keeps the output and, per (batch, head, query), the log-sum-exp of that
+// query's scaled scores; backward recomputes the probabilities block by block
+// from q, k and the log-sum-exp. Memory is linear in T.
+//
+// qkv (B, T, 3C) holds q | k | v, head h at columns h*hs of each third
+// (hs = C/NH). out (B, T, C). lse (B, NH, T).
 #pragma once
 #include <cstdint>
 
+namespace pstar::kernels {
+
+// The one blocking of both backends (the CUDA kernels tile by it too).
+inline constexpr int64_t kAttentionBlock = 64;
+// The largest head size (C / NH) the CUDA kernels take: each lane of a warp
+// keeps kMaxGpuAttentionHeadSize / 32 columns of a row's accumulators in
+// registers, and four tiles of 64 rows fit in an SM's shared memory.
+inline constexpr int64_t kMaxGpuAttentionHeadSize = 128;
+
+}  // namespace pstar::kernels
+
 namespace pstar::kernels::cpu {
 
-void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+// OpenMP over (batch, head, query block); each block's keys in order, so the
+// bits depend on the shape alone, not on the thread count.
+void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH);
-// dqkv is overwritten; datt is scratch of att's size.
-void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                       const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+// dqkv is overwritten; out and lse are the forward's. OpenMP over (batch,
+// head); inside a head the key blocks and then the query blocks in order.
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                       int64_t B, int64_t T, int64_t C, int64_t NH);
 
 }  // namespace pstar::kernels::cpu

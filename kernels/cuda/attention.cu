@@ -1,183 +1,373 @@
 #include "kernels/cuda/attention.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/element.cuh"
 
 namespace pstar::kernels::cuda {
 namespace {
 
-constexpr unsigned kThreads = 256;
-constexpr unsigned kRowsPerBlock = 8;  // softmax: one warp per row
+constexpr int kBlock = int(kAttentionBlock);       // queries or keys per thread block
+constexpr int kWarps = 16;                          // 512 threads
+constexpr int kRowsPerWarp = kBlock / kWarps;       // rows of the block each warp owns
+constexpr int kPerLane = int(kMaxGpuAttentionHeadSize) / kWarpSize;  // head columns per lane
+constexpr unsigned kFull = 0xffffffffu;
+static_assert(kBlock == 2 * kWarpSize, "a row's keys are two per lane");
 
-// heads (B, NH, T, hs) <- src (B, T, NH*hs) whose rows are ld elements apart:
-// one thread per element of heads, so writes are contiguous and reads run
-// along each head's hs columns.
-template <typename T>
-__global__ void ToHeads(T* heads, const T* src, int64_t ld, int64_t B, int64_t Tlen, int64_t NH, int64_t hs) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= B * NH * Tlen * hs) return;
-  const int64_t d = i % hs;
-  const int64_t t = (i / hs) % Tlen;
-  const int64_t h = (i / (hs * Tlen)) % NH;
-  const int64_t b = i / (hs * Tlen * NH);
-  heads[i] = src[(b * Tlen + t) * ld + h * hs + d];
-}
+// Shared tiles are rows of hs fp32 values, hs + 1 apart so that lanes walking
+// different rows along the head dimension hit different banks.
+__device__ __forceinline__ int Ld(int hs) { return hs + 1; }
 
-// The inverse: dst (B, T, NH*hs), rows ld apart, <- heads (B, NH, T, hs).
+// rows x hs elements of a head, rows ld_src apart in global memory, into a tile.
 template <typename T>
-__global__ void FromHeads(T* dst, int64_t ld, const T* heads, int64_t B, int64_t Tlen, int64_t NH, int64_t hs) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= B * NH * Tlen * hs) return;
-  const int64_t d = i % hs;
-  const int64_t t = (i / hs) % Tlen;
-  const int64_t h = (i / (hs * Tlen)) % NH;
-  const int64_t b = i / (hs * Tlen * NH);
-  dst[(b * Tlen + t) * ld + h * hs + d] = heads[i];
-}
-
-// In place over att, rows of Tlen: the row of query position t (row % Tlen)
-// becomes the softmax of its first t + 1 scores, and zeros after them. One
-// warp per row; max, sum and probabilities in fp32.
-template <typename T>
-__global__ void CausalSoftmaxForward(T* att, int64_t rows, int64_t Tlen) {
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= rows) return;  // the whole warp leaves together
-  const int lane = int(threadIdx.x % kWarpSize);
-  const int64_t t = row % Tlen;
-  T* x = att + row * Tlen;
-  float maxv = -INFINITY;
-  for (int64_t j = lane; j <= t; j += kWarpSize) maxv = fmaxf(maxv, ToFloat(x[j]));
-  maxv = WarpMax(maxv);
-  float sum = 0.0f;
-  for (int64_t j = lane; j <= t; j += kWarpSize) sum += expf(ToFloat(x[j]) - maxv);
-  sum = WarpSum(sum);
-  const float inv = 1.0f / sum;
-  for (int64_t j = lane; j < Tlen; j += kWarpSize) {
-    x[j] = FromFloat<T>(j <= t ? expf(ToFloat(x[j]) - maxv) * inv : 0.0f);
+__device__ void LoadTile(float* tile, const T* src, int64_t ld_src, int rows, int hs) {
+  const int ld = Ld(hs);
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
+    const int r = e / hs, d = e % hs;
+    tile[r * ld + d] = r < rows ? ToFloat(src[int64_t(r) * ld_src + d]) : 0.0f;
   }
 }
 
-// In place over datt (dP on entry, dS on exit), with the probabilities P of
-// the same rows: dS = P * (dP - sum_j P_j dP_j) * scale on the causal part,
-// zero above the diagonal. One warp per row, fp32.
+__device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
+  float s = 0.0f;
+  for (int d = 0; d < hs; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// One (batch, head) per blockIdx.x, one query block per blockIdx.y (the
+// longest rows first); each warp runs the online softmax of its rows over the
+// key blocks up to the diagonal, two keys per lane.
 template <typename T>
-__global__ void CausalSoftmaxBackward(T* datt, const T* att, int64_t rows, int64_t Tlen, float scale) {
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= rows) return;
-  const int lane = int(threadIdx.x % kWarpSize);
-  const int64_t t = row % Tlen;
-  T* dp = datt + row * Tlen;
-  const T* p = att + row * Tlen;
-  float dot = 0.0f;
-  for (int64_t j = lane; j <= t; j += kWarpSize) dot += ToFloat(p[j]) * ToFloat(dp[j]);
-  dot = WarpSum(dot);
-  for (int64_t j = lane; j < Tlen; j += kWarpSize) {
-    dp[j] = FromFloat<T>(j <= t ? ToFloat(p[j]) * (ToFloat(dp[j]) - dot) * scale : 0.0f);
+__global__ void __launch_bounds__(kWarps * kWarpSize)
+    FlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+  extern __shared__ float smem[];
+  const int ld = Ld(hs);
+  float* qs = smem;
+  float* ks = qs + kBlock * ld;
+  float* vs = ks + kBlock * ld;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTile(qs, q + r0 * C3, C3, rows, hs);
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kPerLane];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) acc[rr][c] = 0.0f;
+  }
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t c0 = j * kBlock;
+    const int cols = int(min(int64_t(kBlock), Tlen - c0));
+    __syncthreads();  // the previous key block is no longer read
+    LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
+    LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = warp * kRowsPerWarp + rr;
+      if (r >= rows) continue;  // the whole warp
+      const int64_t t = r0 + r;
+      float s[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        s[half] = c < cols && c0 + c <= t ? Dot(qs + r * ld, ks + c * ld, hs) * scale : -INFINITY;
+      }
+      const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
+      const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
+      const float alpha = expf(m[rr] - mx);
+      l[rr] = l[rr] * alpha + WarpSum(p0 + p1);
+      m[rr] = mx;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) acc[rr][c] *= alpha;
+      for (int k = 0; k < cols; ++k) {
+        const float pk = __shfl_sync(kFull, k < kWarpSize ? p0 : p1, k % kWarpSize);
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) acc[rr][c] += pk * vs[k * ld + d];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= rows) continue;
+    const int64_t t = r0 + r;
+    const float inv = 1.0f / l[rr];
+    T* o = out + (b * Tlen + t) * C + h * hs;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) o[d] = FromFloat<T>(acc[rr][c] * inv);
+    }
+    if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
   }
 }
 
+// dsum (B, NH, T) = rowsum(dout * out) per head: one warp per (b, t, h).
 template <typename T>
-void LaunchToHeads(T* heads, const T* src, int64_t ld, int64_t B, int64_t Tlen, int64_t NH, int64_t hs,
-                   cudaStream_t stream) {
-  ToHeads<<<BlocksFor(B * NH * Tlen * hs, kThreads), kThreads, 0, stream>>>(heads, src, ld, B, Tlen, NH, hs);
-  CheckLaunch("ToHeads");
+__global__ void RowDots(float* dsum, const T* dout, const T* out, int64_t rows, int64_t Tlen, int64_t C, int NH,
+                        int hs) {
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (row >= rows) return;  // the whole warp
+  const int lane = int(threadIdx.x % kWarpSize);
+  const int64_t bh = row / Tlen, t = row % Tlen, b = bh / NH, h = bh % NH;
+  const int64_t at = (b * Tlen + t) * C + h * hs;
+  float s = 0.0f;
+  for (int d = lane; d < hs; d += kWarpSize) s += ToFloat(dout[at + d]) * ToFloat(out[at + d]);
+  s = WarpSum(s);
+  if (lane == 0) dsum[row] = s;
 }
 
+// dk and dv of one key block (blockIdx.y) of one (batch, head): each warp owns
+// a few keys and walks the query blocks from the diagonal down, two queries
+// per lane for the probabilities, then every query's term in order.
 template <typename T>
-void LaunchFromHeads(T* dst, int64_t ld, const T* heads, int64_t B, int64_t Tlen, int64_t NH, int64_t hs,
-                     cudaStream_t stream) {
-  FromHeads<<<BlocksFor(B * NH * Tlen * hs, kThreads), kThreads, 0, stream>>>(dst, ld, heads, B, Tlen, NH, hs);
-  CheckLaunch("FromHeads");
+__global__ void __launch_bounds__(kWarps * kWarpSize)
+    FlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                      int64_t C, int NH, int hs, float scale) {
+  extern __shared__ float smem[];
+  const int ld = Ld(hs);
+  float* ks = smem;
+  float* vs = ks + kBlock * ld;
+  float* qs = vs + kBlock * ld;
+  float* dys = qs + kBlock * ld;
+  float* lse_s = dys + kBlock * ld;
+  float* dsum_s = lse_s + kBlock;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t j = int64_t(blockIdx.y);
+  const int64_t c0 = j * kBlock, C3 = 3 * C;
+  const int cols = int(min(int64_t(kBlock), Tlen - c0));
+  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const T* dy = dout + b * Tlen * C + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
+  LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+
+  float dk[kRowsPerWarp][kPerLane], dv[kRowsPerWarp][kPerLane];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) dk[rr][c] = dv[rr][c] = 0.0f;
+  }
+  for (int64_t i = j; i < nb; ++i) {
+    const int64_t r0 = i * kBlock;
+    const int rows = int(min(int64_t(kBlock), Tlen - r0));
+    __syncthreads();
+    LoadTile(qs, q + r0 * C3, C3, rows, hs);
+    LoadTile(dys, dy + r0 * C, C, rows, hs);
+    for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
+      lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+      dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kRowsPerWarp; ++kk) {
+      const int key = warp * kRowsPerWarp + kk;
+      if (key >= cols) continue;  // the whole warp
+      float p[2], ds[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = lane + half * kWarpSize;
+        p[half] = ds[half] = 0.0f;
+        if (r < rows && r0 + r >= c0 + key) {
+          p[half] = expf(Dot(qs + r * ld, ks + key * ld, hs) * scale - lse_s[r]);
+          const float dp = Dot(dys + r * ld, vs + key * ld, hs);
+          ds[half] = p[half] * (dp - dsum_s[r]) * scale;
+        }
+      }
+      for (int r = 0; r < rows; ++r) {
+        const float pr = __shfl_sync(kFull, r < kWarpSize ? p[0] : p[1], r % kWarpSize);
+        const float dsr = __shfl_sync(kFull, r < kWarpSize ? ds[0] : ds[1], r % kWarpSize);
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) {
+            dv[kk][c] += pr * dys[r * ld + d];
+            dk[kk][c] += dsr * qs[r * ld + d];
+          }
+        }
+      }
+    }
+  }
+  T* base = dqkv + b * Tlen * C3 + h * hs;
+#pragma unroll
+  for (int kk = 0; kk < kRowsPerWarp; ++kk) {
+    const int key = warp * kRowsPerWarp + kk;
+    if (key >= cols) continue;
+    T* dk_row = base + C + (c0 + key) * C3;
+    T* dv_row = base + 2 * C + (c0 + key) * C3;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) {
+        dk_row[d] = FromFloat<T>(dk[kk][c]);
+        dv_row[d] = FromFloat<T>(dv[kk][c]);
+      }
+    }
+  }
+}
+
+// dq of one query block (blockIdx.y) of one (batch, head): each warp owns a
+// few queries and walks the key blocks up to the diagonal, two keys per lane.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * kWarpSize)
+    FlashBackwardQueries(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                         int64_t C, int NH, int hs, float scale) {
+  extern __shared__ float smem[];
+  const int ld = Ld(hs);
+  float* qs = smem;
+  float* dys = qs + kBlock * ld;
+  float* ks = dys + kBlock * ld;
+  float* vs = ks + kBlock * ld;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const T* dy = dout + b * Tlen * C + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTile(qs, q + r0 * C3, C3, rows, hs);
+  LoadTile(dys, dy + r0 * C, C, rows, hs);
+
+  float dq[kRowsPerWarp][kPerLane], row_lse[kRowsPerWarp], row_dsum[kRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    row_lse[rr] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+    row_dsum[rr] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) dq[rr][c] = 0.0f;
+  }
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t c0 = j * kBlock;
+    const int cols = int(min(int64_t(kBlock), Tlen - c0));
+    __syncthreads();
+    LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
+    LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = warp * kRowsPerWarp + rr;
+      if (r >= rows) continue;  // the whole warp
+      const int64_t t = r0 + r;
+      float ds[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        ds[half] = 0.0f;
+        if (c < cols && c0 + c <= t) {
+          const float p = expf(Dot(qs + r * ld, ks + c * ld, hs) * scale - row_lse[rr]);
+          const float dp = Dot(dys + r * ld, vs + c * ld, hs);
+          ds[half] = p * (dp - row_dsum[rr]) * scale;
+        }
+      }
+      for (int k = 0; k < cols; ++k) {
+        const float dsk = __shfl_sync(kFull, k < kWarpSize ? ds[0] : ds[1], k % kWarpSize);
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          const int d = lane + c * kWarpSize;
+          if (d < hs) dq[rr][c] += dsk * ks[k * ld + d];
+        }
+      }
+    }
+  }
+  T* base = dqkv + b * Tlen * C3 + h * hs;
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= rows) continue;
+    T* dq_row = base + (r0 + r) * C3;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) dq_row[d] = FromFloat<T>(dq[rr][c]);
+    }
+  }
+}
+
+// Dynamic shared memory beyond the default 48 KiB must be allowed per kernel.
+template <typename Kernel>
+void AllowSharedBytes(Kernel kernel, size_t bytes, const char* what) {
+  if (bytes <= 48 * 1024) return;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "pstar: CUDA %s (%zu bytes) failed: %s\n", what, bytes, cudaGetErrorString(e));
+  std::abort();
+}
+
+void CheckHeadSize(int64_t hs) {
+  if (hs >= 1 && hs <= kMaxGpuAttentionHeadSize) return;
+  std::fprintf(stderr, "pstar: CUDA attention takes head sizes 1..%lld, not %lld\n",
+               static_cast<long long>(kMaxGpuAttentionHeadSize), static_cast<long long>(hs));
+  std::abort();
 }
 
 }  // namespace
 
-// Forward keeps q, k, v per head (the output per head reuses q's space);
-// backward keeps q, k, v, dout per head and dv (dq and dk reuse dout's and
-// v's space).
-int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) { return 5 * B * T * C; }
-
-template <typename T>
-void AttentionForward(BlasContext& blas, T* out, T* att, T* scratch, const T* qkv, int64_t B, int64_t Tlen,
-                      int64_t C, int64_t NH, cudaStream_t stream) {
-  const int64_t hs = C / NH;
-  const int64_t n = B * Tlen * C;
-  const int64_t heads = B * NH;
-  const int64_t head_stride = Tlen * hs;   // one head of q, k, v or y
-  const int64_t att_stride = Tlen * Tlen;  // one head of att
-  if (n == 0) return;
-  T* q = scratch;
-  T* k = q + n;
-  T* v = k + n;
-  LaunchToHeads(q, qkv, 3 * C, B, Tlen, NH, hs, stream);
-  LaunchToHeads(k, qkv + C, 3 * C, B, Tlen, NH, hs, stream);
-  LaunchToHeads(v, qkv + 2 * C, 3 * C, B, Tlen, NH, hs, stream);
-
-  // S = scale Q K^T per head, then P = causal softmax(S) in place.
-  const float scale = 1.0f / std::sqrt(float(hs));
-  GemmStridedBatched(blas, false, true, Tlen, Tlen, hs, scale, q, hs, head_stride, k, hs, head_stride, 0.0f, att,
-                     Tlen, att_stride, heads, stream);
-  const int64_t rows = heads * Tlen;
-  CausalSoftmaxForward<<<BlocksFor(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(att, rows, Tlen);
-  CheckLaunch("CausalSoftmaxForward");
-
-  // Y = P V per head, into q's space, then back to (B, T, C).
-  T* y = q;
-  GemmStridedBatched(blas, false, false, Tlen, hs, Tlen, 1.0f, att, Tlen, att_stride, v, hs, head_stride, 0.0f, y,
-                     hs, head_stride, heads, stream);
-  LaunchFromHeads(out, C, y, B, Tlen, NH, hs, stream);
+int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  (void)C;
+  return B * NH * T;
 }
 
 template <typename T>
-void AttentionBackward(BlasContext& blas, T* dqkv, T* datt, T* scratch, const T* dout, const T* qkv,
-                       const T* att, int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
+void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
+                      cudaStream_t stream) {
+  if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
-  const int64_t n = B * Tlen * C;
-  const int64_t heads = B * NH;
-  const int64_t head_stride = Tlen * hs;
-  const int64_t att_stride = Tlen * Tlen;
-  if (n == 0) return;
-  T* q = scratch;
-  T* k = q + n;
-  T* v = k + n;
-  T* dy = v + n;
-  T* dv = dy + n;
-  LaunchToHeads(q, qkv, 3 * C, B, Tlen, NH, hs, stream);
-  LaunchToHeads(k, qkv + C, 3 * C, B, Tlen, NH, hs, stream);
-  LaunchToHeads(v, qkv + 2 * C, 3 * C, B, Tlen, NH, hs, stream);
-  LaunchToHeads(dy, dout, C, B, Tlen, NH, hs, stream);
-
-  // dP = dY V^T and dV = P^T dY per head.
-  GemmStridedBatched(blas, false, true, Tlen, Tlen, hs, 1.0f, dy, hs, head_stride, v, hs, head_stride, 0.0f, datt,
-                     Tlen, att_stride, heads, stream);
-  GemmStridedBatched(blas, true, false, Tlen, hs, Tlen, 1.0f, att, Tlen, att_stride, dy, hs, head_stride, 0.0f, dv,
-                     hs, head_stride, heads, stream);
-
-  // dS through the softmax, scale included, in place in datt.
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const int64_t rows = heads * Tlen;
-  CausalSoftmaxBackward<<<BlocksFor(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(datt, att, rows,
-                                                                                                 Tlen, scale);
-  CheckLaunch("CausalSoftmaxBackward");
-
-  // dQ = dS K into dY's space and dK = dS^T Q into V's space (both are done
-  // with), then all three back into dqkv.
-  T* dq = dy;
-  T* dk = v;
-  GemmStridedBatched(blas, false, false, Tlen, hs, Tlen, 1.0f, datt, Tlen, att_stride, k, hs, head_stride, 0.0f, dq,
-                     hs, head_stride, heads, stream);
-  GemmStridedBatched(blas, true, false, Tlen, hs, Tlen, 1.0f, datt, Tlen, att_stride, q, hs, head_stride, 0.0f, dk,
-                     hs, head_stride, heads, stream);
-  LaunchFromHeads(dqkv, 3 * C, dq, B, Tlen, NH, hs, stream);
-  LaunchFromHeads(dqkv + C, 3 * C, dk, B, Tlen, NH, hs, stream);
-  LaunchFromHeads(dqkv + 2 * C, 3 * C, dv, B, Tlen, NH, hs, stream);
+  CheckHeadSize(hs);
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const size_t smem = size_t(3 * kBlock * (hs + 1)) * sizeof(float);
+  AllowSharedBytes(FlashForward<T>, smem, "FlashForward shared memory");
+  const dim3 grid(unsigned(B * NH), unsigned(nb));
+  FlashForward<T><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs),
+                                                             1.0f / std::sqrt(float(hs)));
+  CheckLaunch("FlashForward");
 }
 
-#define PSTAR_INSTANTIATE_ATTENTION(T)                                                                        \
-  template void AttentionForward<T>(BlasContext&, T*, T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
-                                    cudaStream_t);                                                            \
-  template void AttentionBackward<T>(BlasContext&, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
+template <typename T>
+void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out, const float* lse,
+                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
+  if (B * Tlen * C == 0) return;
+  const int64_t hs = C / NH;
+  CheckHeadSize(hs);
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  float* dsum = scratch;
+  const int64_t rows = B * NH * Tlen;
+  RowDots<T><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
+                                                                        int(hs));
+  CheckLaunch("RowDots");
+  const dim3 grid(unsigned(B * NH), unsigned(nb));
+  const size_t keys_smem = (size_t(4 * kBlock * (hs + 1)) + 2 * kBlock) * sizeof(float);
+  AllowSharedBytes(FlashBackwardKeys<T>, keys_smem, "FlashBackwardKeys shared memory");
+  FlashBackwardKeys<T><<<grid, kWarps * kWarpSize, keys_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
+                                                                       int(NH), int(hs), scale);
+  CheckLaunch("FlashBackwardKeys");
+  const size_t queries_smem = size_t(4 * kBlock * (hs + 1)) * sizeof(float);
+  AllowSharedBytes(FlashBackwardQueries<T>, queries_smem, "FlashBackwardQueries shared memory");
+  FlashBackwardQueries<T><<<grid, kWarps * kWarpSize, queries_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
+                                                                             C, int(NH), int(hs), scale);
+  CheckLaunch("FlashBackwardQueries");
+}
+
+#define PSTAR_INSTANTIATE_ATTENTION(T)                                                                         \
+  template void AttentionForward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);  \
+  template void AttentionBackward<T>(T*, float*, const T*, const T*, const T*, const float*, int64_t, int64_t, \
                                      int64_t, int64_t, cudaStream_t);
 
 PSTAR_INSTANTIATE_ATTENTION(float)

@@ -1,29 +1,33 @@
-// Causal multi-head self-attention on the GPU, same layout as
-// kernels/attention.h: qkv (B, T, 3C) holds q | k | v, head h at columns
-// h*hs of each third; att (B, NH, T, T) keeps the softmax probabilities
-// (zero above the diagonal); out (B, T, C). The GEMMs go through cuBLAS(Lt);
-// softmax statistics are fp32.
+// Causal multi-head self-attention on the GPU with no T×T storage: the
+// algorithm, blocking and layouts of kernels/attention.h (FlashAttention-2),
+// in fp32 arithmetic on elements of T. qkv (B, T, 3C), out (B, T, C), lse
+// (B, NH, T) in fp32 whatever T is. Head sizes up to kMaxGpuAttentionHeadSize.
+//
+// A thread block takes one (batch, head) and one block of kAttentionBlock
+// queries (or keys), its warps a few rows each; the tiles of q, k, v and dout
+// it works on sit in shared memory as fp32. Backward runs two passes that each
+// recompute the probabilities, dk and dv per key block and dq per query block,
+// so every gradient element has one writer and a fixed order of additions: no
+// atomics, the same bits on every run.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/matmul.h"
 
 namespace pstar::kernels::cuda {
 
-// Elements of T the passes need as scratch (permuted q, k, v and the like),
-// carved by the caller with the other activations.
+// fp32 elements of scratch the backward pass needs (the rowsums of dout·out).
 int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 template <typename T>
-void AttentionForward(BlasContext& blas, T* out, T* att, T* scratch, const T* qkv, int64_t B,
-                      int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream);
+void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
+                      cudaStream_t stream);
 
-// dqkv is overwritten; datt is scratch of att's size.
+// dqkv is overwritten; out and lse are the forward's.
 template <typename T>
-void AttentionBackward(BlasContext& blas, T* dqkv, T* datt, T* scratch, const T* dout, const T* qkv,
-                       const T* att, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                       cudaStream_t stream);
+void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out, const float* lse,
+                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/attention.h"
 #include "worker/core/bytes.h"
 #include "worker/core/file_util.h"
 
@@ -359,6 +360,12 @@ Config ParseRoot(const YAML::Node& root) {
     Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
+  if (c.runtime.device == "cuda" && c.model.gpt.n_head > 0 &&
+      c.model.gpt.n_embd / c.model.gpt.n_head > kernels::kMaxGpuAttentionHeadSize) {
+    Fail("model.n_head", "gives a head size of " + std::to_string(c.model.gpt.n_embd / c.model.gpt.n_head) +
+                             " (n_embd / n_head); runtime.device cuda takes at most " +
+                             std::to_string(kernels::kMaxGpuAttentionHeadSize));
+  }
   return c;
 }
 

@@ -108,15 +108,15 @@ class CpuModelKernels final : public ModelKernels {
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
     }
   }
-  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    k::AttentionForward(out, att, qkv, B, T, C, NH);
+    k::AttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+    k::AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));

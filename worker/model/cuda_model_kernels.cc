@@ -134,17 +134,16 @@ class CudaModelKernels final : public ModelKernels {
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
   }
-  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionForward");
-    kc::AttentionForward(blas_, out, att, Shared<float>(), qkv, B, T, C, NH, stream_);
+    kc::AttentionForward(out, lse, qkv, B, T, C, NH, stream_);
   }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
-    kc::AttentionBackward(blas_, dqkv, datt, Shared<float>(), dout, qkv, att, B, T, C, NH, stream_);
+    kc::AttentionBackward(dqkv, Shared<float>(), dout, qkv, out, lse, B, T, C, NH, stream_);
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));

@@ -169,7 +169,7 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
 template <typename Alloc>
 void Gpt::Lay(Alloc&& alloc) {
   const int64_t BT = B_ * T_, C = config_.n_embd, BTC = BT * C;
-  const int64_t att = B_ * config_.n_head * T_ * T_;
+  const int64_t lse = B_ * config_.n_head * T_;  // attention keeps no T×T matrix
   auto f = [&](int64_t n) { return static_cast<float*>(alloc(n)); };
   Activations& a = acts_;
   a.blocks.assign(size_t(recompute_ ? 1 : config_.n_layer), BlockActivations{});
@@ -178,14 +178,13 @@ void Gpt::Lay(Alloc&& alloc) {
     b.ln1_mean = f(BT);
     b.ln1_rstd = f(BT);
     b.qkv = f(3 * BTC);
-    b.att = f(att);
+    b.lse = f(lse);
     b.atty = f(BTC);
     b.res2 = f(BTC);
     b.ln2 = f(BTC);
     b.ln2_mean = f(BT);
     b.ln2_rstd = f(BT);
     b.fch = f(4 * BTC);
-    b.fch_gelu = f(4 * BTC);
   }
   a.residual.clear();
   for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(f(BTC));
@@ -196,10 +195,10 @@ void Gpt::Lay(Alloc&& alloc) {
   a.lse = f(BT);
   a.losses = f(BT);
   a.tmp = f(BTC);
+  a.fch_gelu = f(4 * BTC);
   a.dres = f(BTC);
   a.dtmp = f(BTC);
   a.dqkv = f(3 * BTC);
-  a.datt = f(att);
   a.dfch = f(4 * BTC);
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
@@ -237,7 +236,7 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
     kernels_->MatmulForward(a.qkv, a.ln1, u.param(t.qkv_w), u.param(t.qkv_b), BT, C, 3 * C);
   }
-  kernels_->AttentionForward(a.atty, a.att, a.qkv, B_, T_, C, NH);
+  kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
     kernels_->MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
@@ -252,10 +251,10 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
     kernels_->MatmulForward(a.fch, a.ln2, u.param(t.fc_w), u.param(t.fc_b), BT, C, 4 * C);
   }
-  kernels_->GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
+  kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(acts_.tmp, a.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(acts_.tmp, acts_.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -266,9 +265,12 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);
   Activations& g = acts_;
+  // The shared GELU output holds this layer's when the forward pass (or the
+  // recomputation) of this block was the last to write it.
+  if (!recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(g.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, a.fch_gelu,
+    kernels_->MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, g.fch_gelu,
                       u.param(t.fc_proj_w), BT, 4 * C, C);
   }
   kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
@@ -287,7 +289,7 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
     kernels_->MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
                       u.param(t.attn_proj_w), BT, C, C);
   }
-  kernels_->AttentionBackward(g.dqkv, g.datt, g.dtmp, a.qkv, a.att, B_, T_, C, NH);
+  kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
     kernels_->MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, u.param(t.qkv_w), BT,

@@ -76,16 +76,19 @@ class Gpt {
   };
   // What one block keeps for its backward pass.
   struct BlockActivations {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty;
-    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty;  // lse: (B, NH, T)
+    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch;
   };
   struct Activations {
     std::vector<float*> residual;  // n_layer + 1 block inputs, (B, T, C) each
     std::vector<BlockActivations> blocks;  // one per layer, or one shared when recomputing
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
     float* tmp;  // (B, T, C) projection output before the residual add
+    // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
+    // from its fch (cheaper than keeping 4C per token per layer).
+    float* fch_gelu;
     // Backward workspaces, reused by every layer.
-    float *dres, *dtmp, *dqkv, *datt, *dfch;
+    float *dres, *dtmp, *dqkv, *dfch;
     int32_t *tokens, *targets;
     void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };

@@ -36,7 +36,7 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   // stream, after a 256-byte slot for the mean loss. Each term bounds what
   // the CUDA kernels ask for (checked when the scratch is set):
   const int64_t BT = batch * seq, C = config.n_embd;
-  const int64_t attention = 5 * BT * C * 4;        // permuted q, k, v and the head outputs
+  const int64_t attention = batch * config.n_head * seq * 4;  // rowsums of dout·out per head
   const int64_t layernorm = 2 * 256 * C * 4;       // at most 256 row groups of weight and bias partials
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)

@@ -133,10 +133,12 @@ class ModelKernels {
                              int64_t C, int64_t OC) = 0;
   virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, int64_t N, int64_t C, int64_t OC) = 0;
-  virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  // Causal self-attention with no T×T storage (kernels/attention.h): lse
+  // (B, NH, T) is what forward keeps besides out, and backward reads both.
+  virtual void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                 int64_t NH) = 0;
-  virtual void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                 const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
+  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                 const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
   virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;

@@ -77,15 +77,15 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
-    inner_->AttentionForward(out, att, qkv, B, T, C, NH);
+    inner_->AttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
-    inner_->AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+    inner_->AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kGelu);

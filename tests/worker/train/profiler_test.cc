@@ -31,7 +31,8 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // How often one step runs each op family, from the model's structure (Gpt's
 // Forward and Backward without recomputation): per micro-batch, each layer
 // has 4 linear layers, 2 LayerNorms, 2 residual adds, attention and GELU
-// each way (no residual backward: the gradient passes through), and the
+// each way (no residual backward: the gradient passes through), plus a GELU
+// forward recomputed in backward by every layer but the last, and the
 // model adds the encoder, the final LayerNorm, the classifier's matmul and
 // its cross-entropy. The gradient norm and the optimizer run once per step.
 std::map<OpFamily, int64_t> CallsPerStep(const Config& c) {
@@ -39,7 +40,7 @@ std::map<OpFamily, int64_t> CallsPerStep(const Config& c) {
   std::map<OpFamily, int64_t> m = {
       {OpFamily::kUpload, 2},          {OpFamily::kEncoder, 2},    {OpFamily::kLayerNorm, 4 * L + 2},
       {OpFamily::kMatmul, 8 * L + 2},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, 2 * L},
-      {OpFamily::kGelu, 2 * L},        {OpFamily::kCrossEntropy, 2}, {OpFamily::kLossSum, 1},
+      {OpFamily::kGelu, 3 * L - 1},        {OpFamily::kCrossEntropy, 2}, {OpFamily::kLossSum, 1},
       {OpFamily::kZero, 1}};
   for (auto& [family, n] : m) n *= accum;
   m[OpFamily::kGradNorm] = 1;
