@@ -71,7 +71,7 @@ if [ "$dry_run" -eq 1 ]; then
   tier_bytes=0
 else
   C=4096 NH=32 T=1024 V=50257
-  layers_list="${layers_list:-10 20 24 28 32 36 40 42 44 46 48 50 60 75 100}"
+  layers_list="${layers_list:-10 20 24 28 32 36 40 42 44 46 48 50 52 54 56 58 60 75 100}"
   steps="${steps:-4}" warmup="${warmup:-2}"
   [ "$GPU_MEM_BYTES" -gt 0 ] || die "no GPU visible to nvidia-smi (use --dry-run on a machine without one)"
   device=cuda precision=bf16
@@ -156,7 +156,7 @@ if [ "$dry_run" -eq 1 ] && { [ "$part" = all ] || [ "$part" = plan ]; }; then
   echo
   echo "== plan of the real shapes for the GPU host (assumed: 128 GiB host x 0.8, 80 GiB GPU x 0.8)"
   saved=("$C" "$NH" "$T" "$V" "$layers_list" "$host_budget" "$device" "$precision" "$batch")
-  C=4096 NH=32 T=1024 V=50257 layers_list="10 20 24 28 32 36 40 42 44 46 48 50 60 75 100" device=cuda precision=bf16
+  C=4096 NH=32 T=1024 V=50257 layers_list="10 20 24 28 32 36 40 42 44 46 48 50 52 54 56 58 60 75 100" device=cuda precision=bf16
   batch="${BATCH:-4}"
   host_budget=$(awk 'BEGIN { printf "%.0f", 128 * 2^30 * 0.8 }')
   plan_table "$(awk 'BEGIN { printf "%.0f", 80 * 2^30 * 0.8 }')" "fits the GPU host" cuda "the assumed GPU host"

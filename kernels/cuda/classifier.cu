@@ -32,10 +32,10 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 // running max and sum, then warps and the block combine them in a fixed order.
 template <typename T>
 __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const T* logits, const int32_t* targets,
-                                          int64_t V) {
+                                          int64_t V, int64_t Vp) {
   __shared__ MaxSum warp_parts[kWarps];
   const int64_t row = blockIdx.x;
-  const T* x = logits + row * V;
+  const T* x = logits + row * Vp;
   MaxSum acc = {-INFINITY, 0.0f};
   for (int64_t j = threadIdx.x; j < V; j += kThreads) {
     const float xj = ToFloat(x[j]);
@@ -63,13 +63,14 @@ __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const T* lo
 
 template <typename T>
 __global__ void CrossEntropyBackwardKernel(T* logits, const float* lse, const int32_t* targets, float dloss,
-                                           int64_t V) {
+                                           int64_t V, int64_t Vp) {
   const int64_t row = blockIdx.x;
-  T* x = logits + row * V;
+  T* x = logits + row * Vp;
   const float l = lse[row];
   const int64_t target = targets[row];
-  for (int64_t j = threadIdx.x; j < V; j += kThreads) {
-    float g = expf(ToFloat(x[j]) - l) * dloss;
+  for (int64_t j = threadIdx.x; j < Vp; j += kThreads) {
+    float g = 0.0f;
+    if (j < V) g = expf(ToFloat(x[j]) - l) * dloss;
     if (j == target) g -= dloss;
     x[j] = FromFloat<T>(g);
   }
@@ -79,23 +80,24 @@ __global__ void CrossEntropyBackwardKernel(T* logits, const float* lse, const in
 
 template <typename T>
 void CrossEntropyForward(float* losses, float* lse, const T* logits, const int32_t* targets, int64_t N, int64_t V,
-                         cudaStream_t stream) {
+                         int64_t Vp, cudaStream_t stream) {
   if (N <= 0) return;
-  CrossEntropyForwardKernel<<<unsigned(N), kThreads, 0, stream>>>(losses, lse, logits, targets, V);
+  CrossEntropyForwardKernel<<<unsigned(N), kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
   CheckLaunch("CrossEntropyForward");
 }
 
 template <typename T>
 void CrossEntropyBackwardInPlace(T* logits, const float* lse, const int32_t* targets, float dloss, int64_t N,
-                                 int64_t V, cudaStream_t stream) {
+                                 int64_t V, int64_t Vp, cudaStream_t stream) {
   if (N <= 0) return;
-  CrossEntropyBackwardKernel<<<unsigned(N), kThreads, 0, stream>>>(logits, lse, targets, dloss, V);
+  CrossEntropyBackwardKernel<<<unsigned(N), kThreads, 0, stream>>>(logits, lse, targets, dloss, V, Vp);
   CheckLaunch("CrossEntropyBackwardInPlace");
 }
 
 #define PSTAR_INSTANTIATE_CLASSIFIER(T)                                                                           \
-  template void CrossEntropyForward<T>(float*, float*, const T*, const int32_t*, int64_t, int64_t, cudaStream_t); \
-  template void CrossEntropyBackwardInPlace<T>(T*, const float*, const int32_t*, float, int64_t, int64_t,         \
+  template void CrossEntropyForward<T>(float*, float*, const T*, const int32_t*, int64_t, int64_t, int64_t,    \
+                                       cudaStream_t);                                                            \
+  template void CrossEntropyBackwardInPlace<T>(T*, const float*, const int32_t*, float, int64_t, int64_t, int64_t, \
                                                cudaStream_t);
 
 PSTAR_INSTANTIATE_CLASSIFIER(float)

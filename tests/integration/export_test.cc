@@ -23,8 +23,9 @@ namespace fs = std::filesystem;
 
 const GptConfig kModel{2, 2, 16, 40, 8};
 
+// The tensors as checkpoints hold them: no vocabulary padding.
 struct Weights {
-  std::vector<TensorSpec> specs = GptTensorSpecs(kModel);
+  std::vector<TensorSpec> specs = GptVisibleTensorSpecs(kModel);
   std::vector<std::vector<float>> values;
 };
 
@@ -77,9 +78,12 @@ void SaveAsThreeRanks(const std::string& root, Weights& w, int64_t step) {
 }
 
 std::vector<float> PstarLogits(Weights& w, const std::vector<int32_t>& tokens) {
-  ParamStore store(*ParamLayout::Build(w.specs, 0));
+  // The model's layout pads the vocabulary; the padding rows are zero.
+  ParamStore store(*ParamLayout::Build(GptTensorSpecs(kModel), 0));
   for (TensorId id = 0; id < store.layout().num_tensors(); ++id) {
-    std::copy(w.values[size_t(id)].begin(), w.values[size_t(id)].end(), store.TensorData(StateKind::kParam, id));
+    float* p = store.TensorData(StateKind::kParam, id);
+    std::fill_n(p, store.layout().spec(id).numel(), 0.0f);
+    std::copy(w.values[size_t(id)].begin(), w.values[size_t(id)].end(), p);
   }
   const int64_t T = int64_t(tokens.size());
   Arena arena("activations", size_t(Gpt::ActivationBytes(kModel, 1, T, false)));
@@ -87,8 +91,9 @@ std::vector<float> PstarLogits(Weights& w, const std::vector<int32_t>& tokens) {
   EXPECT_TRUE(gpt.ok()) << gpt.status().message();
   if (!gpt.ok()) return {};
   std::vector<int32_t> targets(tokens.size(), 0);
-  gpt->Forward(tokens.data(), targets.data());
-  return std::vector<float>(gpt->logits(), gpt->logits() + T * kModel.vocab_size);
+  std::vector<float> logits(size_t(T * kModel.vocab_size));
+  gpt->Forward(tokens.data(), targets.data(), logits.data());
+  return logits;
 }
 
 std::vector<double> ParseNumbers(const std::string& text) {

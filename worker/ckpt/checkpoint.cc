@@ -36,8 +36,10 @@ Status CheckState(const TrainingState& state) {
 std::string LayoutFingerprint(const std::vector<TensorSpec>& specs) {
   Crc64 crc;
   for (const TensorSpec& s : specs) {
+    // The visible shape: padding rows do not change what a checkpoint holds.
+    const std::vector<int64_t> shape = s.visible_shape();
     std::string line = s.name + ":";
-    for (size_t i = 0; i < s.shape.size(); ++i) line += (i ? "x" : "") + std::to_string(s.shape[i]);
+    for (size_t i = 0; i < shape.size(); ++i) line += (i ? "x" : "") + std::to_string(shape[i]);
     line += "\n";
     crc.Update(line.data(), line.size());
   }

@@ -63,8 +63,9 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
   const GptConfig& g = manifest.state.model;
   PSTAR_RETURN_IF_ERROR(CheckModelShape(g, step_dir));
 
-  // Every parameter whole, from whichever rank files hold its pieces.
-  const std::vector<TensorSpec> specs = GptTensorSpecs(g);
+  // Every parameter whole, from whichever rank files hold its pieces, in the
+  // shapes users see (no vocabulary padding).
+  const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
   std::vector<std::vector<float>> values(specs.size());
   std::vector<OwnedRange> ranges;
   int64_t parameters = 0;

@@ -41,6 +41,9 @@ class CpuModelKernels final : public ModelKernels {
   ComputeDevice device() const override { return ComputeDevice::kCpu; }
   Precision precision() const override { return precision_; }
   void SetScratch(void*, int64_t) override {}
+  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, size_t(cols) * sizeof(float));
+  }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kUpload));
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
@@ -131,14 +134,14 @@ class CpuModelKernels final : public ModelKernels {
     k::ResidualForward(out, a, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V) override {
+                           int64_t V, int64_t Vp) override {
     NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
-    k::CrossEntropyForward(losses, lse, logits, targets, N, V);
+    k::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V) override {
+                                   int64_t N, int64_t V, int64_t Vp) override {
     NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
-    k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V);
+    k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp);
   }
 
  private:

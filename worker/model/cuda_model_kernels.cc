@@ -46,6 +46,12 @@ class CudaModelKernels final : public ModelKernels {
     shared_bytes_ = bytes - 256;
   }
 
+  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
+    CheckCuda(cudaMemcpy2DAsync(dst, size_t(cols) * sizeof(float), src, size_t(ld) * sizeof(float),
+                                size_t(cols) * sizeof(float), size_t(rows), cudaMemcpyDeviceToHost, stream_),
+              "download");
+    CheckCuda(cudaStreamSynchronize(stream_), "download");
+  }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kUpload));
     // Pageable source: the copy is staged, and returns once the source may change.
@@ -158,14 +164,14 @@ class CudaModelKernels final : public ModelKernels {
     kc::ResidualForward(out, a, b, n, stream_);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V) override {
+                           int64_t V, int64_t Vp) override {
     NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
-    kc::CrossEntropyForward(losses, lse, logits, targets, N, V, stream_);
+    kc::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp, stream_);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V) override {
+                                   int64_t N, int64_t V, int64_t Vp) override {
     NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
-    kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, stream_);
+    kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp, stream_);
   }
 
  private:

@@ -1,5 +1,6 @@
 #include "worker/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -24,7 +25,8 @@ std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
   // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
   const float proj_std = kInitStd / std::sqrt(2.0f * float(g.n_layer));
   std::vector<TensorSpec> s;
-  s.push_back({"transformer.wte.weight", {g.vocab_size, C}, TensorRole::kEmbedding, kInitStd});
+  s.push_back({"transformer.wte.weight", {g.padded_vocab_size(), C}, TensorRole::kEmbedding, kInitStd,
+               g.padded_vocab_size() - g.vocab_size});
   s.push_back({"transformer.wpe.weight", {g.max_seq_len, C}, TensorRole::kEmbedding, kInitStd});
   for (int64_t l = 0; l < g.n_layer; ++l) {
     s.push_back({LayerName(l, "ln_1.weight"), {C}, TensorRole::kNormWeight, 0});
@@ -45,6 +47,15 @@ std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
   return s;
 }
 
+std::vector<TensorSpec> GptVisibleTensorSpecs(const GptConfig& g) {
+  std::vector<TensorSpec> specs = GptTensorSpecs(g);
+  for (TensorSpec& s : specs) {
+    s.shape = s.visible_shape();
+    s.padded_rows = 0;
+  }
+  return specs;
+}
+
 void InitParameters(ParamStore& store, uint64_t seed) {
   // Each rank fills only its slice of each tensor; the counter RNG makes any
   // slice equal the same slice of a whole-tensor fill.
@@ -60,6 +71,8 @@ void InitParameters(ParamStore& store, uint64_t seed) {
         case TensorRole::kEmbedding:
         case TensorRole::kWeight:
           FillNormal(p, n, spec.init_std, seed, StableKey(spec.name), uint64_t(s.begin));
+          // Padding rows are zero (the visible elements are the same as unpadded).
+          for (int64_t i = std::max(s.begin, spec.visible_numel()); i < s.end; ++i) p[i - s.begin] = 0.0f;
           break;
         case TensorRole::kNormWeight:
           for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
@@ -191,7 +204,7 @@ void Gpt::Lay(Alloc&& alloc) {
   a.lnf = f(BTC);
   a.lnf_mean = f(BT);
   a.lnf_rstd = f(BT);
-  a.logits = f(BT * config_.vocab_size);
+  a.logits = f(ClassifierBlockRows(BT) * config_.padded_vocab_size());
   a.lse = f(BT);
   a.losses = f(BT);
   a.tmp = f(BTC);
@@ -302,8 +315,9 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   }
 }
 
-void Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
-  const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits) {
+  const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
+  const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
   kernels_->Upload(a.tokens, tokens, BT);
   kernels_->Upload(a.targets, targets, BT);
@@ -318,10 +332,16 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets) {
                         u.param(lnf_b_), BT, C);
   }
   {
+    // The loss block by block; the logits are recomputed in backward.
     auto u = store_->Acquire({wte_}, Pass::kForward);
-    kernels_->MatmulForward(a.logits, a.lnf, u.param(wte_), nullptr, BT, C, V);
+    const int64_t R = ClassifierBlockRows(BT);
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, u.param(wte_), nullptr, n, C, Vp);
+      kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
+      if (logits != nullptr) kernels_->DownloadRows(logits + r0 * V, a.logits, n, V, Vp);
+    }
   }
-  kernels_->CrossEntropyForward(a.losses, a.lse, a.logits, a.targets, BT, V);
   kernels_->AddToLossSum(a.losses, BT);
   loss_tokens_ += BT;
 }
@@ -333,12 +353,22 @@ double Gpt::TakeLoss() {
 }
 
 void Gpt::Backward(float loss_weight) {
-  const int64_t BT = B_ * T_, C = config_.n_embd, V = config_.vocab_size, L = config_.n_layer;
+  const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
+  const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
-  kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse, a.targets, loss_weight / float(BT), BT, V);
   {
+    // Per block: the logits again (the same bits as in forward), dlogits in
+    // place, then dlnf for the block's rows and its share of dwte.
     auto u = store_->Acquire({wte_}, Pass::kBackward);
-    kernels_->MatmulBackward(a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, u.param(wte_), BT, C, V);
+    const int64_t R = ClassifierBlockRows(BT);
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, u.param(wte_), nullptr, n, C, Vp);
+      kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
+                                            Vp);
+      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf + r0 * C, u.param(wte_), n,
+                               C, Vp);
+    }
   }
   kernels_->Zero(a.dres, BT * C);
   {

@@ -21,6 +21,9 @@ namespace pstar {
 // Names follow Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight, ...),
 // with weights stored (out, in) as in PyTorch's nn.Linear.
 std::vector<TensorSpec> GptTensorSpecs(const GptConfig& config);
+// The same tensors as checkpoints, exports and users see them: without the
+// vocabulary padding (wte has vocab_size rows).
+std::vector<TensorSpec> GptVisibleTensorSpecs(const GptConfig& config);
 
 // Fills every parameter from the counter RNG keyed by (tensor name, element):
 // normal(0, std) weights, zero biases, unit norm weights.
@@ -48,17 +51,16 @@ class Gpt {
 
   // One micro-batch of batch*seq tokens and next-token targets. Its summed
   // loss is added to the loss accumulator on the device, without waiting.
-  void Forward(const int32_t* tokens, const int32_t* targets);
+  // With `logits` (host memory, batch*seq x vocab_size floats), the logits
+  // are also copied out (waiting for the device): for tests and inspection.
+  void Forward(const int32_t* tokens, const int32_t* targets, float* logits = nullptr);
   // The mean loss per token over the Forwards since the last call (waits for
   // the device once).
   double TakeLoss();
-  // Adds d(loss_weight * mean loss)/d(params) into the gradients. Consumes the
-  // logits of the last Forward.
+  // Adds d(loss_weight * mean loss)/d(params) into the gradients of the last
+  // Forward's micro-batch.
   void Backward(float loss_weight);
 
-  // Logits (batch*seq, vocab) of the last Forward, until Backward, in the
-  // device's memory.
-  const float* logits() const { return acts_.logits; }
   const GptConfig& config() const { return config_; }
   // The kernels the model runs on (the optimizer's reductions use them too).
   ModelKernels& kernels() { return *kernels_; }
@@ -82,7 +84,10 @@ class Gpt {
   struct Activations {
     std::vector<float*> residual;  // n_layer + 1 block inputs, (B, T, C) each
     std::vector<BlockActivations> blocks;  // one per layer, or one shared when recomputing
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+    float *lnf, *lnf_mean, *lnf_rstd, *lse, *losses;
+    // One block of the classifier's logits (ClassifierBlockRows rows, padded
+    // vocab), turned into dlogits in place in backward.
+    float* logits;
     float* tmp;  // (B, T, C) projection output before the residual add
     // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
     // from its fch (cheaper than keeping 4C per token per layer).

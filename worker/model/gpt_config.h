@@ -16,11 +16,23 @@ struct GptConfig {
   int64_t n_embd = 0;
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;  // rows of the position embedding
+  // The token embedding (and the classifier's GEMM) has vocab_size rounded up
+  // to a multiple of this many rows, so the GEMMs run on aligned shapes; the
+  // padding rows stay zero and users never see them. 1 pads nothing.
+  int64_t vocab_multiple = 64;
 
   int64_t head_size() const { return n_embd / n_head; }
+  int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
   // Parameters, counting the tied embedding once.
   int64_t NumParameters() const;
 };
+
+// The classifier (logits, loss and their gradients) runs over blocks of this
+// many of a micro-batch's `tokens` rows: at most 16 blocks, so the logits
+// buffer holds 1/16 of the (tokens, padded vocab) matrix. Forward computes
+// each block's loss; backward recomputes its logits (one more GEMM, about a
+// third of the classifier's FLOPs) instead of keeping them all.
+inline int64_t ClassifierBlockRows(int64_t tokens) { return (tokens + 15) / 16; }
 
 struct GptPreset {
   std::string_view name;

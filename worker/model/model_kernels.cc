@@ -44,11 +44,13 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   // three 256-byte aligned pieces; the largest layer (C_in, C_out) of the model.
   int64_t casts = 0;
   if (compute.precision != Precision::kFp32) {
-    const int64_t V = config.vocab_size;
+    const int64_t V = config.padded_vocab_size();
     auto piece = [](int64_t elems) { return (elems * 2 + 255) / 256 * 256; };
-    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
+    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
       casts = std::max(casts, piece(BT * out) + piece(BT * in) + piece(out * in));
     }
+    const int64_t rows = ClassifierBlockRows(BT);  // the classifier runs over row blocks
+    casts = std::max(casts, piece(rows * V) + piece(rows * C) + piece(V * C));
   }
   return 256 + std::max({attention, layernorm, encoder, reduce, casts});
 }

@@ -103,6 +103,9 @@ class ModelKernels {
 
   // Host → device memory, in order with the ops.
   virtual void Upload(int32_t* dst, const int32_t* src, int64_t n) = 0;
+  // Device → host: `rows` rows of `cols` floats, `ld` apart in src, packed
+  // into dst (waits for the ops before it). Not on a training step's path.
+  virtual void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) = 0;
   virtual void Zero(float* dst, int64_t n) = 0;
   // The loss accumulator, in the device's memory: AddToLossSum adds the sum
   // of n floats to it without waiting; TakeLossSum returns it as a host value
@@ -142,10 +145,12 @@ class ModelKernels {
   virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // Logits rows are Vp apart; the columns past V are vocabulary padding
+  // (kernels/classifier.h).
   virtual void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                                   int64_t N, int64_t V) = 0;
+                                   int64_t N, int64_t V, int64_t Vp) = 0;
   virtual void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
-                                           float dloss, int64_t N, int64_t V) = 0;
+                                           float dloss, int64_t N, int64_t V, int64_t Vp) = 0;
 };
 
 // The CPU kernels; a 16-bit precision is emulated by rounding the linear

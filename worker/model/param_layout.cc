@@ -10,6 +10,18 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
+std::vector<int64_t> TensorSpec::visible_shape() const {
+  std::vector<int64_t> v = shape;
+  if (!v.empty()) v[0] -= padded_rows;
+  return v;
+}
+
+int64_t TensorSpec::visible_numel() const {
+  int64_t n = 1;
+  for (int64_t d : visible_shape()) n *= d;
+  return n;
+}
+
 namespace {
 
 constexpr int64_t kChunkAlign = 1024;

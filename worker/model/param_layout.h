@@ -28,8 +28,15 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   TensorRole role = TensorRole::kWeight;
   float init_std = 0.0f;  // for kEmbedding / kWeight
+  // Trailing rows of shape[0] that only pad the tensor for the kernels (the
+  // vocabulary rounded up to a multiple of 64): always zero, never given a
+  // gradient, and left out of checkpoints, exports and the layout fingerprint.
+  int64_t padded_rows = 0;
 
   int64_t numel() const;
+  // The tensor as users see it: shape[0] without the padded rows.
+  std::vector<int64_t> visible_shape() const;
+  int64_t visible_numel() const;
   bool decayed() const { return role == TensorRole::kEmbedding || role == TensorRole::kWeight; }
 };
 

@@ -53,7 +53,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   const ParamLayout* layout = &layout_value;
   MemoryPlan p;
   p.world_size = world_size;
-  p.parameters = layout->num_elements();
+  p.parameters = g.NumParameters();  // as users count them: no vocabulary padding
   p.tensors = layout->num_tensors();
   p.chunk_elems = layout->chunk_elems();
   p.chunk_bytes = ChunkManager::SlotBytes(layout->chunk_elems() * int64_t(sizeof(float)));

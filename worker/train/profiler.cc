@@ -25,6 +25,9 @@ class TimedKernels final : public ModelKernels {
   Precision precision() const override { return inner_->precision(); }
   void SetScratch(void* scratch, int64_t bytes) override { inner_->SetScratch(scratch, bytes); }
 
+  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
+    inner_->DownloadRows(dst, src, rows, cols, ld);
+  }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kUpload);
     inner_->Upload(dst, src, n);
@@ -100,14 +103,14 @@ class TimedKernels final : public ModelKernels {
     inner_->ResidualForward(out, a, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V) override {
+                           int64_t V, int64_t Vp) override {
     ProfileScope t(&profiler_, OpFamily::kCrossEntropy);
-    inner_->CrossEntropyForward(losses, lse, logits, targets, N, V);
+    inner_->CrossEntropyForward(losses, lse, logits, targets, N, V, Vp);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V) override {
+                                   int64_t N, int64_t V, int64_t Vp) override {
     ProfileScope t(&profiler_, OpFamily::kCrossEntropy);
-    inner_->CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V);
+    inner_->CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp);
   }
 
  private:

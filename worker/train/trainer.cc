@@ -1,5 +1,6 @@
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -199,9 +200,11 @@ std::vector<OwnedRange> Trainer::CheckpointRanges() {
       const bool homed = chunks.DeviceHomed({kind, c});
       float* shard = homed ? chunks.DeviceHome({kind, c}) : store_->HostShard(kind, c);
       for (TensorId id : layout.chunk_tensors(c)) {
+        // Padding rows are not saved: they are zero, and stay zero.
         const ParamStore::Slice s = store_->OwnedSlice(id);
-        if (s.begin == s.end) continue;
-        ranges.push_back({kind, layout.spec(id).name, s.begin, s.end, shard + s.shard_offset, homed});
+        const int64_t end = std::min(s.end, layout.spec(id).visible_numel());
+        if (s.begin >= end) continue;
+        ranges.push_back({kind, layout.spec(id).name, s.begin, end, shard + s.shard_offset, homed});
       }
     }
   }

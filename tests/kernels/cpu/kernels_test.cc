@@ -177,7 +177,7 @@ TEST(CrossEntropy, LossAndInPlaceGradient) {
   auto logits = Random(N * V, rng, 3.0f);
   std::vector<int32_t> targets = {0, 8, 3, 3};
   std::vector<float> losses(N), lse(N);
-  CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+  CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
   std::vector<double> dref(N * V);
   for (int64_t n = 0; n < N; ++n) {
     double s = 0;
@@ -185,8 +185,31 @@ TEST(CrossEntropy, LossAndInPlaceGradient) {
     EXPECT_NEAR(losses[n], std::log(s) - logits[n * V + targets[n]], 1e-5);
     for (int64_t j = 0; j < V; ++j) dref[n * V + j] = (std::exp(double(logits[n * V + j])) / s - (j == targets[n])) * 0.5;
   }
-  CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), 0.5f, N, V);
+  CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), 0.5f, N, V, V);
   EXPECT_LT(MaxRelative(logits, dref), 1e-6);
+}
+
+// Rows Vp apart: the padding columns, whatever they hold, are not part of the
+// softmax, and backward zeroes them; the real columns equal the unpadded run.
+TEST(CrossEntropy, PaddedColumnsAreIgnoredAndZeroed) {
+  std::mt19937 rng(16);
+  const int64_t N = 5, V = 11, Vp = 16;
+  auto dense = Random(N * V, rng, 3.0f);
+  std::vector<float> padded(N * Vp, 1e4f);
+  for (int64_t n = 0; n < N; ++n) std::copy_n(&dense[n * V], V, &padded[n * Vp]);
+  std::vector<int32_t> targets = {0, 10, 3, 3, 7};
+  std::vector<float> losses(N), lse(N), padded_losses(N), padded_lse(N);
+  CrossEntropyForward(losses.data(), lse.data(), dense.data(), targets.data(), N, V, V);
+  CrossEntropyForward(padded_losses.data(), padded_lse.data(), padded.data(), targets.data(), N, V, Vp);
+  EXPECT_EQ(losses, padded_losses);
+  EXPECT_EQ(lse, padded_lse);
+  CrossEntropyBackwardInPlace(dense.data(), lse.data(), targets.data(), 0.25f, N, V, V);
+  CrossEntropyBackwardInPlace(padded.data(), lse.data(), targets.data(), 0.25f, N, V, Vp);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < Vp; ++j) {
+      EXPECT_EQ(padded[n * Vp + j], j < V ? dense[n * V + j] : 0.0f) << n << "," << j;
+    }
+  }
 }
 
 TEST(Encoder, BackwardSumsRepeatedTokensAndIsThreadCountInvariant) {

@@ -53,10 +53,10 @@ void CheckForward(const std::vector<float>& logits, const std::vector<int32_t>& 
   DeviceBuffer<T> d_logits(ToElements<T>(logits));
   DeviceBuffer<int32_t> d_targets(targets);
   DeviceBuffer<float> d_losses(N), d_lse(N);
-  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, kStream);
+  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, V, kStream);
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
   std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
   EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
   EXPECT_TRUE(AllClose(d_lse.Download(), lse, kLossTolerance)) << "lse";
 }
@@ -92,15 +92,15 @@ TYPED_TEST(CudaClassifierTest, BackwardInPlaceMatchesCpu) {
     auto logits = RandomLogits<T>(s.N, s.V, rng, 2.0f, 0.0f);
     const auto targets = RandomTargets(s.N, s.V, rng);
     std::vector<float> losses(static_cast<size_t>(s.N)), lse(static_cast<size_t>(s.N));
-    cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), s.N, s.V);
+    cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), s.N, s.V, s.V);
     const float dloss = 1.0f / float(s.N);
 
     DeviceBuffer<T> d_logits(ToElements<T>(logits));
     DeviceBuffer<int32_t> d_targets(targets);
     DeviceBuffer<float> d_lse(lse);
-    cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, s.N, s.V, kStream);
+    cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, s.N, s.V, s.V, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, s.N, s.V);
+    cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, s.N, s.V, s.V);
     const auto got = ToFloats(d_logits.Download());
     EXPECT_TRUE(AllClose(got, logits, Element<T>::kTolerance));
     // Each row of dlogits sums to zero (softmax sums to one); the target's
@@ -128,14 +128,52 @@ TYPED_TEST(CudaClassifierTest, ForwardThenBackwardOnOneBuffer) {
   DeviceBuffer<T> d_logits(ToElements<T>(logits));
   DeviceBuffer<int32_t> d_targets(targets);
   DeviceBuffer<float> d_losses(N), d_lse(N);
-  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, kStream);
-  cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, N, V, kStream);
+  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, V, kStream);
+  cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, N, V, V, kStream);
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
   std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
-  cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, N, V);
+  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
+  cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, N, V, V);
   EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
   EXPECT_TRUE(AllClose(ToFloats(d_logits.Download()), logits, Element<T>::kTolerance)) << "dlogits";
+}
+
+}  // namespace
+}  // namespace pstar::test
+
+namespace pstar::test {
+namespace {
+
+// A padded vocabulary (rows Vp apart): the padding columns, whatever they
+// hold, change no loss, and backward zeroes them; the real columns match the
+// CPU kernels on the same padded buffer.
+TYPED_TEST(CudaClassifierTest, PaddedColumnsAreIgnoredAndZeroedInBackward) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(35);
+  const int64_t N = 7, V = 777, Vp = 832;
+  auto logits = RandomLogits<T>(N, Vp, rng, 1.5f, 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 1000.0f;  // would dominate any softmax
+  }
+  logits = ToFloats(ToElements<T>(logits));
+  const auto targets = RandomTargets(N, V, rng);
+  const float dloss = 0.5f;
+  DeviceBuffer<T> d_logits(ToElements<T>(logits));
+  DeviceBuffer<int32_t> d_targets(targets);
+  DeviceBuffer<float> d_losses(N), d_lse(N);
+  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, Vp, kStream);
+  cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, N, V, Vp, kStream);
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
+  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
+  cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, N, V, Vp);
+  EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
+  const auto got = ToFloats(d_logits.Download());
+  EXPECT_TRUE(AllClose(got, logits, Element<T>::kTolerance)) << "dlogits";
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = V; j < Vp; ++j) ASSERT_EQ(got[size_t(n * Vp + j)], 0.0f) << "row " << n << " col " << j;
+  }
 }
 
 }  // namespace

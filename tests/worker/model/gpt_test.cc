@@ -114,6 +114,29 @@ TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
             Gpt::ActivationBytes(MakeConfig({}).model.gpt, 4, 8, false));
 }
 
+// Attention keeps no T×T matrix: activations grow linearly with the sequence
+// (doubling T doubles them, within 5%), with and without recomputation, and
+// the arena hands out exactly what the plan says at each length.
+TEST(Gpt, ActivationBytesAreLinearInTheSequenceLength) {
+  for (bool recompute : {false, true}) {
+    int64_t previous = 0;
+    for (int64_t T : {256, 512, 1024, 2048}) {
+      Config c = MakeConfig({"model.max_seq_len=2048", "model.n_embd=64", "model.n_head=4", "model.n_layer=3",
+                             "model.vocab_size=512"});
+      const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute);
+      if (previous > 0) {
+        EXPECT_NEAR(double(bytes) / double(previous), 2.0, 0.1) << "T " << T << " recompute " << recompute;
+      }
+      previous = bytes;
+      ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
+      Arena arena("activations", size_t(bytes));
+      auto gpt = Gpt::Create(c.model.gpt, store, arena, 2, T, recompute);
+      ASSERT_TRUE(gpt.ok()) << gpt.status().message();
+      EXPECT_EQ(int64_t(arena.peak_bytes()), bytes);
+    }
+  }
+}
+
 TEST(Gpt, LearnsTheGeneratedCorpus) {
   auto c = ParseConfig(test::kTinyGptJob, "test", {"data.generated_tokens=20000", "train.steps=150",
                                        "optimizer.params.lr=0.02", "train.warmup_steps=5"});

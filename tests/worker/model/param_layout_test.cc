@@ -54,9 +54,19 @@ TEST(ParamLayout, GptTensorsInFirstUseOrder) {
   ASSERT_EQ(specs.front().name, "transformer.wte.weight");
   ASSERT_EQ(specs[2].name, "transformer.h.0.ln_1.weight");
   ASSERT_EQ(specs.back().name, "transformer.ln_f.bias");
-  int64_t total = 0;
-  for (const auto& s : specs) total += s.numel();
-  EXPECT_EQ(total, g.NumParameters());
+  // The parameters users count are the visible ones; wte's 30 rows are
+  // padded to 64 in the layout, with zero padding rows.
+  int64_t total = 0, visible = 0;
+  for (const auto& s : specs) {
+    total += s.numel();
+    visible += s.visible_numel();
+  }
+  EXPECT_EQ(visible, g.NumParameters());
+  EXPECT_EQ(total, g.NumParameters() + (64 - 30) * 8);
+  EXPECT_EQ(specs.front().shape, (std::vector<int64_t>{64, 8}));
+  EXPECT_EQ(specs.front().visible_shape(), (std::vector<int64_t>{30, 8}));
+  g.vocab_multiple = 1;
+  EXPECT_EQ(GptTensorSpecs(g).front().shape, (std::vector<int64_t>{30, 8}));
   EXPECT_FALSE(specs[3].decayed());  // ln_1.bias
   EXPECT_TRUE(specs[4].decayed());   // c_attn.weight
 }

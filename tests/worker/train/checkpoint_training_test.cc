@@ -3,6 +3,7 @@
 // damaged newest checkpoint with a warning.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include "tests/test_util.h"
 #include "tests/worker/dist/thread_group_communicator.h"
 #include "tests/worker/tiny_gpt_job.h"
+#include "worker/ckpt/hf_export.h"
+#include "worker/ckpt/safetensors.h"
 #include "worker/train/trainer.h"
 
 namespace pstar {
@@ -157,6 +160,79 @@ TEST(CheckpointTraining, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_EQ(*resumed, 2);
   ASSERT_FALSE(warnings.empty());
   EXPECT_NE(warnings[0].find("rank-00000.safetensors"), std::string::npos) << warnings[0];
+}
+
+}  // namespace
+}  // namespace pstar
+
+namespace pstar {
+namespace {
+
+// ||a - b|| / ||b|| over the first b.size() elements of a.
+double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// The vocabulary (40) padded to 64 rows trains as the unpadded model does (to
+// fp32 rounding: the GEMMs see other shapes), its padding rows stay exactly
+// zero in every state, checkpoints and exports hold only the 40 real rows,
+// and an unpadded checkpoint (the form every earlier pstar wrote) resumes in
+// a padded run.
+TEST(CheckpointTraining, PaddedVocabularyTrainsAsUnpaddedAndSavesNoPadding) {
+  auto data = test::RandomTokens(4000, 40, 33);
+  test::TempDir padded_dir("padded"), unpadded_dir("unpadded"), export_dir("padded-export");
+  Config padded = test::TinyGptConfig({"train.steps=6", "checkpoint.dir=" + padded_dir.path()});
+  Config unpadded =
+      test::TinyGptConfig({"train.steps=6", "checkpoint.keep=0", "checkpoint.dir=" + unpadded_dir.path()});
+  unpadded.model.gpt.vocab_multiple = 1;
+  ASSERT_EQ(padded.model.gpt.padded_vocab_size(), 64);
+
+  const TrainRun p = TrainOneRank(padded, data, 0, 6, true);
+  const TrainRun u = TrainOneRank(unpadded, data, 0, 6, true);
+  for (size_t s = 0; s < u.losses.size(); ++s) EXPECT_NEAR(p.losses[s], u.losses[s], 1e-5 * u.losses[s]) << s;
+  for (size_t i = 0; i < u.params.size(); ++i) EXPECT_LE(RelativeL2(p.params[i], u.params[i]), 1e-5) << i;
+
+  // The padding rows (wte is tensor 0) are zero in every state.
+  auto t = Trainer::Create(padded, data);
+  ASSERT_TRUE(t.ok());
+  std::vector<std::string> warnings;
+  ASSERT_TRUE((*t)->Resume(&warnings).ok());
+  ASSERT_TRUE((*t)->Step().ok());
+  for (StateKind kind : {StateKind::kParam, StateKind::kGrad, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
+    const std::vector<float> wte = test::TensorCopies((*t)->store(), kind)[0];
+    ASSERT_EQ(wte.size(), size_t(64 * 16));
+    for (size_t e = 40 * 16; e < wte.size(); ++e) ASSERT_EQ(wte[e], 0.0f) << "kind " << int(kind) << " element " << e;
+  }
+
+  // What users keep: 40 rows in the checkpoint's pieces and in the export.
+  auto header = SafetensorsHeader::Read(padded_dir.path() + "/step-00000006/rank-00000.safetensors");
+  ASSERT_TRUE(header.ok()) << header.status().message();
+  for (const char* kind : {"param", "exp_avg", "exp_avg_sq"}) {
+    const std::string piece = std::string(kind) + "/transformer.wte.weight@0";
+    ASSERT_TRUE(header->tensors.count(piece)) << piece;
+    EXPECT_EQ(header->tensors.at(piece).shape, (std::vector<int64_t>{40 * 16})) << piece;
+  }
+  ASSERT_TRUE(ExportHuggingFaceGpt2(padded_dir.path() + "/step-00000006", export_dir.path()).ok());
+  auto exported = SafetensorsFile::Read(export_dir.path() + "/model.safetensors");
+  ASSERT_TRUE(exported.ok()) << exported.status().message();
+  EXPECT_EQ(exported->tensors().at("transformer.wte.weight").shape, (std::vector<int64_t>{40, 16}));
+
+  // The unpadded run's step-3 checkpoint resumes in a padded run, which then
+  // continues as the padded run did.
+  std::filesystem::remove_all(unpadded_dir.path() + "/step-00000006");
+  std::filesystem::remove_all(unpadded_dir.path() + "/step-00000005");
+  std::filesystem::remove_all(unpadded_dir.path() + "/step-00000004");
+  test::WriteText(unpadded_dir.path() + "/latest", "step-00000003\n");
+  Config resume = padded;
+  resume.checkpoint.dir = unpadded_dir.path();
+  const TrainRun r = TrainOneRank(resume, data, 3, 6, false);
+  for (size_t s = 0; s < r.losses.size(); ++s) EXPECT_NEAR(r.losses[s], p.losses[s + 3], 1e-5 * p.losses[s + 3]) << s;
+  for (size_t i = 0; i < p.params.size(); ++i) EXPECT_LE(RelativeL2(r.params[i], p.params[i]), 1e-5) << i;
 }
 
 }  // namespace

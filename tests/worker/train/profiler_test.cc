@@ -33,14 +33,18 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // has 4 linear layers, 2 LayerNorms, 2 residual adds, attention and GELU
 // each way (no residual backward: the gradient passes through), plus a GELU
 // forward recomputed in backward by every layer but the last, and the
-// model adds the encoder, the final LayerNorm, the classifier's matmul and
-// its cross-entropy. The gradient norm and the optimizer run once per step.
+// model adds the encoder, the final LayerNorm and the classifier, which runs
+// per block of rows: forward a matmul and the cross-entropy, backward the
+// matmul again, the cross-entropy's backward and the matmul's backward. The
+// gradient norm and the optimizer run once per step.
 std::map<OpFamily, int64_t> CallsPerStep(const Config& c) {
   const int64_t L = c.model.gpt.n_layer, accum = c.train.grad_accum_steps;
+  const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierBlockRows(tokens);
+  const int64_t blocks = (tokens + rows - 1) / rows;
   std::map<OpFamily, int64_t> m = {
       {OpFamily::kUpload, 2},          {OpFamily::kEncoder, 2},    {OpFamily::kLayerNorm, 4 * L + 2},
-      {OpFamily::kMatmul, 8 * L + 2},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, 2 * L},
-      {OpFamily::kGelu, 3 * L - 1},        {OpFamily::kCrossEntropy, 2}, {OpFamily::kLossSum, 1},
+      {OpFamily::kMatmul, 8 * L + 3 * blocks},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, 2 * L},
+      {OpFamily::kGelu, 3 * L - 1},    {OpFamily::kCrossEntropy, 2 * blocks}, {OpFamily::kLossSum, 1},
       {OpFamily::kZero, 1}};
   for (auto& [family, n] : m) n *= accum;
   m[OpFamily::kGradNorm] = 1;
