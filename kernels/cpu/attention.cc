@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/vector_math.h"
 #include "kernels/matmul.h"
 
 namespace pstar::kernels::cpu {
@@ -60,12 +61,11 @@ void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64
               float* row = s.data() + r * cols;
               float mx = m[size_t(r)];
               for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, row[c]);
-              const float alpha = std::exp(m[size_t(r)] - mx);
-              float sum = 0.0f;
-              for (int64_t c = 0; c < cols; ++c) {
-                row[c] = std::exp(row[c] - mx);
-                sum += row[c];
-              }
+              const float alpha = VecExp(m[size_t(r)] - mx);
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) row[c] = VecExp(row[c] - mx);
+              float sum = 0.0f;  // in order: a vectorized sum's bits would depend on alignment
+              for (int64_t c = 0; c < cols; ++c) sum += row[c];
               l[size_t(r)] = l[size_t(r)] * alpha + sum;
               m[size_t(r)] = mx;
               float* a = acc.data() + r * hs;
@@ -121,8 +121,10 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
             const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
             Scores(p.data(), q, k, C3, r0, rows, c0, cols, hs, scale);
             for (int64_t r = 0; r < rows; ++r) {
-              const float row_max = row_lse[r0 + r];
-              for (int64_t c = 0; c < cols; ++c) p[size_t(r * cols + c)] = std::exp(p[size_t(r * cols + c)] - row_max);
+              const float row_lse_r = row_lse[r0 + r];
+              float* prow = p.data() + r * cols;
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) prow[c] = VecExp(prow[c] - row_lse_r);
             }
             // dP = dY_i V_j^T, then dS = P (dP - D) scale in place.
             Gemm(false, true, rows, cols, hs, 1.0f, dy + r0 * C, C, v + c0 * C3, C3, 0.0f, ds.data(), cols);

@@ -1,6 +1,6 @@
 #include "kernels/gelu.h"
 
-#include <cmath>
+#include "kernels/cpu/vector_math.h"
 
 namespace pstar::kernels::cpu {
 
@@ -14,7 +14,7 @@ void GeluForward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i];
     float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+    out[i] = 0.5f * x * (1.0f + VecTanh(u));
   }
 }
 
@@ -23,7 +23,7 @@ void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i];
     float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    float th = std::tanh(u);
+    float th = VecTanh(u);
     float sech2 = 1.0f - th * th;
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
     dinp[i] = grad * dout[i];

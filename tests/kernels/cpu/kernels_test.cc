@@ -11,6 +11,7 @@
 #include "kernels/adam.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
@@ -169,6 +170,40 @@ TEST(Gelu, MatchesFormulaAndDerivative) {
   EXPECT_LT(MaxRelative(y, ref), 1e-6);
   GeluBackward(dx.data(), x.data(), ones.data(), 64);
   EXPECT_LT(MaxRelative(dx, dref), 1e-5);
+}
+
+// VecExp and VecTanh against libm in double: a few ulp over the range, the
+// edges exact (underflow to 0, overflow to inf, NaN kept), and the same bits
+// from a vectorized loop as from scalar calls.
+TEST(VectorMath, ExpAndTanhMatchLibmAndVectorizeBitForBit) {
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.01953125f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.7f, -87.3f}) x.push_back(v);
+  std::vector<float> e(x.size()), t(x.size());
+#pragma omp simd
+  for (size_t i = 0; i < x.size(); ++i) e[i] = VecExp(x[i]);
+#pragma omp simd
+  for (size_t i = 0; i < x.size(); ++i) t[i] = VecTanh(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    volatile float xi = x[i];  // a scalar call
+    ASSERT_EQ(VecExp(xi), e[i]) << x[i];
+    ASSERT_EQ(VecTanh(xi), t[i]) << x[i];
+    const double want = std::exp(double(x[i]));
+    if (want < 1.1754943508222875e-38) {
+      EXPECT_EQ(e[i], 0.0f) << x[i];
+    } else if (x[i] > 88.3762626f) {
+      EXPECT_EQ(e[i], INFINITY) << x[i];
+    } else {
+      EXPECT_LE(std::abs(e[i] - want) / want, 3e-7) << x[i];
+    }
+    EXPECT_LE(std::abs(t[i] - std::tanh(double(x[i]))), 2.5e-7) << x[i];
+  }
+  EXPECT_EQ(VecExp(-INFINITY), 0.0f);
+  EXPECT_EQ(VecExp(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(VecExp(NAN)));
+  EXPECT_TRUE(std::isnan(VecTanh(NAN)));
+  EXPECT_EQ(VecTanh(50.0f), 1.0f);
+  EXPECT_EQ(VecTanh(-50.0f), -1.0f);
 }
 
 TEST(CrossEntropy, LossAndInPlaceGradient) {
