@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -79,6 +80,62 @@ TEST(Matmul, ForwardAndBackwardMatchNaive) {
   EXPECT_LT(MaxRelative(dx, rdx), 1e-6);
   EXPECT_LT(MaxRelative(dw, rdw), 1e-6);
   EXPECT_LT(MaxRelative(db, rdb), 1e-6);
+}
+
+// Gemm's bits do not depend on the thread count: its tiles are fixed by the
+// shape, and each tile is one single-threaded BLAS call, so the result equals
+// tile-by-tile BLAS calls made on one thread, at 1, 2 and 3 threads, for every
+// transpose and leading dimensions wider than the matrices.
+TEST(Matmul, GemmBitsAreThoseOfSingleThreadedTilesAtAnyThreadCount) {
+  EXPECT_EQ(GemmTile(1, 1), 64);
+  EXPECT_EQ(GemmTile(2048, 384), 256);
+  EXPECT_EQ(GemmTile(100000, 100000), 512);
+  std::mt19937 rng(12);
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape& s : {Shape{300, 200, 70}, Shape{1000, 129, 33}, Shape{7, 900, 400}, Shape{64, 64, 1}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(testing::Message() << s.M << "x" << s.N << "x" << s.K << " ta=" << ta << " tb=" << tb);
+        const int64_t lda = (ta ? s.M : s.K) + 3, ldb = (tb ? s.K : s.N) + 5, ldc = s.N + 2;
+        const auto a = Random((ta ? s.K : s.M) * lda, rng), b = Random((tb ? s.N : s.K) * ldb, rng);
+        const auto c0 = Random(s.M * ldc, rng);
+        // The reference: each tile by itself, one BLAS call on one thread
+        // (Gemm inside a parallel region is exactly that).
+        std::vector<float> want = c0;
+        const int64_t tile = GemmTile(s.M, s.N);
+#pragma omp parallel num_threads(2)
+#pragma omp single
+        for (int64_t i0 = 0; i0 < s.M; i0 += tile) {
+          for (int64_t j0 = 0; j0 < s.N; j0 += tile) {
+            const int64_t rows = std::min(tile, s.M - i0), cols = std::min(tile, s.N - j0);
+            Gemm(ta, tb, rows, cols, s.K, 0.5f, ta ? a.data() + i0 : a.data() + i0 * lda, lda,
+                 tb ? b.data() + j0 * ldb : b.data() + j0, ldb, 0.25f, want.data() + i0 * ldc + j0, ldc);
+          }
+        }
+        for (int threads : {1, 2, 3}) {
+          omp_set_num_threads(threads);
+          std::vector<float> got = c0;
+          Gemm(ta, tb, s.M, s.N, s.K, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, got.data(), ldc);
+          EXPECT_EQ(got, want) << threads << " threads";
+        }
+        // And it is the product (to fp32 rounding), the padding untouched.
+        std::vector<double> ref(size_t(s.M * ldc));
+        for (int64_t i = 0; i < s.M; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            double sum = 0;
+            for (int64_t k = 0; k < s.K && j < s.N; ++k) {
+              sum += double(ta ? a[k * lda + i] : a[i * lda + k]) * double(tb ? b[j * ldb + k] : b[k * ldb + j]);
+            }
+            ref[size_t(i * ldc + j)] = j < s.N ? 0.5 * sum + 0.25 * c0[size_t(i * ldc + j)] : c0[size_t(i * ldc + j)];
+          }
+        }
+        EXPECT_LT(MaxRelative(want, ref), 1e-5);
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
 }
 
 TEST(Attention, ForwardMatchesNaive) {

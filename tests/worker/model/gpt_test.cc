@@ -1,6 +1,7 @@
 // Training invariants of the CPU GPT: recompute is bit-identical, gradient
 // accumulation equals a larger batch, chunking never changes the numbers.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstring>
 #include <random>
@@ -59,6 +60,23 @@ TEST(Gpt, ChunkSizeDoesNotChangeTraining) {
   auto large = Train(MakeConfig({"default_chunk_size=100000"}), data);
   ExpectBitIdentical(automatic, small);
   ExpectBitIdentical(automatic, large);
+}
+
+// Every CPU kernel splits its work by the shape alone: 1, 2 and 3 threads
+// train the same bits, on a model large enough that the GEMMs are tiled,
+// attention spans several blocks and the classifier several row blocks.
+TEST(Gpt, ThreadCountDoesNotChangeTraining) {
+  auto data = RandomTokens(20000, 300, 4);
+  const Config c = MakeConfig({"model.n_embd=96", "model.n_head=3", "model.vocab_size=300", "model.max_seq_len=160",
+                               "train.batch_size=3", "train.seq_len=150", "train.steps=3"});
+  std::vector<RunResult> runs;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    runs.push_back(Train(c, data));
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  ExpectBitIdentical(runs[0], runs[1]);
+  ExpectBitIdentical(runs[0], runs[2]);
 }
 
 TEST(Gpt, GradientAccumulationEqualsLargerBatch) {
