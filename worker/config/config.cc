@@ -95,6 +95,12 @@ class Section {
   std::set<std::string> known_;
 };
 
+// At most `limit`, or the key is refused naming the limit (what pstar can
+// plan, allocate and index; checked before anything is sized).
+void RequireAtMost(const std::string& key, int64_t v, int64_t limit, const std::string& what) {
+  if (v > limit) Fail(key, "is " + std::to_string(v) + ", more than the " + std::to_string(limit) + " " + what);
+}
+
 template <typename T>
 void RequirePositive(const std::string& key, T v) {
   if (!(v > 0)) {
@@ -143,11 +149,23 @@ void ParseModel(Section s, ModelSection& m) {
   RequirePositive(s.Key("n_embd"), m.gpt.n_embd);
   RequirePositive(s.Key("vocab_size"), m.gpt.vocab_size);
   RequirePositive(s.Key("max_seq_len"), m.gpt.max_seq_len);
+  RequireAtMost(s.Key("n_layer"), m.gpt.n_layer, kMaxLayers, "layers pstar takes");
+  RequireAtMost(s.Key("n_embd"), m.gpt.n_embd, kMaxEmbd, "channels pstar takes");
+  RequireAtMost(s.Key("max_seq_len"), m.gpt.max_seq_len, kMaxSeqLen, "positions pstar takes");
+  RequireAtMost(s.Key("vocab_size"), m.gpt.vocab_size, kMaxVocab, "tokens pstar takes (int32 token ids)");
   if (m.gpt.n_embd % m.gpt.n_head != 0) {
     Fail(s.Key("n_head"), std::to_string(m.gpt.n_head) + " does not divide n_embd " +
                               std::to_string(m.gpt.n_embd));
   }
-  if (m.gpt.vocab_size > std::numeric_limits<int32_t>::max()) Fail(s.Key("vocab_size"), "too large");
+  // Each bound alone still allows absurd products: the parameter count, in
+  // floating point so that it cannot overflow.
+  const double C = double(m.gpt.n_embd);
+  const double params = double(m.gpt.vocab_size + m.gpt.max_seq_len) * C + double(m.gpt.n_layer) * (12 * C * C + 13 * C);
+  if (params > kMaxParameters) {
+    std::ostringstream ss;
+    ss << "has " << params << " parameters, more than the " << kMaxParameters << " pstar takes";
+    Fail(s.Key("n_layer").substr(0, s.Key("n_layer").rfind('.')), ss.str());
+  }
 }
 
 void ParseData(Section s, DataSection& d) {
@@ -314,6 +332,21 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   if (t.seq_len > g.max_seq_len) {
     Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " +
                                std::to_string(g.max_seq_len));
+  }
+  RequireAtMost(s.Key("batch_size"), t.batch_size, kMaxMicroBatchTokens, "sequences pstar takes");
+  if (t.batch_size * t.seq_len > kMaxMicroBatchTokens) {
+    Fail(s.Key("batch_size"), "times seq_len is " + std::to_string(t.batch_size * t.seq_len) +
+                                  " tokens per micro-batch, more than the " + std::to_string(kMaxMicroBatchTokens) +
+                                  " pstar takes");
+  }
+  // A micro-batch's activations, roughly (16 values of C per token and
+  // layer), in floating point: bounded before any plan adds them up.
+  const double activation_bytes = 4.0 * double(t.batch_size * t.seq_len) * double(g.n_embd) * (16.0 * double(g.n_layer) + 8.0);
+  if (activation_bytes > kMaxActivationBytes) {
+    std::ostringstream ss;
+    ss << "with this model needs about " << activation_bytes << " bytes of activations per micro-batch, more than the "
+       << kMaxActivationBytes << " pstar takes";
+    Fail(s.Key("batch_size"), ss.str());
   }
   RequirePositive(s.Key("steps"), t.steps);
   RequirePositive(s.Key("grad_accum_steps"), t.grad_accum_steps);

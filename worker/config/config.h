@@ -15,6 +15,17 @@ namespace pstar {
 
 enum class DataSourceKind { kGenerated, kText, kTokens };
 
+// The largest sizes a config may ask for: beyond them it is refused with a
+// message naming the limit, before anything is planned or allocated (planning
+// is arithmetic bounded by these). Far beyond any model trained today.
+inline constexpr int64_t kMaxLayers = 10000;
+inline constexpr int64_t kMaxEmbd = int64_t(1) << 20;
+inline constexpr int64_t kMaxSeqLen = int64_t(1) << 20;
+inline constexpr int64_t kMaxVocab = 2147483647;  // token ids are int32
+inline constexpr double kMaxParameters = 1e13;
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 24;
+inline constexpr double kMaxActivationBytes = 1125899906842624.0;  // 1 PiB per micro-batch
+
 struct ModelSection {
   std::string preset;  // empty when every shape key is given
   GptConfig gpt;

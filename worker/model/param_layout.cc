@@ -98,14 +98,14 @@ Result<ParamLayout> ParamLayout::Build(std::vector<TensorSpec> specs, int64_t ch
     layout.num_elements_ += n;
   }
   layout.specs_ = std::move(specs);
+  layout.ids_.reserve(layout.specs_.size());
+  for (size_t i = 0; i < layout.specs_.size(); ++i) layout.ids_.emplace(layout.specs_[i].name, TensorId(i));
   return layout;
 }
 
 TensorId ParamLayout::Find(const std::string& name) const {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].name == name) return TensorId(i);
-  }
-  return -1;
+  const auto it = ids_.find(name);
+  return it == ids_.end() ? -1 : it->second;
 }
 
 }  // namespace pstar

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "worker/core/status.h"
@@ -70,6 +71,7 @@ class ParamLayout {
 
  private:
   std::vector<TensorSpec> specs_;
+  std::unordered_map<std::string, TensorId> ids_;  // name -> id: Find is O(1)
   std::vector<TensorPlacement> placements_;
   std::vector<std::vector<TensorId>> chunk_tensors_;
   int32_t num_chunks_ = 0;

@@ -368,3 +368,34 @@ TEST(CheckNodeFitTest, FixedRequestMessage) {
 
 }  // namespace
 }  // namespace pstar::op
+
+namespace pstar::op {
+namespace {
+
+// A job asking for an absurd model is refused when its spec is read, naming
+// the limit, instead of being sized (which once allocated until the operator
+// died); the largest accepted model sizes in bounded time and memory.
+using test::MinimalJob;
+
+TEST(SizePodsTest, AbsurdSizesAreRefusedNamingTheLimit) {
+  for (const char* layers : {"1000000000000", "1000000"}) {
+    Json job = MinimalJob();
+    job["spec"]["config"]["model"]["n_layer"] = std::stoll(layers);
+    auto spec = ParseJob(job);
+    ASSERT_FALSE(spec.ok()) << layers;
+    EXPECT_NE(spec.status().message().find("spec.config: model.n_layer: is " + std::string(layers) +
+                                           ", more than the 10000 layers pstar takes"),
+              std::string::npos)
+        << spec.status().message();
+  }
+  Json job = MinimalJob();
+  job["spec"]["config"]["model"] = {{"n_layer", 10000}, {"n_head", 64}, {"n_embd", 8192}, {"vocab_size", 50257},
+                                    {"max_seq_len", 1024}};
+  auto spec = ParseJob(job);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto sized = SizePods(*spec);
+  ASSERT_TRUE(sized.ok()) << sized.status().message();
+}
+
+}  // namespace
+}  // namespace pstar::op

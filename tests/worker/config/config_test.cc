@@ -4,6 +4,7 @@
 
 #include "tests/test_util.h"
 #include "worker/config/config.h"
+#include "worker/plan/memory_plan.h"
 
 namespace pstar {
 namespace {
@@ -88,6 +89,40 @@ TEST(Config, RejectsBadInputNamingTheKey) {
             std::string::npos);
   EXPECT_NE(ErrorOf("- just\n- a list\n").find("top level must be a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("train: {steps: 3}\n").find("model: section is required"), std::string::npos);
+}
+
+// Absurd sizes are refused at parse time naming the limit, before anything
+// is planned or allocated; the largest accepted sizes plan in bounded time
+// and memory (the tests' timeout is the hang guard; no speed is asserted).
+TEST(Config, AbsurdSizesAreRefusedNamingTheLimit) {
+  const std::string m = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n";
+  EXPECT_NE(ErrorOf(m, {"model.n_layer=1000000000000"})
+                .find("model.n_layer: is 1000000000000, more than the 10000 layers pstar takes"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.n_layer=1000000"}).find("more than the 10000 layers"), std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.n_embd=2147483648", "model.n_head=1"})
+                .find("model.n_embd: is 2147483648, more than the 1048576 channels"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.max_seq_len=9000000000"}).find("model.max_seq_len: is 9000000000"), std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.vocab_size=3000000000"}).find("model.vocab_size: is 3000000000"), std::string::npos);
+  // Each size within its bound, the product not.
+  EXPECT_NE(ErrorOf(m, {"model.n_embd=1048576", "model.n_head=1", "model.n_layer=100"})
+                .find("model: has 1.3"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"train.batch_size=100000000"}).find("train.batch_size: is 100000000"), std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.max_seq_len=1048576", "train.batch_size=1000", "train.seq_len=1048576"})
+                .find("tokens per micro-batch, more than the 16777216"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m, {"model.n_layer=10000", "model.n_embd=8192", "model.n_head=64", "model.max_seq_len=65536",
+                        "train.batch_size=256", "train.seq_len=65536"})
+                .find("bytes of activations per micro-batch"),
+            std::string::npos);
+  // The largest model within every bound plans.
+  auto big = ParseConfig(m, "job.yaml", {"model.n_layer=10000", "model.n_embd=8192", "model.n_head=64"});
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  auto plan = PlanMemory(*big);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_GT(plan->model_bytes, int64_t(1e14));
 }
 
 TEST(Config, PrecisionResolvesFromDeviceAndFp16) {
