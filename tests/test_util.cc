@@ -102,21 +102,40 @@ ProcessResult RunProcess(const std::vector<std::string>& argv) { return ChildPro
 
 std::string ChildProcess::Stdout() const { return Slurp(dir_.path() + "/out"); }
 
-int FreePort() {
+namespace {
+
+bool CanBind(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
-  return port;
+  return ok;
 }
+
+}  // namespace
+
+int FreePorts(int count) {
+  // Below Linux's ephemeral range (32768 and up), where the kernel never
+  // puts the source port of another test's connection: a port found free
+  // here stays free unless another test picks the same one at random.
+  constexpr int kLow = 20000, kHigh = 32000;
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  std::uniform_int_distribution<int> pick(kLow, kHigh - count);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int base = pick(rng);
+    bool free = true;
+    for (int p = base; p < base + count && free; ++p) free = CanBind(p);
+    if (free) return base;
+  }
+  return -1;
+}
+
+int FreePort() { return FreePorts(1); }
 
 HttpResponse HttpGet(int port, const std::string& path) {
   HttpResponse resp;

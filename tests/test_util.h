@@ -64,6 +64,9 @@ class ChildProcess {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
+// A port p such that p .. p + count - 1 are all free now (a job whose ranks
+// listen on consecutive ports).
+int FreePorts(int count);
 
 // GET http://127.0.0.1:port/path (HTTP/1.0). ok is false when the connection
 // or the read failed; error says why.

@@ -94,7 +94,10 @@ std::optional<std::string> WorkQueue::Get() {
     if (delayed_.empty()) {
       cv_.wait(lock);
     } else {
-      cv_.wait_until(lock, delayed_.top().first);
+      // A copy: wait_until reads its deadline again after waking, and while
+      // it waits an AddAfter may grow the heap and move the element.
+      const Clock::time_point deadline = delayed_.top().first;
+      cv_.wait_until(lock, deadline);
     }
   }
 }

@@ -1,12 +1,14 @@
 // The pstar binary as a user runs it: a short training run (and its profile),
 // and bad input that must end with one error line and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include "tests/test_util.h"
+#include "worker/core/file_util.h"
 #include "worker/data/token_shard.h"
 
 namespace pstar {
@@ -115,6 +117,56 @@ TEST(Cli, TokenizeWritesNothingOnFailure) {
                        dir.path() + "/out.bin"});
   ExpectOneLineError(r, "absent.txt");
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// Special files and unsafe outputs: a FIFO (which would block an open), a
+// device (which never ends), a device node as output (never replaced), the
+// input as output, a missing output directory and an absurd model: each one
+// error line and exit 2, promptly (the test's timeout guards against a hang).
+TEST(Cli, SpecialFilesAndUnsafeOutputsAreRefused) {
+  test::TempDir dir("cli");
+  const std::string bin = test::PstarBinary();
+  const std::string fifo = dir.path() + "/fifo", text = dir.path() + "/in.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  test::WriteText(text, "some text to keep\n");
+  const std::string not_regular = "not a regular file";
+  ExpectOneLineError(RunProcess({bin, "tokenize", "--input", fifo, "--output", dir.path() + "/o.bin"}), not_regular);
+  ExpectOneLineError(RunProcess({bin, "tokenize", "--input", "/dev/zero", "--output", dir.path() + "/o.bin"}),
+                     not_regular);
+  ExpectOneLineError(RunProcess({bin, "tokenize", "--input", text, "--output", "/dev/null"}),
+                     "/dev/null: exists and is not a regular file");
+  EXPECT_FALSE(std::filesystem::is_regular_file("/dev/null"));
+  ExpectOneLineError(RunProcess({bin, "tokenize", "--input", text, "--output", text}), "is the input file");
+  EXPECT_EQ(*ReadFile(text), "some text to keep\n");
+  ExpectOneLineError(RunProcess({bin, "tokenize", "--input", text, "--output", dir.path() + "/no/such/out.bin"}),
+                     "does not exist");
+  for (const std::string& data : {"data.source=text", "data.source=tokens"}) {
+    ExpectOneLineError(RunProcess({bin, "train", "--set", data, "--set", "data.path=" + fifo}), not_regular);
+  }
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "data.source=text", "--set", "data.path=/dev/zero"}),
+                     not_regular);
+  ExpectOneLineError(RunProcess({bin, "plan", "--set", "model.n_layer=1000000000000"}),
+                     "model.n_layer: is 1000000000000, more than the 10000 layers pstar takes");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "model.n_embd=2147483648", "--set", "model.n_head=1"}),
+                     "model.n_embd: is 2147483648, more than the 1048576 channels");
+}
+
+// Config that would be silently half-read is refused: duplicate keys, a key
+// with no value (in the file or through --set), and a checkpoint.dir that
+// cannot be written, found before the first step rather than at the first save.
+TEST(Cli, SilentConfigMistakesAreRefusedUpFront) {
+  test::TempDir dir("cli");
+  const std::string bin = test::PstarBinary();
+  test::WriteText(dir.path() + "/dup.yaml", std::string(kTiny) + "checkpoint: {keep: 2, keep: 5}\n");
+  ExpectOneLineError(RunProcess({bin, "train", "--config", dir.path() + "/dup.yaml"}),
+                     "checkpoint.keep: appears twice");
+  test::WriteText(dir.path() + "/null.yaml", std::string(kTiny) + "checkpoint: {keep: ~}\n");
+  ExpectOneLineError(RunProcess({bin, "train", "--config", dir.path() + "/null.yaml"}), "checkpoint.keep: has no value");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "train.steps="}), "train.steps: has no value");
+  test::WriteText(dir.path() + "/a-file", "not a directory");
+  auto r = RunProcess({bin, "train", "--set", "checkpoint.dir=" + dir.path() + "/a-file/ckpt"});
+  ExpectOneLineError(r, "checkpoint.dir: " + dir.path() + "/a-file/ckpt: cannot create the directory");
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
 TEST(Cli, PrintConfigShowsEffectiveValues) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "worker/ckpt/crc64.h"
 #include "worker/ckpt/safetensors.h"
+#include "worker/config/config.h"
 #include "worker/core/file_util.h"
 
 namespace pstar {
@@ -116,6 +118,30 @@ TrainingState StateFromJson(const Json& j) {
   s.model.vocab_size = m.at("vocab_size").get<int64_t>();
   s.model.max_seq_len = m.at("max_seq_len").get<int64_t>();
   return s;
+}
+
+// A state that passed the checksum can still be crafted: every number is
+// checked against sane bounds before the trainer or the export uses it.
+Status CheckState(const TrainingState& s, const std::string& path) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return Status::DataLoss(path + ": bad manifest: state." + field + " " + why);
+  };
+  if (s.step < 0) return bad("step", "is negative");
+  if (s.data_position < 0) return bad("data_position", "is negative");
+  if (s.optimizer_steps < 0) return bad("optimizer_steps", "is negative");
+  if (!(s.loss_scale > 0) || !std::isfinite(s.loss_scale)) return bad("loss_scale", "is not a positive number");
+  const GptConfig& g = s.model;
+  for (auto [name, v, limit] : {std::tuple{"n_layer", g.n_layer, kMaxLayers}, {"n_head", g.n_head, kMaxEmbd},
+                                {"n_embd", g.n_embd, kMaxEmbd}, {"vocab_size", g.vocab_size, kMaxVocab},
+                                {"max_seq_len", g.max_seq_len, kMaxSeqLen}}) {
+    if (v < 1 || v > limit) return bad(std::string("model.") + name, "is " + std::to_string(v) + ", not in [1, " + std::to_string(limit) + "]");
+  }
+  if (g.n_embd % g.n_head != 0) return bad("model.n_head", "does not divide n_embd");
+  const double C = double(g.n_embd);
+  if (double(g.vocab_size + g.max_seq_len) * C + double(g.n_layer) * (12 * C * C + 13 * C) > kMaxParameters) {
+    return bad("model", "has more parameters than pstar takes");
+  }
+  return Status::Ok();
 }
 
 // The checksum a manifest carries: CRC-64 of its compact JSON without the
@@ -259,7 +285,7 @@ std::vector<int64_t> ListCompleteSteps(const std::string& root) {
 
 Result<int64_t> ReadLatestStep(const std::string& root) {
   const std::string path = JoinPath(root, kLatestName);
-  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path));
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   const int64_t step = ParseStepDirName(text);
   if (step < 0) return Status::DataLoss(path + ": does not name a step directory");
@@ -358,7 +384,7 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
   Json files = Json::array();
   for (int r = 0; r < world_size; ++r) {
     const std::string path = JoinPath(staging, RankSidecarName(r));
-    auto text = ReadFile(path);
+    auto text = ReadRegularFile(path);
     if (!text.ok()) return Status::Internal("rank " + std::to_string(r) + " left no sidecar: " + text.status().message());
     int64_t bytes = 0;
     std::string checksum;
@@ -415,7 +441,7 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
 
 Result<Manifest> ReadManifest(const std::string& step_dir) {
   const std::string path = JoinPath(step_dir, kManifestName);
-  auto text = ReadFile(path);
+  auto text = ReadRegularFile(path);
   if (!text.ok()) return Status::DataLoss(text.status().message());
   Manifest m;
   try {
@@ -434,6 +460,7 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
     }
     m.world_size = j.at("world_size").get<int>();
     m.state = StateFromJson(j.at("state"));
+    PSTAR_RETURN_IF_ERROR(CheckState(m.state, path));
     for (const Json& f : j.at("files")) {
       ManifestFile file;
       file.name = f.at("name").get<std::string>();

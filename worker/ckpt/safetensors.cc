@@ -41,8 +41,15 @@ Status ParseHeader(const std::string& path, std::string_view json, int64_t data_
       else if (dtype == "I32") t.dtype = Dtype::kI32;
       else return Status::DataLoss(path + ": tensor " + it.key() + " has unsupported dtype " + dtype);
       t.shape = it->at("shape").get<std::vector<int64_t>>();
+      // The elements, counted without overflow: past the data section's
+      // bytes the shape cannot match anything in this file.
+      int64_t elements = 1;
       for (int64_t d : t.shape) {
         if (d < 0) return Status::DataLoss(path + ": tensor " + it.key() + " has a negative dimension");
+        if (d > 0 && elements > data_bytes / d) {
+          return Status::DataLoss(path + ": tensor " + it.key() + " has a shape larger than the file");
+        }
+        elements *= d;
       }
       auto offsets = it->at("data_offsets").get<std::vector<int64_t>>();
       if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] < offsets[0] || offsets[1] > data_bytes) {
@@ -150,7 +157,7 @@ Status SafetensorsWriter::Write(const std::string& path, FileDigest* digest) con
 }
 
 Result<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  PSTAR_ASSIGN_OR_RETURN(std::string raw, ReadFile(path));
+  PSTAR_ASSIGN_OR_RETURN(std::string raw, ReadRegularFile(path));
   if (raw.size() < 8) return Status::DataLoss(path + ": truncated safetensors file (no header length)");
   uint64_t len;
   std::memcpy(&len, raw.data(), 8);

@@ -1,5 +1,6 @@
 // pstar tokenize: byte-level text to a token shard.
 #include <cstdio>
+#include <filesystem>
 
 #include "worker/cli/commands.h"
 #include "worker/core/file_util.h"
@@ -19,7 +20,11 @@ int TokenizeCommand(const std::vector<std::string>& args) {
     else return UsageError("tokenize: unknown option '" + args[i] + "'");
   }
   if (input.empty() || output.empty()) return UsageError("tokenize needs --input and --output");
-  auto text = ReadFile(input);
+  std::error_code ec;
+  if (std::filesystem::equivalent(input, output, ec)) {
+    return ReportError(Status::InvalidArgument("--output " + output + " is the input file; write the shard elsewhere"));
+  }
+  auto text = ReadRegularFile(input);
   if (!text.ok()) return ReportError(text.status());
   const std::vector<int32_t> tokens = ByteTokenize(*text);
   Status s = WriteTokenShard(output, tokens, 256);

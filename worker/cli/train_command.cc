@@ -11,6 +11,7 @@
 
 #include "worker/cli/commands.h"
 #include "worker/config/config.h"
+#include "worker/core/file_util.h"
 #include "worker/core/bytes.h"
 #include "worker/dist/dist_env.h"
 #include "worker/metrics/worker_metrics.h"
@@ -88,6 +89,11 @@ int TrainCommand(const std::vector<std::string>& args) {
   } stop_metrics_first{metrics};
 
   int64_t first_step = 0;
+  if (!c.checkpoint.dir.empty()) {
+    // Found now, not when the first save fails after hours of training.
+    Status writable = CheckWritableDirectory(c.checkpoint.dir, "rank-" + std::to_string(env->rank));
+    if (!writable.ok()) return ReportError(writable.WithPrefix("checkpoint.dir"));
+  }
   if (!c.checkpoint.dir.empty() && !c.checkpoint.resume &&
       std::filesystem::exists(std::filesystem::path(c.checkpoint.dir) / "latest")) {
     // A fresh run's first save would prune the newer checkpoints there.

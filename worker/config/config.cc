@@ -36,6 +36,15 @@ class Section {
  public:
   Section(YAML::Node node, std::string path) : node_(std::move(node)), path_(std::move(path)) {
     if (node_ && !node_.IsNull() && !node_.IsMap()) Fail(path_.empty() ? "config" : path_, "expected a mapping, got " + Describe(node_));
+    // YAML parsers keep the first of duplicate keys; a config with two
+    // values for one key is refused instead of half-read.
+    if (node_ && node_.IsMap()) {
+      std::set<std::string> seen;
+      for (const auto& kv : node_) {
+        const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : Describe(kv.first);
+        if (!seen.insert(k).second) Fail(Key(k), "appears twice in the mapping");
+      }
+    }
   }
 
   std::string Key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
@@ -56,7 +65,10 @@ class Section {
   template <typename T>
   void Read(const std::string& k, T& out) {
     YAML::Node n = Get(k);
-    if (!n || n.IsNull()) return;
+    if (!n || !node_ || node_.IsNull()) return;  // absent (or its whole section is)
+    // `key: ~`, `key:` or `--set key=`: a value was meant but none given;
+    // falling back to the default would hide it.
+    if (n.IsNull()) Fail(Key(k), "has no value; give one (\"\" for an empty string) or leave the key out");
     if (!n.IsScalar()) Fail(Key(k), "expected a scalar, got " + Describe(n));
     try {
       out = n.as<T>();

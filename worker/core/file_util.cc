@@ -1,6 +1,7 @@
 #include "worker/core/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,9 +27,22 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
 Result<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path) {
   std::filesystem::path target(path);
   std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(path + ": exists and is not a regular file; pstar replaces only regular files");
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(path + ": the directory " + dir.string() + " does not exist");
+  }
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
+  if (fd < 0) {
+    if (errno == EACCES || errno == EROFS || errno == EPERM) {
+      return Status::FailedPrecondition("cannot create " + tmp + ": " + std::strerror(errno));
+    }
+    return Errno("cannot create", tmp);
+  }
   return AtomicFileWriter(path, tmp, fd);
 }
 
@@ -114,6 +128,40 @@ Status SyncDirectory(const std::string& dir) {
   }
   ::close(dfd);
   return Status::Ok();
+}
+
+Status CheckRegularFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO without a writer returns at once.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+    return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  ::close(fd);
+  if (!regular) {
+    return Status::InvalidArgument(path + ": not a regular file (a directory, FIFO, device or socket cannot be read as data)");
+  }
+  return Status::Ok();
+}
+
+Status CheckWritableDirectory(const std::string& dir, const std::string& tag) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::FailedPrecondition(dir + ": cannot create the directory: " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) return Status::FailedPrecondition(dir + ": is not a directory");
+  const std::string probe = (std::filesystem::path(dir) / (".pstar-write-test-" + tag)).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FailedPrecondition(dir + ": cannot write there: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::Ok();
+}
+
+Result<std::string> ReadRegularFile(const std::string& path) {
+  PSTAR_RETURN_IF_ERROR(CheckRegularFile(path));
+  return ReadFile(path);
 }
 
 Result<std::string> ReadFile(const std::string& path) {

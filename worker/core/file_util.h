@@ -16,6 +16,8 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents);
 // the target is left as it was.
 class AtomicFileWriter {
  public:
+  // A target that exists must be a regular file (a device node or a FIFO is
+  // never replaced); a missing directory is NotFound.
   static Result<AtomicFileWriter> Open(const std::string& path);
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
@@ -40,7 +42,20 @@ class AtomicFileWriter {
 // fsyncs a directory, making renames and creations in it durable.
 Status SyncDirectory(const std::string& dir);
 
-// Reads a whole file; NotFound / DataLoss name the path.
+// Reads a whole file; NotFound / DataLoss name the path. Any readable file,
+// a pipe included (a config may come from `<(...)`).
 Result<std::string> ReadFile(const std::string& path);
+// The same for data pstar must be able to trust the size of (training text,
+// checkpoint files): anything but a regular file (a FIFO that would block, a
+// device such as /dev/zero that never ends) is InvalidArgument, and opening
+// never blocks.
+Result<std::string> ReadRegularFile(const std::string& path);
+// InvalidArgument unless `path` is a regular file; never blocks.
+Status CheckRegularFile(const std::string& path);
+// Creates `dir` (and its parents) if missing and proves a file can be written
+// there, by creating and removing one named after `tag`; FailedPrecondition
+// names the directory and the reason. For checks at start-up rather than at
+// the first save.
+Status CheckWritableDirectory(const std::string& dir, const std::string& tag);
 
 }  // namespace pstar

@@ -15,7 +15,9 @@ Result<BatchLoader> BatchLoader::Create(const TokenSource& source, int64_t batch
 
 void BatchLoader::Next(int32_t* tokens, int32_t* targets) {
   const int64_t global_rows = int64_t(world_) * batch_;
-  if (cursor_ + global_rows * seq_ + 1 > source_->size()) cursor_ = 0;
+  // Compared without overflow, whatever cursor a checkpoint restored: a
+  // cursor that leaves no room for the batch starts the data again.
+  if (cursor_ < 0 || cursor_ > source_->size() - (global_rows * seq_ + 1)) cursor_ = 0;
   for (int64_t b = 0; b < batch_; ++b) {
     source_->Read(cursor_ + (int64_t(rank_) * batch_ + b) * seq_, seq_ + 1, window_.data());
     for (int64_t t = 0; t < seq_; ++t) {

@@ -25,6 +25,7 @@ namespace {
 class MappedShard {
  public:
   static Result<std::unique_ptr<MappedShard>> Open(const std::string& path, int64_t vocab_size) {
+    PSTAR_RETURN_IF_ERROR(CheckRegularFile(path));  // a FIFO would block the open, a device the map
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) return Status::NotFound(path + ": no such file");
@@ -152,7 +153,7 @@ Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64
     return Status::InvalidArgument("vocabulary mismatch: byte-level text needs model.vocab_size >= 256, got " +
                                    std::to_string(vocab_size));
   }
-  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path));
   return std::unique_ptr<TokenSource>(new VectorTokenSource(ByteTokenize(text)));
 }
 

@@ -178,5 +178,26 @@ TEST(WorkQueue, GetWakesForAnEarlierDelayedKey) {
   EXPECT_LT(Clock::now() - start, milliseconds(1000));
 }
 
+// Get sleeps until the earliest delayed key while other threads grow the heap
+// (reallocating it): the deadline it waits on must not live in the heap
+// (under AddressSanitizer a reference into it was a use after free).
+TEST(WorkQueue, DelayedAddsWhileGetWaitsAreSafe) {
+  WorkQueue q;
+  q.AddAfter("first", milliseconds(200));
+  std::optional<std::string> got;
+  std::thread getter([&] { got = q.Get(); });
+  std::this_thread::sleep_for(milliseconds(20));
+  std::vector<std::thread> adders;
+  for (int t = 0; t < 4; ++t) {
+    adders.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) q.AddAfter("k" + std::to_string(t) + "-" + std::to_string(i), milliseconds(60000));
+    });
+  }
+  for (auto& a : adders) a.join();
+  getter.join();
+  EXPECT_EQ(got, "first");
+  q.ShutDown();
+}
+
 }  // namespace
 }  // namespace pstar::op

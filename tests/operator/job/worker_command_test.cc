@@ -35,7 +35,7 @@ TEST(WorkerCommandTest, PstarRunsThePodCommand) {
   Json job = test::MinimalJob();
   job["spec"]["numNodes"] = 1;
   job["spec"]["masterPort"] = pstar::test::FreePort();
-  job["spec"]["metricsPort"] = pstar::test::FreePort();
+  job["spec"]["metricsPort"] = pstar::test::FreePorts(2);  // two ranks: port and port + 1
   job["spec"]["config"]["train"]["steps"] = 2;
   const JobSpec spec = test::MustParse(job);
   auto sizing = SizePods(spec);

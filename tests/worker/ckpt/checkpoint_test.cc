@@ -4,6 +4,7 @@
 // through SaveCheckpoint / LoadLatestCheckpoint. Pieces in device memory are
 // played by FakeDevice.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -376,6 +377,55 @@ TEST_F(DamagedCheckpoint, EditedOrBrokenManifestFallsBack) {
   ExpectFallBack("step-00000002/manifest.json: checksum mismatch");
   test::WriteText(File(2, "manifest.json"), "{\"truncated\": ");
   ExpectFallBack("step-00000002/manifest.json: bad manifest");
+}
+
+// A manifest crafted with a valid checksum but numbers no run writes: each
+// is refused by name (and the load falls back) before anything is indexed or
+// allocated with it.
+TEST_F(DamagedCheckpoint, CraftedManifestNumbersAreRefusedByName) {
+  const std::string path = File(2, "manifest.json");
+  const std::string original = Text(path);
+  struct Case {
+    const char* pointer;
+    nlohmann::json value;
+    const char* needle;
+  };
+  for (const Case& c : {Case{"/state/data_position", -5, "state.data_position is negative"},
+                        Case{"/state/step", -1, "state.step is negative"},
+                        Case{"/state/optimizer_steps", -7, "state.optimizer_steps is negative"},
+                        Case{"/state/loss_scale", -1.0, "state.loss_scale is not a positive number"},
+                        Case{"/state/model/n_embd", int64_t(1) << 31, "state.model.n_embd is 2147483648"},
+                        Case{"/state/model/n_layer", 1000000000, "state.model.n_layer is 1000000000"},
+                        Case{"/state/model/vocab_size", 0, "state.model.vocab_size is 0"},
+                        Case{"/state/model/n_head", 3, "state.model.n_head does not divide n_embd"}}) {
+    SCOPED_TRACE(c.pointer);
+    nlohmann::json j = nlohmann::json::parse(original);
+    j.erase("manifest_checksum");
+    j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    j["manifest_checksum"] = FormatCrc64(Crc64::Of(j.dump()));
+    test::WriteText(path, j.dump(2));
+    ExpectFallBack(std::string("step-00000002/manifest.json: bad manifest: ") + c.needle);
+  }
+}
+
+TEST(Safetensors, AShapeLargerThanTheFileIsRefusedWithoutOverflow) {
+  test::TempDir dir("st_crafted");
+  for (const char* shape : {"[4294967296, 4294967296]", "[9223372036854775807, 2]", "[3037000500, 3037000500]"}) {
+    const std::string json = std::string("{\"t\": {\"dtype\": \"F32\", \"shape\": ") + shape +
+                             ", \"data_offsets\": [0, 16]}}";
+    std::string file(8, '\0');
+    const uint64_t len = json.size();
+    std::memcpy(file.data(), &len, 8);
+    file += json + std::string(16, '\0');
+    const std::string path = dir.path() + "/crafted.safetensors";
+    test::WriteText(path, file);
+    auto h = SafetensorsHeader::Read(path);
+    ASSERT_FALSE(h.ok()) << shape;
+    EXPECT_NE(h.status().message().find("tensor t has a shape larger than the file"), std::string::npos)
+        << h.status().message();
+    auto f = SafetensorsFile::Read(path);
+    ASSERT_FALSE(f.ok()) << shape;
+  }
 }
 
 TEST_F(DamagedCheckpoint, LatestNamingAMissingDirectoryFallsBack) {
