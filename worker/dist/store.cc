@@ -16,7 +16,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <list>
 #include <set>
 #include <string_view>
 #include <system_error>
@@ -276,7 +275,11 @@ std::string FormatDuration(milliseconds d) {
 
 // The server rank 0 hosts: a thread accepting connections and one thread per
 // connection serving its requests in order. A Get or Wait blocks only its own
-// connection's thread.
+// connection's thread. What a peer on the network can make it hold is
+// bounded: at most kMaxStoreClients connections (more are closed at once), a
+// connection's thread ends with it, a frame's buffer grows only with the
+// bytes that actually arrive, and all keys and values together stay within
+// kMaxStoreBytes.
 class StoreServer {
  public:
   static Result<std::unique_ptr<StoreServer>> Start(int port);
@@ -301,8 +304,10 @@ class StoreServer {
   std::condition_variable cv_;  // a key changed, a client left, or stopping
   bool stopping_ = false;
   std::unordered_map<std::string, std::string> data_;
-  std::set<int> clients_;  // open connection sockets
-  std::list<std::thread> client_threads_;
+  size_t data_bytes_ = 0;  // keys and values in data_
+  // Open connection sockets; each has a detached thread that removes it when
+  // it ends, so the server waits for this set to empty before it goes.
+  std::set<int> clients_;
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(int port) {
@@ -364,8 +369,11 @@ StoreServer::~StoreServer() {
     (void)!::write(wake_fds_[1], &stop, 1);
     accept_thread_.join();
   }
-  // Accept has stopped, so the list no longer grows.
-  for (std::thread& t : client_threads_) t.join();
+  // Accept has stopped, so no connection is added; wait for the threads.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return clients_.empty(); });
+  }
   for (int fd : {listen_fd_, wake_fds_[0], wake_fds_[1]}) {
     if (fd >= 0) ::close(fd);
   }
@@ -385,8 +393,17 @@ void StoreServer::Accept() {
       ::close(fd);
       return false;
     }
+    if (clients_.size() >= kMaxStoreClients) {
+      ::close(fd);  // the connection limit: refuse, keep serving the others
+      return true;
+    }
+    try {
+      std::thread([this, fd] { Serve(fd); }).detach();
+    } catch (const std::system_error&) {
+      ::close(fd);  // no thread to spare: refuse this one
+      return true;
+    }
     clients_.insert(fd);
-    client_threads_.emplace_back([this, fd] { Serve(fd); });
     return true;
   });
 }
@@ -398,8 +415,19 @@ void StoreServer::Serve(int fd) {
     if (!BlockingRecvExact(fd, header, sizeof header)) break;
     const uint32_t n = FrameLength(header);
     if (n > kMaxFrameBytes) break;  // not our protocol, or a broken client
-    request.resize(n);
-    if (!BlockingRecvExact(fd, request.data(), n)) break;
+    // The buffer grows with what arrives, not with what the prefix claims.
+    request.clear();
+    bool complete = true;
+    while (request.size() < n) {
+      const size_t piece = std::min<size_t>(n - request.size(), 64 * 1024);
+      const size_t at = request.size();
+      request.resize(at + piece);
+      if (!BlockingRecvExact(fd, request.data() + at, piece)) {
+        complete = false;
+        break;
+      }
+    }
+    if (!complete) break;
     if (!BlockingSendAll(fd, Handle(request))) break;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -427,6 +455,12 @@ std::string StoreServer::Handle(std::string_view request) {
       std::string key = in.Str(kStoreMaxKeyBytes);
       std::string value = in.Str(kStoreMaxValueBytes);
       if (!in.done()) return error("malformed set");
+      auto old = data_.find(key);
+      const size_t replaced = old == data_.end() ? 0 : old->first.size() + old->second.size();
+      if (data_bytes_ - replaced + key.size() + value.size() > kMaxStoreBytes) {
+        return error("the store is full (" + std::to_string(kMaxStoreBytes >> 20) + " MiB of keys and values)");
+      }
+      data_bytes_ += key.size() + value.size() - replaced;
       data_[std::move(key)] = std::move(value);
       cv_.notify_all();
       return Writer().U8(kOk).Frame();
@@ -452,7 +486,13 @@ std::string StoreServer::Handle(std::string_view request) {
         if (ec != std::errc() || end != s.data() + s.size()) return error("the value is not an integer");
       }
       if (__builtin_add_overflow(value, delta, &value)) return error("the counter would overflow");
-      data_[key] = std::to_string(value);
+      std::string text = std::to_string(value);
+      const size_t replaced = it == data_.end() ? 0 : key.size() + it->second.size();
+      if (data_bytes_ - replaced + key.size() + text.size() > kMaxStoreBytes) {
+        return error("the store is full (" + std::to_string(kMaxStoreBytes >> 20) + " MiB of keys and values)");
+      }
+      data_bytes_ += key.size() + text.size() - replaced;
+      data_[key] = std::move(text);
       cv_.notify_all();
       return Writer().U8(kOk).I64(value).Frame();
     }
@@ -574,8 +614,12 @@ Status Store::Set(const std::string& key, std::string value) {
   PSTAR_ASSIGN_OR_RETURN(std::string reply,
                          Call(Writer().U8(kSet).Str(k).Str(value).Frame(), Clock::now() + options_.timeout));
   Reader r(reply);
-  if (r.U8() != kOk) return Status::Internal("rendezvous store at " + server() + ": set '" + key + "' failed");
-  return Status();
+  const uint8_t code = r.U8();
+  if (code == kOk) return Status();
+  if (code == kError) {
+    return Status::ResourceExhausted("rendezvous store at " + server() + ": set '" + key + "': " + r.Str(1024));
+  }
+  return Status::Internal("rendezvous store at " + server() + ": set '" + key + "' failed");
 }
 
 Result<std::string> Store::Get(const std::string& key, milliseconds timeout) {

@@ -26,6 +26,10 @@ namespace pstar {
 
 inline constexpr size_t kStoreMaxKeyBytes = 4096;
 inline constexpr size_t kStoreMaxValueBytes = size_t(16) << 20;
+// The server's bounds against a peer that is not a rank: connections at once
+// (several per rank of the largest jobs), and all keys and values together.
+inline constexpr size_t kMaxStoreClients = 4096;
+inline constexpr size_t kMaxStoreBytes = size_t(256) << 20;
 
 struct StoreOptions {
   std::string host = "127.0.0.1";  // where rank 0's server is reached

@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <chrono>
 #include <system_error>
+#include <vector>
 
-#include "worker/core/accept_loop.h"
 
 namespace pstar {
 
@@ -20,8 +20,10 @@ namespace {
 
 constexpr size_t kMaxRequestBytes = 16 * 1024;
 // One request, read and answered, may take this long in total: a slow or
-// stalled client can neither hold the endpoint nor delay shutdown longer.
+// stalled client holds its connection slot no longer.
 constexpr auto kRequestDeadline = std::chrono::seconds(5);
+// Connections served at once; more wait in the listen backlog.
+constexpr size_t kMaxConnections = 64;
 
 std::string ErrnoText() { return std::error_code(errno, std::generic_category()).message(); }
 
@@ -54,7 +56,7 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& add
   } else {
     int one = 1;
     ::setsockopt(e->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(e->listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || ::listen(e->listen_fd_, 16) != 0) {
+    if (::bind(e->listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || ::listen(e->listen_fd_, 128) != 0) {
       why = ErrnoText();
     }
   }
@@ -86,58 +88,86 @@ HttpEndpoint::~HttpEndpoint() {
 }
 
 void HttpEndpoint::Serve() {
-  AcceptUntilWoken(listen_fd_, wake_fds_[0], [this](int client) {
-    Answer(client);
-    ::close(client);
-    return true;
-  });
-}
-
-// Waits until `client` is ready for `events`, the deadline passes or Stop is
-// asked for; true only in the first case.
-bool HttpEndpoint::WaitFor(int client, short events, Clock::time_point deadline) const {
+  // One poll over the listening socket, the wake pipe and every open
+  // connection: a slow or stalled client holds its own slot until its
+  // deadline, never the others.
+  struct Connection {
+    int fd;
+    Clock::time_point deadline;
+    std::string in, out;
+    size_t sent = 0;
+    bool responding = false;
+  };
+  std::vector<Connection> conns;
+  auto close_all = [&] {
+    for (const Connection& c : conns) ::close(c.fd);
+  };
+  std::vector<pollfd> fds;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
-    pollfd fds[2] = {{client, events, 0}, {wake_fds_[0], POLLIN, 0}};
-    const int n = ::poll(fds, 2, int(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || fds[1].revents != 0) return false;
-    return (fds[0].revents & (events | POLLERR | POLLHUP)) != 0;
+    const Clock::time_point now = Clock::now();
+    // Expired connections go first: a deadline bounds each request's life.
+    for (size_t i = 0; i < conns.size();) {
+      if (conns[i].deadline <= now) {
+        ::close(conns[i].fd);
+        conns[i] = std::move(conns.back());
+        conns.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    fds.assign({{wake_fds_[0], POLLIN, 0}, {listen_fd_, short(conns.size() < kMaxConnections ? POLLIN : 0), 0}});
+    int timeout_ms = -1;
+    for (const Connection& c : conns) {
+      fds.push_back({c.fd, short(c.responding ? POLLOUT : POLLIN), 0});
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count() + 1;
+      if (timeout_ms < 0 || left < timeout_ms) timeout_ms = int(left);
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents != 0) break;  // asked to stop
+    // Connections (fds[2..]) before accepting, so that indices still match.
+    for (size_t i = conns.size(); i-- > 0;) {
+      Connection& c = conns[i];
+      const short ev = fds[i + 2].revents;
+      bool done = (ev & (POLLERR | POLLNVAL)) != 0;
+      if (!done && !c.responding && (ev & (POLLIN | POLLHUP))) {
+        char buf[2048];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) c.in.append(buf, size_t(n));
+        const bool complete = c.in.find("\r\n\r\n") != std::string::npos || c.in.size() >= kMaxRequestBytes;
+        if (n == 0 || complete) {
+          c.out = ResponseFor(c.in);
+          c.responding = true;
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+          done = true;
+        }
+      } else if (!done && c.responding && (ev & (POLLOUT | POLLHUP))) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) c.sent += size_t(n);
+        done = c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR);
+      }
+      if (done) {
+        ::close(c.fd);
+        c = std::move(conns.back());
+        conns.pop_back();
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) conns.push_back({fd, Clock::now() + kRequestDeadline, {}, {}});
+    }
   }
+  close_all();
 }
 
-bool HttpEndpoint::SendAll(int client, const std::string& data, Clock::time_point deadline) const {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    if (!WaitFor(client, POLLOUT, deadline)) return false;
-    const ssize_t n = ::send(client, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) return false;  // the client went away
-    sent += size_t(n);
-  }
-  return true;
-}
-
-void HttpEndpoint::Answer(int client) {
-  const Clock::time_point deadline = Clock::now() + kRequestDeadline;
-  std::string request;
-  char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    if (!WaitFor(client, POLLIN, deadline)) return;
-    const ssize_t n = ::recv(client, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) break;
-    request.append(buf, size_t(n));
-  }
+std::string HttpEndpoint::ResponseFor(const std::string& request) const {
   const size_t line_end = request.find("\r\n");
   // "GET /metrics HTTP/1.1"; a query string is ignored.
   const std::string line = line_end == std::string::npos ? "" : request.substr(0, line_end);
   const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) {
-    SendAll(client, Response("400 Bad Request", "text/plain", "bad request\n"), deadline);
-    return;
-  }
+  if (sp1 == std::string::npos || sp2 == sp1) return Response("400 Bad Request", "text/plain", "bad request\n");
   const std::string method = line.substr(0, sp1);
   std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
@@ -145,16 +175,13 @@ void HttpEndpoint::Answer(int client) {
   if (route == routes_.end()) {
     std::string paths;
     for (const auto& [path, handler] : routes_) paths += (paths.empty() ? "" : ", ") + path;
-    SendAll(client, Response("404 Not Found", "text/plain", "not found; served paths: " + paths + "\n"), deadline);
-  } else if (method != "GET" && method != "HEAD") {
-    SendAll(client, Response("405 Method Not Allowed", "text/plain", "use GET\n"), deadline);
-  } else {
-    const Reply reply = route->second();
-    const std::string status = std::to_string(reply.code) + (reply.code == 200 ? " OK" : " Error");
-    const std::string response = Response(status.c_str(), reply.content_type.c_str(), reply.body);
-    SendAll(client, method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response,
-            deadline);
+    return Response("404 Not Found", "text/plain", "not found; served paths: " + paths + "\n");
   }
+  if (method != "GET" && method != "HEAD") return Response("405 Method Not Allowed", "text/plain", "use GET\n");
+  const Reply reply = route->second();
+  const std::string status = std::to_string(reply.code) + (reply.code == 200 ? " OK" : " Error");
+  const std::string response = Response(status.c_str(), reply.content_type.c_str(), reply.body);
+  return method == "HEAD" ? response.substr(0, response.find("\r\n\r\n") + 4) : response;
 }
 
 }  // namespace pstar

@@ -4,8 +4,9 @@
 // exposer: civetweb runs its request threads on a small fixed stack from
 // which glibc also carves every loaded library's static TLS, and with the
 // CUDA runtime loaded that left too little stack and the first scrape crashed.
-// This thread has an ordinary stack and answers one request at a time, each
-// within a total deadline; stopping interrupts a request in progress.
+// This thread has an ordinary stack and serves up to 64 connections at once
+// with one poll, each request within a total deadline of 5 s, so stalled
+// clients cannot delay a scrape; stopping closes every connection.
 #pragma once
 
 #include <chrono>
@@ -43,9 +44,8 @@ class HttpEndpoint {
   HttpEndpoint() = default;
   using Clock = std::chrono::steady_clock;
   void Serve();
-  void Answer(int client);
-  bool WaitFor(int client, short events, Clock::time_point deadline) const;
-  bool SendAll(int client, const std::string& data, Clock::time_point deadline) const;
+  // The whole HTTP response to one request's bytes.
+  std::string ResponseFor(const std::string& request) const;
 
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};  // a pipe: written once to stop Serve

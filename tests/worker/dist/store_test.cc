@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -175,6 +176,68 @@ TEST(Store, ServerDropsGarbageAndKeepsServing) {
   ::close(fd);
   EXPECT_TRUE(store->Set("still", "works").ok());
   EXPECT_EQ(*store->Get("still"), "works");
+}
+
+int ConnectTo(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+// A field of /proc/self/status ("Threads", "VmRSS" in kB).
+int64_t ProcStatus(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+// What a peer that is not a rank can make the server hold is bounded:
+// connections that come and go leave no threads behind, connections that
+// announce 16 MiB frames and send nothing reserve nothing, and keys and
+// values together stay within kMaxStoreBytes.
+TEST(Store, APeerOnTheNetworkCannotExhaustTheServer) {
+  const int port = test::FreePort();
+  auto store = MustConnect(Options(port, 0, 1));
+  ASSERT_NE(store, nullptr);
+  const int64_t threads_before = ProcStatus("Threads"), vm_before = ProcStatus("VmSize");
+  for (int i = 0; i < 500; ++i) ::close(ConnectTo(port));
+  EXPECT_TRUE(store->Set("after", "churn").ok());  // the server is still there...
+  // ...and the connections' threads end with them, their 8 MiB stacks
+  // unmapped (kept, 500 of them would be 4 GiB of address space; malloc's
+  // per-thread arenas may reserve up to about 1 GiB on their own).
+  bool settled = false;
+  for (int i = 0; i < 100 && !settled; ++i) {
+    settled = ProcStatus("Threads") <= threads_before + 2 && ProcStatus("VmSize") - vm_before < 2 * 1024 * 1024;
+    if (!settled) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(settled) << ProcStatus("Threads") << " threads (" << threads_before << " before), VmSize grew "
+                       << ProcStatus("VmSize") - vm_before << " kB";
+
+  const int64_t rss_before = ProcStatus("VmRSS");
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) {
+    idle.push_back(ConnectTo(port));
+    const uint32_t n = uint32_t(kStoreMaxValueBytes);  // within the frame limit, then nothing
+    unsigned char prefix[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+    ASSERT_EQ(::send(idle.back(), prefix, 4, MSG_NOSIGNAL), 4);
+  }
+  EXPECT_TRUE(store->Set("while", "idle").ok());
+  EXPECT_LT(ProcStatus("VmRSS") - rss_before, 64 * 1024) << "kB grown for 40 announced 16 MiB frames";
+  for (int fd : idle) ::close(fd);
+
+  const std::string value(kStoreMaxValueBytes - 64, 'v');
+  Status full = Status::Ok();
+  for (size_t i = 0; i <= kMaxStoreBytes / value.size() && full.ok(); ++i) full = store->Set("big" + std::to_string(i), value);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.message().find("the store is full (256 MiB of keys and values)"), std::string::npos) << full.message();
+  EXPECT_TRUE(store->Set("big0", "small again").ok());  // replacing frees room
+  EXPECT_TRUE(store->Set("one-more", "fits").ok());
 }
 
 TEST(Store, SomethingElseListeningIsNotTakenForAStore) {
