@@ -8,6 +8,11 @@ inline constexpr float kLayerNormEps = 1e-5f;
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int64_t N, int64_t C);
+// The residual add and the LayerNorm after it in one pass over each row:
+// res = a + b, then LayerNormForward(out, mean, rstd, res, ...). The same bits
+// as the two kernels one after the other, one read of res fewer.
+void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                              const float* weight, const float* bias, int64_t N, int64_t C);
 // dinp += ..., dweight += ..., dbias += ... (accumulating, deterministic order).
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* mean,

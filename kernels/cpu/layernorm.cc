@@ -6,26 +6,42 @@
 
 namespace pstar::kernels::cpu {
 
+namespace {
+
+// One row: statistics in double, the normalized row in float.
+inline void NormalizeRow(float* o, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                         int64_t C) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < C; ++c) sum += x[c];
+  double m = sum / double(C);
+  double var = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    double d = x[c] - m;
+    var += d * d;
+  }
+  float s = float(1.0 / std::sqrt(var / double(C) + double(kLayerNormEps)));
+  float mf = float(m);
+  for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * s * weight[c] + bias[c];
+  *mean = mf;
+  *rstd = s;
+}
+
+}  // namespace
+
+void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                              const float* weight, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* r = res + n * C;
+    for (int64_t c = 0; c < C; ++c) r[c] = a[n * C + c] + b[n * C + c];
+    NormalizeRow(out + n * C, mean + n, rstd + n, r, weight, bias, C);
+  }
+}
+
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;
-    double sum = 0.0;
-    for (int64_t c = 0; c < C; ++c) sum += x[c];
-    double m = sum / double(C);
-    double var = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      double d = x[c] - m;
-      var += d * d;
-    }
-    float s = float(1.0 / std::sqrt(var / double(C) + double(kLayerNormEps)));
-    float mf = float(m);
-    float* o = out + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * s * weight[c] + bias[c];
-    mean[n] = mf;
-    rstd[n] = s;
-  }
+  for (int64_t n = 0; n < N; ++n) NormalizeRow(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
 }
 
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,

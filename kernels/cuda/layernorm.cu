@@ -58,6 +58,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The residual add fused in front: each lane writes its share of res, then
+// reads back only what it wrote, so no synchronization is needed.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    ResidualLayerNormForwardKernel(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+                                   const T* bias, int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together
+  T* x = res + row * C;
+  float sum = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    const T r = FromFloat<T>(ToFloat(a[row * C + c]) + ToFloat(b[row * C + c]));
+    x[c] = r;
+    sum += ToFloat(r);
+  }
+  const float m = WarpSum(sum) / float(C);
+  float sq = 0.0f;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    const float d = ToFloat(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
+  T* o = out + row * C;
+  for (int64_t c = lane; c < C; c += kWarpSize) {
+    o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
 // dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -134,6 +167,15 @@ void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* w
   CheckLaunch("LayerNormForward");
 }
 
+template <typename T>
+void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+                              const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  ResidualLayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias, N,
+                                                                         C);
+  CheckLaunch("ResidualLayerNormForward");
+}
+
 int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return 0;
   return 2 * Groups(N) * C;
@@ -158,7 +200,9 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* d
   template void LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t,        \
                                     cudaStream_t);                                                             \
   template void LayerNormBackward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*,           \
-                                     const float*, int64_t, int64_t, cudaStream_t);
+                                     const float*, int64_t, int64_t, cudaStream_t);                             \
+  template void ResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*,   \
+                                            int64_t, int64_t, cudaStream_t);
 PSTAR_LAYERNORM(float)
 PSTAR_LAYERNORM(bf16)
 PSTAR_LAYERNORM(fp16)

@@ -13,6 +13,12 @@ template <typename T>
 void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                       int64_t N, int64_t C, cudaStream_t stream);
 
+// res = a + b, then LayerNormForward(out, ..., res, ...), in one kernel (one
+// warp per row), as kernels/layernorm.h's ResidualLayerNormForward.
+template <typename T>
+void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+                              const T* bias, int64_t N, int64_t C, cudaStream_t stream);
+
 // Elements of fp32 scratch LayerNormBackward needs for its partial sums.
 int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C);
 

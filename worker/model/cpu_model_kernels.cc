@@ -78,6 +78,11 @@ class CpuModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
+  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    k::ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
+  }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));

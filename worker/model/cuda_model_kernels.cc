@@ -109,6 +109,11 @@ class CudaModelKernels final : public ModelKernels {
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
+  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    kc::ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+  }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));

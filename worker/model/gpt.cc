@@ -254,11 +254,11 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
     kernels_->MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
   }
-  kernels_->ResidualForward(a.res2, x, acts_.tmp, BT * C);
   {
+    // The attention residual and ln_2 in one pass.
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kForward);
-    kernels_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, u.param(t.ln2_w), u.param(t.ln2_b),
-                        BT, C);
+    kernels_->ResidualLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts_.tmp, u.param(t.ln2_w),
+                                       u.param(t.ln2_b), BT, C);
   }
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);

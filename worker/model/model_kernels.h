@@ -129,6 +129,11 @@ class ModelKernels {
                                int64_t T, int64_t C) = 0;
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int64_t N, int64_t C) = 0;
+  // res = a + b and LayerNormForward of it in one pass (kernels/layernorm.h);
+  // the profiler counts it as a LayerNorm.
+  virtual void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                        const float* b, const float* weight, const float* bias, int64_t N,
+                                        int64_t C) = 0;
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean, const float* rstd,
                                  int64_t N, int64_t C) = 0;

@@ -59,6 +59,11 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kEncoder);
     inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
+  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+    ProfileScope t(&profiler_, OpFamily::kLayerNorm);
+    inner_->ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
+  }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);

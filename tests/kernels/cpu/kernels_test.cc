@@ -18,6 +18,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
+#include "kernels/residual.h"
 
 namespace pstar::kernels::cpu {
 namespace {
@@ -261,6 +262,24 @@ TEST(VectorMath, ExpAndTanhMatchLibmAndVectorizeBitForBit) {
   EXPECT_TRUE(std::isnan(VecTanh(NAN)));
   EXPECT_EQ(VecTanh(50.0f), 1.0f);
   EXPECT_EQ(VecTanh(-50.0f), -1.0f);
+}
+
+// The fused residual + LayerNorm gives the bits of the two kernels in a row.
+TEST(LayerNorm, ResidualFusedForwardIsTheTwoKernelsBitForBit) {
+  std::mt19937 rng(15);
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {64, 384}}) {
+    auto a = Random(N * C, rng, 2.0f), b = Random(N * C, rng), w = Random(C, rng), bias = Random(C, rng);
+    std::vector<float> res(N * C), out(N * C), mean(N), rstd(N);
+    ResidualLayerNormForward(res.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(),
+                             bias.data(), N, C);
+    std::vector<float> res2(N * C), out2(N * C), mean2(N), rstd2(N);
+    ResidualForward(res2.data(), a.data(), b.data(), N * C);
+    LayerNormForward(out2.data(), mean2.data(), rstd2.data(), res2.data(), w.data(), bias.data(), N, C);
+    EXPECT_EQ(res, res2);
+    EXPECT_EQ(out, out2);
+    EXPECT_EQ(mean, mean2);
+    EXPECT_EQ(rstd, rstd2);
+  }
 }
 
 TEST(CrossEntropy, LossAndInPlaceGradient) {

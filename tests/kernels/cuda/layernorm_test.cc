@@ -63,6 +63,36 @@ TYPED_TEST(CudaLayerNormTest, ForwardMatchesCpu) {
   }
 }
 
+// The residual add fused in front of the LayerNorm: res and the normalized
+// output against the CPU's fused kernel. In 16 bits res is rounded before the
+// statistics (the CPU keeps it in fp32), so those compare at T's tolerance.
+TYPED_TEST(CudaLayerNormTest, ResidualFusedForwardMatchesCpu) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(52);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
+    const auto a = Shifted<T>(size_t(s.N * s.C), rng, 0.3f, 2.0f);
+    const auto b = Shifted<T>(size_t(s.N * s.C), rng, -0.1f, 1.0f);
+    const auto w = Shifted<T>(size_t(s.C), rng, 1.0f, 0.2f);
+    const auto bias = RandomValues<T>(size_t(s.C), rng, 0.2f);
+    DeviceBuffer<T> da(ToElements<T>(a)), db(ToElements<T>(b)), dw(ToElements<T>(w)), dbias(ToElements<T>(bias));
+    DeviceBuffer<T> dres(s.N * s.C), dout(s.N * s.C);
+    DeviceBuffer<float> dmean(s.N), drstd(s.N);
+    cuda::ResidualLayerNormForward<T>(dres.get(), dout.get(), dmean.get(), drstd.get(), da.get(), db.get(), dw.get(),
+                                      dbias.get(), s.N, s.C, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> res(size_t(s.N * s.C)), out(size_t(s.N * s.C)), mean(size_t(s.N)), rstd(size_t(s.N));
+    cpu::ResidualLayerNormForward(res.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(),
+                                  bias.data(), s.N, s.C);
+    const double tol = Element<T>::kTolerance;
+    EXPECT_TRUE(AllClose(ToFloats(dres.Download()), res, tol)) << "res";
+    EXPECT_TRUE(AllClose(ToFloats(dout.Download()), out, tol)) << "out";
+    EXPECT_TRUE(AllClose(dmean.Download(), mean, tol)) << "mean";
+    EXPECT_TRUE(AllClose(drstd.Download(), rstd, tol)) << "rstd";
+  }
+}
+
 struct Grads {
   std::vector<float> dinp, dweight, dbias;
 };

@@ -30,8 +30,9 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 
 // How often one step runs each op family, from the model's structure (Gpt's
 // Forward and Backward without recomputation): per micro-batch, each layer
-// has 4 linear layers, 2 LayerNorms, 2 residual adds, attention and GELU
-// each way (no residual backward: the gradient passes through), plus a GELU
+// has 4 linear layers, 2 LayerNorms, attention and GELU each way, one
+// residual add forward (the other is fused into ln_2, counted as a LayerNorm;
+// no residual backward: the gradient passes through), plus a GELU
 // forward recomputed in backward by every layer but the last, and the
 // model adds the encoder, the final LayerNorm and the classifier, which runs
 // per block of rows: forward a matmul and the cross-entropy, backward the
@@ -43,7 +44,7 @@ std::map<OpFamily, int64_t> CallsPerStep(const Config& c) {
   const int64_t blocks = (tokens + rows - 1) / rows;
   std::map<OpFamily, int64_t> m = {
       {OpFamily::kUpload, 2},          {OpFamily::kEncoder, 2},    {OpFamily::kLayerNorm, 4 * L + 2},
-      {OpFamily::kMatmul, 8 * L + 3 * blocks},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, 2 * L},
+      {OpFamily::kMatmul, 8 * L + 3 * blocks},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, L},
       {OpFamily::kGelu, 3 * L - 1},    {OpFamily::kCrossEntropy, 2 * blocks}, {OpFamily::kLossSum, 1},
       {OpFamily::kZero, 1}};
   for (auto& [family, n] : m) n *= accum;
