@@ -208,6 +208,12 @@ class Decider {
     Json& s = st_.status();
     if (!s.contains("completionTime")) s["completionTime"] = st_.now();
     s["readyRanks"] = 0;
+    // READY in `kubectl get` says the same: no rank runs.
+    if (s.contains("worldSize") && s["worldSize"].is_number_integer()) {
+      s["ready"] = "0/" + std::to_string(s["worldSize"].get<int64_t>());
+    } else {
+      s.erase("ready");
+    }
     CleanUp(policy);
     return Finish();
   }

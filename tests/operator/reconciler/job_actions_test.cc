@@ -212,9 +212,15 @@ TEST(JobActions, APermanentExitCodeFailsAtOnce) {
   World w(TinyJob());
   w.Step();
   w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  ASSERT_EQ(w.status()["ready"], "2/2");
   w.SetPhase(1, "Failed", 2);
   JobActions a = w.Step();
   EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  // READY no longer claims the ranks of a failed job.
+  EXPECT_EQ(w.status()["ready"], "0/2");
+  EXPECT_EQ(w.status()["readyRanks"], 0);
   EXPECT_EQ(w.Condition("Failed", "reason"), "PermanentFailure");
   EXPECT_EQ(w.status()["restarts"], 0);
   EXPECT_EQ(a.delete_pods, std::vector<std::string>{"tiny-node-0"});
