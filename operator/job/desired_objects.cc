@@ -192,7 +192,7 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   Json pod_spec = {{"restartPolicy", "Never"},
                    {"hostname", PodName(spec, node_index)},
                    {"subdomain", ServiceName(spec)},
-                   {"terminationGracePeriodSeconds", kTerminationGracePeriodSeconds},
+                   {"terminationGracePeriodSeconds", o.termination_grace_period_seconds},
                    {"containers", Json::array({std::move(container)})},
                    {"volumes", std::move(volumes)}};
   if (o.node_selector.is_object()) pod_spec["nodeSelector"] = o.node_selector;

@@ -33,7 +33,6 @@ inline constexpr const char* kConfigPath = "/etc/pstar/job.yaml";
 inline constexpr const char* kConfigVolume = "pstar-config";
 inline constexpr const char* kShmVolume = "dshm";
 inline constexpr const char* kShmDir = "/dev/shm";
-inline constexpr int kTerminationGracePeriodSeconds = 30;
 
 struct OperatorDefaults {
   std::string worker_image = "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0";

@@ -437,6 +437,8 @@ Status ParseTemplate(const Fields& spec, PodOverrides* o, std::set<std::string>*
   PSTAR_RETURN_IF_ERROR(pod.String("serviceAccountName", &o->service_account_name));
   PSTAR_RETURN_IF_ERROR(pod.String("priorityClassName", &o->priority_class_name));
   PSTAR_RETURN_IF_ERROR(pod.String("schedulerName", &o->scheduler_name));
+  PSTAR_RETURN_IF_ERROR(
+      pod.Int32("terminationGracePeriodSeconds", 0, 7 * 24 * 3600, &o->termination_grace_period_seconds));
   PSTAR_RETURN_IF_ERROR(pod.Object("securityContext", &o->pod_security_context));
 
   PSTAR_ASSIGN_OR_RETURN(Fields c, t.Child("container"));
@@ -505,6 +507,7 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "template.spec.serviceAccountName",
       "template.spec.priorityClassName",
       "template.spec.schedulerName",
+      "template.spec.terminationGracePeriodSeconds",
       "template.spec.securityContext",
       "template.container.volumeMounts",
       "template.container.securityContext",

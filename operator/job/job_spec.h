@@ -34,6 +34,9 @@ struct PodOverrides {
   std::string service_account_name;   // "" = the namespace default
   std::string priority_class_name;    // "" = none (also from schedulingPolicy)
   std::string scheduler_name;         // "" = default
+  // spec.terminationGracePeriodSeconds: the time a rank has after SIGTERM to
+  // save its checkpoint (a large model needs more than the default).
+  int32_t termination_grace_period_seconds = 30;
   Json pod_security_context;          // spec.securityContext (PodSecurityContext: fsGroup, ...) or null
   Json security_context;              // the container's securityContext or null
   Json resources;                     // the container's resources: extra requests/limits (cpu, ...)

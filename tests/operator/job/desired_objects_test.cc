@@ -239,7 +239,7 @@ TEST(DesiredPodTest, MetadataAndPodSpec) {
   EXPECT_EQ(ps["restartPolicy"], "Never");
   EXPECT_EQ(ps["hostname"], "full-node-1");
   EXPECT_EQ(ps["subdomain"], "full");
-  EXPECT_EQ(ps["terminationGracePeriodSeconds"], 30);
+  EXPECT_EQ(ps["terminationGracePeriodSeconds"], 600);
   EXPECT_EQ(ps["nodeSelector"], Json({{"gpu", "a100"}}));
   EXPECT_EQ(ps["tolerations"][0]["key"], "nvidia.com/gpu");
   EXPECT_TRUE(ps["affinity"].contains("nodeAffinity"));
@@ -268,6 +268,23 @@ TEST(DesiredPodTest, MetadataAndPodSpec) {
   }
   EXPECT_FALSE(plain["metadata"].contains("annotations"));
   EXPECT_FALSE(plain["metadata"]["labels"].contains("patrickstar.io/queue"));
+  EXPECT_EQ(plain["spec"]["terminationGracePeriodSeconds"], 30);  // the default
+}
+
+// A large model's checkpoint takes longer than 30 s: the grace period a rank
+// gets after SIGTERM comes from the template; out-of-range values are refused.
+TEST(DesiredPodTest, TerminationGracePeriodFromTheTemplate) {
+  Json job = MinimalJob();
+  job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 900;
+  const JobSpec spec = MustParse(job);
+  EXPECT_EQ(DesiredPod(spec, MustSize(spec), 0, 0)["spec"]["terminationGracePeriodSeconds"], 900);
+  for (Json bad : {Json(-1), Json(10000000), Json("600")}) {
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = bad;
+    auto parsed = ParseJob(job);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("spec.template.spec.terminationGracePeriodSeconds"), std::string::npos)
+        << parsed.status().message();
+  }
 }
 
 TEST(DesiredPodTest, Deterministic) {

@@ -68,6 +68,7 @@ inline Json FullJob() {
           "serviceAccountName": "trainer",
           "priorityClassName": "high",
           "schedulerName": "volcano",
+          "terminationGracePeriodSeconds": 600,
           "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                               "fsGroupChangePolicy": "OnRootMismatch"}
         },
