@@ -18,6 +18,11 @@
 #include <openssl/x509.h>
 
 namespace pstar::op {
+
+namespace {
+// The largest response body read (a list of thousands of pods is a few MiB).
+constexpr utility::size64_t kMaxResponseBytes = utility::size64_t(512) << 20;
+}  // namespace
 namespace {
 
 namespace http = web::http;
@@ -285,6 +290,15 @@ class KubeClient::Impl {
     *retry_after = -1;
     try {
       http::http_response resp = client_->request(MakeRequest(method, path, body, content_type)).get();
+      // A declared body beyond any real list is refused before it is read
+      // (a broken or hostile server could otherwise hold the call or the memory).
+      const utility::size64_t declared = resp.headers().content_length();
+      if (declared > kMaxResponseBytes) {
+        ApiResponse r;
+        r.error = method + " " + path + ": the response declares " + std::to_string(declared) +
+                  " bytes, more than the " + std::to_string(kMaxResponseBytes >> 20) + " MiB the operator reads";
+        return r;
+      }
       std::string text = resp.extract_utf8string(true).get();
       auto it = resp.headers().find("Retry-After");
       if (it != resp.headers().end()) {

@@ -3,6 +3,13 @@
 // watch streams.
 #include "operator/kube/kube_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -73,6 +80,54 @@ TEST(KubeClientCreate, TransportErrorIsCodeZero) {
   EXPECT_FALSE(r.ok());
   EXPECT_FALSE(r.error.empty());
   EXPECT_EQ(r.error.find('\n'), std::string::npos);
+}
+
+// A server that answers every request with a header declaring 10^14 bytes
+// of body, sends one byte of it and then stalls: the client refuses the
+// response at once, naming the size, instead of waiting for the body.
+TEST(KubeClientCreate, AnAbsurdContentLengthIsRefusedBeforeTheBody) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    std::vector<int> held;
+    while (!stop) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) continue;
+      char buf[4096];
+      (void)!::recv(fd, buf, sizeof buf, 0);
+      const std::string reply =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000000000\r\n\r\n{";
+      (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+      held.push_back(fd);  // and never more
+    }
+    for (int fd : held) ::close(fd);
+  });
+  KubeConfig config;
+  config.server = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  ClientOptions options;
+  options.max_retries = 0;
+  options.request_timeout = std::chrono::milliseconds(20000);
+  auto client = MakeClient(config, options);
+  ASSERT_NE(client, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  ApiResponse r = client->Get(ConfigMaps(), "default", "x");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("declares 100000000000000 bytes, more than the 512 MiB"), std::string::npos) << r.error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));  // not the 20 s timeout
+  client.reset();
+  stop = true;
+  server.join();
+  ::close(listener);
 }
 
 class KubeClientTest : public ::testing::Test {
