@@ -169,6 +169,30 @@ TEST(Cli, SilentConfigMistakesAreRefusedUpFront) {
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
+// Every command has its own help (exit 0, on stdout), `pstar help COMMAND`
+// prints the same, and --version the build's version.
+TEST(Cli, HelpPerCommandAndVersion) {
+  const std::string bin = test::PstarBinary();
+  for (const char* command : {"train", "plan", "tokenize", "export", "info", "launch"}) {
+    SCOPED_TRACE(command);
+    auto r = RunProcess({bin, command, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind(std::string("usage: pstar ") + command, 0), 0u) << r.out;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    auto h = RunProcess({bin, "help", command});
+    EXPECT_EQ(h.exit_code, 0);
+    EXPECT_EQ(h.out, r.out);
+  }
+  EXPECT_NE(RunProcess({bin, "train", "-h"}).out.find("--print-config"), std::string::npos);
+  auto general = RunProcess({bin, "help"});
+  EXPECT_EQ(general.exit_code, 0);
+  EXPECT_NE(general.out.find("commands:"), std::string::npos);
+  auto version = RunProcess({bin, "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("pstar 0.", 0), 0u) << version.out;
+  ExpectOneLineError(RunProcess({bin, "help", "bogus"}), "help: unknown command 'bogus'");
+}
+
 TEST(Cli, PrintConfigShowsEffectiveValues) {
   auto r = RunProcess({test::PstarBinary(), "train", "--print-config", "--set", "train.steps=5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

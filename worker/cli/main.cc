@@ -4,36 +4,106 @@
 #include <vector>
 
 #include "worker/cli/commands.h"
+#include "worker/core/build_info.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: pstar <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile]\n"
-    "        train a GPT; without --config, the built-in default job\n"
-    "  plan  [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]\n"
-    "        print the job's memory plan: chunks, bytes per tier, minimum memory\n"
-    "  tokenize --input TEXT --output SHARD.bin\n"
-    "        write a byte-level token shard from a text file\n"
-    "  export --checkpoint ROOT [--step N] --output DIR\n"
-    "        write a checkpoint's weights as a Hugging Face GPT-2 model\n"
-    "  info  print the build and the compute devices\n"
-    "  launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
-    "         [--master-port P] [--rdzv-id ID] -- <command> [options]\n"
-    "        run N ranks of a pstar command on this node (e.g. -- train --config FILE)\n";
+struct CommandHelp {
+  const char* name;
+  const char* synopsis;  // the usage line(s) after "pstar "
+  const char* summary;   // one line for the command list
+  const char* details;   // the options, for `pstar help COMMAND`
+};
+
+constexpr CommandHelp kCommands[] = {
+    {"train", "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile]",
+     "train a GPT; without --config, the built-in default job",
+     "  --config FILE      the job's YAML config (docs/config.md); default: the built-in default job\n"
+     "  --set KEY=VALUE    override one config key, e.g. --set train.steps=50 (repeatable)\n"
+     "  --print-config     print the effective config, every key, and exit\n"
+     "  --profile          print time per op family, chunk copy direction and collective at the end\n"
+     "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
+    {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]",
+     "print the job's memory plan: chunks, bytes per tier, minimum memory",
+     "  --config FILE      the job's YAML config; default: the built-in default job\n"
+     "  --set KEY=VALUE    override one config key (repeatable)\n"
+     "  --world-size N     plan one of N data-parallel ranks (default 1)\n"
+     "  --json             print the plan as one JSON object\n"},
+    {"tokenize", "tokenize --input TEXT --output SHARD.bin", "write a byte-level token shard from a text file",
+     "  --input TEXT       a regular file, read as bytes (one token per byte, vocabulary 256)\n"
+     "  --output SHARD     the token shard to write (replaced atomically; never the input)\n"},
+    {"export", "export --checkpoint ROOT [--step N] --output DIR",
+     "write a checkpoint's weights as a Hugging Face GPT-2 model",
+     "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"
+     "  --step N           the step to export (default: the latest)\n"
+     "  --output DIR       where model.safetensors and config.json go\n"},
+    {"info", "info", "print the build and the compute devices", ""},
+    {"launch",
+     "launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
+     "         [--master-port P] [--rdzv-id ID] -- <command> [options]",
+     "run N ranks of a pstar command on this node (e.g. -- train --config FILE)",
+     "  --nproc-per-node N  ranks on this node\n"
+     "  --nnodes M          nodes in the job (default 1)\n"
+     "  --node-rank K       this node's index (default 0)\n"
+     "  --master-addr A     the host of rank 0's rendezvous store (default 127.0.0.1)\n"
+     "  --master-port P     its port (default 29500)\n"
+     "  --rdzv-id ID        the rendezvous id that keeps jobs apart (default pstar)\n"},
+};
+
+const CommandHelp* FindCommand(const std::string& name) {
+  for (const CommandHelp& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+void PrintUsage(std::FILE* out) {
+  std::fputs("usage: pstar <command> [options]\n       pstar help <command> | --version\n\ncommands:\n", out);
+  for (const CommandHelp& c : kCommands) std::fprintf(out, "  %s\n        %s\n", c.synopsis, c.summary);
+}
+
+void PrintCommandHelp(const CommandHelp& c) {
+  std::printf("usage: pstar %s\n\n%s\n%s", c.synopsis, c.summary, c.details[0] ? "\noptions:\n" : "");
+  std::fputs(c.details, stdout);
+}
+
+// --help or -h among a command's own arguments (not after launch's `--`).
+bool AsksForHelp(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? pstar::cli::kExitBadInput : pstar::cli::kExitOk;
+  if (args.empty()) {
+    PrintUsage(stderr);
+    return pstar::cli::kExitBadInput;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::printf("pstar %s\n", pstar::kPstarVersion);
+    return pstar::cli::kExitOk;
+  }
+  if (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    if (args.size() < 2) {
+      PrintUsage(stdout);
+      return pstar::cli::kExitOk;
+    }
+    const CommandHelp* c = FindCommand(args[1]);
+    if (c == nullptr) return pstar::cli::UsageError("help: unknown command '" + args[1] + "' (try 'pstar help')");
+    PrintCommandHelp(*c);
+    return pstar::cli::kExitOk;
   }
   std::string command = args[0];
   args.erase(args.begin());
+  if (const CommandHelp* c = FindCommand(command); c != nullptr && AsksForHelp(args)) {
+    PrintCommandHelp(*c);
+    return pstar::cli::kExitOk;
+  }
   if (command == "train") return pstar::cli::TrainCommand(args);
   if (command == "plan") return pstar::cli::PlanCommand(args);
   if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
