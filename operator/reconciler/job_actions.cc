@@ -319,7 +319,11 @@ JobActions Decider::Run() {
   s["worldSize"] = spec->world_size();
   s["memory"] = SizingStatus(*sizing);
   if (!s.contains("restarts")) s["restarts"] = 0;
-  const int64_t restarts = Int(s, "/restarts", 0);
+  const int64_t restarts = Int(s, "/restarts", 0);  // gang attempts so far: the pods' attempt label
+  // Restarts that count against backoffLimit: those after a rank failed, not
+  // those after a spec edit or a pod deleted from outside (a drain, an
+  // eviction). A status written before this field existed counts them all.
+  const int64_t failed_restarts = s.contains("failedRestarts") ? Int(s, "/failedRestarts", 0) : restarts;
   const RunPolicy& policy = spec->run_policy;
   const int world = spec->world_size();
 
@@ -375,8 +379,10 @@ JobActions Decider::Run() {
   std::string failure;
   bool permanent = false;
   bool spec_changed = false;  // restarts the gang whatever the backoff limit
+  bool rank_failed = false;   // counts against the backoff limit
   if (failed != nullptr) {
     failure = FailureText(*failed);
+    rank_failed = true;
     const int code = PodExitCode(*failed);
     permanent = policy.restart_policy == RestartPolicy::kNever ||
                 (policy.restart_policy == RestartPolicy::kExitCode &&
@@ -402,18 +408,21 @@ JobActions Decider::Run() {
       return Fail("PermanentFailure", failure + ", a permanent exit code; the job is not restarted",
                   policy.clean_pod_policy);
     }
-    if (restarts >= policy.backoff_limit && !spec_changed) {
+    if (rank_failed && failed_restarts >= policy.backoff_limit) {
       return Fail("BackoffLimitExceeded",
-                  failure + "; the gang was already restarted " + std::to_string(restarts) +
-                      " times (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
+                  failure + "; the gang was already restarted " + std::to_string(failed_restarts) +
+                      " times after a failure (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
                   policy.clean_pod_policy);
     }
     s["restarts"] = restarts + 1;
+    s["failedRestarts"] = failed_restarts + (rank_failed ? 1 : 0);
     s["lastRestartTime"] = st_.now();
-    const std::string message = failure + "; restarting all " + std::to_string(spec->num_nodes) +
-                                " pods (restart " + std::to_string(restarts + 1) + " of " +
-                                std::to_string(policy.backoff_limit) + ")";
-    const char* reason = spec_changed ? "SpecChanged" : "RankFailed";
+    const std::string message =
+        failure + "; restarting all " + std::to_string(spec->num_nodes) + " pods" +
+        (rank_failed ? " (restart " + std::to_string(failed_restarts + 1) + " of " +
+                           std::to_string(policy.backoff_limit) + " after failures)"
+                     : " (not counted against backoffLimit)");
+    const char* reason = spec_changed ? "SpecChanged" : rank_failed ? "RankFailed" : "PodDeleted";
     st_.Set("Restarting", true, reason, message);
     st_.Set("Running", false, reason, failure);
     SetPhase(kPhaseRestarting);

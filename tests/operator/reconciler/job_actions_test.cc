@@ -344,8 +344,53 @@ TEST(JobActions, APodDeletedByOthersRestartsTheGang) {
   w.o.pods[1]["metadata"]["deletionTimestamp"] = FormatTime(kT0);  // kubectl drain
   JobActions a = w.Step();
   EXPECT_EQ(w.status()["restarts"], 1);
+  EXPECT_EQ(w.status()["failedRestarts"], 0);  // a drain is not the job's failure
+  EXPECT_EQ(w.Condition("Restarting", "reason"), "PodDeleted");
   EXPECT_NE(w.Condition("Restarting", "message").find("tiny-node-1 is being deleted"), std::string::npos);
   EXPECT_EQ(a.delete_pods, std::vector<std::string>{"tiny-node-0"});
+}
+
+// Only restarts after a failed rank count against backoffLimit: with limit
+// 1, a spec edit and a pod deleted by hand restart the gang, the first
+// failure restarts it, and only the second failure ends the job.
+TEST(JobActions, OnlyFailuresUseUpTheBackoffLimit) {
+  Json job = TinyJob();
+  job["spec"]["runPolicy"]["backoffLimit"] = 1;
+  World w(job);
+  auto run_gang = [&] {
+    w.Step();
+    w.o.pods.clear();
+    w.Step();  // the new gang
+    w.SetPhase(0, "Running");
+    w.SetPhase(1, "Running");
+    w.Step();
+  };
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.o.job["spec"]["config"]["train"]["log_every"] = 7;  // an edit
+  w.o.job["metadata"]["generation"] = 2;
+  w.Step();
+  EXPECT_EQ(w.Condition("Restarting", "reason"), "SpecChanged");
+  run_gang();
+  w.o.pods[0]["metadata"]["deletionTimestamp"] = FormatTime(kT0);  // deleted by hand
+  w.Step();
+  EXPECT_EQ(w.Condition("Restarting", "reason"), "PodDeleted");
+  run_gang();
+  EXPECT_EQ(w.status()["restarts"], 2);
+  EXPECT_EQ(w.status()["failedRestarts"], 0);
+  w.SetPhase(1, "Failed", 137);
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseRestarting);
+  EXPECT_EQ(w.status()["failedRestarts"], 1);
+  EXPECT_NE(w.Condition("Restarting", "message").find("restart 1 of 1 after failures"), std::string::npos)
+      << w.Condition("Restarting", "message");
+  run_gang();
+  w.SetPhase(0, "Failed", 1);
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(w.Condition("Failed", "reason"), "BackoffLimitExceeded");
 }
 
 TEST(JobActions, ASpecChangeRestartsTheGangWithTheNewConfig) {
