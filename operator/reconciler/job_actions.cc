@@ -511,7 +511,8 @@ JobActions Decider::Run() {
   }
   if (!s.contains("startTime")) s["startTime"] = st_.now();
   st_.Set("Created", true, "PodsCreated",
-          "created " + std::to_string(spec->num_nodes) + " pods for " + std::to_string(world) + " ranks");
+          "created " + std::to_string(spec->num_nodes) + (spec->num_nodes == 1 ? " pod" : " pods") + " for " +
+              std::to_string(world) + (world == 1 ? " rank" : " ranks"));
   s["readyRanks"] = ready * spec->nproc_per_node;
   s["ready"] = std::to_string(ready * spec->nproc_per_node) + "/" + std::to_string(world);
   if (running + succeeded == spec->num_nodes && running > 0) {

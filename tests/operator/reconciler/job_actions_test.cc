@@ -353,6 +353,18 @@ TEST(JobActions, APodDeletedByOthersRestartsTheGang) {
 // Only restarts after a failed rank count against backoffLimit: with limit
 // 1, a spec edit and a pod deleted by hand restart the gang, the first
 // failure restarts it, and only the second failure ends the job.
+// Status messages count in English: one pod, one rank.
+TEST(JobActions, CreatedMessageCountsPodsAndRanks) {
+  Json job = TinyJob();
+  job["spec"]["numNodes"] = 1;
+  World w(job);
+  w.Step();
+  EXPECT_EQ(w.Condition("Created", "message"), "created 1 pod for 1 rank");
+  World two(TinyJob());
+  two.Step();
+  EXPECT_EQ(two.Condition("Created", "message"), "created 2 pods for 2 ranks");
+}
+
 TEST(JobActions, OnlyFailuresUseUpTheBackoffLimit) {
   Json job = TinyJob();
   job["spec"]["runPolicy"]["backoffLimit"] = 1;
