@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -106,6 +107,15 @@ class Section {
   std::string path_;
   std::set<std::string> known_;
 };
+
+// The shortest text that reads back as the same value (0.003, not
+// 0.00300000003): what --print-config shows for a number.
+template <typename T>
+std::string Shortest(T v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
 
 // At most `limit`, or the key is refused naming the limit (what pstar can
 // plan, allocate and index; checked before anything is sized).
@@ -502,20 +512,20 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "type" << YAML::Value << c.optimizer.type;
   e << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "lr" << YAML::Value << c.optimizer.lr;
-  e << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << c.optimizer.beta1
-    << c.optimizer.beta2 << YAML::EndSeq;
-  e << YAML::Key << "eps" << YAML::Value << c.optimizer.eps;
-  e << YAML::Key << "weight_decay" << YAML::Value << c.optimizer.weight_decay;
+  e << YAML::Key << "lr" << YAML::Value << Shortest(c.optimizer.lr);
+  e << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << Shortest(c.optimizer.beta1)
+    << Shortest(c.optimizer.beta2) << YAML::EndSeq;
+  e << YAML::Key << "eps" << YAML::Value << Shortest(c.optimizer.eps);
+  e << YAML::Key << "weight_decay" << YAML::Value << Shortest(c.optimizer.weight_decay);
   e << YAML::Key << "use_hybrid_adam" << YAML::Value << c.optimizer.use_hybrid_adam;
   e << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "fp16" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "enabled" << YAML::Value << c.fp16.enabled;
-  e << YAML::Key << "loss_scale" << YAML::Value << c.fp16.loss_scale;
+  e << YAML::Key << "loss_scale" << YAML::Value << Shortest(c.fp16.loss_scale);
   e << YAML::Key << "initial_scale_power" << YAML::Value << c.fp16.initial_scale_power;
   e << YAML::Key << "loss_scale_window" << YAML::Value << c.fp16.loss_scale_window;
   e << YAML::Key << "hysteresis" << YAML::Value << c.fp16.hysteresis;
-  e << YAML::Key << "min_loss_scale" << YAML::Value << c.fp16.min_loss_scale;
+  e << YAML::Key << "min_loss_scale" << YAML::Value << Shortest(c.fp16.min_loss_scale);
   e << YAML::EndMap;
   e << YAML::Key << "default_chunk_size" << YAML::Value << c.default_chunk_size;
   e << YAML::Key << "release_after_init" << YAML::Value << c.release_after_init;
@@ -523,10 +533,10 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "client" << YAML::Value << YAML::BeginMap << YAML::Key << "mem_tracer"
     << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "use_async_mem_monitor" << YAML::Value << c.mem_tracer.use_async_mem_monitor;
-  e << YAML::Key << "warmup_gpu_chunk_mem_ratio" << YAML::Value << c.mem_tracer.warmup_gpu_chunk_mem_ratio;
-  e << YAML::Key << "overall_gpu_mem_ratio" << YAML::Value << c.mem_tracer.overall_gpu_mem_ratio;
-  e << YAML::Key << "overall_cpu_mem_ratio" << YAML::Value << c.mem_tracer.overall_cpu_mem_ratio;
-  e << YAML::Key << "margin_use_ratio" << YAML::Value << c.mem_tracer.margin_use_ratio;
+  e << YAML::Key << "warmup_gpu_chunk_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.warmup_gpu_chunk_mem_ratio);
+  e << YAML::Key << "overall_gpu_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.overall_gpu_mem_ratio);
+  e << YAML::Key << "overall_cpu_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.overall_cpu_mem_ratio);
+  e << YAML::Key << "margin_use_ratio" << YAML::Value << Shortest(c.mem_tracer.margin_use_ratio);
   e << YAML::Key << "use_fake_dist" << YAML::Value << c.mem_tracer.use_fake_dist;
   e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
   e << YAML::EndMap << YAML::EndMap;
@@ -558,9 +568,9 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "seed" << YAML::Value << c.train.seed;
   e << YAML::Key << "activation_checkpointing" << YAML::Value << c.train.activation_checkpointing;
   e << YAML::Key << "log_every" << YAML::Value << c.train.log_every;
-  e << YAML::Key << "grad_clip" << YAML::Value << c.train.grad_clip;
+  e << YAML::Key << "grad_clip" << YAML::Value << Shortest(c.train.grad_clip);
   e << YAML::Key << "warmup_steps" << YAML::Value << c.train.warmup_steps;
-  e << YAML::Key << "min_lr" << YAML::Value << c.train.min_lr;
+  e << YAML::Key << "min_lr" << YAML::Value << Shortest(c.train.min_lr);
   e << YAML::Key << "lr_decay" << YAML::Value << c.train.lr_decay;
   e << YAML::Key << "threads" << YAML::Value << c.train.threads;
   e << YAML::Key << "precision" << YAML::Value << c.train.precision;

@@ -188,5 +188,22 @@ TEST(Config, PrintedConfigParsesBackToTheSame) {
   EXPECT_EQ(ConfigToYaml(*again), yaml);
 }
 
+// Numbers print in their shortest form that reads back as the same value.
+TEST(Config, PrintedNumbersAreShortest) {
+  auto c = ParseConfig(DefaultConfigYaml(), "default",
+                       {"optimizer.params.lr=0.003", "optimizer.params.eps=1e-8", "train.grad_clip=0.7",
+                        "client.mem_tracer.overall_cpu_mem_ratio=0.3"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const std::string yaml = ConfigToYaml(*c);
+  for (const char* line : {"lr: 0.003\n", "eps: 1e-08\n", "grad_clip: 0.7\n", "overall_cpu_mem_ratio: 0.3\n",
+                           "betas: [0.9, 0.95]\n"}) {
+    EXPECT_NE(yaml.find(line), std::string::npos) << line << " in\n" << yaml;
+  }
+  auto again = ParseConfig(yaml, "printed");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->optimizer.lr, c->optimizer.lr);
+  EXPECT_EQ(again->train.grad_clip, c->train.grad_clip);
+}
+
 }  // namespace
 }  // namespace pstar
