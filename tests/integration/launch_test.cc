@@ -76,6 +76,27 @@ TEST(Launch, TrainsTwoRanksOverGloo) {
   EXPECT_NE(r.out.find("summary: steps=3"), std::string::npos) << r.out;
 }
 
+// torchrun's spellings: underscores, --opt=value, and --standalone (one node,
+// a rendezvous port picked free by the launcher).
+TEST(Launch, TakesTorchrunSpellingsAndStandalone) {
+  test::TempDir dir("launch");
+  auto r = test::RunProcess({test::PstarBinary(), "launch", "--nproc_per_node=2", "--standalone", "--", "train",
+                             "--config", WriteJob(dir, 2)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: steps=2"), std::string::npos) << r.out;
+  auto spelled = test::RunProcess({test::PstarBinary(), "launch", "--nproc_per_node", "2", "--nnodes", "1",
+                                   "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port",
+                                   std::to_string(test::FreePort()), "--rdzv_id", "torchrun-spelling", "--", "train",
+                                   "--config", WriteJob(dir, 2)});
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.err;
+  EXPECT_NE(spelled.out.find("summary: steps=2"), std::string::npos) << spelled.out;
+  auto two_nodes = test::RunProcess(
+      {test::PstarBinary(), "launch", "--nproc_per_node", "1", "--standalone", "--nnodes", "2", "--", "info"});
+  EXPECT_EQ(two_nodes.exit_code, 2);
+  EXPECT_NE(two_nodes.err.find("--standalone runs one node"), std::string::npos) << two_nodes.err;
+}
+
 TEST(Launch, AFailingRankStopsTheRestAndSetsTheExitCode) {
   const auto start = Clock::now();
   auto r = test::RunProcess(

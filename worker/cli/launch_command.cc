@@ -4,7 +4,10 @@
 // grace period; launch exits with that rank's code. SIGINT and SIGTERM are
 // forwarded to every rank, which stop after the current step (saving a
 // checkpoint) however long that takes; a second one kills them at once.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +66,22 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 int LaunchCommand(const std::vector<std::string>& args) {
   Result<LaunchOptions> parsed = ParseLaunchArgs(args);
   if (!parsed.ok()) return UsageError(parsed.status().message());
+  if (parsed->standalone) {
+    // A free loopback port for the node's own rendezvous, as torchrun's
+    // --standalone picks one.
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      if (fd >= 0) ::close(fd);
+      return ReportError(Status::Internal(std::string("launch: --standalone found no free port: ") + std::strerror(errno)));
+    }
+    ::close(fd);
+    parsed->master_port = ntohs(addr.sin_port);
+  }
   const LaunchOptions& options = *parsed;
 
   char exe_buf[PATH_MAX];

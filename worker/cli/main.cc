@@ -40,14 +40,16 @@ constexpr CommandHelp kCommands[] = {
     {"info", "info", "print the build and the compute devices", ""},
     {"launch",
      "launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
-     "         [--master-port P] [--rdzv-id ID] -- <command> [options]",
+     "         [--master-port P] [--rdzv-id ID] [--standalone] -- <command> [options]",
      "run N ranks of a pstar command on this node (e.g. -- train --config FILE)",
      "  --nproc-per-node N  ranks on this node\n"
      "  --nnodes M          nodes in the job (default 1)\n"
      "  --node-rank K       this node's index (default 0)\n"
      "  --master-addr A     the host of rank 0's rendezvous store (default 127.0.0.1)\n"
      "  --master-port P     its port (default 29500)\n"
-     "  --rdzv-id ID        the rendezvous id that keeps jobs apart (default pstar)\n"},
+     "  --rdzv-id ID        the rendezvous id that keeps jobs apart (default pstar)\n"
+     "  --standalone        one node, the rendezvous on a free local port\n"
+     "torchrun's spellings work too: --nproc_per_node, --node_rank, --master_addr, ...\n"},
 };
 
 const CommandHelp* FindCommand(const std::string& name) {

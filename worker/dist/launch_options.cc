@@ -37,6 +37,16 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
+    }
+    // torchrun spells the options with underscores.
+    if (name.rfind("--", 0) == 0) std::replace(name.begin() + 2, name.end(), '_', '-');
+    if (name == "--standalone") {
+      if (eq != std::string::npos) return Status::InvalidArgument("launch: --standalone takes no value");
+      o.standalone = true;
+      continue;
+    }
+    if (eq != std::string::npos) {
+      // the value came with the option
     } else if (name == "--nproc-per-node" || name == "--nnodes" || name == "--node-rank" ||
                name == "--master-addr" || name == "--master-port" || name == "--rdzv-id") {
       if (i + 1 >= args.size()) return Status::InvalidArgument("launch: " + name + " needs a value");
@@ -61,6 +71,13 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
   }
   if (!have_nproc) return Status::InvalidArgument("launch: --nproc-per-node is required");
+  if (o.standalone) {
+    if (o.nnodes != 1 || o.node_rank != 0) {
+      return Status::InvalidArgument("launch: --standalone runs one node; drop --nnodes/--node-rank");
+    }
+    o.master_addr = "127.0.0.1";
+    o.master_port = 0;  // picked free by the launcher
+  }
   if (int64_t(o.nnodes) * o.nproc_per_node > kMaxWorldSize) {
     return Status::InvalidArgument("launch: more than " + std::to_string(kMaxWorldSize) + " ranks");
   }

@@ -17,6 +17,9 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string rdzv_id = "pstar";
+  // torchrun's --standalone: one node, rendezvous on 127.0.0.1 at a port the
+  // launcher picks free (master_port is then 0 until it does).
+  bool standalone = false;
   std::vector<std::string> command;  // the pstar subcommand and its arguments
   // After a rank fails, the others get SIGTERM, then SIGKILL this much later.
   std::chrono::milliseconds grace{10000};
@@ -25,8 +28,10 @@ struct LaunchOptions {
 };
 
 // Parses `--nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]
-// [--master-port P] [--rdzv-id ID] -- <command...>` (also `--opt=value`).
-// Errors are InvalidArgument with a one-line message.
+// [--master-port P] [--rdzv-id ID] [--standalone] -- <command...>` (also
+// `--opt=value`, and torchrun's spellings with underscores: --nproc_per_node,
+// --node_rank, --master_addr, --master_port, --rdzv_id). Errors are
+// InvalidArgument with a one-line message.
 Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 
 // The environment of local rank `local_rank`, as "NAME=value" entries: every
