@@ -397,6 +397,13 @@ Config ParseRoot(const YAML::Node& root) {
   s.Read("use_cpu_embedding", c.use_cpu_embedding);
   Section client = s.Child("client");
   ParseMemTracer(client.Child("mem_tracer"), c.mem_tracer);
+  {
+    Section opts = client.Child("opts");
+    opts.Read("with_mem_saving_comm", c.client_opts.with_mem_saving_comm);
+    opts.Read("with_mem_cache", c.client_opts.with_mem_cache);
+    opts.Read("with_async_move", c.client_opts.with_async_move);
+    opts.CheckNoUnknownKeys();
+  }
   client.CheckNoUnknownKeys();
   ParseRuntime(s.Child("runtime"), c.runtime);
   ParseCheckpoint(s.Child("checkpoint"), c.checkpoint);
@@ -539,6 +546,11 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "margin_use_ratio" << YAML::Value << Shortest(c.mem_tracer.margin_use_ratio);
   e << YAML::Key << "use_fake_dist" << YAML::Value << c.mem_tracer.use_fake_dist;
   e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
+  e << YAML::EndMap;
+  e << YAML::Key << "opts" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "with_mem_saving_comm" << YAML::Value << c.client_opts.with_mem_saving_comm;
+  e << YAML::Key << "with_mem_cache" << YAML::Value << c.client_opts.with_mem_cache;
+  e << YAML::Key << "with_async_move" << YAML::Value << c.client_opts.with_async_move;
   e << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "device" << YAML::Value << c.runtime.device;

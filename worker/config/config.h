@@ -67,6 +67,16 @@ struct MemTracerSection {
   bool with_static_partition = false;
 };
 
+// PatrickStar's client.opts, accepted so that its configs paste as they are.
+// Each names what pstar always does, so none changes anything
+// (docs/config.md): chunk-wise collectives in place, a fixed pool of chunk
+// slots, and asynchronous moves with prefetch.
+struct ClientOptsSection {
+  bool with_mem_saving_comm = false;
+  bool with_mem_cache = false;
+  bool with_async_move = false;
+};
+
 // Where model data lives and how it moves (the chunk runtime).
 struct RuntimeSection {
   std::string device = "cpu";  // "cpu" (device tier emulated in RAM) or "cuda" (GPU local_rank)
@@ -127,6 +137,7 @@ struct Config {
   bool release_after_init = false;
   bool use_cpu_embedding = false;
   MemTracerSection mem_tracer;
+  ClientOptsSection client_opts;
   RuntimeSection runtime;
   CheckpointSection checkpoint;
   DistSection dist;

@@ -188,6 +188,20 @@ TEST(Config, PrintedConfigParsesBackToTheSame) {
   EXPECT_EQ(ConfigToYaml(*again), yaml);
 }
 
+// A PatrickStar config's client.opts is accepted as it is (each names what
+// pstar always does); a misspelt one is still refused.
+TEST(Config, PatrickStarClientOptsAreAccepted) {
+  const std::string m = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 40, max_seq_len: 12}\n";
+  auto c = ParseConfig(m + "client:\n  mem_tracer: {use_async_mem_monitor: true}\n"
+                           "  opts: {with_mem_saving_comm: true, with_mem_cache: true, with_async_move: true}\n",
+                       "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->client_opts.with_mem_cache);
+  EXPECT_NE(ConfigToYaml(*c).find("with_async_move: true"), std::string::npos);
+  EXPECT_NE(ErrorOf(m + "client: {opts: {with_mem_cach: true}}\n").find("client.opts.with_mem_cach: unknown key"),
+            std::string::npos);
+}
+
 // Numbers print in their shortest form that reads back as the same value.
 TEST(Config, PrintedNumbersAreShortest) {
   auto c = ParseConfig(DefaultConfigYaml(), "default",
