@@ -1,6 +1,7 @@
 // The pstar binary as a user runs it: a short training run (and its profile),
 // and bad input that must end with one error line and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -35,8 +36,37 @@ TEST(Cli, TrainsAndPrintsProgressAndSummary) {
   auto r = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("step 1/3 | loss "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tok/s | ETA"), std::string::npos);
+  EXPECT_NE(r.out.find(" tok/s | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ms/step | elapsed "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | ETA "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("summary: steps=3 tokens=48 "), std::string::npos) << r.out;
+}
+
+// --log-format json: each progress line is one JSON object a tool can read.
+TEST(Cli, JsonProgressLines) {
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  auto r = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--log-format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  int objects = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    ++objects;
+    EXPECT_EQ(j["step"], objects);  // log_every 1: every step
+    EXPECT_EQ(j["steps"], 3);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "ms_per_step", "elapsed_s", "eta_s",
+                            "h2d_bytes", "d2h_bytes", "loss_scale", "skipped"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    }
+    EXPECT_GT(j["loss"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(objects, 3) << r.out;
+  EXPECT_EQ(r.out.find("step 1/3 |"), std::string::npos) << r.out;
+  ExpectOneLineError(RunProcess({test::PstarBinary(), "train", "--log-format", "xml"}),
+                     "--log-format: expected text or json, got 'xml'");
 }
 
 TEST(Cli, TrainsOnTextAndTokenShards) {

@@ -46,7 +46,24 @@ Result<std::unique_ptr<WorkerMetrics>> StartMetrics(const MetricsSection& m) {
 }  // namespace
 
 int TrainCommand(const std::vector<std::string>& args) {
-  auto job = ParseJobArgs("train", args, {"--print-config", "--profile"});
+  // --log-format text|json (a value, so taken out before the shared options).
+  LogFormat log_format = LogFormat::kText;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string value;
+    if (args[i] == "--log-format") {
+      if (i + 1 >= args.size()) return UsageError("--log-format needs a value (text or json)");
+      value = args[++i];
+    } else if (args[i].rfind("--log-format=", 0) == 0) {
+      value = args[i].substr(13);
+    } else {
+      rest.push_back(args[i]);
+      continue;
+    }
+    if (value == "json") log_format = LogFormat::kJson;
+    else if (value != "text") return UsageError("--log-format: expected text or json, got '" + value + "'");
+  }
+  auto job = ParseJobArgs("train", rest, {"--print-config", "--profile"});
   if (!job.ok()) return UsageError(job.status().message());
   Result<Config> config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
@@ -172,7 +189,7 @@ int TrainCommand(const std::vector<std::string>& args) {
 
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
-  ProgressReporter progress(stdout, c.train.steps, c.train.log_every);
+  ProgressReporter progress(stdout, c.train.steps, c.train.log_every, log_format);
   // Chunk traffic, totals and per step after the first (warm-up) step.
   int64_t moved_at_warmup[kNumDirections] = {0, 0};
   std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
@@ -217,7 +234,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!stats.ok()) return ReportError(env->world_size > 1 ? stats.status().WithPrefix("rank " + std::to_string(env->rank))
                                                            : stats.status());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    progress.OnStep(*stats, seconds);
+    progress.OnStep(*stats, seconds, chunks.counters().moved_bytes[0].load(), chunks.counters().moved_bytes[1].load());
     if (s == first_step) {
       for (int d = 0; d < kNumDirections; ++d) moved_at_warmup[d] = chunks.counters().moved_bytes[size_t(d)];
       for (int op = 0; op < kNumCollectiveOps; ++op) comm_at_warmup[size_t(op)] = (*comm)->counters().bytes[size_t(op)];

@@ -1,9 +1,26 @@
 #include "worker/train/progress.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 namespace pstar {
+
+namespace {
+
+// A float as the double with its shortest decimal form (1.5e-4, not
+// 0.000150000007), so JSON shows the value the float holds, briefly.
+double ShortDouble(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
 
 std::string FormatDuration(double s) {
   char buf[32];
@@ -17,7 +34,7 @@ std::string FormatDuration(double s) {
   return buf;
 }
 
-void ProgressReporter::OnStep(const StepStats& s, double seconds) {
+void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_bytes, int64_t d2h_bytes) {
   ++steps_;
   tokens_ += s.tokens;
   seconds_ += seconds;
@@ -27,6 +44,7 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds) {
   }
   window_tokens_ += s.tokens;
   window_seconds_ += seconds;
+  ++window_steps_;
   last_loss_ = s.loss;
   if (s.skipped) ++skipped_;
   min_loss_ = steps_ == 1 ? s.loss : std::min(min_loss_, s.loss);
@@ -34,18 +52,33 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds) {
   if (step == 1 || step % every_ == 0 || step == total_) {
     double per_step = steps_ > 1 ? steady_seconds_ / double(steps_ - 1) : seconds_;
     double eta = per_step * double(total_ - step);
-    // fp16: the loss scale the step ran with, and whether it overflowed.
-    char scale[64] = "";
-    if (s.loss_scale != 1.0f || s.skipped) {
-      std::snprintf(scale, sizeof scale, " | scale %g%s", double(s.loss_scale), s.skipped ? " (overflow, skipped)" : "");
+    const double tokens_per_s = double(window_tokens_) / std::max(window_seconds_, 1e-9);
+    const double ms_per_step = 1000.0 * window_seconds_ / double(std::max<int64_t>(window_steps_, 1));
+    if (format_ == LogFormat::kJson) {
+      // Non-finite numbers (an overflowed fp16 norm) become null.
+      const nlohmann::json line = {{"step", step},           {"steps", total_},
+                                   {"loss", ShortDouble(s.loss)}, {"lr", ShortDouble(s.lr)},
+                                   {"grad_norm", s.grad_norm}, {"loss_scale", ShortDouble(s.loss_scale)},
+                                   {"skipped", s.skipped},   {"tokens_per_s", tokens_per_s},
+                                   {"ms_per_step", ms_per_step}, {"elapsed_s", seconds_},
+                                   {"eta_s", eta},           {"h2d_bytes", h2d_bytes},
+                                   {"d2h_bytes", d2h_bytes}};
+      std::fprintf(out_, "%s\n", line.dump().c_str());
+    } else {
+      // fp16: the loss scale the step ran with, and whether it overflowed.
+      char scale[64] = "";
+      if (s.loss_scale != 1.0f || s.skipped) {
+        std::snprintf(scale, sizeof scale, " | scale %g%s", double(s.loss_scale), s.skipped ? " (overflow, skipped)" : "");
+      }
+      std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.0f ms/step | elapsed %s | ETA %s\n",
+                   int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss, double(s.lr),
+                   s.grad_norm, scale, tokens_per_s, ms_per_step, FormatDuration(seconds_).c_str(),
+                   FormatDuration(eta).c_str());
     }
-    std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | ETA %s\n",
-                 int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss,
-                 double(s.lr), s.grad_norm, scale, double(window_tokens_) / std::max(window_seconds_, 1e-9),
-                 FormatDuration(eta).c_str());
     std::fflush(out_);
     window_tokens_ = 0;
     window_seconds_ = 0;
+    window_steps_ = 0;
   }
 }
 
