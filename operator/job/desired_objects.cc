@@ -56,6 +56,12 @@ Json Env(const JobSpec& spec, int node_index, int attempt, const OperatorDefault
   env.push_back(EnvValue("PSTAR_RDZV_ID", RdzvId(spec, attempt)));
   env.push_back(EnvValue("PSTAR_JOB_NAME", spec.name));
   env.push_back(EnvValue("PSTAR_NAMESPACE", spec.ns));
+  // What Kubeflow's PyTorchJob gives torchrun (PET_*), for scripts that read them.
+  env.push_back(EnvValue("PET_NNODES", std::to_string(spec.num_nodes)));
+  env.push_back(EnvValue("PET_NPROC_PER_NODE", std::to_string(spec.nproc_per_node)));
+  env.push_back(EnvValue("PET_NODE_RANK", std::to_string(node_index)));
+  env.push_back(EnvValue("PET_MASTER_ADDR", MasterAddr(spec, defaults.cluster_domain)));
+  env.push_back(EnvValue("PET_MASTER_PORT", std::to_string(spec.master_port)));
   env.push_back({{"name", "POD_IP"},
                  {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", "status.podIP"}}}}}});
   const NcclSpec& n = spec.nccl;

@@ -167,7 +167,8 @@ TEST(DesiredPodTest, Env) {
   const std::vector<std::string> names = EnvNames(pod);
   const std::vector<std::string> expected = {
       "NODE_RANK",       "NNODES",          "NPROC_PER_NODE",  "WORLD_SIZE",  "MASTER_ADDR",       "MASTER_PORT",
-      "PSTAR_RDZV_ID",   "PSTAR_JOB_NAME",  "PSTAR_NAMESPACE", "POD_IP",      "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
+      "PSTAR_RDZV_ID",   "PSTAR_JOB_NAME",  "PSTAR_NAMESPACE", "PET_NNODES",  "PET_NPROC_PER_NODE", "PET_NODE_RANK",
+      "PET_MASTER_ADDR", "PET_MASTER_PORT", "POD_IP",          "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
       "NCCL_DEBUG",      "NCCL_ALGO",       "NCCL_P2P_DISABLE", "HF_HOME",    "RUN_ID",            "OMP_NUM_THREADS"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(EnvVar(pod, "NODE_RANK")["value"], "2");
@@ -180,12 +181,18 @@ TEST(DesiredPodTest, Env) {
   EXPECT_EQ(EnvVar(pod, "PSTAR_JOB_NAME")["value"], "full");
   EXPECT_EQ(EnvVar(pod, "PSTAR_NAMESPACE")["value"], "research");
   EXPECT_EQ(EnvVar(pod, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+  // torchrun's names as Kubeflow sets them.
+  EXPECT_EQ(EnvVar(pod, "PET_NNODES")["value"], "3");
+  EXPECT_EQ(EnvVar(pod, "PET_NPROC_PER_NODE")["value"], "4");
+  EXPECT_EQ(EnvVar(pod, "PET_NODE_RANK")["value"], "2");
+  EXPECT_EQ(EnvVar(pod, "PET_MASTER_ADDR")["value"], "full-node-0.full.research.svc.cluster.local");
+  EXPECT_EQ(EnvVar(pod, "PET_MASTER_PORT")["value"], "23456");
   EXPECT_EQ(EnvVar(pod, "NCCL_IB_DISABLE")["value"], "1");
   EXPECT_EQ(EnvVar(pod, "NCCL_SOCKET_IFNAME")["value"], "eth0");
   EXPECT_EQ(EnvVar(pod, "RUN_ID")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.uid");
   // A cpu job without spec.nccl gets no NCCL variables.
   const JobSpec cpu = MustParse(MinimalJob());
-  EXPECT_EQ(EnvNames(DesiredPod(cpu, MustSize(cpu), 0, 0)).size(), 10u);
+  EXPECT_EQ(EnvNames(DesiredPod(cpu, MustSize(cpu), 0, 0)).size(), 15u);
 }
 
 TEST(DesiredPodTest, VolumesAndMounts) {
