@@ -1,6 +1,7 @@
 // `pstar plan` and the live metrics endpoint of `pstar train`, as a user meets them.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <filesystem>
@@ -67,6 +68,20 @@ std::string Series(const std::string& name, std::map<std::string, std::string> e
   std::string out = name + "{";
   for (const auto& [k, v] : extra) out += (out.back() == '{' ? "" : ",") + k + "=\"" + v + "\"";
   return out + "}";
+}
+
+// What a rank really holds stays within what the plan (and so the operator's
+// pod sizing) gives it: the default job's peak RSS against min_host_bytes.
+TEST(Plan, TheDefaultJobsPeakRssIsWithinTheHostPlan) {
+  auto plan = RunProcess({test::PstarBinary(), "plan", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const int64_t planned = nlohmann::json::parse(plan.out)["min_host_bytes"].get<int64_t>();
+  auto train = RunProcess({test::PstarBinary(), "train", "--set", "train.steps=20"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  rusage usage{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  const int64_t peak = int64_t(usage.ru_maxrss) * 1024;  // of either child: both must fit
+  EXPECT_LE(peak, planned) << "peak RSS " << peak / (1 << 20) << " MiB, planned " << planned / (1 << 20) << " MiB";
 }
 
 TEST(Metrics, ServesLiveChunkSeriesDuringTraining) {
