@@ -29,15 +29,11 @@ int64_t Groups(int64_t N) { return (N + GroupRows(N) - 1) / GroupRows(N); }
 
 unsigned RowBlocks(int64_t N) { return BlocksFor(N, kRowsPerBlock); }
 
+// One warp normalizes one row x (C elements) into o; lane 0 writes the row's
+// statistics. Each lane reads only the columns it owns.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
-                           int64_t C) {
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  if (row >= N) return;  // the whole warp leaves together
-  const T* x = inp + row * C;
-
+__device__ void NormalizeRowWarp(T* o, float* mean, float* rstd, const T* x, const T* weight, const T* bias,
+                                 int64_t C, int lane) {
   float sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarpSize) sum += ToFloat(x[c]);
   const float m = WarpSum(sum) / float(C);
@@ -47,19 +43,28 @@ __global__ void __launch_bounds__(kThreads)
     sq += d * d;
   }
   const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
-
-  T* o = out + row * C;
   for (int64_t c = lane; c < C; c += kWarpSize) {
     o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
   }
   if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
+    *mean = m;
+    *rstd = s;
   }
 }
 
-// The residual add fused in front: each lane writes its share of res, then
-// reads back only what it wrote, so no synchronization is needed.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                           int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together
+  NormalizeRowWarp(out + row * C, mean + row, rstd + row, inp + row * C, weight, bias, C, lane);
+}
+
+// The residual add fused in front: each lane writes its share of res, and the
+// normalization then reads back only the columns that lane wrote, so no
+// synchronization is needed.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ResidualLayerNormForwardKernel(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
@@ -68,27 +73,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;  // the whole warp leaves together
   T* x = res + row * C;
-  float sum = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const T r = FromFloat<T>(ToFloat(a[row * C + c]) + ToFloat(b[row * C + c]));
-    x[c] = r;
-    sum += ToFloat(r);
-  }
-  const float m = WarpSum(sum) / float(C);
-  float sq = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const float d = ToFloat(x[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
-  T* o = out + row * C;
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  for (int64_t c = lane; c < C; c += kWarpSize) x[c] = FromFloat<T>(ToFloat(a[row * C + c]) + ToFloat(b[row * C + c]));
+  NormalizeRowWarp(out + row * C, mean + row, rstd + row, x, weight, bias, C, lane);
 }
 
 // dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
