@@ -137,8 +137,7 @@ Status CheckState(const TrainingState& s, const std::string& path) {
     if (v < 1 || v > limit) return bad(std::string("model.") + name, "is " + std::to_string(v) + ", not in [1, " + std::to_string(limit) + "]");
   }
   if (g.n_embd % g.n_head != 0) return bad("model.n_head", "does not divide n_embd");
-  const double C = double(g.n_embd);
-  if (double(g.vocab_size + g.max_seq_len) * C + double(g.n_layer) * (12 * C * C + 13 * C) > kMaxParameters) {
+  if (g.NumParametersApprox() > kMaxParameters) {
     return bad("model", "has more parameters than pstar takes");
   }
   return Status::Ok();

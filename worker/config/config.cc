@@ -181,8 +181,7 @@ void ParseModel(Section s, ModelSection& m) {
   }
   // Each bound alone still allows absurd products: the parameter count, in
   // floating point so that it cannot overflow.
-  const double C = double(m.gpt.n_embd);
-  const double params = double(m.gpt.vocab_size + m.gpt.max_seq_len) * C + double(m.gpt.n_layer) * (12 * C * C + 13 * C);
+  const double params = m.gpt.NumParametersApprox();
   if (params > kMaxParameters) {
     std::ostringstream ss;
     ss << "has " << params << " parameters, more than the " << kMaxParameters << " pstar takes";

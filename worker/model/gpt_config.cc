@@ -9,6 +9,11 @@ int64_t GptConfig::NumParameters() const {
   return vocab_size * C + max_seq_len * C + n_layer * per_layer + 2 * C;
 }
 
+double GptConfig::NumParametersApprox() const {
+  const double C = double(n_embd);
+  return double(vocab_size + max_seq_len) * C + double(n_layer) * (12 * C * C + 13 * C) + 2 * C;
+}
+
 const std::vector<GptPreset>& GptPresets() {
   // {n_layer, n_head, n_embd, vocab_size, max_seq_len}
   static const std::vector<GptPreset> kPresets = {

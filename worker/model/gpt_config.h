@@ -25,6 +25,9 @@ struct GptConfig {
   int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
   // Parameters, counting the tied embedding once.
   int64_t NumParameters() const;
+  // The same count in floating point: it cannot overflow, whatever the sizes
+  // (for checking sizes before anything is counted exactly).
+  double NumParametersApprox() const;
 };
 
 // The classifier (logits, loss and their gradients) runs over blocks of this
