@@ -49,6 +49,7 @@ class Section {
   }
 
   std::string Key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  const std::string& path() const { return path_; }
 
   YAML::Node Get(const std::string& k) {
     known_.insert(k);
@@ -185,7 +186,7 @@ void ParseModel(Section s, ModelSection& m) {
   if (params > kMaxParameters) {
     std::ostringstream ss;
     ss << "has " << params << " parameters, more than the " << kMaxParameters << " pstar takes";
-    Fail(s.Key("n_layer").substr(0, s.Key("n_layer").rfind('.')), ss.str());
+    Fail(s.path(), ss.str());
   }
 }
 
