@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,15 @@ static std::string EnvOr(const char* name, const char* built_in) {
 
 std::string SourceDir() { return EnvOr("PSTAR_SOURCE_DIR", PSTAR_SOURCE_DIR); }
 std::string PstarBinary() { return EnvOr("PSTAR_BINARY", PSTAR_BINARY); }
+
+bool MissingGpusAreAFailure(int needed, int found) {
+  const char* expect = std::getenv("PSTAR_EXPECT_GPU");
+  if (expect == nullptr || *expect == '\0') return false;
+  char* end = nullptr;
+  const long expected = std::strtol(expect, &end, 10);
+  if (*end != '\0' || expected <= 0) return false;
+  return found < std::min<long>(needed, expected);
+}
 
 TempDir::TempDir(const std::string& tag) {
   std::string tmpl = (std::filesystem::temp_directory_path() / ("pstar-" + tag + "-XXXXXX")).string();

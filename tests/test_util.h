@@ -11,6 +11,26 @@ namespace pstar::test {
 // PSTAR_TEST_SEED if set, else a fresh random seed (printed by the caller).
 uint64_t RunSeed();
 
+// A test that needs `needed` CUDA devices and sees `found` fewer skips, saying
+// so; on a host that must have GPUs it fails instead. PSTAR_EXPECT_GPU=N (the
+// GPU runner sets it to the host's device count) makes a skip a failure when
+// found < min(needed, N): a missing device then fails every GPU test, while a
+// two-GPU test on a one-GPU host still skips.
+bool MissingGpusAreAFailure(int needed, int found);
+
+#define PSTAR_REQUIRE_GPUS_FOUND(needed, found)                                              \
+  do {                                                                                       \
+    const int pstar_needed_ = (needed), pstar_found_ = (found);                              \
+    if (pstar_found_ < pstar_needed_) {                                                      \
+      if (::pstar::test::MissingGpusAreAFailure(pstar_needed_, pstar_found_)) {              \
+        FAIL() << "needs " << pstar_needed_ << " CUDA device(s), found " << pstar_found_     \
+               << ", and PSTAR_EXPECT_GPU says this host has them";                          \
+      }                                                                                      \
+      GTEST_SKIP() << "needs " << pstar_needed_ << " CUDA device(s), this host has "         \
+                   << pstar_found_;                                                          \
+    }                                                                                        \
+  } while (0)
+
 // The source tree and the built pstar binary: the environment variables
 // PSTAR_SOURCE_DIR and PSTAR_BINARY when set (a relocated test bundle), else
 // the paths CMake compiled in.

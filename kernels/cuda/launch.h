@@ -21,8 +21,17 @@ namespace pstar::kernels::cuda {
 using bf16 = __nv_bfloat16;
 using fp16 = __half;
 
-// Aborts with `what` and CUDA's message when the last launch failed.
+// Aborts with `what` and CUDA's message when the last launch failed; under
+// PSTAR_CUDA_SYNC=1 it also waits for the kernel (see SyncCheck).
 void CheckLaunch(const char* what);
+
+// PSTAR_CUDA_SYNC=1 (read once, at the first call) makes every launch and
+// copy synchronous: SyncCheck then waits for the device and aborts naming
+// `what` when the queued work faulted, so an asynchronous fault names its
+// own kernel instead of the next launch. Without it SyncCheck does nothing.
+// For finding faults only: it serializes the streams.
+bool SyncEveryLaunch();
+void SyncCheck(const char* what);
 
 // Blocks of `threads` covering n elements.
 inline unsigned BlocksFor(int64_t n, unsigned threads) {

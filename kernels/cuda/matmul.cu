@@ -206,6 +206,7 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
     CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                              C, out.get(), known, blas.workspace(), blas.workspace_bytes(), stream),
               "cublasLtMatmul");
+    SyncCheck("cublasLtMatmul");
     return;
   }
 
@@ -268,6 +269,7 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                            C, out.get(), &heuristic.algo, blas.workspace(), blas.workspace_bytes(), stream),
             "cublasLtMatmul");
+  SyncCheck("cublasLtMatmul");
 }
 
 }  // namespace

@@ -20,9 +20,18 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(int rank, int world, std::chrono::milliseconds timeout)
       : rank_(rank), world_(world), timeout_(timeout) {}
 
+  // A healthy communicator is finalized first (it flushes NCCL's outstanding
+  // work with the peers, which ncclCommDestroy alone may wait on forever), with
+  // the collectives' timeout; a broken one, or one whose finalize fails or
+  // times out, is aborted.
   ~NcclCommunicator() override {
     if (comm_ != nullptr) {
-      if (broken_.empty()) ncclCommDestroy(comm_);
+      bool finalized = false;
+      if (broken_.empty()) {
+        const ncclResult_t r = ncclCommFinalize(comm_);
+        finalized = (r == ncclSuccess || r == ncclInProgress) && WaitForComm("finalize").ok();
+      }
+      if (finalized) ncclCommDestroy(comm_);
       else ncclCommAbort(comm_);
     }
     if (scratch_ != nullptr) cudaFree(scratch_);

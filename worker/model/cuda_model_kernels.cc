@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
@@ -26,9 +27,11 @@ namespace kc = kernels::cuda;
 
 // A failed copy on the compute stream is as fatal as a failed launch.
 void CheckCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "pstar: CUDA %s failed: %s\n", what, cudaGetErrorString(e));
-  std::abort();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "pstar: CUDA %s failed: %s\n", what, cudaGetErrorString(e));
+    std::abort();
+  }
+  kernels::cuda::SyncCheck(what);
 }
 
 class CudaModelKernels final : public ModelKernels {

@@ -171,7 +171,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   for (int32_t i = num_chunks; i < total_chunks; ++i) m->states_[size_t(i)].zero = true;  // grads, moments
   m->slot_owner_.assign(size_t(streaming), -1);
   for (int64_t s = 0; s < streaming; ++s) {
-    m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent()});
+    m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent(), m->backend_->CreateEvent()});
   }
   for (int64_t s = streaming - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
   for (int64_t i = 0; i < total_chunks; ++i) m->home_written_.push_back(m->backend_->CreateEvent());
@@ -310,8 +310,14 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
     if (a.writes) st.device_dirty = true;
     st.last_use = tick_;
   }
-  // Compute reads the chunks only after their copies landed.
-  for (int32_t i : moment) backend_->StreamWait(StreamKind::kCompute, *slot_events_[size_t(states_[size_t(i)].slot)].copied);
+  // Compute reads the chunks only after their copies landed, and writes one
+  // only after any copy home of its earlier contents read them.
+  for (const ChunkAccess& a : accesses) {
+    if (DeviceHomed(a.key)) continue;
+    const SlotEvents& ev = slot_events_[size_t(state(a.key).slot)];
+    backend_->StreamWait(StreamKind::kCompute, *ev.loaded);
+    if (a.writes) backend_->StreamWait(StreamKind::kCompute, *ev.copied_out);
+  }
 
   step_moments_.push_back(std::move(moment));
   Prefetch();
@@ -346,7 +352,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   ++slots_in_use_;
   // The slot's previous contents must be read by compute and copied home first.
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.computed);
-  backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied);
+  backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied_out);
   if (AccumulatesHome(index)) {
     // The home shard holds reduced sums; this rank's new partial starts at zero.
     backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
@@ -368,8 +374,8 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
       backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
       const int64_t move = BeginMove(Direction::kHostToDevice);
       backend_->Copy(own, HostCopy(index), size_t(shard_bytes_), StreamKind::kHostToDevice);
-      backend_->Record(*ev.copied, StreamKind::kHostToDevice);
-      backend_->Synchronize(*ev.copied);
+      backend_->Record(*ev.loaded, StreamKind::kHostToDevice);
+      backend_->Synchronize(*ev.loaded);
       backend_->Synchronize(*ev.computed);
       {
         NvtxRange gather("all_gather");
@@ -378,7 +384,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
       EndMove(move, Direction::kHostToDevice, shard_bytes_);
     } else {
       backend_->Synchronize(*ev.computed);
-      backend_->Synchronize(*ev.copied);
+      backend_->Synchronize(*ev.copied_out);
       const int64_t move = BeginMove(Direction::kHostToDevice);
       {
         NvtxRange gather("all_gather");
@@ -405,7 +411,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     ++counters_.moves[int(Direction::kHostToDevice)];
     counters_.moved_bytes[int(Direction::kHostToDevice)] += bytes;
   }
-  backend_->Record(*ev.copied, StreamKind::kHostToDevice);
+  backend_->Record(*ev.loaded, StreamKind::kHostToDevice);
   st.prefetched = prefetch;
   if (prefetch) ++counters_.prefetches;
   UpdateResidency(index, Tier::kDevice, +1);
@@ -479,7 +485,7 @@ void ChunkManager::WriteHome(int32_t index) {
   ChunkState& st = states_[size_t(index)];
   SlotEvents& ev = slot_events_[size_t(st.slot)];
   backend_->StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
-  backend_->StreamWait(StreamKind::kDeviceToHost, *ev.copied);    // and a fill or load into the slot
+  backend_->StreamWait(StreamKind::kDeviceToHost, *ev.loaded);    // and a fill or load into the slot
   NvtxRange range("d2h");
   const int64_t move = BeginMove(Direction::kDeviceToHost);
   if (AccumulatesHome(index)) {
@@ -487,7 +493,7 @@ void ChunkManager::WriteHome(int32_t index) {
     // then spent (it is in the home sum) and must be dropped by the caller.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     backend_->Synchronize(*ev.computed);  // the collective reads the slot on this thread
-    backend_->Synchronize(*ev.copied);
+    backend_->Synchronize(*ev.loaded);
     if (comm_->device_buffers()) {
       // NCCL writes GPU memory: reduce into this rank's place in the slot,
       // then copy that part down.
@@ -497,8 +503,8 @@ void ChunkManager::WriteHome(int32_t index) {
         CheckCollective(comm_->ReduceScatter(SlotData(st.slot), own, n));
       }
       backend_->Copy(Scratch(), own, size_t(shard_bytes_), StreamKind::kDeviceToHost);
-      backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
-      backend_->Synchronize(*ev.copied);
+      backend_->Record(*ev.copied_out, StreamKind::kDeviceToHost);
+      backend_->Synchronize(*ev.copied_out);
     } else {
       NvtxRange scatter("reduce_scatter");
       CheckCollective(comm_->ReduceScatter(SlotData(st.slot), Scratch(), n));
@@ -528,7 +534,7 @@ void ChunkManager::WriteHome(int32_t index) {
     counters_.moved_bytes[int(Direction::kDeviceToHost)] += bytes;
     EndMove(move, Direction::kDeviceToHost, bytes);
   }
-  backend_->Record(*ev.copied, StreamKind::kDeviceToHost);
+  backend_->Record(*ev.copied_out, StreamKind::kDeviceToHost);
   st.device_dirty = false;
   ++counters_.moves[int(Direction::kDeviceToHost)];
 }
@@ -621,7 +627,7 @@ ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   // shard, which is what callers index.
   if (world_ == 1 && st.slot >= 0) {
     // A prefetched copy may still be on its way in: device readers wait for it.
-    backend_->StreamWait(StreamKind::kCompute, *slot_events_[size_t(st.slot)].copied);
+    backend_->StreamWait(StreamKind::kCompute, *slot_events_[size_t(st.slot)].loaded);
     return {SlotData(st.slot), true};
   }
   if (HalfHomed(i)) return {HostRead(key), false};  // widened for the host

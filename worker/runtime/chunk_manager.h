@@ -304,9 +304,15 @@ class ChunkManager {
   // Per slot: the end of the last op that used it (compute stream) and of the
   // last copy into or out of it (copy streams). A slot is refilled only after
   // both; compute reads it only after its copy.
+  // Per slot: the ends of the last compute on it, of the last write into it
+  // by a copy or fill (h2d stream), and of the last copy out of it (d2h
+  // stream). Readers on compute wait for `loaded` only, so reading a gradient
+  // in place (the norm) never waits for its copy home; whatever writes into
+  // the slot waits for `copied_out` too.
   struct SlotEvents {
     std::unique_ptr<Event> computed;
-    std::unique_ptr<Event> copied;
+    std::unique_ptr<Event> loaded;
+    std::unique_ptr<Event> copied_out;
   };
   std::vector<SlotEvents> slot_events_;
   // Per chunk: the end of the last copy into its host copy (device-to-host

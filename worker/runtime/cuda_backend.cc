@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/pointwise.h"
 #include "worker/core/bytes.h"
 
@@ -124,11 +125,13 @@ class CudaBackend final : public DeviceBackend {
   void Copy(void* dst, const void* src, size_t bytes, StreamKind stream) override {
     if (bytes == 0) return;
     Note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream(stream)), "cudaMemcpyAsync", stream);
+    kernels::cuda::SyncCheck("cudaMemcpyAsync");
   }
 
   void Zero(void* dst, size_t bytes, StreamKind stream) override {
     if (bytes == 0) return;
     Note(cudaMemsetAsync(dst, 0, bytes, Stream(stream)), "cudaMemsetAsync", stream);
+    kernels::cuda::SyncCheck("cudaMemsetAsync");
   }
 
   void CopyNarrowed(uint16_t* host_dst, const float* device_src, int64_t n, HalfFormat format, void* staging,

@@ -12,23 +12,22 @@
 #include <vector>
 
 #include "kernels/cuda/launch.h"
+#include "tests/test_util.h"
 
 namespace pstar::test {
 
-// Non-empty when no usable CUDA device is present: the reason to skip.
-inline std::string NoGpuReason() {
+// Usable CUDA devices; 0 when the runtime or the driver cannot be reached.
+inline int VisibleGpus() {
   int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
-  if (devices == 0) return "no CUDA device";
-  return "";
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return devices;
 }
 
-#define PSTAR_REQUIRE_GPU()                                          \
-  do {                                                               \
-    const std::string reason = ::pstar::test::NoGpuReason();         \
-    if (!reason.empty()) GTEST_SKIP() << "needs a GPU: " << reason;  \
-  } while (0)
+// Skips (or, under PSTAR_EXPECT_GPU, fails) a test on a host without a GPU.
+#define PSTAR_REQUIRE_GPU() PSTAR_REQUIRE_GPUS_FOUND(1, ::pstar::test::VisibleGpus())
 
 // Device memory owned for the length of a test.
 template <typename T>

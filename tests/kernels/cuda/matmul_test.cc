@@ -37,6 +37,14 @@ struct LinearShape {
 };
 constexpr LinearShape kLinearShapes[] = {{7, 13, 33}, {1, 1, 1}, {64, 96, 160}, {33, 257, 65}};
 
+// The linear layers of real models (N rows of tokens): GPT-2 124M (width 768:
+// qkv, fc, proj, the classifier over the padded vocabulary and over the odd
+// unpadded one), GPT-2 1.5B (width 1600) and a width-4096 GPT; and one with
+// many rows, where dweight and dbias reduce over 2048 of them.
+constexpr LinearShape kModelShapes[] = {{64, 768, 2304},  {64, 768, 3072},  {64, 3072, 768},  {64, 768, 50304},
+                                        {64, 768, 50257}, {64, 1600, 4800}, {64, 6400, 1600}, {64, 4096, 12288},
+                                        {32, 16384, 4096}, {2048, 768, 768}};
+
 // Every combination of transposes, with leading dimensions wider than the
 // matrices (the padding must be ignored in A and B and left alone in C).
 TYPED_TEST(CudaMatmulTest, GemmMatchesCpuForEveryTransposeAndLeadingDimension) {
@@ -207,6 +215,37 @@ TYPED_TEST(CudaMatmulTest, BackwardMatchesCpu) {
   }
 }
 
+TYPED_TEST(CudaMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(17);
+  cuda::BlasContext blas;
+  for (const LinearShape& s : kModelShapes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    const float w_scale = 1.0f / std::sqrt(float(s.C));
+    const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
+    const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, w_scale);
+    const auto bias = RandomValues<T>(size_t(s.OC), rng);
+    const auto dy = RandomValues<T>(size_t(s.N * s.OC), rng);
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_bias(ToElements<T>(bias)), d_dy(ToElements<T>(dy));
+    DeviceBuffer<T> d_y(s.N * s.OC), d_dx(s.N * s.C);
+    DeviceBuffer<T> d_dw(ToElements<T>(std::vector<float>(size_t(s.OC * s.C), 0.0f)));
+    DeviceBuffer<T> d_dbias(ToElements<T>(std::vector<float>(size_t(s.OC), 0.0f)));
+    cuda::MatmulForward<T>(blas, d_y.get(), d_x.get(), d_w.get(), d_bias.get(), s.N, s.C, s.OC, kStream);
+    cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_x.get(), d_w.get(), s.N, s.C,
+                            s.OC, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> y(size_t(s.N * s.OC)), dx(size_t(s.N * s.C)), dw(size_t(s.OC * s.C), 0.0f),
+        dbias(size_t(s.OC), 0.0f);
+    cpu::MatmulForward(y.data(), x.data(), w.data(), bias.data(), s.N, s.C, s.OC);
+    cpu::MatmulBackward(dx.data(), dw.data(), dbias.data(), dy.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    EXPECT_TRUE(AllClose(ToFloats(d_y.Download()), y, Element<T>::kTolerance)) << "out";
+    EXPECT_TRUE(AllClose(ToFloats(d_dx.Download()), dx, Element<T>::kTolerance)) << "dinp";
+    EXPECT_TRUE(AllClose(ToFloats(d_dw.Download()), dw, Element<T>::kTolerance)) << "dweight";
+    EXPECT_TRUE(AllClose(ToFloats(d_dbias.Download()), dbias, Element<T>::kTolerance)) << "dbias";
+  }
+}
+
 // Two runs on the same inputs give the same bits, at a size where cuBLASLt
 // may split the reduction and the bias sums span many rows.
 TYPED_TEST(CudaMatmulTest, BackwardIsDeterministic) {
@@ -299,6 +338,40 @@ TYPED_TEST(CudaMixedMatmulTest, BackwardMatchesCpuOnTheRoundedOperands) {
     EXPECT_TRUE(AllClose(d_dx.Download(), dx, Element<float>::kTolerance)) << "dinp";
     EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
     EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias (fp32 dout)";
+  }
+}
+
+// bf16/fp16 operands to fp32 outputs at the real models' shapes.
+TYPED_TEST(CudaMixedMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(33);
+  cuda::BlasContext blas;
+  for (const LinearShape& s : kModelShapes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
+    const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 1.0f / std::sqrt(float(s.C)));
+    const auto bias = RandomValues<float>(size_t(s.OC), rng);
+    const auto dy = RandomValues<float>(size_t(s.N * s.OC), rng);
+    const auto dy_low = ToFloats(ToElements<T>(dy));
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy_low(ToElements<T>(dy));
+    DeviceBuffer<float> d_bias(bias), d_dy(dy), d_out(s.N * s.OC), d_dx(s.N * s.C);
+    DeviceBuffer<float> d_dw(std::vector<float>(size_t(s.OC * s.C), 0.0f)), d_dbias(std::vector<float>(size_t(s.OC), 0.0f));
+    cuda::MatmulForwardMixed<T>(blas, d_out.get(), d_x.get(), d_w.get(), d_bias.get(), s.N, s.C, s.OC, kStream);
+    cuda::MatmulBackwardMixed<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_dy_low.get(), d_x.get(),
+                                 d_w.get(), s.N, s.C, s.OC, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> out(size_t(s.N * s.OC)), dx(size_t(s.N * s.C)), dw(size_t(s.OC * s.C), 0.0f),
+        dbias(size_t(s.OC), 0.0f);
+    cpu::MatmulForward(out.data(), x.data(), w.data(), bias.data(), s.N, s.C, s.OC);
+    cpu::MatmulBackward(dx.data(), dw.data(), nullptr, dy_low.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    for (int64_t n = 0; n < s.N; ++n) {
+      for (int64_t j = 0; j < s.OC; ++j) dbias[size_t(j)] += dy[size_t(n * s.OC + j)];
+    }
+    EXPECT_TRUE(AllClose(d_out.Download(), out, Element<float>::kTolerance)) << "out";
+    EXPECT_TRUE(AllClose(d_dx.Download(), dx, Element<float>::kTolerance)) << "dinp";
+    EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
+    EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias";
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <optional>
 #include <vector>
 
 #include "tests/worker/dist/thread_group_communicator.h"
@@ -256,6 +257,99 @@ TEST(ChunkManager, FlushStartsTheHostUpdatedGradientsHomeAndKeepsTheDeviceCopies
   EXPECT_EQ(D2H(*m), 3 * kChunkBytes);  // no second copy
   m->Flush(StateKind::kGrad);
   EXPECT_EQ(D2H(*m), 3 * kChunkBytes);  // nothing dirty is left
+}
+
+// The CPU backend with a log of stream ordering: which stream each event was
+// last recorded on, and every wait a stream was told to make for one.
+class StreamOrderLog final : public DeviceBackend {
+ public:
+  struct Wait {
+    StreamKind waiter;
+    StreamKind recorded_on;
+  };
+  StreamOrderLog() : cpu_(MakeCpuBackend()) {}
+  const char* name() const override { return cpu_->name(); }
+  bool device_is_host_memory() const override { return true; }
+  Result<MemoryBlock> AllocateDevice(size_t bytes) override { return cpu_->AllocateDevice(bytes); }
+  Result<MemoryBlock> AllocateHost(size_t bytes) override { return cpu_->AllocateHost(bytes); }
+  void Copy(void* dst, const void* src, size_t bytes, StreamKind s) override { cpu_->Copy(dst, src, bytes, s); }
+  void Zero(void* dst, size_t bytes, StreamKind s) override { cpu_->Zero(dst, bytes, s); }
+  void CopyNarrowed(uint16_t* dst, const float* src, int64_t n, HalfFormat f, void* staging, StreamKind s) override {
+    cpu_->CopyNarrowed(dst, src, n, f, staging, s);
+  }
+  void CopyWidened(float* dst, const uint16_t* src, int64_t n, HalfFormat f, void* staging, StreamKind s) override {
+    cpu_->CopyWidened(dst, src, n, f, staging, s);
+  }
+  std::unique_ptr<Event> CreateEvent() override { return std::make_unique<LoggedEvent>(); }
+  std::unique_ptr<Event> CreateTimingEvent() override { return std::make_unique<LoggedEvent>(); }
+  void Record(Event& event, StreamKind stream) override { static_cast<LoggedEvent&>(event).recorded_on = stream; }
+  void StreamWait(StreamKind stream, const Event& event) override {
+    const auto& e = static_cast<const LoggedEvent&>(event);
+    if (e.recorded_on) waits.push_back({stream, *e.recorded_on});
+  }
+  void Synchronize(const Event&) override {}
+  double ElapsedSeconds(const Event&, const Event&) override { return 0; }
+  Status CheckErrors() override { return Status::Ok(); }
+  void* stream_handle(StreamKind) override { return nullptr; }
+
+  // Waits of `waiter` on work of `recorded_on` logged since index `from`.
+  int CountWaits(size_t from, StreamKind waiter, StreamKind recorded_on) const {
+    int n = 0;
+    for (size_t i = from; i < waits.size(); ++i) n += waits[i].waiter == waiter && waits[i].recorded_on == recorded_on;
+    return n;
+  }
+
+  std::vector<Wait> waits;
+
+ private:
+  struct LoggedEvent final : Event {
+    std::optional<StreamKind> recorded_on;
+  };
+  std::unique_ptr<DeviceBackend> cpu_;
+};
+
+TEST(ChunkManager, ReadingFlushedGradientsInPlaceDoesNotWaitForTheirCopiesHome) {
+  // After Flush the gradient norm reads every gradient on the device while the
+  // copies home run: compute must not wait for the device-to-host stream
+  // then. Writing a gradient again must wait for its copy home to have read it.
+  ChunkRuntimeOptions o;
+  o.non_model_bytes = 128;
+  o.device_capacity_bytes = 128 + 3 * kChunkBytes;
+  o.eviction = EvictionPolicy::kOpt;
+  o.min_chunks_per_moment = 1;
+  auto backend = std::make_unique<StreamOrderLog>();
+  StreamOrderLog* log = backend.get();
+  auto made = ChunkManager::Create(3, kChunkBytes, std::move(backend), o);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ChunkManager& m = *made.value();
+  ASSERT_EQ(m.device_adam_chunks(), 0);
+  m.ZeroFill(StateKind::kGrad);
+  for (int32_t c = 0; c < 3; ++c) {
+    ChunkAccess a{{StateKind::kGrad, c}, true};
+    m.Access({&a, 1});
+    m.DeviceData(a.key)[0] = float(c + 1);
+    m.Release({&a, 1});
+  }
+  const size_t before_flush = log->waits.size();
+  m.Flush(StateKind::kGrad);
+  EXPECT_EQ(log->CountWaits(before_flush, StreamKind::kDeviceToHost, StreamKind::kCompute), 3)
+      << "each copy home waits for the gradient's last computation";
+  const size_t after_flush = log->waits.size();
+  for (int32_t c = 0; c < 3; ++c) {
+    const ChunkManager::CurrentCopy g = m.Current({StateKind::kGrad, c});  // how the norm reads
+    ASSERT_TRUE(g.on_device);
+    EXPECT_EQ(g.data[0], float(c + 1));
+  }
+  ChunkAccess read{{StateKind::kGrad, 1}, false};
+  m.Access({&read, 1});
+  m.Release({&read, 1});
+  EXPECT_EQ(log->CountWaits(after_flush, StreamKind::kCompute, StreamKind::kDeviceToHost), 0)
+      << "a reader on compute waited for a gradient's copy home";
+  ChunkAccess write{{StateKind::kGrad, 2}, true};
+  m.Access({&write, 1});
+  m.Release({&write, 1});
+  EXPECT_EQ(log->CountWaits(after_flush, StreamKind::kCompute, StreamKind::kDeviceToHost), 1)
+      << "a writer must wait until the copy home has read the old contents";
 }
 
 TEST(ChunkManager, EndStepPrefetchesTheNextStepsFirstParams) {

@@ -13,16 +13,13 @@
 #include <vector>
 
 #include "kernels/cuda/pointwise.h"
+#include "tests/test_util.h"
 #include "worker/runtime/chunk_manager.h"
 
 namespace pstar {
 namespace {
 
-#define PSTAR_REQUIRE_CUDA_DEVICE()                                                         \
-  do {                                                                                      \
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "needs a CUDA device: none visible (no GPU " \
-                                                "or no driver)";                            \
-  } while (0)
+#define PSTAR_REQUIRE_CUDA_DEVICE() PSTAR_REQUIRE_GPUS_FOUND(1, CudaDeviceCount())
 
 std::unique_ptr<DeviceBackend> Backend() {
   auto b = MakeCudaBackend(0);

@@ -390,7 +390,7 @@ TEST(Profiler, PrintsOneAlignedLinePerEntry) {
 TEST(Profiler, TimesOpsAndCopiesOnTheGpu) {
 #ifdef PSTAR_WITH_CUDA
   const int gpus = CudaDeviceCount();
-  if (gpus == 0) GTEST_SKIP() << "needs a CUDA device, this host has none";
+  PSTAR_REQUIRE_GPUS_FOUND(1, gpus);
   auto data = test::RandomTokens(20000, 256, 35);
   auto overrides = kMidSize;
   overrides.insert(overrides.end(), {"runtime.device=cuda", "train.steps=4", "default_chunk_size=16384"});
