@@ -1,12 +1,11 @@
 # shellcheck shell=bash
 # Shared by the GPU benchmarks (bench/gpu_*.sh, bench/chunk_transfer.sh,
 # bench/run-gpu-benchmarks.sh); sourced, not run. Finds pstar (a build
-# directory or a bundle made by bench/make-bench-bundle.sh), a python3 with
-# PyTorch, the GPU and its bf16 peak, and holds the FLOP and log arithmetic.
+# directory), a python3 with PyTorch, the GPU and its bf16 peak, and holds the FLOP and log arithmetic.
 #
 # Environment:
-#   PSTAR_BUILD_DIR  directory holding bin/pstar (default: the bundle this
-#                    script lies in, else <source>/build)
+#   PSTAR_BUILD_DIR  directory holding bin/pstar (default: <source>/build;
+#                    scripts/gpu-session.sh --bench sets its own build)
 #   PYTHON           python3 to run the PyTorch peers (default: the first of
 #                    python3, /usr/bin/python3, /opt/torch/.venv/bin/python3
 #                    that imports torch)
@@ -14,9 +13,7 @@
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$bench_dir/.." && pwd)"
-if [ -z "${PSTAR_BUILD_DIR:-}" ]; then
-  if [ -x "$root/bin/pstar" ]; then PSTAR_BUILD_DIR="$root"; else PSTAR_BUILD_DIR="$root/build"; fi
-fi
+PSTAR_BUILD_DIR="${PSTAR_BUILD_DIR:-$root/build}"
 export PSTAR_BUILD_DIR
 pstar="$PSTAR_BUILD_DIR/bin/pstar"
 
@@ -34,28 +31,16 @@ require_pstar() {
 }
 
 # Libraries a binary cannot find (e.g. NCCL on a host whose CUDA toolkit lacks
-# it, where PyTorch's wheels carry one): looked up in the CUDA toolkit and in
-# the python3's nvidia-* packages, and their folders put on LD_LIBRARY_PATH.
+# it, where PyTorch's wheels carry one): looked up where the GPU session looks
+# (scripts/gpu/cuda-libs.sh: the CUDA toolkit, then the python3s' nvidia-*
+# packages), and their folders put on LD_LIBRARY_PATH.
+# shellcheck source=scripts/gpu/cuda-libs.sh
+source "$root/scripts/gpu/cuda-libs.sh"
 ensure_libs() {
   local bin="$1" missing dirs=() d lib found
   missing=$(ldd "$bin" 2>/dev/null | awk '$3 == "not" { print $1 }' || true)
   [ -z "$missing" ] && return 0
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && dirs+=("$d"); done
-  local py
-  for py in ${PYTHON:-} python3 /usr/bin/python3 /opt/torch/.venv/bin/python3; do
-    command -v "$py" >/dev/null 2>&1 || continue
-    while read -r d; do [ -d "$d" ] && dirs+=("$d"); done < <("$py" - 2>/dev/null <<'EOF'
-import glob, os
-try:
-    import nvidia
-    for base in nvidia.__path__:
-        for lib in sorted(glob.glob(os.path.join(base, "*", "lib"))):
-            print(lib)
-except Exception:
-    pass
-EOF
-)
-  done
+  mapfile -t dirs < <(cuda_lib_candidates | awk '!seen[$0]++')
   for lib in $missing; do
     found=""
     for d in ${dirs[@]+"${dirs[@]}"}; do
@@ -63,7 +48,7 @@ EOF
     done
     if [ -n "$found" ]; then
       case ":${LD_LIBRARY_PATH:-}:" in *":$found:"*) ;; *) export LD_LIBRARY_PATH="$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
-      echo "libraries: $lib from $found (not found by $(basename "$bin") itself)"
+      echo "libraries: $lib from $found/$lib (not found by $(basename "$bin") itself)"
     else
       die "$(basename "$bin") needs $lib, which is neither on the loader's path nor in the CUDA toolkit or python3's nvidia packages"
     fi

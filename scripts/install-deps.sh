@@ -10,7 +10,6 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev
   python3 python3-numpy python3-torch python3-kubernetes
   prometheus  # promtool, which the metrics tests run
-  patchelf    # relative RUNPATHs in scripts/make-bundle.sh's bundles
 )
 
 missing=()

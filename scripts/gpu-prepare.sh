@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Prepares, on this (Debian 12) machine, what scripts/gpu-session.sh needs on a
+# GPU host that has a compiler, the CUDA toolkit, cmake and ninja but none of
+# the Debian libraries pstar links, and no network: the .deb files listed in
+# scripts/gpu/packages.txt, downloaded into gpu-deps/ (ignored by git; carry it
+# to the GPU host with the working tree) with a MANIFEST of their checksums.
+#
+#   scripts/gpu-prepare.sh [DIR]      (default: <source>/gpu-deps)
+#
+# Safe to run again: files already there with the right version are kept.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-$root/gpu-deps}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+mapfile -t packages < <(sed 's/#.*//' "$root/scripts/gpu/packages.txt" | tr ' ' '\n' | sed '/^$/d')
+command -v apt-get >/dev/null || { echo "gpu-prepare: needs apt-get (a Debian 12 machine)" >&2; exit 2; }
+
+# The exact versions this machine's apt would install; the lists are fetched
+# once if apt knows none of them yet.
+versions() {
+  local p v
+  for p in "${packages[@]}"; do
+    v="$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')"
+    [ -n "$v" ] && [ "$v" != "(none)" ] || return 1
+    echo "$p=$v"
+  done
+}
+if ! wanted="$(versions)"; then
+  echo "gpu-prepare: updating the package lists"
+  apt-get update -q >/dev/null
+  wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
+fi
+
+# Only what is not already there, then nothing else: stale versions go.
+keep=()
+fetch=()
+while IFS='=' read -r p v; do
+  file="$(ls "$out/${p}_"*.deb 2>/dev/null | head -1 || true)"
+  if [ -n "$file" ] && [ "$(dpkg-deb -f "$file" Version 2>/dev/null)" = "$v" ]; then
+    keep+=("$(basename "$file")")
+  else
+    rm -f "$out/${p}_"*.deb
+    fetch+=("$p=$v")
+  fi
+done <<< "$wanted"
+if [ "${#fetch[@]}" -gt 0 ]; then
+  # apt's sandbox user may not write here: download as this user.
+  (cd "$out" && apt-get download -q -o APT::Sandbox::User=root "${fetch[@]}" >/dev/null)
+fi
+for f in "$out"/*.deb; do
+  p="$(dpkg-deb -f "$f" Package)"
+  printf '%s\n' "${packages[@]}" | grep -qx "$p" || rm -f "$f"  # no longer listed
+done
+
+count="$(ls "$out"/*.deb | wc -l)"
+[ "$count" -eq "${#packages[@]}" ] || { echo "gpu-prepare: $count .deb files for ${#packages[@]} packages" >&2; exit 1; }
+(cd "$out" && sha256sum ./*.deb | sed 's| \./| |' > MANIFEST)
+echo "gpu-prepare: $count packages in $out ($(du -sh "$out" | cut -f1)); carry it with the working tree"

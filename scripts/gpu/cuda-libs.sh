@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# One search for the CUDA libraries pstar needs at build and run time,
+# sourced by scripts/gpu-session.sh: the CUDA toolkit next to nvcc, then the
+# nvidia-* Python wheels of every python3 on the host (NCCL, cuBLAS and cuDNN
+# ship that way beside PyTorch). Sets
+#   CUDA_LIB_DIRS        directories to put on LD_LIBRARY_PATH
+#   CUDA_CMAKE_ARGS      what CMake needs for libraries outside the toolkit
+#   CUDA_LIBS_REPORT     one line per library: the file it resolved to
+# and returns 1 (after the report) when a library cannot be found.
+
+cuda_lib_candidates() {  # directories that may hold CUDA libraries, best first
+  local nvcc toolkit py
+  nvcc="$(command -v nvcc || true)"
+  [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+  if [ -n "$nvcc" ]; then
+    toolkit="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
+    for d in "$toolkit/lib64" "$toolkit/lib" "$toolkit/targets/x86_64-linux/lib"; do [ -d "$d" ] && echo "$d"; done
+  fi
+  for py in ${PYTHON:-} /opt/torch/.venv/bin/python3 python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    "$py" - 2>/dev/null <<'PY' || true
+import glob, os
+try:
+    import nvidia
+    for base in nvidia.__path__:
+        for lib in sorted(glob.glob(os.path.join(base, "*", "lib"))) + sorted(glob.glob(os.path.join(base, "*", "*", "lib"))):
+            print(lib)
+except Exception:
+    pass
+PY
+  done
+}
+
+# The first file named NAME (a glob) in the candidate directories.
+find_cuda_file() {
+  local pattern="$1" d f
+  for d in "${CUDA_CANDIDATES[@]}"; do
+    for f in "$d"/$pattern; do
+      [ -e "$f" ] && { echo "$f"; return 0; }
+    done
+  done
+  return 1
+}
+
+find_cuda_libs() {
+  mapfile -t CUDA_CANDIDATES < <(cuda_lib_candidates | awk '!seen[$0]++')
+  CUDA_LIB_DIRS=()
+  CUDA_CMAKE_ARGS=()
+  CUDA_LIBS_REPORT=""
+  local missing=0 name file dir toolkit_dir="${CUDA_CANDIDATES[0]:-}"
+  for name in libcudart.so libcublas.so libcublasLt.so libnccl.so; do
+    file="$(find_cuda_file "$name" || find_cuda_file "$name.[0-9]*" || true)"
+    if [ -z "$file" ]; then
+      CUDA_LIBS_REPORT+="  $name: NOT FOUND (searched: ${CUDA_CANDIDATES[*]:-nothing})"$'\n'
+      missing=1
+      continue
+    fi
+    CUDA_LIBS_REPORT+="  $name: $(readlink -f "$file")"$'\n'
+    dir="$(dirname "$file")"
+    case " ${CUDA_LIB_DIRS[*]} " in *" $dir "*) ;; *) CUDA_LIB_DIRS+=("$dir") ;; esac
+    # Outside the toolkit, CMake is told where (a wheel has only versioned
+    # names, and its headers beside lib/).
+    if [ "$dir" != "$toolkit_dir" ] && [ -n "$toolkit_dir" ]; then
+      case "$name" in
+        libnccl.so) CUDA_CMAKE_ARGS+=("-DPSTAR_NCCL_ROOT=$(dirname "$dir")") ;;
+        libcublas.so) CUDA_CMAKE_ARGS+=("-DCUDA_cublas_LIBRARY=$file") ;;
+        libcublasLt.so) CUDA_CMAKE_ARGS+=("-DCUDA_cublasLt_LIBRARY=$file") ;;
+      esac
+      if [ "$name" != libnccl.so ] && [ -d "$(dirname "$dir")/include" ]; then
+        CUDA_EXTRA_INCLUDE="$(dirname "$dir")/include"
+      fi
+    fi
+  done
+  return "$missing"
+}
