@@ -5,6 +5,7 @@
 // forwarded to every rank, which stop after the current step (saving a
 // checkpoint) however long that takes; a second one kills them at once.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -61,6 +63,22 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
   return out;
 }
 
+// 128 random bits as hex, from the kernel.
+Result<std::string> RandomToken() {
+  unsigned char bytes[16];
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && ::read(fd, bytes, sizeof bytes) == ssize_t(sizeof bytes);
+  if (fd >= 0) ::close(fd);
+  if (!ok) return Status::Internal("launch: cannot read /dev/urandom for the store token");
+  static const char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  return token;
+}
+
 }  // namespace
 
 int LaunchCommand(const std::vector<std::string>& args) {
@@ -81,6 +99,21 @@ int LaunchCommand(const std::vector<std::string>& args) {
     }
     ::close(fd);
     parsed->master_port = ntohs(addr.sin_port);
+  }
+  // The rendezvous store's secret: on one node the launcher makes it; across
+  // nodes every node must be given the same one.
+  const char* inherited_token = std::getenv("PSTAR_STORE_TOKEN");
+  if (inherited_token == nullptr || *inherited_token == '\0') {
+    if (parsed->nnodes == 1) {
+      Result<std::string> token = RandomToken();
+      if (!token.ok()) return ReportError(token.status());
+      parsed->store_token = *token;
+    } else {
+      std::fprintf(stderr,
+                   "pstar: warning: launch: the rendezvous store at %s:%d is open to anyone who reaches it; set "
+                   "PSTAR_STORE_TOKEN to the same secret on every node\n",
+                   parsed->master_addr.c_str(), parsed->master_port);
+    }
   }
   const LaunchOptions& options = *parsed;
 

@@ -42,6 +42,7 @@ Result<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& look
   };
   if (is_set("MASTER_ADDR")) env.master_addr = lookup("MASTER_ADDR");
   if (is_set("PSTAR_RDZV_ID")) env.rdzv_id = lookup("PSTAR_RDZV_ID");
+  if (is_set("PSTAR_STORE_TOKEN")) env.store_token = lookup("PSTAR_STORE_TOKEN");
 
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
   if (env.world_size < 1) return bad("WORLD_SIZE must be at least 1, got " + std::to_string(env.world_size));
@@ -65,6 +66,9 @@ Result<DistEnv> ParseDistEnv(const std::function<const char*(const char*)>& look
     return bad("MASTER_PORT must be in 1..65535, got " + std::to_string(env.master_port));
   }
   if (env.rdzv_id.size() > 256) return bad("PSTAR_RDZV_ID must have at most 256 characters");
+  if (env.store_token.size() > kStoreMaxTokenBytes) {
+    return bad("PSTAR_STORE_TOKEN must have at most " + std::to_string(kStoreMaxTokenBytes) + " bytes");
+  }
   return env;
 }
 
@@ -88,6 +92,7 @@ Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, st
   options.rank = env.rank;
   options.world_size = env.world_size;
   options.timeout = timeout;
+  options.token = env.store_token;
   PSTAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Connect(options));
 #ifdef PSTAR_WITH_NCCL
   if (transport == Transport::kNccl) {

@@ -21,10 +21,11 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0 hosts the store
   int master_port = 29500;                // MASTER_PORT
   std::string rdzv_id = "pstar";          // PSTAR_RDZV_ID: keeps jobs on one store apart
+  std::string store_token;                // PSTAR_STORE_TOKEN: the store's shared secret (store.h)
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT and PSTAR_RDZV_ID; unset (or empty) ones keep the defaults
+// MASTER_PORT, PSTAR_RDZV_ID and PSTAR_STORE_TOKEN; unset (or empty) ones keep the defaults
 // above. Bad values fail with InvalidArgument naming the variable.
 Result<DistEnv> ReadDistEnv();
 // The same over any lookup (nullptr: unset), for tests.

@@ -104,18 +104,20 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
       {"MASTER_PORT", std::to_string(options.master_port)},
       {"PSTAR_RDZV_ID", options.rdzv_id},
   };
+  std::vector<std::pair<std::string, std::string>> set = ours;
+  if (!options.store_token.empty()) set.emplace_back("PSTAR_STORE_TOKEN", options.store_token);
   std::vector<std::string> env;
   bool has_omp_threads = false;
   for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::string name = entry.substr(0, entry.find('='));
     bool replaced = false;
-    for (const auto& [n, v] : ours) replaced = replaced || n == name;
+    for (const auto& [n, v] : set) replaced = replaced || n == name;
     if (replaced) continue;
     has_omp_threads = has_omp_threads || name == "OMP_NUM_THREADS";
     env.push_back(entry);
   }
-  for (const auto& [n, v] : ours) env.push_back(n + "=" + v);
+  for (const auto& [n, v] : set) env.push_back(n + "=" + v);
   if (!has_omp_threads) {
     const int threads = std::max(1, int(std::thread::hardware_concurrency()) / options.nproc_per_node);
     env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));

@@ -20,6 +20,10 @@ struct LaunchOptions {
   // torchrun's --standalone: one node, rendezvous on 127.0.0.1 at a port the
   // launcher picks free (master_port is then 0 until it does).
   bool standalone = false;
+  // PSTAR_STORE_TOKEN for the ranks when non-empty (the launcher makes one
+  // for a single-node job whose environment has none); empty: the ranks
+  // inherit whatever the environment holds.
+  std::string store_token;
   std::vector<std::string> command;  // the pstar subcommand and its arguments
   // After a rank fails, the others get SIGTERM, then SIGKILL this much later.
   std::chrono::milliseconds grace{10000};
@@ -37,7 +41,8 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 // The environment of local rank `local_rank`, as "NAME=value" entries: every
 // entry of `environ` (a null-terminated array) except the variables set here,
 // then RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT and PSTAR_RDZV_ID. OMP_NUM_THREADS, when `environ` lacks it, is
+// MASTER_PORT, PSTAR_RDZV_ID and (when options.store_token is set)
+// PSTAR_STORE_TOKEN. OMP_NUM_THREADS, when `environ` lacks it, is
 // set to the hardware threads divided among the node's ranks (at least 1), so
 // that N ranks do not each start a thread per core.
 std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank,

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@ enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kError = 2 };
 
 constexpr std::string_view kMagic = "pstar-store/1";
 constexpr size_t kMaxFrameBytes = kStoreMaxValueBytes + kStoreMaxKeyBytes + 64;
+constexpr size_t kMaxHelloBytes = kStoreMaxTokenBytes + 128;
 constexpr size_t kMaxWaitKeys = 1 << 16;
 // A Get or Wait reply may arrive this long after its timeout before the client
 // stops waiting for it (the server answers at the timeout itself).
@@ -282,7 +284,7 @@ std::string FormatDuration(milliseconds d) {
 // kMaxStoreBytes.
 class StoreServer {
  public:
-  static Result<std::unique_ptr<StoreServer>> Start(int port);
+  static Result<std::unique_ptr<StoreServer>> Start(int port, std::string token);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -294,8 +296,11 @@ class StoreServer {
   StoreServer() = default;
   void Accept();
   void Serve(int fd);
+  // The first frame of a connection: the reply, and whether the peer may go on.
+  std::pair<std::string, bool> Hello(std::string_view request) const;
   std::string Handle(std::string_view request);
 
+  std::string token_;
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};  // a pipe: written once to stop Accept
   std::thread accept_thread_;
@@ -310,8 +315,9 @@ class StoreServer {
   std::set<int> clients_;
 };
 
-Result<std::unique_ptr<StoreServer>> StoreServer::Start(int port) {
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(int port, std::string token) {
   auto server = std::unique_ptr<StoreServer>(new StoreServer());
+  server->token_ = std::move(token);
   // Every interface, IPv6 and IPv4 where the host has IPv6, else IPv4 only.
   std::string why;
   for (int family : {AF_INET6, AF_INET}) {
@@ -410,11 +416,21 @@ void StoreServer::Accept() {
 
 void StoreServer::Serve(int fd) {
   std::string request;
+  // Until its hello is accepted a peer gets kStoreHelloWithin to send one
+  // small frame, and nothing else is served.
+  auto receive_timeout = [fd](milliseconds t) {
+    timeval tv{};
+    tv.tv_sec = time_t(t.count() / 1000);
+    tv.tv_usec = suseconds_t((t.count() % 1000) * 1000);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  };
+  receive_timeout(kStoreHelloWithin);
+  bool greeted = false;
   while (true) {
     char header[4];
     if (!BlockingRecvExact(fd, header, sizeof header)) break;
     const uint32_t n = FrameLength(header);
-    if (n > kMaxFrameBytes) break;  // not our protocol, or a broken client
+    if (n > (greeted ? kMaxFrameBytes : kMaxHelloBytes)) break;  // not our protocol, or a broken client
     // The buffer grows with what arrives, not with what the prefix claims.
     request.clear();
     bool complete = true;
@@ -428,12 +444,43 @@ void StoreServer::Serve(int fd) {
       }
     }
     if (!complete) break;
+    if (!greeted) {
+      auto [reply, accepted] = Hello(request);
+      if (!BlockingSendAll(fd, reply) || !accepted) break;
+      greeted = true;
+      receive_timeout(milliseconds(0));  // a rank may sit idle between calls
+      continue;
+    }
     if (!BlockingSendAll(fd, Handle(request))) break;
   }
   std::lock_guard<std::mutex> lock(mu_);
   clients_.erase(fd);
   ::close(fd);
   cv_.notify_all();
+}
+
+std::pair<std::string, bool> StoreServer::Hello(std::string_view request) const {
+  auto refuse = [](const std::string& message) {
+    return std::make_pair(Writer().U8(kError).Str(message).Frame(), false);
+  };
+  Reader in(request);
+  if (in.U8() != kHello || in.Str(64) != kMagic) return refuse("unknown protocol");
+  // Clients before tokens existed send no token field.
+  const std::string token = in.done() ? std::string() : in.Str(kStoreMaxTokenBytes);
+  if (!in.done()) return refuse("malformed hello");
+  if (token_.empty() && !token.empty()) {
+    return refuse("this rank has a store token (PSTAR_STORE_TOKEN) and rank 0 has none");
+  }
+  if (!token_.empty() && token.empty()) {
+    return refuse("the store needs a token (PSTAR_STORE_TOKEN) and this rank has none");
+  }
+  if (!token_.empty()) {
+    // Compared in time independent of where they differ.
+    unsigned char diff = token.size() == token_.size() ? 0 : 1;
+    for (size_t i = 0; i < token.size(); ++i) diff |= uint8_t(token[i] ^ token_[i % token_.size()]);
+    if (diff != 0) return refuse("wrong store token: PSTAR_STORE_TOKEN differs from rank 0's");
+  }
+  return {Writer().U8(kOk).Frame(), true};
 }
 
 std::string StoreServer::Handle(std::string_view request) {
@@ -446,11 +493,8 @@ std::string StoreServer::Handle(std::string_view request) {
   };
   std::unique_lock<std::mutex> lock(mu_);
   switch (op) {
-    case kHello: {
-      const std::string magic = in.Str(64);
-      if (!in.done() || magic != kMagic) return error("unknown protocol");
-      return Writer().U8(kOk).Frame();
-    }
+    case kHello:
+      return error("hello twice");
     case kSet: {
       std::string key = in.Str(kStoreMaxKeyBytes);
       std::string value = in.Str(kStoreMaxValueBytes);
@@ -529,10 +573,14 @@ Result<std::unique_ptr<Store>> Store::Connect(const StoreOptions& options) {
     return Status::InvalidArgument("rendezvous: the rendezvous id must have 1 to 256 characters");
   }
   if (options.timeout.count() <= 0) return Status::InvalidArgument("rendezvous: the timeout must be positive");
+  if (options.token.size() > kStoreMaxTokenBytes) {
+    return Status::InvalidArgument("rendezvous: the store token (PSTAR_STORE_TOKEN) must have at most " +
+                                   std::to_string(kStoreMaxTokenBytes) + " bytes");
+  }
 
   auto store = std::unique_ptr<Store>(new Store(options));
   if (options.rank == 0) {
-    PSTAR_ASSIGN_OR_RETURN(store->server_, StoreServer::Start(options.port));
+    PSTAR_ASSIGN_OR_RETURN(store->server_, StoreServer::Start(options.port, options.token));
   }
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options.timeout;
@@ -556,8 +604,17 @@ Result<std::unique_ptr<Store>> Store::Connect(const StoreOptions& options) {
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
   // The handshake: something listening that is not a store fails here.
-  Result<std::string> hello = store->Call(Writer().U8(kHello).Str(kMagic).Frame(),
-                                          std::max(deadline, Clock::now() + kReplySlack));
+  Writer hello_frame;
+  hello_frame.U8(kHello).Str(kMagic);
+  if (!options.token.empty()) hello_frame.Str(options.token);
+  Result<std::string> hello = store->Call(hello_frame.Frame(), std::max(deadline, Clock::now() + kReplySlack));
+  if (hello.ok()) {
+    Reader reply(*hello);
+    if (reply.U8() == kError) {
+      const std::string why = reply.Str(4096);
+      return Status::FailedPrecondition("rendezvous with " + where + " failed: the store refused this rank: " + why);
+    }
+  }
   if (!hello.ok() || Reader(*hello).U8() != kOk) {
     const std::string why = hello.ok() ? "unexpected reply" : hello.status().message().substr(where.size() + 22);
     return Status::Internal("rendezvous with " + where + " failed: no pstar store answered (" + why + ")");

@@ -11,6 +11,14 @@
 // Wire format: every request and reply is one frame, a 4-byte little-endian
 // length followed by that many bytes; keys and values are bounded (below), so
 // a stray client cannot make the server allocate without limit.
+//
+// Authentication: with a token (PSTAR_STORE_TOKEN; `pstar launch` makes one,
+// the operator keeps one per job in a Secret), a connection must open with a
+// hello carrying the same token within kStoreHelloWithin, in a small frame;
+// until then the server answers nothing else, and a wrong token, a late or
+// oversized hello closes the connection. Without one, any peer that reaches
+// the port may use the store (the server then refuses clients that bring a
+// token, which means the ranks disagree).
 #pragma once
 
 #include <chrono>
@@ -30,6 +38,8 @@ inline constexpr size_t kStoreMaxValueBytes = size_t(16) << 20;
 // (several per rank of the largest jobs), and all keys and values together.
 inline constexpr size_t kMaxStoreClients = 4096;
 inline constexpr size_t kMaxStoreBytes = size_t(256) << 20;
+inline constexpr std::chrono::milliseconds kStoreHelloWithin{10000};
+inline constexpr size_t kStoreMaxTokenBytes = 1024;
 
 struct StoreOptions {
   std::string host = "127.0.0.1";  // where rank 0's server is reached
@@ -39,6 +49,9 @@ struct StoreOptions {
   int world_size = 1;
   // Bounds connecting and every blocking call (Get, Wait).
   std::chrono::milliseconds timeout{30000};
+  // The shared secret every rank presents (rank 0's server requires it);
+  // empty: no authentication.
+  std::string token;
 };
 
 class StoreServer;

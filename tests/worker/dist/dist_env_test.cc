@@ -48,7 +48,8 @@ TEST(DistEnv, DefaultsToASingleLocalRank) {
 
 TEST(DistEnv, ReadsTorchrunVariables) {
   auto env = Parse({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                    {"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "1234"}, {"PSTAR_RDZV_ID", "job-7"}});
+                    {"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "1234"}, {"PSTAR_RDZV_ID", "job-7"},
+                    {"PSTAR_STORE_TOKEN", "0123abcd"}});
   ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(env->rank, 5);
   EXPECT_EQ(env->world_size, 8);
@@ -57,6 +58,7 @@ TEST(DistEnv, ReadsTorchrunVariables) {
   EXPECT_EQ(env->master_addr, "10.0.0.9");
   EXPECT_EQ(env->master_port, 1234);
   EXPECT_EQ(env->rdzv_id, "job-7");
+  EXPECT_EQ(env->store_token, "0123abcd");
 }
 
 TEST(DistEnv, BadValuesNameTheVariable) {
@@ -76,6 +78,7 @@ TEST(DistEnv, BadValuesNameTheVariable) {
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}}, "LOCAL_WORLD_SIZE must be in 1..2"},
       {{{"MASTER_PORT", "70000"}}, "MASTER_PORT must be in 1..65535, got 70000"},
       {{{"MASTER_PORT", "http"}}, "MASTER_PORT must be an integer, got 'http'"},
+      {{{"PSTAR_STORE_TOKEN", std::string(2000, 't')}}, "PSTAR_STORE_TOKEN must have at most 1024 bytes"},
   };
   for (const Case& c : cases) {
     auto env = Parse(c.vars);
@@ -158,6 +161,15 @@ TEST(LaunchOptions, RankEnvironmentSetsTheRankVariablesAndKeepsTheRest) {
   EXPECT_EQ(read->local_world_size, 2);
   EXPECT_EQ(read->master_addr, "10.1.2.3");
   EXPECT_EQ(read->master_port, 1234);
+  EXPECT_EQ(read->store_token, "") << "none given: the environment's own, here none";
+
+  // A token the launcher made replaces any the parent had.
+  LaunchOptions with_token = *o;
+  with_token.store_token = "feedbeef";
+  const char* parent_token[] = {"PSTAR_STORE_TOKEN=old", nullptr};
+  const std::vector<std::string> tokened = RankEnvironment(with_token, 0, parent_token);
+  EXPECT_EQ(std::count(tokened.begin(), tokened.end(), "PSTAR_STORE_TOKEN=feedbeef"), 1);
+  EXPECT_EQ(std::count(tokened.begin(), tokened.end(), "PSTAR_STORE_TOKEN=old"), 0);
   EXPECT_EQ(read->rdzv_id, "job");
 }
 

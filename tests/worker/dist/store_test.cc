@@ -240,6 +240,100 @@ TEST(Store, APeerOnTheNetworkCannotExhaustTheServer) {
   EXPECT_TRUE(store->Set("one-more", "fits").ok());
 }
 
+StoreOptions WithToken(StoreOptions o, const std::string& token) {
+  o.token = token;
+  return o;
+}
+
+// Reads one reply frame; empty when the connection closed first.
+std::string ReadFrame(int fd) {
+  unsigned char header[4];
+  size_t got = 0;
+  while (got < 4) {
+    const ssize_t n = ::recv(fd, header + got, 4 - got, 0);
+    if (n <= 0) return "";
+    got += size_t(n);
+  }
+  const uint32_t len = uint32_t(header[0]) | uint32_t(header[1]) << 8 | uint32_t(header[2]) << 16 |
+                       uint32_t(header[3]) << 24;
+  std::string body(len, '\0');
+  for (got = 0; got < len;) {
+    const ssize_t n = ::recv(fd, body.data() + got, len - got, 0);
+    if (n <= 0) return "";
+    got += size_t(n);
+  }
+  return body;
+}
+
+std::string Frame(const std::string& body) {
+  const uint32_t n = uint32_t(body.size());
+  return std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)} + body;
+}
+
+std::string Field(const std::string& s) { return Frame(s).substr(0, 4) + s; }
+
+TEST(Store, OnlyRanksWithTheTokenAreServed) {
+  const int port = test::FreePort();
+  auto server = MustConnect(WithToken(Options(port, 0, 2), "s3cret"));
+  ASSERT_NE(server, nullptr);
+  auto peer = MustConnect(WithToken(Options(port, 1, 2), "s3cret"));
+  ASSERT_NE(peer, nullptr);
+  ASSERT_TRUE(peer->Set("k", "v").ok());
+  EXPECT_EQ(*server->Get("k"), "v");
+
+  auto wrong = Store::Connect(WithToken(Options(port, 1, 2, milliseconds(2000)), "guess"));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong.status().message().find("wrong store token: PSTAR_STORE_TOKEN differs from rank 0's"),
+            std::string::npos)
+      << wrong.status().message();
+  auto none = Store::Connect(Options(port, 1, 2, milliseconds(2000)));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("needs a token (PSTAR_STORE_TOKEN) and this rank has none"),
+            std::string::npos)
+      << none.status().message();
+
+  // A raw peer that skips the hello gets an error and the door: its Set
+  // never lands.
+  const int fd = ConnectTo(port);
+  const std::string set = Frame(std::string(1, char(2)) + Field("test/stolen") + Field("x"));
+  ASSERT_EQ(::send(fd, set.data(), set.size(), MSG_NOSIGNAL), ssize_t(set.size()));
+  const std::string reply = ReadFrame(fd);
+  ASSERT_FALSE(reply.empty());
+  EXPECT_EQ(reply[0], char(2)) << "an error reply";
+  EXPECT_EQ(ReadFrame(fd), "") << "then closed";
+  ::close(fd);
+  EXPECT_FALSE(server->Get("stolen", milliseconds(100)).ok());
+  EXPECT_TRUE(server->Set("still", "serving").ok());
+}
+
+TEST(Store, ATokenOnlyOneSideHasIsRefusedNamingTheMismatch) {
+  const int port = test::FreePort();
+  auto server = MustConnect(Options(port, 0, 2));
+  ASSERT_NE(server, nullptr);
+  auto s = Store::Connect(WithToken(Options(port, 1, 2, milliseconds(2000)), "t"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("this rank has a store token (PSTAR_STORE_TOKEN) and rank 0 has none"),
+            std::string::npos)
+      << s.status().message();
+  auto big = Store::Connect(WithToken(Options(port, 1, 2), std::string(kStoreMaxTokenBytes + 1, 'x')));
+  EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Store, APeerThatNeverSaysHelloIsDropped) {
+  const int port = test::FreePort();
+  auto server = MustConnect(WithToken(Options(port, 0, 1), "s3cret"));
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectTo(port);
+  const auto start = Clock::now();
+  char byte;
+  EXPECT_EQ(::recv(fd, &byte, 1, 0), 0) << "closed by the server";
+  const auto waited = Clock::now() - start;
+  EXPECT_GE(waited, kStoreHelloWithin - milliseconds(500));
+  EXPECT_LT(waited, kStoreHelloWithin + milliseconds(5000));
+  ::close(fd);
+}
+
 TEST(Store, SomethingElseListeningIsNotTakenForAStore) {
   // A listener that accepts and hangs up at once.
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
