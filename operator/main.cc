@@ -38,7 +38,12 @@ constexpr const char* kUsage =
     "  --pstar-command CMD             the worker command in pods (default pstar)\n"
     "  --no-node-check                 do not list nodes to check that pods fit\n"
     "  --qps Q --burst B               client-side API rate limit (default 50, 100)\n"
-    "  --sync-timeout SECONDS          how long the caches may take to fill (default 120)\n";
+    "  --sync-timeout SECONDS          how long the caches may take to fill (default 120)\n"
+    "  --network-policy                a NetworkPolicy per job: its pods reach each other; from outside\n"
+    "                                  only the metrics ports, for the two below\n"
+    "  --monitoring-namespace NS       the namespace whose pods may scrape jobs (default monitoring)\n"
+    "  --operator-namespace NS         this operator's namespace (default: $POD_NAMESPACE)\n"
+    "  --operator-pod-labels K=V,...   labels selecting this operator's pods there\n";
 
 struct Flags {
   std::string kubeconfig, ns, metrics_address = "0.0.0.0", lease_ns, lease_id = "pstar-operator", identity;
@@ -97,6 +102,25 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     else if (name == "--cluster-domain") s = take_str(&f.defaults.cluster_domain);
     else if (name == "--pstar-command") s = take_str(&f.defaults.pstar_command);
     else if (name == "--no-node-check") f.node_check = false;
+    else if (name == "--network-policy") f.defaults.network_policy.enabled = true;
+    else if (name == "--monitoring-namespace") s = take_str(&f.defaults.network_policy.monitoring_namespace);
+    else if (name == "--operator-namespace") s = take_str(&f.defaults.network_policy.operator_namespace);
+    else if (name == "--operator-pod-labels") {
+      std::string list;
+      s = take_str(&list);
+      for (size_t at = 0; s.ok() && at <= list.size();) {
+        size_t comma = list.find(',', at);
+        if (comma == std::string::npos) comma = list.size();
+        const std::string item = list.substr(at, comma - at);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          s = Status::InvalidArgument("--operator-pod-labels: '" + item + "' is not KEY=VALUE");
+        } else {
+          f.defaults.network_policy.operator_pod_labels[item.substr(0, eq)] = item.substr(eq + 1);
+        }
+        at = comma + 1;
+      }
+    }
     else if (name == "--sync-timeout") s = take_int(1, 3600, &f.sync_timeout);
     else if (name == "--burst") s = take_int(1, 100000, &f.burst);
     else if (name == "--qps") {
@@ -107,6 +131,14 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       return Status::InvalidArgument("unknown flag " + name + " (see --help)");
     }
     PSTAR_RETURN_IF_ERROR(s);
+  }
+  if (f.defaults.network_policy.operator_namespace.empty()) {
+    if (const char* ns = std::getenv("POD_NAMESPACE"); ns != nullptr) f.defaults.network_policy.operator_namespace = ns;
+  }
+  if (f.defaults.network_policy.enabled && !f.defaults.network_policy.operator_namespace.empty() &&
+      f.defaults.network_policy.operator_pod_labels.empty()) {
+    return Status::InvalidArgument("--network-policy lets the operator reach the jobs' metrics: give "
+                                   "--operator-pod-labels to select its pods");
   }
   if (f.identity.empty()) {
     char host[256] = {};

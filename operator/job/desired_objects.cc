@@ -1,5 +1,6 @@
 #include "operator/job/desired_objects.h"
 
+#include "operator/kube/kube_config.h"
 #include "operator/kube/quantity.h"
 #include "operator/job/yaml_emit.h"
 
@@ -62,6 +63,8 @@ Json Env(const JobSpec& spec, int node_index, int attempt, const OperatorDefault
   env.push_back(EnvValue("PET_NODE_RANK", std::to_string(node_index)));
   env.push_back(EnvValue("PET_MASTER_ADDR", MasterAddr(spec, defaults.cluster_domain)));
   env.push_back(EnvValue("PET_MASTER_PORT", std::to_string(spec.master_port)));
+  env.push_back({{"name", "PSTAR_STORE_TOKEN"},
+                 {"valueFrom", {{"secretKeyRef", {{"name", StoreTokenSecretName(spec)}, {"key", kStoreTokenKey}}}}}});
   env.push_back({{"name", "POD_IP"},
                  {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", "status.podIP"}}}}}});
   const NcclSpec& n = spec.nccl;
@@ -102,6 +105,8 @@ Json Args(const JobSpec& spec, const PodSizing& sizing) {
 
 std::string ServiceName(const JobSpec& spec) { return spec.name; }
 std::string ConfigMapName(const JobSpec& spec) { return spec.name + "-config"; }
+std::string StoreTokenSecretName(const JobSpec& spec) { return spec.name + "-store-token"; }
+std::string NetworkPolicyName(const JobSpec& spec) { return spec.name; }
 std::string PodName(const JobSpec& spec, int node_index) { return spec.name + "-node-" + std::to_string(node_index); }
 
 std::string MasterAddr(const JobSpec& spec, const std::string& cluster_domain) {
@@ -145,6 +150,43 @@ Json DesiredConfigMap(const JobSpec& spec) {
           {"kind", "ConfigMap"},
           {"metadata", Metadata(spec, ConfigMapName(spec), JobLabels(spec))},
           {"data", {{kConfigKey, JsonToYaml(spec.config)}}}};
+}
+
+Json DesiredStoreTokenSecret(const JobSpec& spec, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", Metadata(spec, StoreTokenSecretName(spec), JobLabels(spec))},
+          {"type", "Opaque"},
+          {"data", {{kStoreTokenKey, EncodeBase64(token)}}}};
+}
+
+Json DesiredNetworkPolicy(const JobSpec& spec, const NetworkPolicyOptions& options) {
+  const Json job_pods = {{"matchLabels", JobSelector(spec)}};
+  Json ingress = Json::array();
+  ingress.push_back({{"from", Json::array({{{"podSelector", job_pods}}})}});
+  if (spec.metrics_port > 0) {
+    Json from = Json::array();
+    if (!options.monitoring_namespace.empty()) {
+      from.push_back({{"namespaceSelector",
+                       {{"matchLabels", {{"kubernetes.io/metadata.name", options.monitoring_namespace}}}}}});
+    }
+    if (!options.operator_namespace.empty()) {
+      Json operator_pods = {{"matchLabels", Json::object()}};
+      for (const auto& [k, v] : options.operator_pod_labels) operator_pods["matchLabels"][k] = v;
+      from.push_back({{"namespaceSelector",
+                       {{"matchLabels", {{"kubernetes.io/metadata.name", options.operator_namespace}}}}},
+                      {"podSelector", std::move(operator_pods)}});
+    }
+    Json port = {{"protocol", "TCP"}, {"port", spec.metrics_port}};
+    // One metrics port per local rank.
+    if (spec.nproc_per_node > 1) port["endPort"] = spec.metrics_port + spec.nproc_per_node - 1;
+    if (!from.empty()) ingress.push_back({{"from", std::move(from)}, {"ports", Json::array({std::move(port)})}});
+  }
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata", Metadata(spec, NetworkPolicyName(spec), JobLabels(spec))},
+          {"spec",
+           {{"podSelector", job_pods}, {"policyTypes", Json::array({"Ingress"})}, {"ingress", std::move(ingress)}}}};
 }
 
 Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, int attempt,

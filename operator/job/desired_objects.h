@@ -1,10 +1,12 @@
 // The objects a PatrickStarJob should own, computed from its spec: a headless
 // Service (stable DNS for rank 0 and the metrics), a ConfigMap with the
-// worker's config, and one pod per node running `pstar launch`. Names are
+// worker's config, a Secret with the rendezvous store's token, a
+// NetworkPolicy (when enabled), and one pod per node running `pstar launch`. Names are
 // deterministic so that creating twice is harmless (409 = already there), and
 // the same input always gives identical JSON.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "operator/job/job_spec.h"
@@ -34,15 +36,32 @@ inline constexpr const char* kConfigVolume = "pstar-config";
 inline constexpr const char* kShmVolume = "dshm";
 inline constexpr const char* kShmDir = "/dev/shm";
 
+// The per-job NetworkPolicy: the job's pods reach each other on any port
+// (the rendezvous, Gloo and NCCL, which use ephemeral ports); from outside
+// the job only the metrics ports are open, to the monitoring namespace and to
+// the operator's pods (it reads rank 0's progress there).
+struct NetworkPolicyOptions {
+  bool enabled = false;
+  std::string monitoring_namespace = "monitoring";
+  std::string operator_namespace;                       // "" = the operator is not let in
+  std::map<std::string, std::string> operator_pod_labels;  // selects the operator's pods there
+};
+
 struct OperatorDefaults {
   std::string worker_image = "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0";
   std::string cluster_domain = "cluster.local";
   std::string pstar_command = "pstar";  // the worker binary in the image
+  NetworkPolicyOptions network_policy;
 };
+
+// The key of the store token in the job's Secret.
+inline constexpr const char* kStoreTokenKey = "token";
 
 std::string ServiceName(const JobSpec& spec);                // <job>
 std::string ConfigMapName(const JobSpec& spec);              // <job>-config
 std::string PodName(const JobSpec& spec, int node_index);    // <job>-node-<i>
+std::string StoreTokenSecretName(const JobSpec& spec);       // <job>-store-token
+std::string NetworkPolicyName(const JobSpec& spec);          // <job>
 // Rank 0's pod through the headless Service:
 // <job>-node-0.<job>.<ns>.svc.<cluster_domain>.
 std::string MasterAddr(const JobSpec& spec, const std::string& cluster_domain);
@@ -60,6 +79,11 @@ Json OwnerReference(const JobSpec& spec);
 
 Json DesiredService(const JobSpec& spec);
 Json DesiredConfigMap(const JobSpec& spec);
+// The rendezvous store's shared secret; `token` is made once per job by the
+// reconciler (random) and kept for the job's life: pods read it through
+// PSTAR_STORE_TOKEN.
+Json DesiredStoreTokenSecret(const JobSpec& spec, const std::string& token);
+Json DesiredNetworkPolicy(const JobSpec& spec, const NetworkPolicyOptions& options);
 // The pod of node `node_index` (0..numNodes-1) in gang attempt `attempt` (0 first).
 Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, int attempt,
                 const OperatorDefaults& defaults = {});

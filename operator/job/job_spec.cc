@@ -466,7 +466,8 @@ const std::vector<std::string>& ReservedEnvNames() {
   static const std::vector<std::string> kNames = {
       "RANK",   "WORLD_SIZE", "LOCAL_RANK",     "LOCAL_WORLD_SIZE", "MASTER_ADDR",     "MASTER_PORT", "PSTAR_RDZV_ID",
       "NODE_RANK", "NNODES",  "NPROC_PER_NODE", "PSTAR_JOB_NAME",   "PSTAR_NAMESPACE", "POD_IP",
-      "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"};
+      "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+      "PSTAR_STORE_TOKEN"};
   return kNames;
 }
 

@@ -39,5 +39,7 @@ Result<KubeConfig> ResolveConfig(const std::string& kubeconfig_flag);
 
 // Standard base64 (padding optional, whitespace ignored); nullopt-like error on bad input.
 Result<std::string> DecodeBase64(const std::string& text);
+// Standard base64 with padding (a Secret's data).
+std::string EncodeBase64(const std::string& bytes);
 
 }  // namespace pstar::op

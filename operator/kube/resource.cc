@@ -28,6 +28,14 @@ const ResourceRef& ConfigMaps() {
   static const ResourceRef r{"", "v1", "configmaps", "ConfigMap", true};
   return r;
 }
+const ResourceRef& Secrets() {
+  static const ResourceRef r{"", "v1", "secrets", "Secret", true};
+  return r;
+}
+const ResourceRef& NetworkPolicies() {
+  static const ResourceRef r{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true};
+  return r;
+}
 const ResourceRef& Events() {
   static const ResourceRef r{"", "v1", "events", "Event", true};
   return r;

@@ -28,6 +28,8 @@ struct ResourceRef {
 const ResourceRef& Pods();
 const ResourceRef& Services();
 const ResourceRef& ConfigMaps();
+const ResourceRef& Secrets();
+const ResourceRef& NetworkPolicies();   // networking.k8s.io/v1
 const ResourceRef& Events();
 const ResourceRef& Nodes();             // cluster-scoped
 const ResourceRef& Leases();            // coordination.k8s.io/v1

@@ -245,7 +245,17 @@ class Decider {
   // The pod of node `index` as created, with the hash of what it is made of.
   Json PodWithHash(const JobSpec& spec, const PodSizing& sizing, int index, int attempt) const {
     Json pod = DesiredPod(spec, sizing, index, attempt, defaults_);
-    const std::string made_of = pod.dump() + DesiredConfigMap(spec)["data"].dump();
+    // The store token's env entry is left out: it names the Secret, not
+    // anything of the spec, and pods made before it existed must not restart.
+    Json hashed = pod;
+    Json& env = hashed["spec"]["containers"][0]["env"];
+    for (auto it = env.begin(); it != env.end(); ++it) {
+      if (it->value("name", "") == "PSTAR_STORE_TOKEN") {
+        env.erase(it);
+        break;
+      }
+    }
+    const std::string made_of = hashed.dump() + DesiredConfigMap(spec)["data"].dump();
     char hash[17];
     std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a(made_of)));
     pod["metadata"]["annotations"][kSpecHashAnnotation] = hash;
@@ -480,6 +490,13 @@ JobActions Decider::Run() {
     Json updated = o_.config_map;
     updated["data"] = config_map["data"];
     a_.replace.push_back(std::move(updated));
+  }
+  if (!o_.store_token_exists) {
+    if (o_.fresh_store_token.empty()) return Finish();  // the shell always gives one; a unit test may not
+    a_.create.push_back(DesiredStoreTokenSecret(*spec, o_.fresh_store_token));
+  }
+  if (defaults_.network_policy.enabled && !o_.network_policy_exists) {
+    a_.create.push_back(DesiredNetworkPolicy(*spec, defaults_.network_policy));
   }
   if (stale_pods) {
     SetPhase(restarts > 0 ? kPhaseRestarting : kPhasePending);

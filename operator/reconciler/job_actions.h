@@ -37,6 +37,9 @@ struct JobObservation {
   std::vector<Json> pods;   // pods labelled with the job's name and owned by its uid
   bool service_exists = false;
   Json config_map;  // the job's ConfigMap, or null
+  bool store_token_exists = false;     // the job's store-token Secret
+  std::string fresh_store_token;       // random; used when the Secret must be made
+  bool network_policy_exists = false;
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
   WallTime now;
   std::shared_ptr<const JobPlan> plan;  // null: computed from `job`
@@ -53,7 +56,7 @@ struct JobActions {
   // was stale, and nothing else is done before the job is read again.
   std::optional<Json> status;
   std::vector<std::string> delete_pods;
-  std::vector<Json> create;  // Service, ConfigMap and Pods, in that order
+  std::vector<Json> create;  // Service, ConfigMap, Secret, NetworkPolicy and Pods, in that order
   std::vector<Json> replace; // objects to update (PUT with their resourceVersion)
   bool delete_job = false;   // ttlSecondsAfterFinished has passed
   std::vector<JobEvent> events;

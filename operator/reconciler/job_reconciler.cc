@@ -24,7 +24,26 @@ const ResourceRef& RefFor(const Json& object) {
   const std::string kind = object.value("kind", "");
   if (kind == "Service") return Services();
   if (kind == "ConfigMap") return ConfigMaps();
+  if (kind == "Secret") return Secrets();
+  if (kind == "NetworkPolicy") return NetworkPolicies();
   return Pods();
+}
+
+// 128 bits from the kernel, as hex: a job's store token. Empty if the kernel
+// gives none (the job then waits: no pods without their Secret).
+std::string RandomToken() {
+  unsigned char bytes[16];
+  std::FILE* f = std::fopen("/dev/urandom", "rb");
+  const bool ok = f != nullptr && std::fread(bytes, 1, sizeof bytes, f) == sizeof bytes;
+  if (f != nullptr) std::fclose(f);
+  if (!ok) return "";
+  std::string token;
+  for (unsigned char b : bytes) {
+    static const char kHex[] = "0123456789abcdef";
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  return token;
 }
 
 }  // namespace
@@ -56,13 +75,18 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
   pods_ = informer(Pods(), kManagedSelector, child_handlers);
   services_ = informer(Services(), kManagedSelector, child_handlers);
   config_maps_ = informer(ConfigMaps(), kManagedSelector, child_handlers);
+  secrets_ = informer(Secrets(), kManagedSelector, child_handlers);
+  if (options_.defaults.network_policy.enabled) {
+    network_policies_ = informer(NetworkPolicies(), kManagedSelector, child_handlers);
+  }
   if (options_.watch_nodes) nodes_ = informer(Nodes(), "", {});
 }
 
 JobReconciler::~JobReconciler() { Stop(); }
 
 Status JobReconciler::Start(milliseconds sync_timeout) {
-  std::vector<Informer*> all = {jobs_.get(), pods_.get(), services_.get(), config_maps_.get()};
+  std::vector<Informer*> all = {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), secrets_.get()};
+  if (network_policies_) all.push_back(network_policies_.get());
   if (nodes_) all.push_back(nodes_.get());
   {
     std::lock_guard<std::mutex> lock(lifecycle_mu_);
@@ -95,14 +119,15 @@ void JobReconciler::Stop() {
   queue_.ShutDown();
   for (std::thread& t : workers_) t.join();
   workers_.clear();
-  for (auto* i : {&jobs_, &pods_, &services_, &config_maps_, &nodes_}) {
+  for (auto* i : {&jobs_, &pods_, &services_, &config_maps_, &secrets_, &network_policies_, &nodes_}) {
     if (*i) (*i)->Stop();
   }
 }
 
 bool JobReconciler::Synced() const {
   return started_ && jobs_->HasSynced() && pods_->HasSynced() && services_->HasSynced() &&
-         config_maps_->HasSynced() && (!nodes_ || nodes_->HasSynced());
+         config_maps_->HasSynced() && secrets_->HasSynced() &&
+         (!network_policies_ || network_policies_->HasSynced()) && (!nodes_ || nodes_->HasSynced());
 }
 
 OperatorSnapshot JobReconciler::Snapshot() const {
@@ -128,7 +153,8 @@ OperatorSnapshot JobReconciler::Snapshot() const {
     ++s.jobs_by_phase[j.phase];
     s.jobs.push_back(std::move(j));
   }
-  for (const Informer* i : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), nodes_.get()}) {
+  for (const Informer* i : {jobs_.get(), pods_.get(), services_.get(), config_maps_.get(), secrets_.get(),
+                            network_policies_.get(), nodes_.get()}) {
     if (i == nullptr) continue;
     s.watch_restarts[i->resource().plural] = i->watch_restarts.load();
     s.relists[i->resource().plural] = i->relists.load();
@@ -181,6 +207,13 @@ JobObservation JobReconciler::Observe(const Json& job) {
   o.service_exists = service != nullptr && OwnedBy(*service, uid);
   auto config_map = config_maps_->Get(ns, ConfigMapName(named));
   if (config_map != nullptr && OwnedBy(*config_map, uid)) o.config_map = *config_map;
+  auto secret = secrets_->Get(ns, StoreTokenSecretName(named));
+  o.store_token_exists = secret != nullptr && OwnedBy(*secret, uid);
+  if (!o.store_token_exists) o.fresh_store_token = RandomToken();
+  if (network_policies_) {
+    auto policy = network_policies_->Get(ns, NetworkPolicyName(named));
+    o.network_policy_exists = policy != nullptr && OwnedBy(*policy, uid);
+  }
   if (nodes_) {
     for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
   }

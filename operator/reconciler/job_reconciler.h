@@ -1,6 +1,6 @@
 // JobReconciler: the PatrickStarJob controller loop. Informers keep caches of
-// the jobs, of the pods, services and config maps the operator manages, and of
-// the nodes; every change enqueues the owning job's key, and workers reconcile
+// the jobs, of the pods, services, config maps, secrets and network policies
+// the operator manages, and of the nodes; every change enqueues the owning job's key, and workers reconcile
 // keys one at a time each: observe from the caches, DecideJobActions, then
 // write the status (with the job's resourceVersion), delete, create and record
 // events. Level-triggered and idempotent: children have deterministic names,
@@ -67,7 +67,7 @@ class JobReconciler {
   const ReconcilerOptions options_;
   OperatorMetrics* metrics_;
   WorkQueue queue_;
-  std::unique_ptr<Informer> jobs_, pods_, services_, config_maps_, nodes_;
+  std::unique_ptr<Informer> jobs_, pods_, services_, config_maps_, secrets_, network_policies_, nodes_;
   std::vector<std::thread> workers_;
   std::atomic<bool> started_{false};
   std::atomic<bool> stopping_{false};

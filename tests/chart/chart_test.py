@@ -348,6 +348,8 @@ class RbacTest(unittest.TestCase):
             ("", "pods"): {"get", "list", "watch", "create", "delete"},
             ("", "services"): {"get", "list", "watch", "create", "delete"},
             ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
+            ("", "secrets"): {"get", "list", "watch", "create", "delete"},
+            ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "delete"},
             ("", "events"): {"create", "patch"},
         },
         "nodes": {("", "nodes"): {"get", "list", "watch"}},

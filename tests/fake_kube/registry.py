@@ -51,6 +51,7 @@ def builtin_types():
         ResourceType("", "v1", "events", "Event", True, short_names=["ev"]),
         ResourceType("", "v1", "nodes", "Node", False, short_names=["no"], status=True),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+        ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=["netpol"]),
         ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=["ev"]),
         ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
                      "CustomResourceDefinition", False, short_names=["crd", "crds"],

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "operator/kube/kube_config.h"
 #include "operator/kube/resource.h"
 #include "tests/operator/fake_api_server.h"
 #include "tests/test_util.h"
@@ -212,7 +213,8 @@ class OperatorE2e : public ::testing::Test {
 TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   if (!HaveKubectl()) GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
   StartServer(/*kubelet=*/true);
-  OperatorProcess op(*server_);
+  OperatorProcess op(*server_, {"--network-policy", "--operator-namespace", "pstar-system",
+                                "--operator-pod-labels", "app.kubernetes.io/component=operator"});
   ASSERT_GT(op.MetricsPort(), 0) << op.process().Stdout();
 
   TempDir dir("e2e-job");
@@ -254,7 +256,19 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   EXPECT_NE(describe.out.find("PodsCreated"), std::string::npos) << describe.out;
   EXPECT_NE(describe.out.find("JobSucceeded"), std::string::npos) << describe.out;
 
-  ExpectModelsRoundTrip({op::Pods(), op::Services(), op::ConfigMaps(), op::Events()}, kNs);
+  // The ranks met through a store that wanted the job's token (the fake
+  // kubelet resolves the pods' secretKeyRef as a kubelet does).
+  ProcessResult secret = Kubectl({"get", "secret", "tiny-store-token", "-o", "json"});
+  ASSERT_EQ(secret.exit_code, 0) << secret.err;
+  const Json secret_json = Json::parse(secret.out);
+  EXPECT_EQ(secret_json["metadata"]["ownerReferences"][0]["uid"], Job("tiny")["metadata"]["uid"]);
+  EXPECT_EQ(op::DecodeBase64(secret_json["data"]["token"].get<std::string>())->size(), 32u);
+  ProcessResult policy = Kubectl({"get", "networkpolicy", "tiny", "-o", "json"});
+  ASSERT_EQ(policy.exit_code, 0) << policy.err;
+  EXPECT_EQ(Json::parse(policy.out)["spec"]["podSelector"]["matchLabels"]["patrickstar.io/job-name"], "tiny");
+  ExpectModelsRoundTrip({op::Pods(), op::Services(), op::ConfigMaps(), op::Secrets(), op::NetworkPolicies(),
+                         op::Events()},
+                        kNs);
 
   const std::string metrics = op.Metrics();
   EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/job/yaml_emit.h"
+#include "operator/kube/kube_config.h"
 #include "operator/kube/quantity.h"
 #include "tests/operator/job/job_fixtures.h"
 #include "worker/config/config.h"
@@ -168,7 +169,7 @@ TEST(DesiredPodTest, Env) {
   const std::vector<std::string> expected = {
       "NODE_RANK",       "NNODES",          "NPROC_PER_NODE",  "WORLD_SIZE",  "MASTER_ADDR",       "MASTER_PORT",
       "PSTAR_RDZV_ID",   "PSTAR_JOB_NAME",  "PSTAR_NAMESPACE", "PET_NNODES",  "PET_NPROC_PER_NODE", "PET_NODE_RANK",
-      "PET_MASTER_ADDR", "PET_MASTER_PORT", "POD_IP",          "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
+      "PET_MASTER_ADDR", "PET_MASTER_PORT", "PSTAR_STORE_TOKEN", "POD_IP", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE",
       "NCCL_DEBUG",      "NCCL_ALGO",       "NCCL_P2P_DISABLE", "HF_HOME",    "RUN_ID",            "OMP_NUM_THREADS"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(EnvVar(pod, "NODE_RANK")["value"], "2");
@@ -181,6 +182,8 @@ TEST(DesiredPodTest, Env) {
   EXPECT_EQ(EnvVar(pod, "PSTAR_JOB_NAME")["value"], "full");
   EXPECT_EQ(EnvVar(pod, "PSTAR_NAMESPACE")["value"], "research");
   EXPECT_EQ(EnvVar(pod, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(EnvVar(pod, "PSTAR_STORE_TOKEN")["valueFrom"]["secretKeyRef"],
+            Json::parse(R"({"name": "full-store-token", "key": "token"})"));
   // torchrun's names as Kubeflow sets them.
   EXPECT_EQ(EnvVar(pod, "PET_NNODES")["value"], "3");
   EXPECT_EQ(EnvVar(pod, "PET_NPROC_PER_NODE")["value"], "4");
@@ -192,7 +195,51 @@ TEST(DesiredPodTest, Env) {
   EXPECT_EQ(EnvVar(pod, "RUN_ID")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.uid");
   // A cpu job without spec.nccl gets no NCCL variables.
   const JobSpec cpu = MustParse(MinimalJob());
-  EXPECT_EQ(EnvNames(DesiredPod(cpu, MustSize(cpu), 0, 0)).size(), 15u);
+  EXPECT_EQ(EnvNames(DesiredPod(cpu, MustSize(cpu), 0, 0)).size(), 16u);
+}
+
+TEST(DesiredStoreTokenSecretTest, HoldsTheTokenInBase64) {
+  const JobSpec spec = MustParse(MinimalJob());
+  const Json secret = DesiredStoreTokenSecret(spec, "0123456789abcdef");
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["metadata"]["name"], "demo-store-token");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], spec.uid);
+  EXPECT_EQ(secret["type"], "Opaque");
+  EXPECT_EQ(secret["data"], Json::parse(R"({"token": "MDEyMzQ1Njc4OWFiY2RlZg=="})"));
+  for (const auto& [raw, encoded] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {std::string("\xff\x00\x10", 3), "/wAQ"}}) {
+    EXPECT_EQ(EncodeBase64(raw), encoded);
+    EXPECT_EQ(*DecodeBase64(encoded), raw);
+  }
+}
+
+TEST(DesiredNetworkPolicyTest, TheJobsPodsMeetAndOnlyMetricsAreOpenOutside) {
+  const JobSpec spec = MustParse(FullJob());  // 4 ranks per pod, metrics on 23500..
+  NetworkPolicyOptions o;
+  o.enabled = true;
+  o.monitoring_namespace = "obs";
+  o.operator_namespace = "pstar-system";
+  o.operator_pod_labels = {{"app.kubernetes.io/component", "operator"}};
+  const Json policy = DesiredNetworkPolicy(spec, o);
+  EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(policy["metadata"]["name"], "full");
+  const Json job_pods = {{"matchLabels", {{kJobNameLabel, "full"}}}};
+  EXPECT_EQ(policy["spec"]["podSelector"], job_pods);
+  EXPECT_EQ(policy["spec"]["policyTypes"], Json::array({"Ingress"}));
+  const Json& ingress = policy["spec"]["ingress"];
+  ASSERT_EQ(ingress.size(), 2u);
+  EXPECT_EQ(ingress[0], Json({{"from", Json::array({{{"podSelector", job_pods}}})}})) << "any port among the job";
+  EXPECT_EQ(ingress[1]["ports"],
+            Json::parse(R"([{"protocol": "TCP", "port": )" + std::to_string(spec.metrics_port) + R"(, "endPort": )" +
+                        std::to_string(spec.metrics_port + 3) + "}]"));
+  EXPECT_EQ(ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "obs");
+  EXPECT_EQ(ingress[1]["from"][1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "pstar-system");
+  EXPECT_EQ(ingress[1]["from"][1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "operator");
+  // Without a metrics endpoint nothing outside the job gets in.
+  JobSpec quiet = spec;
+  quiet.metrics_port = 0;
+  EXPECT_EQ(DesiredNetworkPolicy(quiet, o)["spec"]["ingress"].size(), 1u);
 }
 
 TEST(DesiredPodTest, VolumesAndMounts) {

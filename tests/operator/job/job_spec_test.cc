@@ -169,7 +169,7 @@ TEST(ParseJobTest, ReservedEnvNames) {
     job["spec"]["template"] = {{"container", {{"env", {{{"name", name}, {"value", "x"}}}}}}};
     EXPECT_EQ(ErrorOf(job), "spec.template.container.env: " + name + " is set by the operator");
   }
-  EXPECT_EQ(ReservedEnvNames().size(), 18u);
+  EXPECT_EQ(ReservedEnvNames().size(), 19u);
 }
 
 TEST(ParseJobTest, EnvEntries) {

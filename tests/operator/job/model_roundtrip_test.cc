@@ -59,10 +59,16 @@ TEST(ModelRoundTripTest, DesiredObjectsMatchTheKubernetesModels) {
     ASSERT_TRUE(sizing.ok()) << spec.name << ": " << sizing.status().message();
     files.push_back(WriteJson(dir.path(), spec.name + "-service", DesiredService(spec)));
     files.push_back(WriteJson(dir.path(), spec.name + "-configmap", DesiredConfigMap(spec)));
+    files.push_back(WriteJson(dir.path(), spec.name + "-secret", DesiredStoreTokenSecret(spec, "0123abcd")));
+    NetworkPolicyOptions policy;
+    policy.enabled = true;
+    policy.operator_namespace = "pstar-system";
+    policy.operator_pod_labels = {{"app.kubernetes.io/name", "patrickstar"}, {"app.kubernetes.io/component", "operator"}};
+    files.push_back(WriteJson(dir.path(), spec.name + "-netpol", DesiredNetworkPolicy(spec, policy)));
     Json pods = Json::array();
     for (int i = 0; i < spec.num_nodes; ++i) pods.push_back(DesiredPod(spec, *sizing, i, i % 2));
     files.push_back(WriteJson(dir.path(), spec.name + "-pods", pods));
-    objects += 2 + spec.num_nodes;
+    objects += 4 + spec.num_nodes;
   }
   const auto result = RunFixture(files);
   if (result.exit_code == 77) GTEST_SKIP() << result.err;

@@ -33,6 +33,7 @@ struct World {
   explicit World(Json job) {
     o.job = std::move(job);
     o.now = kT0;
+    o.fresh_store_token = "0123456789abcdef";
   }
   JobActions Step() {
     JobActions a = DecideJobActions(o, defaults);
@@ -45,6 +46,8 @@ struct World {
     for (const Json& c : a.create) {
       if (c["kind"] == "Service") o.service_exists = true;
       if (c["kind"] == "ConfigMap") o.config_map = c;
+      if (c["kind"] == "Secret") o.store_token_exists = true;
+      if (c["kind"] == "NetworkPolicy") o.network_policy_exists = true;
       if (c["kind"] == "Pod") {
         Json pod = c;
         pod["metadata"]["namespace"] = "team";
@@ -90,12 +93,14 @@ TEST(JobActions, ANewJobGetsItsServiceConfigMapAndOnePodPerNode) {
   World w(TinyJob());
   JobActions a = w.Step();
   ASSERT_TRUE(a.status);
-  EXPECT_EQ(a.create.size(), 4u);
+  EXPECT_EQ(a.create.size(), 5u);
   EXPECT_EQ(a.create[0]["kind"], "Service");
   EXPECT_EQ(a.create[1]["kind"], "ConfigMap");
-  EXPECT_EQ(a.create[2]["metadata"]["name"], "tiny-node-0");
-  EXPECT_EQ(a.create[3]["metadata"]["name"], "tiny-node-1");
-  EXPECT_EQ(a.create[3]["metadata"]["labels"][kAttemptLabel], "0");
+  EXPECT_EQ(a.create[2]["kind"], "Secret") << "before the pods that read it";
+  EXPECT_EQ(a.create[2]["data"][kStoreTokenKey], "MDEyMzQ1Njc4OWFiY2RlZg==");
+  EXPECT_EQ(a.create[3]["metadata"]["name"], "tiny-node-0");
+  EXPECT_EQ(a.create[4]["metadata"]["name"], "tiny-node-1");
+  EXPECT_EQ(a.create[4]["metadata"]["labels"][kAttemptLabel], "0");
   EXPECT_EQ(w.status()["phase"], kPhaseCreated);
   EXPECT_EQ(w.Condition("Created"), "True");
   EXPECT_EQ(w.status()["worldSize"], 2);
@@ -109,6 +114,31 @@ TEST(JobActions, ANewJobGetsItsServiceConfigMapAndOnePodPerNode) {
   EXPECT_TRUE(again.create.empty());
   EXPECT_TRUE(again.delete_pods.empty());
   EXPECT_TRUE(again.events.empty());
+}
+
+TEST(JobActions, TheStoreTokenSecretIsMadeOnceAndTheNetworkPolicyWhenEnabled) {
+  World w(TinyJob());
+  w.defaults.network_policy.enabled = true;
+  JobActions a = w.Step();
+  EXPECT_EQ(Kinds(a), (std::set<std::string>{"Service", "ConfigMap", "Secret", "NetworkPolicy", "Pod"}));
+  for (const Json& c : a.create) {
+    if (c["kind"] != "Pod") continue;
+    bool reads_token = false;
+    for (const Json& e : c["spec"]["containers"][0]["env"]) {
+      reads_token = reads_token || (e["name"] == "PSTAR_STORE_TOKEN" &&
+                                    e["valueFrom"]["secretKeyRef"]["name"] == "tiny-store-token");
+    }
+    EXPECT_TRUE(reads_token) << c["metadata"]["name"];
+  }
+  EXPECT_TRUE(w.Step().create.empty());
+  // Deleted from outside: made again (a new token: the next gang reads it),
+  // and the running pods are left alone.
+  w.o.store_token_exists = false;
+  w.o.network_policy_exists = false;
+  w.o.fresh_store_token = "another";
+  a = w.Step();
+  EXPECT_EQ(Kinds(a), (std::set<std::string>{"Secret", "NetworkPolicy"}));
+  EXPECT_TRUE(a.delete_pods.empty());
 }
 
 TEST(JobActions, MissingChildrenAreRecreatedWithoutTouchingTheRest) {
