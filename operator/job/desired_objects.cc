@@ -63,8 +63,10 @@ Json Env(const JobSpec& spec, int node_index, int attempt, const OperatorDefault
   env.push_back(EnvValue("PET_NODE_RANK", std::to_string(node_index)));
   env.push_back(EnvValue("PET_MASTER_ADDR", MasterAddr(spec, defaults.cluster_domain)));
   env.push_back(EnvValue("PET_MASTER_PORT", std::to_string(spec.master_port)));
-  env.push_back({{"name", "PSTAR_STORE_TOKEN"},
-                 {"valueFrom", {{"secretKeyRef", {{"name", StoreTokenSecretName(spec)}, {"key", kStoreTokenKey}}}}}});
+  // Optional: a Secret the operator could not make (RBAC without secrets)
+  // leaves the ranks without a token rather than the pods unable to start.
+  const Json token_ref = {{"name", StoreTokenSecretName(spec)}, {"key", kStoreTokenKey}, {"optional", true}};
+  env.push_back({{"name", "PSTAR_STORE_TOKEN"}, {"valueFrom", {{"secretKeyRef", token_ref}}}});
   env.push_back({{"name", "POD_IP"},
                  {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", "status.podIP"}}}}}});
   const NcclSpec& n = spec.nccl;

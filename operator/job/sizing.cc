@@ -343,17 +343,23 @@ NodeFit CheckNodeFit(const JobSpec& spec, const PodSizing& sizing, const std::ve
                      " allocatable nvidia.com/gpu");
     fit.message = "no node can run the job's pods: of " + std::to_string(nodes.size()) + " node" +
                   (nodes.size() == 1 ? "" : "s") + ", " + why;
+    // The cause that ruled out the most nodes names the reason.
+    const int most = std::max({down, unselected, tainted, no_gpus});
+    fit.reason = no_gpus == most ? "InsufficientGPUs" : (unselected == most || tainted == most) ? "NoMatchingNode"
+                                                                                               : "NoReadyNode";
     return fit;
   }
   const std::string largest = "the largest eligible node, " + fit.best_node + ", has " +
                               HumanBytes(fit.largest_allocatable_bytes) + " allocatable";
   if (fit.largest_allocatable_bytes < sizing.request_bytes) {
     fit.fits = false;
+    fit.reason = "InsufficientHostMemory";
     fit.message = each + "; " + largest;
     return fit;
   }
   if (slots < spec.num_nodes) {
     fit.fits = false;
+    fit.reason = "InsufficientNodes";
     fit.message = each + "; the job has " + std::to_string(spec.num_nodes) + " pods but the " +
                   std::to_string(fit.eligible_nodes) + " eligible node" + (fit.eligible_nodes == 1 ? "" : "s") +
                   " can hold only " + std::to_string(slots) + " (" + largest + ")";

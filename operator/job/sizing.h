@@ -67,6 +67,11 @@ struct NodeFit {
   int64_t largest_allocatable_bytes = 0;  // its allocatable memory
   int64_t needed_bytes = 0;               // the pod's memory request
   std::string message;                    // one line: why not, or how it fits
+  // Why not, as a condition reason: InsufficientGPUs, NoMatchingNode (the
+  // selector, affinity or taints rule every node out), NoReadyNode,
+  // InsufficientHostMemory, or InsufficientNodes (each fits one pod, the
+  // gang needs more of them); "NodesFit" when it fits.
+  std::string reason = "NodesFit";
 };
 
 // Whether the job's pods can be placed on `nodes` (v1 Node objects), judged

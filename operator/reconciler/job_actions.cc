@@ -20,7 +20,8 @@ using std::chrono::seconds;
 constexpr milliseconds kNodeFitRetry{30000};
 
 // Condition types, in the order status.conditions lists them.
-constexpr const char* kConditionOrder[] = {"Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
+constexpr const char* kConditionOrder[] = {"Created", "Schedulable", "Running", "Restarting", "Suspended",
+                                           "Succeeded", "Failed"};
 
 const Json& At(const Json& j, const char* pointer) {
   static const Json kNull;
@@ -55,6 +56,23 @@ uint64_t Fnv1a(const std::string& text) {
 bool Terminating(const Json& object) { return At(object, "/metadata/deletionTimestamp").is_string(); }
 std::string NameOf(const Json& pod) { return Str(pod, "/metadata/name"); }
 std::string PodPhase(const Json& pod) { return Str(pod, "/status/phase"); }
+
+// When a terminated pod's worker container finished (RFC 3339), or "" when unknown.
+std::string FinishedAt(const Json& pod) {
+  const Json& statuses = At(pod, "/status/containerStatuses");
+  if (!statuses.is_array()) return "";
+  for (const Json& c : statuses) {
+    const Json& at = At(c, "/state/terminated/finishedAt");
+    if (at.is_string()) return at.get<std::string>();
+  }
+  return "";
+}
+
+// Whether pod `a` finished strictly before pod `b` (unknown times never do).
+bool FinishedBefore(const Json& a, const Json& b) {
+  auto ta = ParseTime(FinishedAt(a)), tb = ParseTime(FinishedAt(b));
+  return ta.ok() && (!tb.ok() || *ta < *tb);
+}
 
 bool PodReady(const Json& pod) {
   for (const Json& c : At(pod, "/status/conditions").is_array() ? At(pod, "/status/conditions") : Json::array()) {
@@ -182,7 +200,7 @@ class Decider {
         generation_(Int(o.job, "/metadata/generation", 1)),
         before_(o.job.contains("status") && o.job["status"].is_object() ? o.job["status"] : Json::object()),
         st_(before_, FormatTime(o.now), generation_),
-        plan_(o.plan != nullptr ? o.plan : PlanJob(o.job)) {}
+        plan_(o.plan != nullptr || o.plan_pending ? o.plan : PlanJob(o.job)) {}
 
   JobActions Run();
 
@@ -319,6 +337,15 @@ JobActions Decider::Run() {
     st_.status().erase("completionTime");
     SetPhase(kPhasePending);
   }
+  if (plan_ == nullptr) {
+    // Being sized (JobPlanner): a new job shows Pending meanwhile; a known
+    // one keeps its status until the new generation's plan is made.
+    // (Not observedGeneration: nothing of the spec was acted on.)
+    if (st_.status().contains("phase")) return {};
+    SetPhase(kPhasePending);
+    a_.status = st_.status();
+    return std::move(a_);
+  }
   if (st_.IsTrue("Succeeded") || st_.IsTrue("Failed")) return Finished();
 
   const auto& spec = plan_->spec;
@@ -379,25 +406,33 @@ JobActions Decider::Run() {
   }
 
   // A failed rank ends the attempt: the whole gang restarts or the job fails.
+  // The failure is the first pod to fail (its peers' exits usually follow
+  // from it), unless a pod exited with a permanent code: that decides, and
+  // is named, whichever order the exits came in.
+  auto is_permanent = [&](const Json& pod) {
+    const int code = PodExitCode(pod);
+    return policy.restart_policy == RestartPolicy::kNever ||
+           (policy.restart_policy == RestartPolicy::kExitCode &&
+            std::find(policy.permanent_exit_codes.begin(), policy.permanent_exit_codes.end(), code) !=
+                policy.permanent_exit_codes.end());
+  };
   const Json* failed = nullptr;
+  bool permanent = false;
   for (const auto& [index, pod] : gang) {
-    if (PodPhase(*pod) == "Failed") {
+    if (PodPhase(*pod) != "Failed") continue;
+    const bool pod_permanent = is_permanent(*pod);
+    if (failed == nullptr || (pod_permanent && !permanent) ||
+        (pod_permanent == permanent && FinishedBefore(*pod, *failed))) {
       failed = pod;
-      break;
+      permanent = pod_permanent;
     }
   }
   std::string failure;
-  bool permanent = false;
   bool spec_changed = false;  // restarts the gang whatever the backoff limit
   bool rank_failed = false;   // counts against the backoff limit
   if (failed != nullptr) {
     failure = FailureText(*failed);
     rank_failed = true;
-    const int code = PodExitCode(*failed);
-    permanent = policy.restart_policy == RestartPolicy::kNever ||
-                (policy.restart_policy == RestartPolicy::kExitCode &&
-                 std::find(policy.permanent_exit_codes.begin(), policy.permanent_exit_codes.end(), code) !=
-                     policy.permanent_exit_codes.end());
   } else if (const Json* changed = ChangedPod(gang, *spec, *sizing, int(restarts)); changed != nullptr) {
     failure = "the spec changed since pod " + NameOf(*changed) + " was created";
     spec_changed = true;
@@ -504,32 +539,52 @@ JobActions Decider::Run() {
     s["ready"] = "0/" + std::to_string(world);
     return Finish();
   }
-  if (gang.empty()) {
-    // Before an attempt's first pod: can the cluster hold the gang at all?
-    // Not terminal: nodes come back, get uncordoned, or are added.
+  if (!st_.IsTrue("Running")) {
+    // Until the gang runs: can today's nodes hold it? Advisory only: the
+    // pods are created either way, since a cluster autoscaler (or Karpenter)
+    // adds nodes only for pods that wait. Nodes changing enqueue no job, so
+    // a gang that does not fit is looked at again.
     const NodeFit fit = CheckNodeFit(*spec, *sizing, o_.nodes);
     s["nodeFit"] = fit.message;
     if (!fit.fits) {
-      const Json* created = st_.Find("Created");
-      if (created == nullptr || created->value("reason", "") != "InsufficientHostMemory") {
-        a_.events.push_back({"Warning", "InsufficientHostMemory", fit.message});
+      const std::string message = fit.message + "; the pods are created and wait for a node";
+      const Json* before = st_.Find("Schedulable");
+      if (before == nullptr || before->value("message", "") != message) {
+        a_.events.push_back({"Warning", fit.reason, message});
       }
-      st_.Set("Created", false, "InsufficientHostMemory", fit.message, /*list=*/true);
-      st_.Set("Running", false, "InsufficientHostMemory", fit.message);
-      SetPhase(kPhasePending);
-      s["readyRanks"] = 0;
-      s["ready"] = "0/" + std::to_string(world);
+      st_.Set("Schedulable", false, fit.reason, message, /*list=*/true);
       RequeueWithin(kNodeFitRetry);
-      return Finish();
+    } else if (st_.Find("Schedulable") != nullptr) {
+      st_.Set("Schedulable", true, fit.reason, fit.message);
     }
   }
+  int missing = 0;
   for (int i = 0; i < spec->num_nodes; ++i) {
-    if (!gang.count(i)) a_.create.push_back(PodWithHash(*spec, *sizing, i, int(restarts)));
+    if (!gang.count(i)) {
+      a_.create.push_back(PodWithHash(*spec, *sizing, i, int(restarts)));
+      ++missing;
+    }
   }
   if (!s.contains("startTime")) s["startTime"] = st_.now();
-  st_.Set("Created", true, "PodsCreated",
-          "created " + std::to_string(spec->num_nodes) + (spec->num_nodes == 1 ? " pod" : " pods") + " for " +
-              std::to_string(world) + (world == 1 ? " rank" : " ranks"));
+  // Created says what the cluster shows: true once every pod of the gang is
+  // seen, not when its creation is merely asked for. A refused create (a
+  // quota, an admission webhook) stays visible here, one event per new error.
+  auto pods_text = [](int n) { return std::to_string(n) + (n == 1 ? " pod" : " pods"); };
+  if (missing == 0) {
+    st_.Set("Created", true, "PodsCreated",
+            "created " + pods_text(spec->num_nodes) + " for " + std::to_string(world) +
+                (world == 1 ? " rank" : " ranks"));
+  } else if (!o_.create_failure.empty()) {
+    const std::string message = "cannot create " + pods_text(missing) + ": " + o_.create_failure;
+    const Json* created = st_.Find("Created");
+    if (created == nullptr || created->value("message", "") != message) {
+      a_.events.push_back({"Warning", "CreateFailed", message});
+    }
+    st_.Set("Created", false, "CreateFailed", message, /*list=*/true);
+  } else if (!st_.IsTrue("Created")) {
+    st_.Set("Created", false, "CreatingPods",
+            "creating " + pods_text(missing) + " of " + std::to_string(spec->num_nodes), /*list=*/true);
+  }
   s["readyRanks"] = ready * spec->nproc_per_node;
   s["ready"] = std::to_string(ready * spec->nproc_per_node) + "/" + std::to_string(world);
   if (running + succeeded == spec->num_nodes && running > 0) {
@@ -538,7 +593,7 @@ JobActions Decider::Run() {
     st_.Set("Restarting", false, "AllRanksRunning", message);
     SetPhase(kPhaseRunning);
   } else if (!st_.IsTrue("Running")) {
-    SetPhase(st_.IsTrue("Restarting") ? kPhaseRestarting : kPhaseCreated);
+    SetPhase(st_.IsTrue("Restarting") ? kPhaseRestarting : st_.IsTrue("Created") ? kPhaseCreated : kPhasePending);
   }
   return Finish();
 }

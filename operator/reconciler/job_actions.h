@@ -40,9 +40,14 @@ struct JobObservation {
   bool store_token_exists = false;     // the job's store-token Secret
   std::string fresh_store_token;       // random; used when the Secret must be made
   bool network_policy_exists = false;
+  // Why the last attempt to create the job's pods was refused ("" when it
+  // was not): the API's message, shown in the Created condition.
+  std::string create_failure;
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
   WallTime now;
-  std::shared_ptr<const JobPlan> plan;  // null: computed from `job`
+  std::shared_ptr<const JobPlan> plan;  // null: computed from `job`, unless pending
+  // The plan is being made elsewhere (JobPlanner): nothing is decided yet.
+  bool plan_pending = false;
 };
 
 struct JobEvent {

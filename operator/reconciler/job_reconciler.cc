@@ -56,8 +56,15 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
   job_handlers.on_delete = [this](const ObjectPtr& job) {
     std::lock_guard<std::mutex> lock(mu_);
     superseded_rv_.erase(ObjectKey(*job));
-    plans_.erase((*job)["metadata"].value("uid", ""));
+    create_failures_.erase(ObjectKey(*job));
+    for (auto it = reported_refusals_.lower_bound(ObjectKey(*job) + "/"); it != reported_refusals_.end() &&
+                                                                         it->first.rfind(ObjectKey(*job) + "/", 0) == 0;) {
+      it = reported_refusals_.erase(it);
+    }
+    planner_->Forget((*job)["metadata"].value("uid", ""));
   };
+  planner_ = std::make_unique<JobPlanner>(options_.planner_threads, options_.planner,
+                                          [this](const std::string& key) { queue_.Add(key); });
   InformerHandlers child_handlers;
   child_handlers.on_add = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
   child_handlers.on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueOwner(*o); };
@@ -72,7 +79,12 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
     return i;
   };
   jobs_ = informer(PatrickStarJobs(), "", job_handlers);
-  pods_ = informer(Pods(), kManagedSelector, child_handlers);
+  InformerHandlers pod_handlers = child_handlers;
+  pod_handlers.on_update = [this](const ObjectPtr& before, const ObjectPtr& after) {
+    RecordPodExit(*before, *after);  // first: the reconcile it triggers may end the job
+    EnqueueOwner(*after);
+  };
+  pods_ = informer(Pods(), kManagedSelector, pod_handlers);
   services_ = informer(Services(), kManagedSelector, child_handlers);
   config_maps_ = informer(ConfigMaps(), kManagedSelector, child_handlers);
   secrets_ = informer(Secrets(), kManagedSelector, child_handlers);
@@ -162,6 +174,32 @@ OperatorSnapshot JobReconciler::Snapshot() const {
   return s;
 }
 
+void JobReconciler::RecordPodExit(const Json& before, const Json& after) {
+  auto phase = [](const Json& pod) {
+    const auto s = pod.find("status");
+    return s != pod.end() && s->is_object() ? s->value("phase", "") : std::string();
+  };
+  const std::string now = phase(after);
+  if ((now != "Succeeded" && now != "Failed") || phase(before) == now) return;
+  const Json labels = after["metadata"].value("labels", Json::object());
+  if (!labels.contains(kJobNameLabel) || !labels[kJobNameLabel].is_string()) return;
+  auto job = jobs_->Get(after["metadata"].value("namespace", ""), labels[kJobNameLabel].get<std::string>());
+  if (job == nullptr) return;
+  const int code = PodExitCode(after);
+  std::string why;  // the container's reason: OOMKilled, Error, Completed, ...
+  if (after["status"].contains("containerStatuses") && after["status"]["containerStatuses"].is_array()) {
+    for (const Json& c : after["status"]["containerStatuses"]) {
+      const Json::json_pointer p("/state/terminated/reason");
+      if (c.contains(p) && c.at(p).is_string()) why = c.at(p).get<std::string>();
+    }
+  }
+  std::string message = "pod " + after["metadata"].value("name", "") +
+                        (code >= 0 ? " exited with code " + std::to_string(code) : " " + now);
+  if (code > 128 && code < 160) message += " (signal " + std::to_string(code - 128) + ")";
+  if (!why.empty()) message += ": " + why;
+  RecordEvents(*job, {{code == 0 ? "Normal" : "Warning", "ExitedWithCode", message}});
+}
+
 void JobReconciler::EnqueueOwner(const Json& child) {
   const Json labels = child["metadata"].value("labels", Json::object());
   if (!labels.contains(kJobNameLabel) || !labels[kJobNameLabel].is_string()) return;
@@ -218,17 +256,8 @@ JobObservation JobReconciler::Observe(const Json& job) {
     for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
   }
   o.now = std::chrono::system_clock::now();
-  const int64_t generation = job["metadata"].value("generation", int64_t(1));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = plans_.find(uid);
-    if (it != plans_.end() && it->second.first == generation) o.plan = it->second.second;
-  }
-  if (o.plan == nullptr) {
-    o.plan = PlanJob(job);
-    std::lock_guard<std::mutex> lock(mu_);
-    plans_[uid] = {generation, o.plan};
-  }
+  o.plan = planner_->Find(ObjectKey(job), job);
+  o.plan_pending = o.plan == nullptr;
   return o;
 }
 
@@ -253,7 +282,13 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
     }
   }
 
-  JobActions actions = DecideJobActions(Observe(job), options_.defaults);
+  JobObservation observed = Observe(job);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = create_failures_.find(key);
+    if (it != create_failures_.end()) observed.create_failure = it->second;
+  }
+  JobActions actions = DecideJobActions(observed, options_.defaults);
 
   if (actions.status) {
     Json updated = job;
@@ -284,10 +319,18 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
     ApiResponse r = client_.Replace(ref, ns, object);
     if (!r.ok() && first_error.ok()) first_error = ApiFailure("update", ref, r);
   }
+  std::string pod_refusal;
+  bool created_pods = false;
   for (const Json& object : actions.create) {
     const ResourceRef& ref = RefFor(object);
     ApiResponse r = client_.Create(ref, ns, object);
-    if (r.ok()) continue;
+    const std::string refusal_key = key + "/" + ref.kind;
+    if (r.ok()) {
+      created_pods = created_pods || ref.kind == "Pod";
+      std::lock_guard<std::mutex> lock(mu_);
+      reported_refusals_.erase(refusal_key);
+      continue;
+    }
     if (r.already_exists()) {
       // Ours (the cache is behind), or someone else's object by that name.
       const std::string child = object["metadata"].value("name", "");
@@ -301,8 +344,30 @@ Result<std::optional<milliseconds>> JobReconciler::ReconcileKey(const std::strin
     }
     if (first_error.ok()) first_error = ApiFailure("create", ref, r);
     if (r.code == 422 || r.code == 400 || r.code == 403) {
-      // The cluster refuses this object: the user needs to know why.
-      RecordEvents(job, {{"Warning", "CreateFailed", r.ToStatus("create " + ref.plural).message()}});
+      // The cluster refuses this object: the user needs to know why, once
+      // per distinct refusal. For pods the Created condition says it (and
+      // DecideJobActions records the event).
+      const std::string message = r.ToStatus("create " + ref.plural).message();
+      if (ref.kind == "Pod") {
+        if (pod_refusal.empty()) pod_refusal = message;
+        continue;
+      }
+      bool report = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::string& last = reported_refusals_[refusal_key];
+        report = last != message;
+        last = message;
+      }
+      if (report) RecordEvents(job, {{"Warning", "CreateFailed", message}});
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pod_refusal.empty()) {
+      create_failures_[key] = pod_refusal;
+    } else if (created_pods) {
+      create_failures_.erase(key);
     }
   }
   if (actions.delete_job) {

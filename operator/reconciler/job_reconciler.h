@@ -22,6 +22,7 @@
 #include "operator/kube/kube_client.h"
 #include "operator/metrics/operator_metrics.h"
 #include "operator/reconciler/job_actions.h"
+#include "operator/reconciler/job_planner.h"
 
 namespace pstar::op {
 
@@ -31,6 +32,10 @@ struct ReconcilerOptions {
   OperatorDefaults defaults;
   std::string identity = "pstar-operator";  // the events' reportingInstance
   bool watch_nodes = true;  // check pods' host memory against the nodes
+  // Jobs are parsed and sized by these threads, off the workers (PlanJob
+  // when `planner` is empty; tests give their own).
+  int planner_threads = 2;
+  JobPlanner::PlanFn planner;
 };
 
 class JobReconciler {
@@ -59,6 +64,9 @@ class JobReconciler {
  private:
   void RunWorker();
   void EnqueueOwner(const Json& child);
+  // An event on the owning job when a pod's phase turns Succeeded or Failed:
+  // ExitedWithCode, with the exit code and the container's reason (OOMKilled).
+  void RecordPodExit(const Json& before, const Json& after);
   JobObservation Observe(const Json& job);
   void RecordEvents(const Json& job, const std::vector<JobEvent>& events);
   Status ApiFailure(const std::string& verb, const ResourceRef& ref, const ApiResponse& response);
@@ -78,9 +86,13 @@ class JobReconciler {
   // acting on it could repeat the write's decision (a second restart).
   mutable std::mutex mu_;
   std::map<std::string, std::string> superseded_rv_;
-  // Job uid -> its plan at one generation.
-  std::map<std::string, std::pair<int64_t, std::shared_ptr<const JobPlan>>> plans_;
+  // Per job key: why its pods' last create was refused (JobObservation::
+  // create_failure), and per job key and kind the refusal last reported as
+  // an event, so that a create refused on every retry is reported once.
+  std::map<std::string, std::string> create_failures_;
+  std::map<std::string, std::string> reported_refusals_;
   std::atomic<uint64_t> event_seq_{0};
+  std::unique_ptr<JobPlanner> planner_;  // declared last: its threads call into the queue
 };
 
 }  // namespace pstar::op

@@ -322,6 +322,27 @@ TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
   ASSERT_TRUE(log.body.is_string()) << log.body;
   const std::string text = log.body.get<std::string>();
   EXPECT_NE(text.find("resumed: from the checkpoint of step"), std::string::npos) << text;
+  // Every pod exit is an event on the job: the killed gang's failure, and
+  // the new gang's clean exits.
+  // (Events are written as the operator sees the exits, which may be just
+  // after the status: wait for them.)
+  ApiResponse events;
+  int failed_exits = 0, clean_exits = 0;
+  auto count_exits = [&] {
+    events = server_->Get("/api/v1/namespaces/default/events");
+    failed_exits = clean_exits = 0;
+    if (!events.ok()) return false;
+    for (const Json& e : events.body["items"]) {
+      if (e.value("reason", "") != "ExitedWithCode" || e["involvedObject"].value("name", "") != "resumer") continue;
+      const std::string message = e.value("message", "");
+      if (e.value("type", "") == "Warning" && message.find("pod resumer-node-1 exited with code") == 0) ++failed_exits;
+      if (e.value("type", "") == "Normal" && message.find("exited with code 0") != std::string::npos) ++clean_exits;
+    }
+    return failed_exits >= 1 && clean_exits >= 2;
+  };
+  EXPECT_TRUE(WaitFor(count_exits, seconds(30))) << events.body.dump();
+  EXPECT_EQ(failed_exits, 1) << events.body.dump();
+  EXPECT_EQ(clean_exits, 2) << events.body.dump();
   EXPECT_NE(op.Metrics().find("pstar_operator_gang_restarts_total 1"), std::string::npos) << op.Metrics();
   EXPECT_TRUE(WaitFor(
       [&] { return Series(op.Metrics(), "pstar_operator_job_restarts{name=\"resumer\",namespace=\"default\"}") == 1; },
@@ -449,18 +470,28 @@ TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
   for (const Expect& e : {Expect{"bad-preset", "InvalidSpec", "gpt-unknown"},
                           Expect{"bad-env", "InvalidSpec", "MASTER_ADDR"},
                           Expect{"too-big", "InsufficientHostMemory", "small-node"}}) {
-    // Invalid specs fail; a job no node can hold waits (nodes may change).
+    // Invalid specs fail; a job no node can hold today has its pods created
+    // (for a cluster autoscaler to act on) and says why they wait.
     const bool waits = std::string(e.reason) == "InsufficientHostMemory";
-    ASSERT_TRUE(WaitFor([&] { return Condition(e.job, waits ? "Created" : "Failed").value("reason", "") == e.reason; },
-                        seconds(60)))
+    const char* condition = waits ? "Schedulable" : "Failed";
+    ASSERT_TRUE(WaitFor([&] { return Condition(e.job, condition).value("reason", "") == e.reason; }, seconds(60)))
         << Describe(e.job);
-    EXPECT_EQ(Phase(e.job), waits ? "Pending" : "Failed");
-    const Json c = Condition(e.job, waits ? "Created" : "Failed");
+    const Json c = Condition(e.job, condition);
     EXPECT_EQ(c["status"], waits ? "False" : "True");
     EXPECT_EQ(c["reason"], e.reason) << c;
     EXPECT_NE(c["message"].get<std::string>().find(e.text), std::string::npos) << c;
     EXPECT_EQ(c["message"].get<std::string>().find('\n'), std::string::npos) << c;
-    EXPECT_TRUE(Pods(std::string("patrickstar.io/job-name=") + e.job).empty());
+    const std::vector<Json> pods = Pods(std::string("patrickstar.io/job-name=") + e.job);
+    if (waits) {
+      ASSERT_TRUE(WaitForCreated(e.job, seconds(60))) << Describe(e.job);
+      EXPECT_EQ(Pods(std::string("patrickstar.io/job-name=") + e.job).size(), 2u);
+      for (const Json& pod : Pods(std::string("patrickstar.io/job-name=") + e.job)) {
+        EXPECT_EQ(pod["status"].value("phase", ""), "Pending") << pod["status"];
+      }
+    } else {
+      EXPECT_EQ(Phase(e.job), "Failed");
+      EXPECT_TRUE(pods.empty());
+    }
   }
   // The schema refuses zero nodes before the operator sees it.
   if (HaveKubectl()) {

@@ -183,7 +183,7 @@ TEST(DesiredPodTest, Env) {
   EXPECT_EQ(EnvVar(pod, "PSTAR_NAMESPACE")["value"], "research");
   EXPECT_EQ(EnvVar(pod, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
   EXPECT_EQ(EnvVar(pod, "PSTAR_STORE_TOKEN")["valueFrom"]["secretKeyRef"],
-            Json::parse(R"({"name": "full-store-token", "key": "token"})"));
+            Json::parse(R"({"name": "full-store-token", "key": "token", "optional": true})"));
   // torchrun's names as Kubeflow sets them.
   EXPECT_EQ(EnvVar(pod, "PET_NNODES")["value"], "3");
   EXPECT_EQ(EnvVar(pod, "PET_NPROC_PER_NODE")["value"], "4");

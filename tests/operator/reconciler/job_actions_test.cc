@@ -101,6 +101,15 @@ TEST(JobActions, ANewJobGetsItsServiceConfigMapAndOnePodPerNode) {
   EXPECT_EQ(a.create[3]["metadata"]["name"], "tiny-node-0");
   EXPECT_EQ(a.create[4]["metadata"]["name"], "tiny-node-1");
   EXPECT_EQ(a.create[4]["metadata"]["labels"][kAttemptLabel], "0");
+  // Asked for, not yet seen: not Created yet.
+  EXPECT_EQ(w.status()["phase"], kPhasePending);
+  EXPECT_EQ(w.Condition("Created"), "False");
+  EXPECT_EQ(w.Condition("Created", "reason"), "CreatingPods");
+  EXPECT_EQ(w.Condition("Created", "message"), "creating 2 pods of 2");
+  EXPECT_FALSE(HasEvent(a, "PodsCreated"));
+  // The cache shows the pods: Created.
+  a = w.Step();
+  EXPECT_TRUE(a.create.empty());
   EXPECT_EQ(w.status()["phase"], kPhaseCreated);
   EXPECT_EQ(w.Condition("Created"), "True");
   EXPECT_EQ(w.status()["worldSize"], 2);
@@ -318,6 +327,7 @@ TEST(JobActions, AnInvalidSpecFailsWithTheReasonAndIsLookedAtAgainWhenEdited) {
   w.o.job["metadata"]["generation"] = 2;
   JobActions b = w.Step();
   EXPECT_EQ(Kinds(b).count("Pod"), 1u);
+  w.Step();
   EXPECT_EQ(w.status()["phase"], kPhaseCreated);
   EXPECT_EQ(w.Condition("Failed"), "");
   EXPECT_EQ(w.status()["observedGeneration"], 2);
@@ -332,7 +342,10 @@ TEST(JobActions, AnUnknownPresetIsInvalid) {
   EXPECT_NE(w.Condition("Failed", "message").find("gpt-7"), std::string::npos) << w.Condition("Failed", "message");
 }
 
-TEST(JobActions, AJobThatFitsNoNodeWaitsSayingWhatItNeeds) {
+// No node fits the gang today: the pods are still created (a cluster
+// autoscaler adds nodes only for pods that wait), and a Schedulable
+// condition names the cause: memory, GPUs or the selector.
+TEST(JobActions, AJobThatFitsNoNodeCreatesItsPodsAndSaysWhy) {
   World w(TinyJob());
   const char* kNode = R"({"metadata": {"name": "small", "labels": {}},
       "status": {"allocatable": {"memory": "%s", "cpu": "4"},
@@ -341,28 +354,53 @@ TEST(JobActions, AJobThatFitsNoNodeWaitsSayingWhatItNeeds) {
   std::snprintf(node, sizeof node, kNode, "64Mi");
   w.o.nodes.push_back(Json::parse(node));
   JobActions a = w.Step();
-  EXPECT_EQ(Kinds(a).count("Pod"), 0u);
-  EXPECT_EQ(w.status()["phase"], kPhasePending);
-  EXPECT_EQ(w.Condition("Created"), "False");
-  EXPECT_EQ(w.Condition("Created", "reason"), "InsufficientHostMemory");
-  EXPECT_NE(w.Condition("Created", "message").find("small"), std::string::npos) << w.Condition("Created", "message");
+  EXPECT_EQ(std::count_if(a.create.begin(), a.create.end(), [](const Json& c) { return c["kind"] == "Pod"; }), 2);
+  EXPECT_EQ(w.Condition("Schedulable"), "False");
+  EXPECT_EQ(w.Condition("Schedulable", "reason"), "InsufficientHostMemory");
+  EXPECT_NE(w.Condition("Schedulable", "message").find("small"), std::string::npos)
+      << w.Condition("Schedulable", "message");
   EXPECT_TRUE(HasEvent(a, "InsufficientHostMemory"));
   ASSERT_TRUE(a.requeue_after);
   // Not terminal, and quiet while nothing changes: one event, not one per look.
   JobActions again = w.Step();
-  EXPECT_TRUE(again.events.empty());
-  // A bigger node arrives: the gang is created.
+  EXPECT_TRUE(again.events.empty() || !HasEvent(again, "InsufficientHostMemory"));
+  EXPECT_EQ(w.Condition("Created"), "True") << "the pods exist, waiting for a node";
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+  // The autoscaler adds a bigger node: the condition turns, the pods run.
   std::snprintf(node, sizeof node, kNode, "64Gi");
   w.o.nodes[0] = Json::parse(node);
-  JobActions b = w.Step();
-  EXPECT_EQ(Kinds(b).count("Pod"), 1u);
-  EXPECT_EQ(w.Condition("Created"), "True");
-  // Once the gang exists, losing the node's fitness does not touch it.
+  w.Step();
+  EXPECT_EQ(w.Condition("Schedulable"), "True");
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseRunning);
+  // Once the gang runs, the nodes' fitness is not looked at.
   std::snprintf(node, sizeof node, kNode, "64Mi");
   w.o.nodes[0] = Json::parse(node);
   JobActions c = w.Step();
   EXPECT_TRUE(c.delete_pods.empty());
-  EXPECT_EQ(w.Condition("Created"), "True");
+  EXPECT_EQ(w.Condition("Schedulable"), "True");
+}
+
+TEST(JobActions, TheNodeFitReasonNamesGpusOrTheSelector) {
+  const char* kGpuNode = R"({"metadata": {"name": "cpu-only", "labels": {"pool": "cpu"}},
+      "status": {"allocatable": {"memory": "64Gi", "cpu": "16"},
+                 "conditions": [{"type": "Ready", "status": "True"}]}})";
+  Json cuda = TinyJob();
+  cuda["spec"]["device"] = "cuda";
+  World gpus(cuda);
+  gpus.o.nodes.push_back(Json::parse(kGpuNode));
+  gpus.Step();
+  EXPECT_EQ(gpus.Condition("Schedulable", "reason"), "InsufficientGPUs");
+  Json selected = TinyJob();
+  selected["spec"]["template"] = {{"spec", {{"nodeSelector", {{"pool", "big-memory"}}}}}};
+  World selector(selected);
+  selector.o.nodes.push_back(Json::parse(kGpuNode));
+  selector.Step();
+  EXPECT_EQ(selector.Condition("Schedulable", "reason"), "NoMatchingNode");
+  EXPECT_NE(selector.Condition("Schedulable", "message").find("node selector"), std::string::npos)
+      << selector.Condition("Schedulable", "message");
 }
 
 TEST(JobActions, APodDeletedByOthersRestartsTheGang) {
@@ -389,10 +427,92 @@ TEST(JobActions, CreatedMessageCountsPodsAndRanks) {
   job["spec"]["numNodes"] = 1;
   World w(job);
   w.Step();
+  w.Step();
   EXPECT_EQ(w.Condition("Created", "message"), "created 1 pod for 1 rank");
   World two(TinyJob());
   two.Step();
+  two.Step();
   EXPECT_EQ(two.Condition("Created", "message"), "created 2 pods for 2 ranks");
+}
+
+// A refused pod create (a quota, an admission webhook) shows in the Created
+// condition and as one event per distinct refusal, not one per retry; the
+// status never claims pods that do not exist.
+TEST(JobActions, ARefusedPodCreateIsShownOnceAndNeverClaimedCreated) {
+  World w(TinyJob());
+  w.o.create_failure = "create pods: 403 Forbidden: exceeded quota: pods=2, used: pods=10, limited: pods=10";
+  // The pretend cluster refuses: nothing the Step creates appears.
+  auto refuse = [&] {
+    JobActions a = DecideJobActions(w.o, w.defaults);
+    if (a.status) w.o.job["status"] = *a.status;
+    for (const Json& c : a.create) {
+      if (c["kind"] == "Service") w.o.service_exists = true;
+      if (c["kind"] == "ConfigMap") w.o.config_map = c;
+      if (c["kind"] == "Secret") w.o.store_token_exists = true;
+    }
+    return a;
+  };
+  JobActions a = refuse();
+  EXPECT_EQ(w.Condition("Created"), "False");
+  EXPECT_EQ(w.Condition("Created", "reason"), "CreateFailed");
+  EXPECT_EQ(w.Condition("Created", "message"), "cannot create 2 pods: " + w.o.create_failure);
+  EXPECT_EQ(w.status()["phase"], kPhasePending);
+  EXPECT_TRUE(HasEvent(a, "CreateFailed"));
+  for (int i = 0; i < 3; ++i) {
+    JobActions again = refuse();
+    EXPECT_FALSE(HasEvent(again, "CreateFailed")) << "retry " << i;
+    EXPECT_EQ(std::count_if(again.create.begin(), again.create.end(), [](const Json& c) { return c["kind"] == "Pod"; }),
+              2)
+        << "it keeps trying";
+  }
+  w.o.create_failure = "create pods: 403 Forbidden: exceeded quota: pods=2, used: pods=9, limited: pods=10";
+  EXPECT_TRUE(HasEvent(refuse(), "CreateFailed")) << "a different refusal is news";
+  // The quota frees up: the pods appear and the condition turns.
+  w.o.create_failure.clear();
+  w.Step();
+  w.Step();
+  EXPECT_EQ(w.Condition("Created"), "True");
+  EXPECT_EQ(w.status()["phase"], kPhaseCreated);
+}
+
+// The failure is pinned on the first pod to fail, and a permanent exit code
+// anywhere in the gang decides, whichever pod failed first.
+TEST(JobActions, TheFirstPodToFailIsBlamedAndAPermanentCodeAnywhereDecides) {
+  Json job = TinyJob();
+  job["spec"]["numNodes"] = 3;
+  job["spec"]["runPolicy"] = {{"backoffLimit", 3}, {"restartPolicy", "ExitCode"}};
+  World w(job);
+  w.Step();
+  w.Step();
+  for (int i = 0; i < 3; ++i) w.SetPhase(i, "Running");
+  w.Step();
+  auto fail = [&](int index, int code, const std::string& at) {
+    for (Json& p : w.o.pods) {
+      if (p["metadata"]["labels"][kNodeIndexLabel] != std::to_string(index)) continue;
+      p["status"]["phase"] = "Failed";
+      p["status"]["containerStatuses"] = Json::array(
+          {{{"name", "worker"}, {"state", {{"terminated", {{"exitCode", code}, {"finishedAt", at}}}}}}});
+    }
+  };
+  // Node 2 failed first; node 0, a collateral exit, later.
+  fail(0, 1, "2026-01-01T00:00:09Z");
+  fail(2, 1, "2026-01-01T00:00:05Z");
+  w.Step();
+  EXPECT_EQ(w.Condition("Restarting", "reason"), "RankFailed");
+  EXPECT_NE(w.Condition("Restarting", "message").find("pod tiny-node-2 exited with code 1"), std::string::npos)
+      << w.Condition("Restarting", "message");
+  // The next gang: a peer exits 1 first, then a rank's permanent exit 2.
+  w.Step();
+  w.Step();
+  for (int i = 0; i < 3; ++i) w.SetPhase(i, "Running");
+  w.Step();
+  fail(0, 1, "2026-01-01T00:01:00Z");
+  fail(1, 2, "2026-01-01T00:01:03Z");
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(w.Condition("Failed", "reason"), "PermanentFailure");
+  EXPECT_NE(w.Condition("Failed", "message").find("pod tiny-node-1 exited with code 2"), std::string::npos)
+      << w.Condition("Failed", "message");
 }
 
 TEST(JobActions, OnlyFailuresUseUpTheBackoffLimit) {
