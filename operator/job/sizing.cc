@@ -371,20 +371,31 @@ NodeFit CheckNodeFit(const JobSpec& spec, const PodSizing& sizing, const std::ve
   return fit;
 }
 
+// One form for every byte count in status: whole MiB (rounded up), as "Gi"
+// when a whole number of GiB, else "Mi" ("48Gi", "13284Mi"); never bare bytes
+// or "Ki". The pods' own quantities are whole MiB already, so these equal
+// them unless the spec fixed an odd one.
+std::string StatusQuantity(int64_t bytes) {
+  constexpr int64_t kMiB = int64_t(1) << 20;
+  if (bytes <= 0) return "0";
+  const int64_t mib = bytes / kMiB + (bytes % kMiB != 0 ? 1 : 0);
+  return mib % 1024 == 0 ? std::to_string(mib / 1024) + "Gi" : std::to_string(mib) + "Mi";
+}
+
 Json SizingStatus(const PodSizing& s) {
   Json j = Json::object();
-  j["hostMemoryPerPod"] = FormatBytesQuantity(s.request_bytes);
-  j["hostMemoryLimitPerPod"] = FormatBytesQuantity(s.limit_bytes);
-  j["hostMemoryPerRank"] = FormatBytesQuantity(s.host_bytes_per_rank);
-  j["workerHostBudget"] = FormatBytesQuantity(s.worker_host_budget_bytes);
-  j["shmSize"] = FormatBytesQuantity(s.shm_bytes);
-  j["launcherOverhead"] = FormatBytesQuantity(s.launcher_overhead_bytes);
-  j["deviceMemoryPerRank"] = FormatBytesQuantity(s.device_bytes_per_rank);
-  j["minDeviceMemoryPerRank"] = FormatBytesQuantity(s.min_device_bytes_per_rank);
+  j["hostMemoryPerPod"] = StatusQuantity(s.request_bytes);
+  j["hostMemoryLimitPerPod"] = StatusQuantity(s.limit_bytes);
+  j["hostMemoryPerRank"] = StatusQuantity(s.host_bytes_per_rank);
+  j["workerHostBudget"] = StatusQuantity(s.worker_host_budget_bytes);
+  j["shmSize"] = StatusQuantity(s.shm_bytes);
+  j["launcherOverhead"] = StatusQuantity(s.launcher_overhead_bytes);
+  j["deviceMemoryPerRank"] = StatusQuantity(s.device_bytes_per_rank);
+  j["minDeviceMemoryPerRank"] = StatusQuantity(s.min_device_bytes_per_rank);
   j["modelParameters"] = s.parameters;
   j["model"] = FormatParameters(s.parameters);
-  j["modelBytes"] = FormatBytesQuantity(s.model_bytes);
-  j["chunkBytes"] = FormatBytesQuantity(s.chunk_bytes);
+  j["modelBytes"] = StatusQuantity(s.model_bytes);
+  j["chunkBytes"] = StatusQuantity(s.chunk_bytes);
   j["chunks"] = s.num_chunks;
   return j;
 }

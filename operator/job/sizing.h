@@ -84,8 +84,10 @@ struct NodeFit {
 // With no nodes (e.g. no permission to list them) it fits, unchecked.
 NodeFit CheckNodeFit(const JobSpec& spec, const PodSizing& sizing, const std::vector<Json>& nodes);
 
-// status.memory: quantities as strings ("12Gi"), counts as integers.
+// status.memory: byte counts as quantities in one form, whole MiB rounded up
+// and written "<n>Gi" or "<n>Mi" ("48Gi", "13284Mi"); counts as integers.
 Json SizingStatus(const PodSizing& sizing);
+std::string StatusQuantity(int64_t bytes);
 
 // A count of bytes for people: one decimal, a trailing ".0" dropped
 // ("37.5 GiB", "18 GiB", "512 MiB").

@@ -192,6 +192,29 @@ TEST(SizingStatusTest, QuantitiesAndCounts) {
   EXPECT_EQ(j.size(), 13u);
 }
 
+// One form for every byte count, odd ones included (a plan's device bytes,
+// a fixed request): whole MiB rounded up, Gi when whole; never bare bytes or Ki.
+TEST(SizingStatusTest, EveryByteCountHasOneForm) {
+  EXPECT_EQ(StatusQuantity(13928998656), "13284Mi");
+  EXPECT_EQ(StatusQuantity(33714176), "33Mi");  // 32924Ki
+  EXPECT_EQ(StatusQuantity(48 * kGiB), "48Gi");
+  EXPECT_EQ(StatusQuantity(1), "1Mi");
+  EXPECT_EQ(StatusQuantity(0), "0");
+  PodSizing s;
+  s.device_bytes_per_rank = 13928998656;
+  s.request_bytes = 33714176;
+  s.limit_bytes = 48 * kGiB;
+  s.model_bytes = 497759232 + 3;
+  const Json j = SizingStatus(s);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_string() || it.key() == "model") continue;
+    const std::string v = it.value();
+    EXPECT_TRUE(v == "0" || (v.size() > 2 && (v.ends_with("Mi") || v.ends_with("Gi")) &&
+                             v.find_first_not_of("0123456789") == v.size() - 2))
+        << it.key() << ": " << v;
+  }
+}
+
 // --- CheckNodeFit ---------------------------------------------------------
 
 // The sizing of the brief's example: 2 ranks x 18 GiB + 1 GiB shm + 512 MiB.
