@@ -8,7 +8,7 @@ PACKAGES=(
   libyaml-cpp-dev libcpprest-dev libssl-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libgloo-dev
   libopenblas-dev libopenblas-openmp-dev
-  python3 python3-numpy python3-torch python3-kubernetes
+  python3 python3-numpy python3-torch python3-kubernetes python3-jsonschema
   prometheus  # promtool, which the metrics tests run
 )
 

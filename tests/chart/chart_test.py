@@ -15,6 +15,7 @@
 """
 
 import glob
+import json
 import os
 import re
 import unittest
@@ -92,7 +93,8 @@ class ChartFilesTest(unittest.TestCase):
         shipped = os.path.join(CHART, "files", "crds", "patrickstarjob.yaml")
         canonical = os.path.join(REPO, "crds", "patrickstarjob.yaml")
         self.assertTrue(os.path.exists(shipped), shipped + " is missing (or a dangling link)")
-        self.assertEqual(read(shipped), read(canonical), "the chart's CRD drifted from crds/patrickstarjob.yaml")
+        self.assertEqual(read(shipped), read(canonical),
+                         "the chart's CRD drifted from crds/patrickstarjob.yaml: run scripts/sync-chart-files.sh")
         # The template renders that file, and Helm's own crds/ directory (which
         # cannot be turned off) holds no second copy.
         self.assertIn('.Files.Get "files/crds/patrickstarjob.yaml"', read(os.path.join(TEMPLATES, "crd.yaml")))
@@ -110,17 +112,29 @@ class ChartFilesTest(unittest.TestCase):
             name = os.path.basename(path)
             target = os.path.join(shipped_dir, name)
             self.assertTrue(os.path.exists(target), target + " is a dangling link")
-            self.assertEqual(read(target), read(path), name + " drifted")
+            self.assertEqual(read(target), read(path), name + " drifted: run scripts/sync-chart-files.sh")
         self.assertIn('.Files.Glob "files/dashboards/*.json"', read(os.path.join(TEMPLATES, "dashboards.yaml")))
 
-    def test_links_stay_inside_the_repository(self):
-        for root, _, files in os.walk(CHART):
-            for name in files:
+    def test_the_chart_is_self_contained(self):
+        # No links: a chart copied out of the repository (or packaged) must
+        # carry its files, not point back into the tree.
+        for root, dirs, files in os.walk(CHART):
+            for name in files + dirs:
                 path = os.path.join(root, name)
-                if os.path.islink(path):
-                    target = os.path.realpath(path)
-                    self.assertTrue(target.startswith(os.path.realpath(REPO) + os.sep), path)
-                    self.assertFalse(os.path.isabs(os.readlink(path)), path + " must be a relative link")
+                self.assertFalse(os.path.islink(path), path + " is a link: run scripts/sync-chart-files.sh")
+
+    def test_a_copied_chart_renders_its_files(self):
+        # The copy holds the CRD and the dashboards by itself.
+        import shutil
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "patrickstar")
+            shutil.copytree(CHART, copy, symlinks=True)
+            self.assertTrue(os.path.isfile(os.path.join(copy, "files", "crds", "patrickstarjob.yaml")))
+            crd = yaml.safe_load(read(os.path.join(copy, "files", "crds", "patrickstarjob.yaml")))
+            self.assertEqual(crd["kind"], "CustomResourceDefinition")
+            for path in glob.glob(os.path.join(copy, "files", "dashboards", "*.json")):
+                self.assertIsInstance(json.loads(read(path)), dict)
 
 
 class ValuesTest(unittest.TestCase):
