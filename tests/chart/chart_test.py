@@ -115,6 +115,18 @@ class ChartFilesTest(unittest.TestCase):
             self.assertEqual(read(target), read(path), name + " drifted: run scripts/sync-chart-files.sh")
         self.assertIn('.Files.Glob "files/dashboards/*.json"', read(os.path.join(TEMPLATES, "dashboards.yaml")))
 
+    def test_alerts_are_the_repository_alerts(self):
+        shipped = os.path.join(CHART, "files", "alerts", "patrickstar.rules.yaml")
+        canonical = os.path.join(REPO, "alerts", "patrickstar.rules.yaml")
+        self.assertEqual(read(shipped), read(canonical), "the chart's alerts drifted: run scripts/sync-chart-files.sh")
+        template = read(os.path.join(TEMPLATES, "prometheusrule.yaml"))
+        # Read as data (Files.Get), so the rules' own {{ $labels }} are not templated.
+        self.assertIn('.Files.Get "files/alerts/patrickstar.rules.yaml" | fromYaml', template)
+        self.assertIn("toYaml $rules.groups", template)
+        groups = yaml.safe_load(read(canonical))["groups"]
+        alerts = [r["alert"] for g in groups for r in g["rules"]]
+        self.assertEqual(len(alerts), 7)
+
     def test_the_chart_is_self_contained(self):
         # No links: a chart copied out of the repository (or packaged) must
         # carry its files, not point back into the tree.
@@ -267,7 +279,8 @@ class TemplatesTest(unittest.TestCase):
         helpers = read(os.path.join(TEMPLATES, "_helpers.tpl"))
         self.assertIn('.Capabilities.APIVersions.Has "monitoring.coreos.com/v1"', helpers)
         for name, toggle in (("servicemonitor.yaml", ".Values.metrics.serviceMonitor.enabled"),
-                             ("podmonitor.yaml", ".Values.metrics.podMonitor.enabled")):
+                             ("podmonitor.yaml", ".Values.metrics.podMonitor.enabled"),
+                             ("prometheusrule.yaml", ".Values.metrics.prometheusRule.enabled")):
             first = read(os.path.join(TEMPLATES, name)).split("\n")[0]
             self.assertIn(toggle, first)
             self.assertIn('include "patrickstar.hasMonitoringApi"', first)
