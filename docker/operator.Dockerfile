@@ -4,7 +4,7 @@
 #   docker build -f docker/operator.Dockerfile \
 #     -t ghcr.io/patrickstar-k8s/pstar-operator:0.1.0 .
 
-FROM debian:12 AS build
+FROM debian:12.12 AS build
 ARG DEBIAN_FRONTEND=noninteractive
 # The whole project configures (the operator links the worker's config and
 # memory planner), so the build needs the worker's libraries too.
@@ -24,7 +24,7 @@ RUN cmake -S . -B /build -G Ninja \
       -DPSTAR_BUILD_TESTS=OFF \
  && cmake --build /build --target pstar-operator
 
-FROM debian:12-slim
+FROM debian:12.12-slim
 ARG DEBIAN_FRONTEND=noninteractive
 # Exactly what `ldd pstar-operator` lists: cpprestsdk (with its brotli and
 # zlib), OpenSSL, yaml-cpp, prometheus-cpp core, and OpenBLAS (OpenMP

@@ -34,6 +34,7 @@ constexpr const char* kUsage =
     "  --leader-election-id NAME       the Lease's name (default pstar-operator)\n"
     "  --identity ID                   this replica's name (default: hostname-pid)\n"
     "  --worker-image IMAGE            image of jobs that name none\n"
+    "  --cpu-worker-image IMAGE        image of device: cpu jobs that name none (default: --worker-image)\n"
     "  --cluster-domain DOMAIN         cluster DNS domain (default cluster.local)\n"
     "  --pstar-command CMD             the worker command in pods (default pstar)\n"
     "  --no-node-check                 do not list nodes to check that pods fit\n"
@@ -99,6 +100,7 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     else if (name == "--leader-election-id") s = take_str(&f.lease_id);
     else if (name == "--identity") s = take_str(&f.identity);
     else if (name == "--worker-image") s = take_str(&f.defaults.worker_image);
+    else if (name == "--cpu-worker-image") s = take_str(&f.defaults.cpu_worker_image);
     else if (name == "--cluster-domain") s = take_str(&f.defaults.cluster_domain);
     else if (name == "--pstar-command") s = take_str(&f.defaults.pstar_command);
     else if (name == "--no-node-check") f.node_check = false;

@@ -81,6 +81,13 @@ Json Env(const JobSpec& spec, int node_index, int attempt, const OperatorDefault
   return env;
 }
 
+// The job's own image, else the default for its device.
+std::string WorkerImage(const JobSpec& spec, const OperatorDefaults& defaults) {
+  if (!spec.image.empty()) return spec.image;
+  if (spec.device == JobDevice::kCpu && !defaults.cpu_worker_image.empty()) return defaults.cpu_worker_image;
+  return defaults.worker_image;
+}
+
 Json Args(const JobSpec& spec, const PodSizing& sizing) {
   Json args = {"launch",
                "--nproc-per-node", std::to_string(spec.nproc_per_node),
@@ -229,7 +236,7 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   }
 
   Json container = {{"name", kContainerName},
-                    {"image", spec.image.empty() ? defaults.worker_image : spec.image},
+                    {"image", WorkerImage(spec, defaults)},
                     {"command", Json::array({defaults.pstar_command})},
                     {"args", Args(spec, sizing)},
                     {"env", Env(spec, node_index, attempt, defaults)},

@@ -49,6 +49,9 @@ struct NetworkPolicyOptions {
 
 struct OperatorDefaults {
   std::string worker_image = "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0";
+  // The image of `device: cpu` jobs that name none (a build without CUDA);
+  // empty: worker_image for them too.
+  std::string cpu_worker_image;
   std::string cluster_domain = "cluster.local";
   std::string pstar_command = "pstar";  // the worker binary in the image
   NetworkPolicyOptions network_policy;

@@ -440,16 +440,28 @@ class ImagesTest(unittest.TestCase):
         self.assertRegex(worker, r"(?m)^USER \d+")
         # CPU pods on NVIDIA-runtime nodes must not see the node's GPUs.
         self.assertRegex(worker, r"(?m)^ENV NVIDIA_VISIBLE_DEVICES=void$")
-        self.assertRegex(operator, r"(?m)^FROM debian:12 AS build")
-        self.assertRegex(operator, r"(?m)^FROM debian:12-slim")
+        self.assertRegex(operator, r"(?m)^FROM debian:12\.\d+ AS build")
+        self.assertRegex(operator, r"(?m)^FROM debian:12\.\d+-slim")
         self.assertRegex(operator, r"(?m)^USER 65532:65532")
         self.assertRegex(operator, r'(?m)^ENTRYPOINT \["/usr/local/bin/pstar-operator"\]')
-        for text in (worker, operator):
+        cpu = read(os.path.join(REPO, "docker", "worker-cpu.Dockerfile"))
+        self.assertRegex(cpu, r"(?m)^FROM debian:12\.\d+ AS build")
+        self.assertRegex(cpu, r"(?m)^FROM debian:12\.\d+-slim$")
+        self.assertIn("-DPSTAR_WITH_CUDA=OFF", cpu)
+        self.assertNotIn("nvidia", cpu.split("FROM debian:12")[-1])
+        self.assertRegex(cpu, r'(?m)^ENTRYPOINT \["/usr/local/bin/pstar"\]')
+        self.assertRegex(cpu, r"(?m)^USER 10001:10001")
+        for text in (worker, operator, cpu):
             self.assertIn("-DPSTAR_NATIVE_ARCH=OFF", text)  # images run on any CPU of the arch
+            # Bases pinned to exact tags: a Debian point release, a CUDA patch release.
+            for base in re.findall(r"(?m)^FROM (\S+)", text):
+                self.assertRegex(base, r"^(debian:12\.\d+(-slim)?|nvidia/cuda:\$\{CUDA_VERSION\}-\S+)$", base)
+        self.assertRegex(worker, r"(?m)^ARG CUDA_VERSION=\d+\.\d+\.\d+$")
 
     def test_docs_name_the_images(self):
         install = read(os.path.join(REPO, "docs", "install.md"))
-        for image in ("ghcr.io/patrickstar-k8s/pstar-operator:0.1.0", "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0"):
+        for image in ("ghcr.io/patrickstar-k8s/pstar-operator:0.1.0", "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0",
+                      "ghcr.io/patrickstar-k8s/pstar-worker-cpu:0.1.0"):
             self.assertIn(image, install)
 
 

@@ -127,6 +127,13 @@ TEST(Export, PyTorchReadsTheHuggingFaceLayoutAndGetsPstarsLogits) {
   ASSERT_TRUE(config.ok());
   EXPECT_NE(config->find("\"model_type\": \"gpt2\""), std::string::npos) << *config;
   EXPECT_NE(config->find("\"n_positions\": 8"), std::string::npos) << *config;
+  // bos/eos inside the vocabulary (transformers' default, 50256, is not).
+  const std::string last_id = std::to_string(kModel.vocab_size - 1);
+  EXPECT_NE(config->find("\"eos_token_id\": " + last_id), std::string::npos) << *config;
+  auto generation = ReadFile(out + "/generation_config.json");
+  ASSERT_TRUE(generation.ok()) << generation.status().message();
+  EXPECT_NE(generation->find("\"bos_token_id\": " + last_id), std::string::npos) << *generation;
+  EXPECT_NE(generation->find("\"eos_token_id\": " + last_id), std::string::npos) << *generation;
 
   std::mt19937_64 rng(seed + 1);
   std::vector<int32_t> tokens(size_t(kModel.max_seq_len));

@@ -47,6 +47,21 @@ std::string HfGpt2ConfigJson(const GptConfig& g) {
   j["tie_word_embeddings"] = true;
   j["use_cache"] = true;
   j["torch_dtype"] = "float32";
+  // transformers' GPT2Config defaults these to 50256, which is out of range
+  // for any smaller vocabulary and breaks generate(): the last id, GPT-2's
+  // <|endoftext|> in its own vocabulary.
+  j["bos_token_id"] = EndOfTextId(g);
+  j["eos_token_id"] = EndOfTextId(g);
+  return j.dump(2) + "\n";
+}
+
+int64_t EndOfTextId(const GptConfig& g) { return g.vocab_size - 1; }
+
+std::string HfGenerationConfigJson(const GptConfig& g) {
+  nlohmann::ordered_json j;
+  j["_from_model_config"] = true;
+  j["bos_token_id"] = EndOfTextId(g);
+  j["eos_token_id"] = EndOfTextId(g);
   return j.dump(2) + "\n";
 }
 
@@ -93,8 +108,10 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
   summary.parameters = parameters;
   summary.model_path = (std::filesystem::path(output_dir) / "model.safetensors").string();
   summary.config_path = (std::filesystem::path(output_dir) / "config.json").string();
+  summary.generation_config_path = (std::filesystem::path(output_dir) / "generation_config.json").string();
   PSTAR_RETURN_IF_ERROR(writer.Write(summary.model_path));
   PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfGpt2ConfigJson(g)));
+  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g)));
   return summary;
 }
 

@@ -48,9 +48,9 @@ int ExportCommand(const std::vector<std::string>& args) {
   }
   auto summary = ExportHuggingFaceGpt2(step_dir, output);
   if (!summary.ok()) return ReportError(summary.status());
-  std::printf("exported step %lld (%lld parameters) to %s and %s\n", static_cast<long long>(summary->step),
+  std::printf("exported step %lld (%lld parameters) to %s, %s and %s\n", static_cast<long long>(summary->step),
               static_cast<long long>(summary->parameters), summary->model_path.c_str(),
-              summary->config_path.c_str());
+              summary->config_path.c_str(), summary->generation_config_path.c_str());
   return kExitOk;
 }
 

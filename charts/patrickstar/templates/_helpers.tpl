@@ -66,6 +66,11 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.worker.image.repository (default .Chart.AppVersion .Values.worker.image.tag) }}
 {{- end }}
 
+{{/* The default image of device: cpu jobs (tag defaults to appVersion). */}}
+{{- define "patrickstar.cpuWorkerImage" -}}
+{{- printf "%s:%s" .Values.worker.cpuImage.repository (default .Chart.AppVersion .Values.worker.cpuImage.tag) }}
+{{- end }}
+
 {{/* Whether the cluster serves the prometheus-operator API. */}}
 {{- define "patrickstar.hasMonitoringApi" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}

@@ -162,6 +162,29 @@ TEST(DesiredPodTest, CommandAndArgs) {
   EXPECT_EQ(c2["ports"].size(), 1u);  // rdzv only
 }
 
+// The default image follows the device: a CPU job gets the CPU image when
+// one is configured; a job's own image always wins.
+TEST(DesiredPodTest, TheDefaultImageFollowsTheDevice) {
+  OperatorDefaults defaults;
+  defaults.worker_image = "reg/pstar-worker:1";
+  defaults.cpu_worker_image = "reg/pstar-worker-cpu:1";
+  Json cpu_job = MinimalJob("cpu");
+  cpu_job["spec"]["device"] = "cpu";
+  Json cuda_job = MinimalJob("gpu");
+  cuda_job["spec"]["device"] = "cuda";
+  auto image = [&](const Json& job, const OperatorDefaults& d) {
+    const JobSpec spec = MustParse(job);
+    return DesiredPod(spec, MustSize(spec), 0, 0, d)["spec"]["containers"][0]["image"].get<std::string>();
+  };
+  EXPECT_EQ(image(cpu_job, defaults), "reg/pstar-worker-cpu:1");
+  EXPECT_EQ(image(cuda_job, defaults), "reg/pstar-worker:1");
+  OperatorDefaults one_image;
+  one_image.worker_image = "reg/pstar-worker:1";
+  EXPECT_EQ(image(cpu_job, one_image), "reg/pstar-worker:1") << "no CPU image: the one image";
+  cpu_job["spec"]["image"] = "mine/pstar:dev";
+  EXPECT_EQ(image(cpu_job, defaults), "mine/pstar:dev");
+}
+
 TEST(DesiredPodTest, Env) {
   const JobSpec spec = MustParse(FullJob());
   const Json pod = DesiredPod(spec, MustSize(spec), 2, 3);
