@@ -40,6 +40,7 @@ constexpr const char* kUsage =
     "  --no-node-check                 do not list nodes to check that pods fit\n"
     "  --qps Q --burst B               client-side API rate limit (default 50, 100)\n"
     "  --sync-timeout SECONDS          how long the caches may take to fill (default 120)\n"
+    "  --progress-interval SECONDS     how often status.progress is read from rank 0 (default 30; 0: never)\n"
     "  --network-policy                a NetworkPolicy per job: its pods reach each other; from outside\n"
     "                                  only the metrics ports, for the two below\n"
     "  --monitoring-namespace NS       the namespace whose pods may scrape jobs (default monitoring)\n"
@@ -48,7 +49,7 @@ constexpr const char* kUsage =
 
 struct Flags {
   std::string kubeconfig, ns, metrics_address = "0.0.0.0", lease_ns, lease_id = "pstar-operator", identity;
-  int workers = 4, metrics_port = 8080, sync_timeout = 120, burst = 100;
+  int workers = 4, metrics_port = 8080, sync_timeout = 120, burst = 100, progress_interval = 30;
   double qps = 50;
   bool leader_elect = false, node_check = true;
   OperatorDefaults defaults;
@@ -105,6 +106,7 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     else if (name == "--pstar-command") s = take_str(&f.defaults.pstar_command);
     else if (name == "--no-node-check") f.node_check = false;
     else if (name == "--network-policy") f.defaults.network_policy.enabled = true;
+    else if (name == "--progress-interval") s = take_int(0, 86400, &f.progress_interval);
     else if (name == "--monitoring-namespace") s = take_str(&f.defaults.network_policy.monitoring_namespace);
     else if (name == "--operator-namespace") s = take_str(&f.defaults.network_policy.operator_namespace);
     else if (name == "--operator-pod-labels") {
@@ -188,6 +190,8 @@ int Run(int argc, char** argv) {
   options.defaults = flags->defaults;
   options.identity = flags->identity;
   options.watch_nodes = flags->node_check;
+  options.poll_progress = flags->progress_interval > 0;
+  options.progress.interval = std::chrono::seconds(std::max(1, flags->progress_interval));
   std::unique_ptr<OperatorMetrics> metrics;
   std::unique_ptr<JobReconciler> reconciler;
   std::unique_ptr<KubeClient> elector_client;
@@ -233,7 +237,12 @@ int Run(int argc, char** argv) {
   LeaderElectionConfig lc;  // outlives the elector's callbacks, which print it
   if (!flags->leader_elect) {
     Status s = start_reconciling();
-    if (!s.ok()) return Fail(s);
+    if (!s.ok()) {
+      // Informers still listing a server that does not answer would hold
+      // the exit for their retries: cancel them first.
+      (*client)->Shutdown();
+      return Fail(s);
+    }
   } else {
     lc.lease_namespace = !flags->lease_ns.empty() ? flags->lease_ns
                                       : (config->default_namespace.empty() ? "pstar" : config->default_namespace);
@@ -282,6 +291,10 @@ int Run(int argc, char** argv) {
   std::printf("pstar-operator: stopping (%s)\n", failed ? "lost the lease or failed to start" : strsignal(sig));
   std::fflush(stdout);
   live = nullptr;
+  // Requests in flight (a list or watch against a stalled server, a status
+  // write) are cancelled, so the stop below is prompt; the next leader redoes
+  // whatever they were doing.
+  (*client)->Shutdown();
   reconciler->Stop();  // also ends a start still waiting for the caches
   // Stop joins the elector's thread, so no callback runs after it; only then
   // is the starter thread (which a callback creates) joined. The lease is

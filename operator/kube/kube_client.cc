@@ -121,7 +121,8 @@ class TokenBucket {
 // request (which closes its connection) and waits for the task to finish.
 // Returns false when stopped.
 template <typename T>
-bool WaitOrStop(const pplx::task<T>& task, const std::atomic<bool>* stop, pplx::cancellation_token_source& cts) {
+bool WaitOrStop(const pplx::task<T>& task, const std::atomic<bool>* stop, pplx::cancellation_token_source& cts,
+                const std::atomic<bool>* shut_down = nullptr) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
@@ -137,7 +138,7 @@ bool WaitOrStop(const pplx::task<T>& task, const std::atomic<bool>* stop, pplx::
   bool stopped = false;
   while (!state->done) {
     state->cv.wait_for(lock, std::chrono::milliseconds(200));
-    if (!stopped && stop != nullptr && stop->load()) {
+    if (!stopped && ((stop != nullptr && stop->load()) || (shut_down != nullptr && shut_down->load()))) {
       stopped = true;
       cts.cancel();
     }
@@ -284,12 +285,28 @@ class KubeClient::Impl {
   }
 
   // One request, no retries. `retry_after` gets the Retry-After seconds (or -1).
+  // Cancels every request in flight and fails every later one at once.
+  void Shutdown() {
+    shut_down_ = true;
+    shutdown_cts_.cancel();
+    std::lock_guard<std::mutex> lock(retry_mu_);
+    retry_cv_.notify_all();
+  }
+
+  ApiResponse ShutDownResponse(const std::string& method, const std::string& path) const {
+    ApiResponse r;
+    r.error = method + " " + path + ": the client is shut down";
+    return r;
+  }
+
   ApiResponse DoOnce(const std::string& method, const std::string& path, const Json& body,
                      const std::string& content_type, int* retry_after) {
     bucket_.Acquire();
     *retry_after = -1;
+    if (shut_down_) return ShutDownResponse(method, path);
     try {
-      http::http_response resp = client_->request(MakeRequest(method, path, body, content_type)).get();
+      http::http_response resp =
+          client_->request(MakeRequest(method, path, body, content_type), shutdown_cts_.get_token()).get();
       // A declared body beyond any real list is refused before it is read
       // (a broken or hostile server could otherwise hold the call or the memory).
       const utility::size64_t declared = resp.headers().content_length();
@@ -323,8 +340,9 @@ class KubeClient::Impl {
       int retry_after = -1;
       ApiResponse r = DoOnce(method, path, body, content_type, &retry_after);
       bool retryable = r.code == 0 || r.code == 429 || (r.code >= 500 && r.code != 501);
-      if (!retryable_method || !retryable || attempt >= options_.max_retries) return r;
-      std::this_thread::sleep_for(RetryDelay(attempt, retry_after));
+      if (!retryable_method || !retryable || attempt >= options_.max_retries || shut_down_) return r;
+      std::unique_lock<std::mutex> lock(retry_mu_);
+      retry_cv_.wait_for(lock, RetryDelay(attempt, retry_after), [&] { return shut_down_.load(); });
     }
   }
 
@@ -359,7 +377,7 @@ class KubeClient::Impl {
       client::http_client watch_client(base_, MakeConfig(timeout));
       pplx::cancellation_token_source cts;
       auto resp_task = watch_client.request(MakeRequest("GET", path, nullptr, ""), cts.get_token());
-      if (!WaitOrStop(resp_task, stop, cts)) {
+      if (!WaitOrStop(resp_task, stop, cts, &shut_down_)) {
         result.code = 200;
         result.error = "stopped";
         try { resp_task.wait(); } catch (...) {}
@@ -379,7 +397,7 @@ class KubeClient::Impl {
       result.code = 200;
       while (true) {
         auto next = sbuf.bumpc();
-        if (!WaitOrStop(next, stop, cts)) {
+        if (!WaitOrStop(next, stop, cts, &shut_down_)) {
           try { next.wait(); } catch (...) {}
           result.error = "stopped";
           return result;
@@ -436,6 +454,10 @@ class KubeClient::Impl {
   std::vector<std::shared_ptr<X509>> ca_certs_;
   web::uri base_;
   std::unique_ptr<client::http_client> client_;  // shared by all plain requests (thread-safe)
+  std::atomic<bool> shut_down_{false};
+  pplx::cancellation_token_source shutdown_cts_;
+  std::mutex retry_mu_;
+  std::condition_variable retry_cv_;  // a retry's backoff ends early at shutdown
 
   std::mutex token_mu_;
   std::string cached_token_;
@@ -455,6 +477,8 @@ Result<std::unique_ptr<KubeClient>> KubeClient::Create(const KubeConfig& config,
 
 KubeClient::KubeClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 KubeClient::~KubeClient() = default;
+
+void KubeClient::Shutdown() { impl_->Shutdown(); }
 
 const KubeConfig& KubeClient::config() const { return impl_->config_; }
 

@@ -109,6 +109,11 @@ class KubeClient {
   ApiResponse Watch(const ResourceRef& r, const std::string& ns, const WatchOptions& options,
                     const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>* stop);
 
+  // Cancels every request in flight (watches included) and makes every later
+  // one fail at once: how a process that is giving up stops promptly, even
+  // against a server that no longer answers.
+  void Shutdown();
+
   // Requests to other paths (e.g. a fake server's control endpoints).
   // `method` is "GET", "POST", ...; body null = none.
   ApiResponse Raw(const std::string& method, const std::string& path_and_query, const Json& body = nullptr,

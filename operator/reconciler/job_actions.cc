@@ -353,6 +353,7 @@ JobActions Decider::Run() {
   const auto& sizing = plan_->sizing;
   if (!sizing.ok()) return Fail("InvalidSpec", sizing.status().message(), CleanPodPolicy::kAll);
   Json& s = st_.status();
+  if (!o_.progress.is_null()) s["progress"] = o_.progress;
   s["worldSize"] = spec->world_size();
   s["memory"] = SizingStatus(*sizing);
   if (!s.contains("restarts")) s["restarts"] = 0;

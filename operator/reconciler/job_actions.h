@@ -43,6 +43,8 @@ struct JobObservation {
   // Why the last attempt to create the job's pods was refused ("" when it
   // was not): the API's message, shown in the Created condition.
   std::string create_failure;
+  // The training progress last read from rank 0 (ProgressStatus), or null.
+  Json progress;
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
   WallTime now;
   std::shared_ptr<const JobPlan> plan;  // null: computed from `job`, unless pending

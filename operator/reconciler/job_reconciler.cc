@@ -62,9 +62,13 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
       it = reported_refusals_.erase(it);
     }
     planner_->Forget((*job)["metadata"].value("uid", ""));
+    if (progress_) progress_->Forget(ObjectKey(*job));
   };
   planner_ = std::make_unique<JobPlanner>(options_.planner_threads, options_.planner,
                                           [this](const std::string& key) { queue_.Add(key); });
+  if (options_.poll_progress) {
+    progress_ = std::make_unique<ProgressPoller>(options_.progress, [this](const std::string& key) { queue_.Add(key); });
+  }
   InformerHandlers child_handlers;
   child_handlers.on_add = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
   child_handlers.on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueOwner(*o); };
@@ -258,6 +262,29 @@ JobObservation JobReconciler::Observe(const Json& job) {
   o.now = std::chrono::system_clock::now();
   o.plan = planner_->Find(ObjectKey(job), job);
   o.plan_pending = o.plan == nullptr;
+  if (progress_) {
+    // Rank 0 is local rank 0 of node 0's pod in the current attempt.
+    const std::string key = ObjectKey(job);
+    std::string ip;
+    int port = 0;
+    if (o.plan != nullptr && o.plan->spec.ok() && o.plan->spec->metrics_port > 0) {
+      const std::string attempt = std::to_string(
+          job.contains("status") && job["status"].is_object() ? job["status"].value("restarts", int64_t(0)) : 0);
+      for (const Json& pod : o.pods) {
+        const Json labels = pod["metadata"].value("labels", Json::object());
+        if (labels.value(kNodeIndexLabel, "") != "0" || labels.value(kAttemptLabel, "") != attempt) continue;
+        const Json status = pod.value("status", Json::object());
+        if (status.value("phase", "") == "Running") ip = status.value("podIP", "");
+      }
+      port = o.plan->spec->metrics_port;
+    }
+    if (!ip.empty()) {
+      progress_->Track(key, ip, port);
+    } else {
+      progress_->Untrack(key);
+    }
+    if (auto p = progress_->Latest(key)) o.progress = ProgressStatus(*p);
+  }
   return o;
 }
 

@@ -23,6 +23,7 @@
 #include "operator/metrics/operator_metrics.h"
 #include "operator/reconciler/job_actions.h"
 #include "operator/reconciler/job_planner.h"
+#include "operator/reconciler/progress_poller.h"
 
 namespace pstar::op {
 
@@ -36,6 +37,9 @@ struct ReconcilerOptions {
   // when `planner` is empty; tests give their own).
   int planner_threads = 2;
   JobPlanner::PlanFn planner;
+  // status.progress from each running job's rank-0 metrics endpoint.
+  bool poll_progress = true;
+  ProgressPoller::Options progress;
 };
 
 class JobReconciler {
@@ -92,7 +96,8 @@ class JobReconciler {
   std::map<std::string, std::string> create_failures_;
   std::map<std::string, std::string> reported_refusals_;
   std::atomic<uint64_t> event_seq_{0};
-  std::unique_ptr<JobPlanner> planner_;  // declared last: its threads call into the queue
+  std::unique_ptr<JobPlanner> planner_;  // declared last: their threads call into the queue
+  std::unique_ptr<ProgressPoller> progress_;
 };
 
 }  // namespace pstar::op

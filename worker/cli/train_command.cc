@@ -159,6 +159,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (metrics) {
     metrics->AttachRuntimeCounters(&t.store().chunks().counters());
     metrics->AttachCollectiveCounters(&(*comm)->counters());
+    metrics->SetTarget(c.train.steps, first_step);
   }
   const MemoryPlan& plan = t.plan();
   const ChunkManager& chunks = t.store().chunks();
@@ -251,11 +252,13 @@ int TrainCommand(const std::vector<std::string>& args) {
     const bool last = s + 1 == c.train.steps;
     if ((c.checkpoint.every_steps > 0 && (s + 1) % c.checkpoint.every_steps == 0) || stopping || last) {
       if (!save()) return kExitFailure;
+      if (metrics && !c.checkpoint.dir.empty()) metrics->RecordCheckpoint(s + 1);
     }
     if (metrics) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
                           stats->loss_scale, /*mfu=*/0.0);
+      metrics->RecordProgress(s + 1, seconds > 0 ? double(stats->tokens) / seconds : 0.0);
     }
     if (stopping) {
       std::fprintf(stderr, "pstar: stopping after step %lld on request\n", (long long)(s + 1));

@@ -217,6 +217,14 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
   m->loss_scale_family_ = &gauge("patrickstar_loss_scale", "Loss scale of the last step.");
   m->mfu_family_ = &gauge("patrickstar_mfu",
                           "Model FLOPs utilization of the last step, as a ratio of peak (0..1).");
+  m->step_ = &gauge("patrickstar_step",
+                    "Training step reached; resumed steps count, so it does not drop after a restart.")
+                  .Add({});
+  m->target_steps_ = &gauge("patrickstar_target_steps", "Steps the run trains to (train.steps).").Add({});
+  m->tokens_per_second_ =
+      &gauge("patrickstar_tokens_per_second", "Training tokens per second of the whole job over the last step.")
+           .Add({});
+  m->checkpoint_family_ = &gauge("patrickstar_last_checkpoint_step", "Step of the newest checkpoint saved.");
   gauge("patrickstar_build_info", "Always 1; the labels describe the build.")
       .Add({{"version", kPstarVersion}, {"cuda", kCudaBuilt}})
       .Set(1);
@@ -261,6 +269,22 @@ void WorkerMetrics::RecordStep(double seconds, int64_t tokens, double loss, doub
 }
 
 void WorkerMetrics::RecordSkippedStep() { skipped_steps_->Increment(); }
+
+void WorkerMetrics::SetTarget(int64_t target_steps, int64_t start_step) {
+  target_steps_->Set(double(target_steps));
+  step_->Set(double(start_step));
+}
+
+void WorkerMetrics::RecordProgress(int64_t step, double tokens_per_second) {
+  step_->Set(double(step));
+  tokens_per_second_->Set(tokens_per_second);
+}
+
+void WorkerMetrics::RecordCheckpoint(int64_t step) {
+  // Its series appears with the first checkpoint: none saved, none shown.
+  std::call_once(checkpoint_once_, [&] { last_checkpoint_step_ = &checkpoint_family_->Add({}, double(step)); });
+  last_checkpoint_step_->Set(double(step));
+}
 
 void WorkerMetrics::AttachCollectiveCounters(const CollectiveCounters* counters) {
   if (counters != nullptr) runtime_->Attach(counters);

@@ -55,6 +55,14 @@ class WorkerMetrics {
                   double grad_norm, double loss_scale, double mfu);
   // A step whose update was skipped (non-finite gradients).
   void RecordSkippedStep();
+  // The run's place: the training step reached (resumed steps included, so
+  // it does not fall back after a restart), the steps it trains to, and the
+  // job's tokens per second over the last step. SetTarget once at start with
+  // the step it starts from; RecordProgress after each step.
+  void SetTarget(int64_t target_steps, int64_t start_step);
+  void RecordProgress(int64_t step, double tokens_per_second);
+  // The step of the newest checkpoint saved.
+  void RecordCheckpoint(int64_t step);
   // Serves the collective series from `counters` (a communicator's), read at
   // each scrape like the chunk series; an op's series appear once it has run.
   // `counters` must outlive this object. Attach once; a later call is ignored.
@@ -84,6 +92,12 @@ class WorkerMetrics {
   prometheus::Gauge* grad_norm_ = nullptr;
   prometheus::Gauge* loss_scale_ = nullptr;
   prometheus::Gauge* mfu_ = nullptr;
+  prometheus::Gauge* step_ = nullptr;
+  prometheus::Gauge* target_steps_ = nullptr;
+  prometheus::Gauge* tokens_per_second_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* checkpoint_family_ = nullptr;
+  prometheus::Gauge* last_checkpoint_step_ = nullptr;
+  std::once_flag checkpoint_once_;
 
   int port_ = 0;
   // Last, so it stops serving before anything it reads is destroyed.

@@ -1,7 +1,11 @@
 // End-to-end: the real pstar-operator process against the loopback fake API
 // server, whose kubelet mode runs each pod's `pstar launch` as local
 // processes, driven with the real kubectl where the machine has it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -283,6 +287,34 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
 }
 
+// status.progress follows rank 0's metrics, and kubectl get shows it.
+TEST_F(OperatorE2e, StatusShowsTrainingProgressReadFromRankZero) {
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_, {"--progress-interval", "1"});
+  Json job = TinyJob("progress", 10000000, /*nodes=*/1);
+  job["spec"]["metricsPort"] = FreePort();
+  Create(job);
+  Json progress;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const Json status = Job("progress").value("status", Json::object());
+        progress = status.value("progress", Json::object());
+        return progress.value("step", int64_t(0)) >= 20 && progress.contains("estimatedCompletionTime");
+      },
+      seconds(120)))
+      << Describe("progress");
+  EXPECT_EQ(progress["targetSteps"], 10000000);
+  EXPECT_TRUE(progress["loss"].is_number()) << progress;
+  EXPECT_GT(progress["tokensPerSecond"].get<double>(), 0) << progress;
+  EXPECT_GE(progress["lastCheckpointStep"].get<int64_t>(), 5) << progress;  // every 5 steps
+  if (HaveKubectl()) {
+    ProcessResult get = Kubectl({"get", "psj", "progress"});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    EXPECT_NE(get.out.find("STEP"), std::string::npos) << get.out;
+    EXPECT_NE(get.out.find("ETA"), std::string::npos) << get.out;
+  }
+}
+
 TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
   StartServer(/*kubelet=*/true);
   OperatorProcess op(*server_);
@@ -504,6 +536,34 @@ TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
     EXPECT_NE(r.err.find("numNodes"), std::string::npos) << r.err;
   }
   EXPECT_TRUE(op.process().Running());
+}
+
+// Against an API server that accepts and never answers, the operator gives
+// up at its sync timeout and exits then, not after its requests' retries.
+TEST_F(OperatorE2e, AStalledApiServerEndsTheOperatorAtItsSyncTimeout) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  ASSERT_EQ(::listen(listener, 64), 0);
+  TempDir dir("stalled");
+  const std::string kubeconfig = dir.path() + "/kubeconfig";
+  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                               "clusters: [{name: s, cluster: {server: 'http://127.0.0.1:"
+                            << ntohs(addr.sin_port)
+                            << "'}}]\nusers: [{name: u, user: {token: t}}]\n"
+                               "contexts: [{name: c, context: {cluster: s, user: u}}]\n";
+  const auto start = std::chrono::steady_clock::now();
+  ProcessResult r = RunProcess({PSTAR_OPERATOR_BINARY, "--kubeconfig", kubeconfig, "--metrics-address", "127.0.0.1",
+                                "--metrics-port", "0", "--sync-timeout", "3"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(listener);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("did not sync within 3 s"), std::string::npos) << r.err;
+  EXPECT_LT(took, seconds(20)) << "exited long after its sync timeout";
 }
 
 TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {

@@ -165,7 +165,7 @@ TEST(CrdTest, StatusSchema) {
   const YAML::Node crd = LoadCrd();
   const YAML::Node status = VersionSchema(crd)["properties"]["status"]["properties"];
   for (const char* field : {"phase", "conditions", "observedGeneration", "worldSize", "readyRanks", "ready", "restarts",
-                            "startTime", "completionTime", "lastRestartTime", "memory", "nodeFit"}) {
+                            "startTime", "completionTime", "lastRestartTime", "memory", "nodeFit", "progress"}) {
     EXPECT_TRUE(status[field]) << "status." << field;
   }
   const YAML::Node condition = status["conditions"]["items"]["properties"];
@@ -203,7 +203,7 @@ TEST(CrdTest, StatusSchema) {
     }
     EXPECT_EQ(node["type"].as<std::string>(), column["type"].as<std::string>()) << path;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Ready", "Restarts", "Model", "Host-Mem", "Age"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Ready", "Restarts", "Model", "Host-Mem", "Step", "Loss", "ETA", "Age"}));
 }
 
 }  // namespace

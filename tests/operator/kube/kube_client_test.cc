@@ -82,6 +82,58 @@ TEST(KubeClientCreate, TransportErrorIsCodeZero) {
   EXPECT_EQ(r.error.find('\n'), std::string::npos);
 }
 
+// A listener that accepts and never answers: a stalled API server.
+class StalledServer {
+ public:
+  StalledServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    ::listen(fd_, 64);  // connections wait in the backlog, unanswered
+  }
+  ~StalledServer() { ::close(fd_); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1, port_ = 0;
+};
+
+// Shutdown cancels what is in flight (a list with retries, a watch) against
+// a server that never answers, and fails what comes after at once.
+TEST(KubeClientCreate, ShutdownEndsRequestsToAStalledServerAtOnce) {
+  StalledServer stalled;
+  KubeConfig config;
+  config.server = stalled.url();
+  ClientOptions options;
+  options.request_timeout = std::chrono::seconds(30);
+  options.max_retries = 3;  // 4 x 30 s if nothing cut them short
+  auto client = MakeClient(config, options);
+  ASSERT_NE(client, nullptr);
+  ApiResponse listed, watched;
+  std::thread list([&] { listed = client->List(ConfigMaps(), "default", {}); });
+  std::thread watch([&] {
+    std::atomic<bool> never{false};
+    watched = client->Watch(ConfigMaps(), "default", {}, [](const WatchEvent&) { return true; }, &never);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto start = Clock::now();
+  client->Shutdown();
+  list.join();
+  watch.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_FALSE(listed.ok());
+  EXPECT_FALSE(watched.ok() && watched.error.empty());
+  const auto after = Clock::now();
+  ApiResponse late = client->Get(ConfigMaps(), "default", "x");
+  EXPECT_LT(Clock::now() - after, std::chrono::seconds(1));
+  EXPECT_NE(late.error.find("shut down"), std::string::npos) << late.error;
+}
+
 // A server that answers every request with a header declaring 10^14 bytes
 // of body, sends one byte of it and then stalls: the client refuses the
 // response at once, naming the size, instead of waiting for the body.
