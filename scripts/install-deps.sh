@@ -10,6 +10,7 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev
   python3 python3-numpy python3-torch python3-kubernetes python3-jsonschema
   prometheus  # promtool, which the metrics tests run
+  clang libomp-dev  # the libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()

@@ -26,6 +26,7 @@
 #include "kernels/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PSTAR_ADAM_X86 1
 #else
@@ -357,6 +358,16 @@ AdamPath DetectPath() {
 
 }  // namespace
 
+#if PSTAR_ADAM_X86
+namespace {
+// F16C from CPUID leaf 1 (ECX bit 29): Clang's __builtin_cpu_supports has no "f16c".
+bool HasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool AdamPathSupported(AdamPath path) {
 #if PSTAR_ADAM_X86
   // Checks the OS (XCR0) enables the register state too, not just CPUID.
@@ -365,7 +376,7 @@ bool AdamPathSupported(AdamPath path) {
     case AdamPath::kAvx512:
       return __builtin_cpu_supports("avx512f");
     case AdamPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HasF16c();
     case AdamPath::kScalar:
       return true;
   }

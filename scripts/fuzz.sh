@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz: the config parser, token shards,
+# safetensors files, checkpoint manifests) with Clang, ASan and UBSan into
+# build-fuzz/ (or $PSTAR_FUZZ_BUILD_DIR) and runs each for SECONDS (default
+# 30) from its committed seed corpus. New inputs go to a scratch directory,
+# never into the repository. Exits 1 naming the target and the crashing
+# input when one fails.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${PSTAR_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+seconds="${1:-30}"
+shift || true
+targets=("$@")
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest)
+command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
+
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTAR_FUZZ=ON \
+  -DPSTAR_WITH_CUDA=OFF -DPSTAR_BUILD_OPERATOR=OFF -DPSTAR_BUILD_TESTS=OFF -DPSTAR_NATIVE_ARCH=OFF > /dev/null
+cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]/%/_fuzz}"
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "$scratch/$t" "$scratch/$t-artifacts"
+  log="$scratch/$t.log"
+  if (cd "$scratch" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      "$build/bin/${t}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$scratch/$t-artifacts/" "$scratch/$t" "$root/tests/fuzz/corpus/$t") > "$log" 2>&1; then
+    echo "fuzz: $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${seconds} s, no failure"
+  else
+    echo "fuzz: $t: FAILED"
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -10
+    for a in "$scratch/$t-artifacts"/*; do [ -f "$a" ] && echo "  input (base64): $(base64 -w0 "$a" | head -c 2000)"; done
+    status=1
+  fi
+done
+exit "$status"
