@@ -566,6 +566,113 @@ TEST_F(OperatorE2e, AStalledApiServerEndsTheOperatorAtItsSyncTimeout) {
   EXPECT_LT(took, seconds(20)) << "exited long after its sync timeout";
 }
 
+// Forty-odd invalid or hostile jobs applied while a valid one trains: each
+// is refused by the API's schema or ends Failed with a one-line reason; the
+// operator never goes down and the valid job succeeds.
+TEST_F(OperatorE2e, AHostileCorpusIsRefusedWhileAValidJobTrains) {
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_);
+  Create(TinyJob("valid", 300, /*nodes=*/1));
+  ASSERT_TRUE(WaitForCreated("valid", seconds(60))) << Describe("valid");
+
+  auto with = [&](const std::string& name, const std::function<void(Json&)>& edit) {
+    Json job = TinyJob(name, 10, /*nodes=*/1);
+    edit(job);
+    return job;
+  };
+  Json deep = 1;
+  for (int i = 0; i < 400; ++i) deep = Json{{"x", deep}};
+  const std::string huge(1 << 20, 'a');
+  std::vector<Json> corpus = {
+      with("h-nodes-zero", [](Json& j) { j["spec"]["numNodes"] = 0; }),
+      with("h-nodes-negative", [](Json& j) { j["spec"]["numNodes"] = -3; }),
+      with("h-nodes-string", [](Json& j) { j["spec"]["numNodes"] = "2"; }),
+      with("h-nodes-huge", [](Json& j) { j["spec"]["numNodes"] = 1000000000; }),
+      with("h-nodes-float", [](Json& j) { j["spec"]["numNodes"] = 1.5; }),
+      with("h-nproc-zero", [](Json& j) { j["spec"]["nprocPerNode"] = 0; }),
+      with("h-nproc-huge", [](Json& j) { j["spec"]["nprocPerNode"] = 100000; }),
+      with("h-device", [](Json& j) { j["spec"]["device"] = "tpu"; }),
+      with("h-port-high", [](Json& j) { j["spec"]["masterPort"] = 70000; }),
+      with("h-metrics-port", [](Json& j) { j["spec"]["metricsPort"] = -1; }),
+      // (An unknown spec field is pruned by the API server, as a structural
+      // schema prunes; kubectl's strict field validation refuses it:
+      // tests/chart/invalid/unknown-spec-field.yaml.)
+      with("h-no-config", [](Json& j) { j["spec"].erase("config"); }),
+      with("h-config-string", [](Json& j) { j["spec"]["config"] = "model: {}"; }),
+      with("h-config-array", [](Json& j) { j["spec"]["config"] = Json::array({1, 2}); }),
+      with("h-layers-huge", [](Json& j) { j["spec"]["config"]["model"]["n_layer"] = 1000000000000LL; }),
+      with("h-layers-million", [](Json& j) { j["spec"]["config"]["model"]["n_layer"] = 1000000; }),
+      with("h-embd-overflow", [](Json& j) {
+        j["spec"]["config"]["model"]["n_embd"] = 2147483648LL;
+        j["spec"]["config"]["model"]["n_head"] = 1;
+      }),
+      with("h-heads-zero", [](Json& j) { j["spec"]["config"]["model"]["n_head"] = 0; }),
+      with("h-vocab-negative", [](Json& j) { j["spec"]["config"]["model"]["vocab_size"] = -5; }),
+      with("h-layers-float", [](Json& j) { j["spec"]["config"]["model"]["n_layer"] = 2.5; }),
+      with("h-layers-null", [](Json& j) { j["spec"]["config"]["model"]["n_layer"] = nullptr; }),
+      with("h-model-array", [](Json& j) { j["spec"]["config"]["model"] = Json::array({1, 2}); }),
+      with("h-preset", [](Json& j) { j["spec"]["config"]["model"] = {{"preset", "gpt-99"}}; }),
+      with("h-steps-string", [](Json& j) { j["spec"]["config"]["train"]["steps"] = "many"; }),
+      with("h-batch-huge", [](Json& j) { j["spec"]["config"]["train"]["batch_size"] = 1000000000000000000LL; }),
+      with("h-seq-negative", [](Json& j) { j["spec"]["config"]["train"]["seq_len"] = -8; }),
+      with("h-unknown-config-key", [](Json& j) { j["spec"]["config"]["trian"] = Json::object(); }),
+      with("h-deep-nesting", [&](Json& j) { j["spec"]["config"]["model"]["extra"] = deep; }),
+      with("h-huge-string", [&](Json& j) { j["spec"]["config"]["data"]["path"] = huge; }),
+      with("h-bad-utf8-like", [](Json& j) { j["spec"]["config"]["data"]["path"] = "\xef\xbf\xbd\xe2\x80\xae../../etc"; }),
+      with("h-reserved-env", [](Json& j) {
+        j["spec"]["env"] = Json::array({{{"name", "MASTER_ADDR"}, {"value", "10.0.0.1"}}});
+      }),
+      with("h-token-env", [](Json& j) {
+        j["spec"]["env"] = Json::array({{{"name", "PSTAR_STORE_TOKEN"}, {"value", "guess"}}});
+      }),
+      with("h-env-not-array", [](Json& j) { j["spec"]["env"] = "A=1"; }),
+      with("h-backoff-negative", [](Json& j) { j["spec"]["runPolicy"] = {{"backoffLimit", -1}}; }),
+      with("h-clean-policy", [](Json& j) { j["spec"]["runPolicy"] = {{"cleanPodPolicy", "Sometimes"}}; }),
+      with("h-restart-policy", [](Json& j) { j["spec"]["runPolicy"] = {{"restartPolicy", "Always"}}; }),
+      with("h-grace-huge", [](Json& j) {
+        j["spec"]["template"] = {{"spec", {{"terminationGracePeriodSeconds", 100000000}}}};
+      }),
+      with("h-reserved-volume", [](Json& j) {
+        j["spec"]["template"] = {{"spec", {{"volumes", Json::array({{{"name", "pstar-config"}, {"emptyDir", Json::object()}}})}}}};
+      }),
+      with("h-memory-garbage", [](Json& j) { j["spec"]["hostMemory"] = {{"request", "lots"}}; }),
+      with("h-memory-limit-below", [](Json& j) { j["spec"]["hostMemory"] = {{"request", "8Gi"}, {"limit", "1Gi"}}; }),
+      with("h-memory-tiny", [](Json& j) { j["spec"]["hostMemory"] = {{"request", "1Ki"}}; }),
+      with("h-headroom", [](Json& j) { j["spec"]["hostMemory"] = {{"headroomPercent", 1000000}}; }),
+      with("h-node-selector-number", [](Json& j) {
+        j["spec"]["template"] = {{"spec", {{"nodeSelector", {{"pool", 3}}}}}};
+      }),
+  };
+  ASSERT_GE(corpus.size(), 40u);
+  std::vector<std::string> accepted;
+  int refused_by_api = 0;
+  for (const Json& job : corpus) {
+    const std::string name = job["metadata"]["name"];
+    ApiResponse r = server_->client().Create(op::PatrickStarJobs(), kNs, job);
+    if (!r.ok()) {
+      EXPECT_TRUE(r.code == 422 || r.code == 400) << name << ": " << r.code << " " << r.error;
+      ++refused_by_api;
+      continue;
+    }
+    accepted.push_back(name);
+  }
+  for (const std::string& name : accepted) {
+    ASSERT_TRUE(WaitFor([&] { return Condition(name, "Failed").value("status", "") == "True"; }, seconds(60)))
+        << name << " was accepted and did not fail: " << Describe(name);
+    const Json c = Condition(name, "Failed");
+    EXPECT_EQ(c["reason"], "InvalidSpec") << name << ": " << c;
+    const std::string message = c.value("message", "");
+    EXPECT_EQ(message.find('\n'), std::string::npos) << name;
+    EXPECT_LT(message.size(), 2000u) << name << " has a message of " << message.size() << " bytes";
+    EXPECT_TRUE(Pods("patrickstar.io/job-name=" + name).empty()) << name;
+  }
+  std::printf("hostile corpus: %zu jobs, %d refused by the schema, %zu failed by the operator\n", corpus.size(),
+              refused_by_api, accepted.size());
+  ASSERT_TRUE(WaitForPhase("valid", "Succeeded", seconds(240))) << Describe("valid");
+  EXPECT_TRUE(op.process().Running()) << "the operator went down";
+  EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
+}
+
 TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {
   StartServer(/*kubelet=*/false);
   const std::vector<std::string> flags = {"--leader-elect", "--leader-election-namespace", "default"};
