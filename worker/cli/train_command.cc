@@ -159,7 +159,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (metrics) {
     metrics->AttachRuntimeCounters(&t.store().chunks().counters());
     metrics->AttachCollectiveCounters(&(*comm)->counters());
-    metrics->SetTarget(c.train.steps, first_step);
+    metrics->SetTarget(c.train.steps, first_step, env->world_size);
   }
   const MemoryPlan& plan = t.plan();
   const ChunkManager& chunks = t.store().chunks();

@@ -58,8 +58,9 @@ class WorkerMetrics {
   // The run's place: the training step reached (resumed steps included, so
   // it does not fall back after a restart), the steps it trains to, and the
   // job's tokens per second over the last step. SetTarget once at start with
-  // the step it starts from; RecordProgress after each step.
-  void SetTarget(int64_t target_steps, int64_t start_step);
+  // the step it starts from and the job's world size; RecordProgress after
+  // each step.
+  void SetTarget(int64_t target_steps, int64_t start_step, int world_size);
   void RecordProgress(int64_t step, double tokens_per_second);
   // The step of the newest checkpoint saved.
   void RecordCheckpoint(int64_t step);
@@ -94,6 +95,7 @@ class WorkerMetrics {
   prometheus::Gauge* mfu_ = nullptr;
   prometheus::Gauge* step_ = nullptr;
   prometheus::Gauge* target_steps_ = nullptr;
+  prometheus::Gauge* world_size_ = nullptr;
   prometheus::Gauge* tokens_per_second_ = nullptr;
   prometheus::Family<prometheus::Gauge>* checkpoint_family_ = nullptr;
   prometheus::Gauge* last_checkpoint_step_ = nullptr;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "worker/metrics/worker_metrics.h"
 
 #include <arpa/inet.h>
@@ -271,6 +273,37 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   const std::string cuda = "false";
 #endif
   EXPECT_EQ(e.Get("patrickstar_build_info", With({{"version", kPstarVersion}, {"cuda", cuda}})), 1);
+}
+
+// The progress gauges the operator's status.progress reads, and the
+// standard process series.
+TEST(WorkerMetrics, ServesProgressAndProcessSeries) {
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  metrics->SetTarget(1000, 40, 4);  // resumed at step 40, 4 ranks
+  Exposition start = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(start.Get("patrickstar_step", kConstant), 40) << "a resumed run starts where it was";
+  EXPECT_EQ(start.Count("patrickstar_last_checkpoint_step"), 0) << "no checkpoint yet";
+  metrics->RecordProgress(41, 1234.5);
+  metrics->RecordCheckpoint(40);
+  Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.Get("patrickstar_step", kConstant), 41);
+  EXPECT_EQ(e.Get("patrickstar_target_steps", kConstant), 1000);
+  EXPECT_EQ(e.Get("patrickstar_world_size", kConstant), 4);
+  EXPECT_DOUBLE_EQ(e.Get("patrickstar_tokens_per_second", kConstant).value_or(-1), 1234.5);
+  EXPECT_EQ(e.Get("patrickstar_last_checkpoint_step", kConstant), 40);
+  EXPECT_EQ(e.type["process_cpu_seconds_total"], "counter");
+  EXPECT_GE(e.Get("process_cpu_seconds_total", kConstant).value_or(-1), 0);
+  EXPECT_GT(e.Get("process_resident_memory_bytes", kConstant).value_or(0), 1 << 20);
+  EXPECT_GT(e.Get("process_virtual_memory_bytes", kConstant).value_or(0), 1 << 20);
+  EXPECT_GE(e.Get("process_open_fds", kConstant).value_or(0), 3);
+  EXPECT_GE(e.Get("process_threads", kConstant).value_or(0), 1);
+  const double now = double(std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  const double started = e.Get("process_start_time_seconds", kConstant).value_or(0);
+  EXPECT_LE(started, now + 2);
+  EXPECT_GT(started, now - 24 * 3600) << "this test process started within the day";
 }
 
 TEST(WorkerMetrics, ChunkSeriesAreReadAtScrapeTime) {
