@@ -1,16 +1,9 @@
 #include "worker/metrics/worker_metrics.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <exception>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -26,6 +19,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "worker/core/build_info.h"
+#include "worker/core/process_stats.h"
 #include "worker/metrics/http_endpoint.h"
 
 namespace pstar {
@@ -78,50 +72,25 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
 
  private:
   // The standard process series (as Prometheus' client libraries name them),
-  // from /proc/self at each scrape; absent where /proc cannot be read.
+  // at each scrape; absent where /proc cannot be read.
   std::vector<MetricFamily> CollectProcess() const {
     std::vector<MetricFamily> out;
-    std::ifstream stat_file("/proc/self/stat");
-    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) return out;
-    std::istringstream fields(stat.substr(paren + 2));
-    std::vector<std::string> f;
-    for (std::string x; fields >> x;) f.push_back(x);
-    // Fields after the command, counted from 3 (state): utime 14, stime 15,
-    // num_threads 20, starttime 22, vsize 23, rss 24 (pages).
-    auto field = [&](int n) { return size_t(n - 3) < f.size() ? std::strtod(f[size_t(n - 3)].c_str(), nullptr) : 0.0; };
-    const double ticks = double(::sysconf(_SC_CLK_TCK));
-    const double page = double(::sysconf(_SC_PAGESIZE));
-    double boot_time = 0;
-    std::ifstream proc_stat("/proc/stat");
-    for (std::string line; std::getline(proc_stat, line);) {
-      if (line.rfind("btime ", 0) == 0) boot_time = std::strtod(line.c_str() + 6, nullptr);
-    }
+    const std::optional<ProcessStats> p = ReadProcessStats();
+    if (!p) return out;
     auto one = [&](const char* name, const char* help, MetricType type, double value) {
       MetricFamily family = Family(name, help, type);
       family.metric.push_back(Sample({}, value, type));
       out.push_back(std::move(family));
     };
     one("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
-        (field(14) + field(15)) / ticks);
-    one("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, field(24) * page);
-    one("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, field(23));
+        p->cpu_seconds);
+    one("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, p->resident_bytes);
+    one("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, p->virtual_bytes);
     one("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
-        boot_time + field(22) / ticks);
-    one("process_threads", "Number of OS threads in the process.", MetricType::Gauge, field(20));
-    int fds = 0;
-    std::error_code ec;
-    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
-         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-      ++fds;
-    }
-    one("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, double(fds));
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-      one("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge,
-          limit.rlim_cur == RLIM_INFINITY ? -1.0 : double(limit.rlim_cur));
-    }
+        p->start_time_seconds);
+    one("process_threads", "Number of OS threads in the process.", MetricType::Gauge, p->threads);
+    one("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
+    if (p->max_fds) one("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, *p->max_fds);
     return out;
   }
 

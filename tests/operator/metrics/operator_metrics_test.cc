@@ -67,6 +67,17 @@ TEST(OperatorMetricsTest, PerJobPhaseAndRestarts) {
   EXPECT_EQ(Series(reply.body, R"(pstar_operator_job_restarts{name="beta",namespace="ml"})"), 3) << reply.body;
 }
 
+TEST(OperatorMetricsTest, ServesTheStandardProcessSeries) {
+  auto m = StartWith(OperatorSnapshot{});
+  ASSERT_NE(m, nullptr);
+  const std::string text = m->Render();
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos) << text;
+  EXPECT_GT(Series(text, "process_resident_memory_bytes"), 1 << 20) << text;
+  EXPECT_GE(Series(text, "process_open_fds"), 3) << text;
+  EXPECT_GE(Series(text, "process_threads"), 1) << text;
+  EXPECT_GT(Series(text, "process_start_time_seconds"), 1.7e9) << text;
+}
+
 TEST(OperatorMetricsTest, NoJobsNoPerJobSeries) {
   auto m = StartWith(OperatorSnapshot{});
   ASSERT_NE(m, nullptr);
