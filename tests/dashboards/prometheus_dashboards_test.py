@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -55,21 +56,35 @@ DEADLINE_S = 45
 build_dir = os.environ.get("PSTAR_BUILD_DIR", "")
 
 
+def ephemeral_range():
+    """The kernel's ephemeral port range, where outgoing connections take ports."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(consecutive=1):
-    """A loopback port p such that p .. p+consecutive-1 are free now."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + consecutive > 65535:
-            continue
+    """A loopback port p such that p .. p+consecutive-1 are free now, below
+    the kernel's ephemeral range: a port taken from that range can be handed
+    to some process's outgoing connection before the job binds it (rank 1's
+    metrics port, p+1, was). The C++ tests take theirs from 20000-32000
+    (tests/test_util.cc); these come from just above, to keep apart."""
+    low, _ = ephemeral_range()
+    first, last = (32000, low - 1) if low - 1 - 32000 >= 200 else (10000, 19999)
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(first, last - consecutive + 1)
         ok = True
-        for p in range(port + 1, port + consecutive):
+        for p in range(port, port + consecutive):
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
                     ok = False
+                    break
         if ok:
             return port
     raise RuntimeError("no free port")
