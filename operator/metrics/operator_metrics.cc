@@ -1,6 +1,5 @@
 #include "operator/metrics/operator_metrics.h"
 
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,7 +12,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "worker/core/build_info.h"
-#include "worker/core/process_stats.h"
+#include "worker/metrics/process_metrics.h"
 
 namespace pstar::op {
 
@@ -96,24 +95,7 @@ class OperatorMetrics::SnapshotCollector : public prometheus::Collectable {
     info.metric.push_back(Sample({{"version", kPstarVersion}}, 1, MetricType::Gauge));
     out.push_back(std::move(info));
     // The standard process series, as the workers export them.
-    if (const std::optional<ProcessStats> p = ReadProcessStats()) {
-      auto one = [&](const char* name, const char* help, MetricType type, double value) {
-        MetricFamily family = Family(name, help, type);
-        family.metric.push_back(Sample({}, value, type));
-        out.push_back(std::move(family));
-      };
-      one("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
-          p->cpu_seconds);
-      one("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, p->resident_bytes);
-      one("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, p->virtual_bytes);
-      one("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
-          p->start_time_seconds);
-      one("process_threads", "Number of OS threads in the process.", MetricType::Gauge, p->threads);
-      one("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
-      if (p->max_fds) {
-        one("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, *p->max_fds);
-      }
-    }
+    for (MetricFamily& f : ProcessMetricFamilies()) out.push_back(std::move(f));
     return out;
   }
 

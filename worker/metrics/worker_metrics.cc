@@ -3,7 +3,6 @@
 #include <atomic>
 #include <cerrno>
 #include <exception>
-#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -19,7 +18,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "worker/core/build_info.h"
-#include "worker/core/process_stats.h"
+#include "worker/metrics/process_metrics.h"
 #include "worker/metrics/http_endpoint.h"
 
 namespace pstar {
@@ -71,28 +70,8 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
   }
 
  private:
-  // The standard process series (as Prometheus' client libraries name them),
-  // at each scrape; absent where /proc cannot be read.
-  std::vector<MetricFamily> CollectProcess() const {
-    std::vector<MetricFamily> out;
-    const std::optional<ProcessStats> p = ReadProcessStats();
-    if (!p) return out;
-    auto one = [&](const char* name, const char* help, MetricType type, double value) {
-      MetricFamily family = Family(name, help, type);
-      family.metric.push_back(Sample({}, value, type));
-      out.push_back(std::move(family));
-    };
-    one("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
-        p->cpu_seconds);
-    one("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, p->resident_bytes);
-    one("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, p->virtual_bytes);
-    one("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
-        p->start_time_seconds);
-    one("process_threads", "Number of OS threads in the process.", MetricType::Gauge, p->threads);
-    one("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
-    if (p->max_fds) one("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, *p->max_fds);
-    return out;
-  }
+  // The standard process series, with the worker's constant labels.
+  std::vector<MetricFamily> CollectProcess() const { return ProcessMetricFamilies(constant_); }
 
   // Per op that has run: payload bytes sent and seconds spent.
   std::vector<MetricFamily> CollectCollectives() const {
