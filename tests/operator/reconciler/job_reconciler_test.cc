@@ -85,7 +85,27 @@ class JobReconcilerTest : public ::testing::Test {
     ApiResponse r = server_->client().List(Pods(), kNs, o);
     return r.ok() ? r.body["items"].size() : 0;
   }
+  // A reconciler with one worker, its planner waiting at `gate` while it
+  // sizes the job named "slow".
+  std::unique_ptr<JobReconciler> StartReconciler(Gate& gate, int planner_threads) {
+    ReconcilerOptions options;
+    options.workers = 1;  // inline sizing would hold the only worker
+    options.planner_threads = planner_threads;
+    options.watch_nodes = false;
+    options.planner = [&gate](const Json& job) {
+      if (job["metadata"].value("name", "") == "slow") gate.Wait();
+      return PlanJob(job);
+    };
+    auto client = KubeClient::Create(server_->config());
+    EXPECT_TRUE(client.ok()) << client.status().message();
+    if (!client.ok()) return nullptr;
+    client_ = std::move(client).value();
+    auto reconciler = std::make_unique<JobReconciler>(*client_, options, nullptr);
+    if (!reconciler->Start(seconds(30)).ok()) return nullptr;
+    return reconciler;
+  }
   std::unique_ptr<test::FakeApiServer> server_;
+  std::unique_ptr<KubeClient> client_;  // the reconciler's: a member, so it outlives the test's reconciler
 };
 
 // With the only worker free while the planner sizes: the job being sized is
@@ -93,18 +113,8 @@ class JobReconcilerTest : public ::testing::Test {
 // would be written), and gets its pods when its plan is made.
 TEST_F(JobReconcilerTest, TheWorkersAreNotHeldBySizing) {
   Gate gate;
-  ReconcilerOptions options;
-  options.workers = 1;
-  options.planner_threads = 1;
-  options.watch_nodes = false;
-  options.planner = [&](const Json& job) {
-    if (job["metadata"].value("name", "") == "slow") gate.Wait();
-    return PlanJob(job);
-  };
-  auto client = KubeClient::Create(server_->config());
-  ASSERT_TRUE(client.ok()) << client.status().message();
-  JobReconciler reconciler(**client, options, nullptr);
-  ASSERT_TRUE(reconciler.Start(seconds(30)).ok());
+  std::unique_ptr<JobReconciler> reconciler = StartReconciler(gate, /*planner_threads=*/1);
+  ASSERT_NE(reconciler, nullptr);
 
   ASSERT_TRUE(server_->client().Create(PatrickStarJobs(), kNs, TinyJob("slow")).ok());
   ASSERT_TRUE(WaitFor([&] { return gate.Waiting(); }, seconds(30))) << "the slow job's sizing never started";
@@ -118,23 +128,13 @@ TEST_F(JobReconcilerTest, TheWorkersAreNotHeldBySizing) {
   EXPECT_EQ(PodsOf("slow"), 0u);
   gate.Open();
   EXPECT_TRUE(WaitFor([&] { return PodsOf("slow") == 1; }, seconds(30)));
-  reconciler.Stop();
+  reconciler->Stop();
 }
 
 TEST_F(JobReconcilerTest, PodsOfAQuickJobAppearWhileAnotherIsStillBeingSized) {
   Gate gate;
-  ReconcilerOptions options;
-  options.workers = 1;
-  options.planner_threads = 2;
-  options.watch_nodes = false;
-  options.planner = [&](const Json& job) {
-    if (job["metadata"].value("name", "") == "slow") gate.Wait();
-    return PlanJob(job);
-  };
-  auto client = KubeClient::Create(server_->config());
-  ASSERT_TRUE(client.ok()) << client.status().message();
-  JobReconciler reconciler(**client, options, nullptr);
-  ASSERT_TRUE(reconciler.Start(seconds(30)).ok());
+  std::unique_ptr<JobReconciler> reconciler = StartReconciler(gate, /*planner_threads=*/2);
+  ASSERT_NE(reconciler, nullptr);
   ASSERT_TRUE(server_->client().Create(PatrickStarJobs(), kNs, TinyJob("slow")).ok());
   ASSERT_TRUE(WaitFor([&] { return gate.Waiting(); }, seconds(30)));
   ASSERT_TRUE(server_->client().Create(PatrickStarJobs(), kNs, TinyJob("fast")).ok());
@@ -143,7 +143,7 @@ TEST_F(JobReconcilerTest, PodsOfAQuickJobAppearWhileAnotherIsStillBeingSized) {
   EXPECT_EQ(PodsOf("slow"), 0u);
   gate.Open();
   EXPECT_TRUE(WaitFor([&] { return PodsOf("slow") == 1; }, seconds(30)));
-  reconciler.Stop();
+  reconciler->Stop();
 }
 
 TEST(JobPlannerTest, PlansEachGenerationOnceAndForgets) {
