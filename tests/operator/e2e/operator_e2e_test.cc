@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -536,6 +537,30 @@ TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
     EXPECT_NE(r.err.find("numNodes"), std::string::npos) << r.err;
   }
   EXPECT_TRUE(op.process().Running());
+}
+
+// Bad flags end the operator at once with exit 2 and one line naming the flag,
+// before it touches any cluster.
+TEST(OperatorFlags, BadValuesAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--operator-pod-labels", "novalue"}, "--operator-pod-labels: 'novalue' is not KEY=VALUE"},
+      {{"--operator-pod-labels", "a=1,=2"}, "--operator-pod-labels: '=2' is not KEY=VALUE"},
+      {{"--operator-pod-labels", ""}, "--operator-pod-labels must not be empty"},
+      {{"--progress-interval", "-1"}, "--progress-interval must be an integer in [0, 86400]"},
+      {{"--progress-interval", "1e9"}, "--progress-interval must be an integer in [0, 86400]"},
+      {{"--progress-interval"}, "--progress-interval needs a value"},
+      {{"--cpu-worker-image", ""}, "--cpu-worker-image must not be empty"},
+      {{"--monitoring-namespace", ""}, "--monitoring-namespace must not be empty"},
+      {{"--network-policy", "--operator-namespace", "ops"}, "give --operator-pod-labels"},
+  };
+  for (const auto& [flags, needle] : cases) {
+    std::vector<std::string> argv = {PSTAR_OPERATOR_BINARY};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    ProcessResult r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << needle << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
 
 // Against an API server that accepts and never answers, the operator gives
