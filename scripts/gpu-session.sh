@@ -98,8 +98,13 @@ say "source: $(git -C "$root" describe --always --dirty 2>/dev/null || echo 'no 
 # --- The host ----------------------------------------------------------------
 missing=()
 for tool in g++ cmake ninja tar; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-nvcc="$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)"
-[ -n "$nvcc" ] || missing+=(nvcc)
+# shellcheck source=scripts/gpu/cuda-libs.sh
+source "$root/scripts/gpu/cuda-libs.sh"
+# The toolkit's own nvcc, not a wrapper on PATH: one stable compiler path for
+# CMake's cache, and the toolkit root for the isolation check.
+cuda_root="$(cuda_toolkit_root)"
+nvcc="${cuda_root:+$cuda_root/bin/nvcc}"
+[ -n "$nvcc" ] && [ -x "$nvcc" ] || missing+=(nvcc)
 command -v dpkg-deb >/dev/null 2>&1 || command -v ar >/dev/null 2>&1 || missing+=("dpkg-deb or ar")
 if [ "${#missing[@]}" -gt 0 ]; then
   say "host: missing ${missing[*]}: cannot build here"
@@ -126,8 +131,6 @@ fi
 step unpack 120 bash "$root/scripts/gpu/unpack-debs.sh" "$deps_dir" "$work/deps"
 [ "$verdict" = PASSED ] || finish FAILED
 deps="$work/deps"
-# shellcheck source=scripts/gpu/cuda-libs.sh
-source "$root/scripts/gpu/cuda-libs.sh"
 CUDA_EXTRA_INCLUDE=""
 if ! find_cuda_libs; then
   say "cuda libraries:"; printf '%s' "$CUDA_LIBS_REPORT" | tee -a "$summary"
@@ -148,11 +151,16 @@ cmake_args=(-G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPSTAR_W
 if [ -n "$CUDA_EXTRA_INCLUDE" ]; then
   cmake_args+=(-DCMAKE_CXX_FLAGS="-isystem $CUDA_EXTRA_INCLUDE" -DCMAKE_CUDA_FLAGS="-isystem $CUDA_EXTRA_INCLUDE")
 fi
+# A build made with another CUDA compiler would make CMake drop its cache and
+# configure again without these arguments (finding the system's packages):
+# start that build afresh.
+if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_CUDA_COMPILER:[A-Z]*=$nvcc" "$build/CMakeCache.txt"; then
+  rm -rf "$build"
+fi
 step configure 120 cmake "${cmake_args[@]}"
 [ "$verdict" = PASSED ] || finish FAILED
 step build 480 cmake --build "$build" --parallel "$jobs"
 [ "$verdict" = PASSED ] || finish FAILED
-cuda_root="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
 # The proof that matters is CI's dry run; on a GPU host a failure is reported
 # and the GPU work goes on (the build did succeed).
 if python3 "$root/scripts/gpu/check_isolation.py" "$build" "$deps" "$root" "$cuda_root" \

@@ -8,14 +8,29 @@
 #   CUDA_LIBS_REPORT     one line per library: the file it resolved to
 # and returns 1 (after the report) when a library cannot be found.
 
-cuda_lib_candidates() {  # directories that may hold CUDA libraries, best first
-  local nvcc toolkit py
-  nvcc="$(command -v nvcc || true)"
+# The toolkit directory of the nvcc given (or found). nvcc may be a wrapper
+# script (e.g. /usr/local/bin/nvcc exec'ing the real one), so it is asked
+# where its toolkit is, as CMake does; the directory above the resolved
+# binary is the fallback. Prints nothing when there is no nvcc.
+cuda_toolkit_root() {
+  local nvcc="${1:-}" top
+  [ -n "$nvcc" ] || nvcc="$(command -v nvcc || true)"
   [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
-  if [ -n "$nvcc" ]; then
-    toolkit="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
+  [ -n "$nvcc" ] || return 0
+  top="$("$nvcc" --dryrun -x cu -E /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n1)"
+  [ -n "$top" ] && [ -x "$top/bin/nvcc" ] || top="$(dirname "$(readlink -f "$nvcc")")/.."
+  (cd "$top" && pwd -P)
+}
+
+cuda_lib_candidates() {  # directories that may hold CUDA libraries, best first
+  local toolkit py d
+  toolkit="$(cuda_toolkit_root)"
+  if [ -n "$toolkit" ]; then
     for d in "$toolkit/lib64" "$toolkit/lib" "$toolkit/targets/x86_64-linux/lib"; do [ -d "$d" ] && echo "$d"; done
   fi
+  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    [ -n "$d" ] && [ -d "$d/lib64" ] && (cd "$d/lib64" && pwd -P)
+  done
   for py in ${PYTHON:-} /opt/torch/.venv/bin/python3 python3 /usr/bin/python3; do
     command -v "$py" >/dev/null 2>&1 || continue
     "$py" - 2>/dev/null <<'PY' || true

@@ -58,8 +58,21 @@ class GpuSessionTest(unittest.TestCase):
     def test_dry_run_builds_in_isolation(self):
         out = os.path.join(self.work, "out")
         shutil.rmtree(out, ignore_errors=True)
+        # nvcc first on PATH is a wrapper script outside the toolkit, as on
+        # hosts that install /usr/local/bin/nvcc: the runner must still find
+        # the toolkit's libraries and hand CMake the real compiler.
+        dry = run([shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc", "--dryrun", "-x", "cu", "-E", "/dev/null"])
+        top = [l.split("=", 1)[1] for l in dry.stderr.splitlines() if l.startswith("#$ TOP=")]
+        self.assertTrue(top, dry.stderr[-2000:])
+        real_nvcc = os.path.realpath(os.path.join(top[0], "bin", "nvcc"))
+        wrapper_bin = os.path.join(self.work, "wrapper-bin")
+        os.makedirs(wrapper_bin, exist_ok=True)
+        with open(os.path.join(wrapper_bin, "nvcc"), "w") as f:
+            f.write("#!/bin/sh\nexec %s \"$@\"\n" % real_nvcc)
+        os.chmod(os.path.join(wrapper_bin, "nvcc"), 0o755)
         r = run(["bash", os.path.join(SOURCE_DIR, "scripts", "gpu-session.sh"), out, "--quick", "--dry-run"],
-                env={"DEPS_DIR": self.debs, "WORK_DIR": os.path.join(self.work, "session")})
+                env={"DEPS_DIR": self.debs, "WORK_DIR": os.path.join(self.work, "session"),
+                     "PATH": wrapper_bin + os.pathsep + os.environ.get("PATH", "")})
         summary_path = os.path.join(out, "summary.txt")
         summary = read(summary_path) if os.path.exists(summary_path) else "(none)"
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
@@ -76,6 +89,10 @@ class GpuSessionTest(unittest.TestCase):
         # The binaries it built resolved their libraries in the prefix (RUNPATH and the runner's search).
         cache = read(os.path.join(self.work, "session", "build", "CMakeCache.txt"))
         self.assertIn("PSTAR_BUILD_OPERATOR:BOOL=OFF", cache)
+        toolkit = os.path.dirname(os.path.dirname(real_nvcc))
+        compiler = [l.split("=", 1)[1] for l in cache.splitlines() if l.startswith("CMAKE_CUDA_COMPILER:")]
+        self.assertEqual(compiler, [os.path.join(toolkit, "bin", "nvcc")])
+        self.assertIn("libcudart.so: " + toolkit, summary)
         self.assertIn("yaml-cpp_DIR:PATH=" + os.path.join(self.work, "session", "deps"), cache)
 
     def test_a_package_missing_from_the_prefix_is_caught(self):
