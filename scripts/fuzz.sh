@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: the config parser, token shards,
-# safetensors files, checkpoint manifests) with Clang, ASan and UBSan into
+# safetensors files, checkpoint manifests, the GPT-2 tokenizer) with Clang, ASan and UBSan into
 # build-fuzz/ (or $PSTAR_FUZZ_BUILD_DIR) and runs each for SECONDS (default
 # 30) from its committed seed corpus. New inputs go to a scratch directory,
 # never into the repository. Exits 1 naming the target and the crashing
@@ -13,7 +13,7 @@ build="${PSTAR_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest)
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTAR_FUZZ=ON \

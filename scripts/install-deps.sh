@@ -12,6 +12,11 @@ PACKAGES=(
   prometheus  # promtool, which the metrics tests run
   clang libomp-dev  # the libFuzzer targets (scripts/fuzz.sh)
 )
+# node and npm run the tokenizer's references (scripts/npm-refs.sh); a node
+# from elsewhere (e.g. NodeSource, which bundles npm) is kept.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

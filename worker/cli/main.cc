@@ -31,9 +31,21 @@ constexpr CommandHelp kCommands[] = {
      "  --set KEY=VALUE    override one config key (repeatable)\n"
      "  --world-size N     plan one of N data-parallel ranks (default 1)\n"
      "  --json             print the plan as one JSON object\n"},
-    {"tokenize", "tokenize --input TEXT --output SHARD.bin", "write a byte-level token shard from a text file",
-     "  --input TEXT       a regular file, read as bytes (one token per byte, vocabulary 256)\n"
-     "  --output SHARD     the token shard to write (replaced atomically; never the input)\n"},
+    {"tokenize",
+     "tokenize --input TEXT [--input TEXT]... --output SHARD.bin [--tokenizer byte|gpt2]\n"
+     "         [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]\n"
+     "         [--document-separator STRING] [--threads N] [--decode]",
+     "write a token shard from text files: bytes, or GPT-2's BPE",
+     "  --input TEXT       a regular file, or a directory of them (name order); repeatable\n"
+     "  --output SHARD     the token shard to write (replaced atomically; never an input)\n"
+     "  --tokenizer T      byte (one token per byte, vocabulary 256; the default) or gpt2\n"
+     "  --vocab FILE       GPT-2's encoder.json (with --merges; implies --tokenizer gpt2)\n"
+     "  --merges FILE      GPT-2's vocab.bpe\n"
+     "  --tokenizer-json F a Hugging Face tokenizer.json of the GPT-2 family, instead of the two\n"
+     "  --document-separator S  cut each file into documents at S (dropped); gpt2 puts\n"
+     "                     <|endoftext|> before every document (each file is one without this)\n"
+     "  --threads N        encoding threads (default: every core)\n"
+     "  --decode           the reverse: --input is a shard, --output the text it decodes to\n"},
     {"export", "export --checkpoint ROOT [--step N] --output DIR",
      "write a checkpoint's weights as a Hugging Face GPT-2 model",
      "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"

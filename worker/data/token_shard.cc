@@ -19,14 +19,49 @@ void Store(std::string& out, T v) {
 }
 }  // namespace
 
+namespace {
+Result<TokenShardHeader> ParseLlmcHeader(const unsigned char* data, int64_t file_bytes, const std::string& path) {
+  if (file_bytes < kLlmcShardHeaderBytes) {
+    return Status::DataLoss(path + ": truncated llm.c token shard (" + std::to_string(file_bytes) +
+                            " bytes, the header alone is 1024)");
+  }
+  const int32_t magic = Load<int32_t>(data);
+  const int32_t version = Load<int32_t>(data + 4);
+  const int32_t expected = magic == kLlmcShardMagic ? 1 : 7;
+  if (version != expected) {
+    return Status::DataLoss(path + ": unsupported llm.c token shard version " + std::to_string(version) +
+                            " (magic " + std::to_string(magic) + " has version " + std::to_string(expected) + ")");
+  }
+  const int32_t count = Load<int32_t>(data + 8);
+  if (count < 0) return Status::DataLoss(path + ": llm.c token shard with a negative token count " + std::to_string(count));
+  TokenShardHeader h;
+  h.header_bytes = kLlmcShardHeaderBytes;
+  h.token_bytes = magic == kLlmcShardMagic ? 2 : 4;
+  h.num_tokens = uint64_t(count);
+  h.vocab_size = 0;
+  const uint64_t payload = uint64_t(file_bytes - kLlmcShardHeaderBytes);
+  if (h.num_tokens * h.token_bytes != payload) {
+    return Status::DataLoss(path + ": truncated llm.c token shard: header says " + std::to_string(h.num_tokens) +
+                            " tokens (" + std::to_string(h.num_tokens * h.token_bytes) + " bytes) but " +
+                            std::to_string(payload) + " bytes follow the header");
+  }
+  return h;
+}
+}  // namespace
+
 Result<TokenShardHeader> ParseTokenShardHeader(const unsigned char* data, int64_t file_bytes,
                                                const std::string& path) {
+  if (file_bytes >= 4) {
+    const int32_t magic = Load<int32_t>(data);
+    if (magic == kLlmcShardMagic || magic == kLlmcShardMagicUint32) return ParseLlmcHeader(data, file_bytes, path);
+  }
   if (file_bytes < kTokenShardHeaderBytes) {
     return Status::DataLoss(path + ": truncated token shard (" + std::to_string(file_bytes) +
                             " bytes, the header alone is 32)");
   }
   if (std::memcmp(data, kTokenShardMagic, 8) != 0) {
-    return Status::DataLoss(path + ": not a token shard (bad magic; make one with 'pstar tokenize')");
+    return Status::DataLoss(path + ": not a token shard (bad magic: neither pstar's PSTARTOK nor llm.c's " +
+                            std::to_string(kLlmcShardMagic) + "; make one with 'pstar tokenize')");
   }
   uint32_t version = Load<uint32_t>(data + 8);
   if (version != kTokenShardVersion) {

@@ -1,6 +1,7 @@
 #include "worker/data/token_source.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,7 +49,7 @@ class MappedShard {
     }
     ::close(fd);
     PSTAR_ASSIGN_OR_RETURN(shard->header_, ParseTokenShardHeader(shard->data_, shard->bytes_, path));
-    if (int64_t(shard->header_.vocab_size) > vocab_size) {
+    if (shard->header_.vocab_size != 0 && int64_t(shard->header_.vocab_size) > vocab_size) {
       return Status::InvalidArgument(path + ": vocabulary mismatch: shard was made for " +
                                      std::to_string(shard->header_.vocab_size) +
                                      " tokens but model.vocab_size is " + std::to_string(vocab_size));
@@ -72,7 +73,7 @@ class MappedShard {
 
   int64_t size() const { return int64_t(header_.num_tokens); }
   int64_t At(int64_t i) const {
-    const unsigned char* p = data_ + kTokenShardHeaderBytes + i * header_.token_bytes;
+    const unsigned char* p = data_ + header_.header_bytes + i * header_.token_bytes;
     if (header_.token_bytes == 2) {
       uint16_t v;
       std::memcpy(&v, p, 2);
@@ -119,21 +120,49 @@ class ShardTokenSource final : public TokenSource {
 
 }  // namespace
 
-Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size) {
+Result<std::vector<std::string>> ListTokenShards(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<std::string> files;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& entry : fs::directory_iterator(path, ec)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".bin") {
-        files.push_back(entry.path().string());
+  // A glob, unless a file or directory has that very name.
+  if (path.find_first_of("*?[") != std::string::npos && !fs::exists(path, ec)) {
+    glob_t g{};
+    const int rc = ::glob(path.c_str(), GLOB_ERR, nullptr, &g);
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        if (!fs::is_directory(g.gl_pathv[i], ec)) files.push_back(g.gl_pathv[i]);
       }
     }
+    ::globfree(&g);
+    if (rc != 0 && rc != GLOB_NOMATCH) return Status::NotFound(path + ": cannot expand the pattern");
+    if (files.empty()) return Status::NotFound(path + ": the pattern matches no files");
     std::sort(files.begin(), files.end());
-    if (files.empty()) return Status::NotFound(path + ": directory holds no *.bin token shards");
-  } else {
-    files.push_back(path);
+    return files;
   }
+  if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
+  bool train = false, val = false;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".bin") {
+      const std::string name = entry.path().filename().string();
+      train |= name.find("_train_") != std::string::npos;
+      val |= name.find("_val_") != std::string::npos;
+      files.push_back(entry.path().string());
+    }
+  }
+  if (ec) return Status::NotFound(path + ": cannot list: " + ec.message());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return Status::NotFound(path + ": directory holds no *.bin token shards");
+  // llm.c's scripts write both kinds into one folder: reading it whole would
+  // train on the validation data.
+  if (train && val) {
+    return Status::InvalidArgument(path + ": holds both training (*_train_*) and validation (*_val_*) shards; "
+                                   "name one kind with a glob, e.g. " + (fs::path(path) / "*_train_*.bin").string());
+  }
+  return files;
+}
+
+Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size) {
+  PSTAR_ASSIGN_OR_RETURN(std::vector<std::string> files, ListTokenShards(path));
   std::vector<std::unique_ptr<MappedShard>> shards;
   for (const auto& f : files) {
     PSTAR_ASSIGN_OR_RETURN(auto shard, MappedShard::Open(f, vocab_size));

@@ -31,8 +31,14 @@ class VectorTokenSource final : public TokenSource {
   std::vector<int32_t> tokens_;
 };
 
-// Opens `path`, a token-shard file or a directory of *.bin shards (read in
-// name order, as one sequence). Every token must be < vocab_size.
+// The shard files `path` names, in read order: a file; a glob (`*`, `?`,
+// `[...]`; matches in name order); or a directory's *.bin files in name
+// order, refused when it holds both llm.c-style training (`*_train_*`) and
+// validation (`*_val_*`) shards, so validation data never leaks into training.
+Result<std::vector<std::string>> ListTokenShards(const std::string& path);
+
+// Opens the shards ListTokenShards(path) names, in pstar's or llm.c's format,
+// as one sequence. Every token must be < vocab_size.
 Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, int64_t vocab_size);
 
 // The byte-level tokenizer: one token per byte, ids 0..255.

