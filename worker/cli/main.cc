@@ -23,7 +23,8 @@ constexpr CommandHelp kCommands[] = {
      "  --print-config     print the effective config, every key, and exit\n"
      "  --profile          print time per op family, chunk copy direction and collective at the end\n"
      "  --log-format json  progress lines as one JSON object each (step, loss, lr, grad_norm, tokens_per_s,\n"
-     "                     ms_per_step, elapsed_s, eta_s, h2d_bytes, d2h_bytes, ...)\n"
+     "                     ms_per_step, elapsed_s, eta_s, h2d_bytes, d2h_bytes, ...; validations: step,\n"
+     "                     val_loss, eval_s)\n"
      "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
     {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]",
      "print the job's memory plan: chunks, bytes per tier, minimum memory",

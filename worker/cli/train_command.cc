@@ -96,9 +96,14 @@ int TrainCommand(const std::vector<std::string>& args) {
 
   auto data = OpenDataSource(c);
   if (!data.ok()) return ReportError(data.status());
+  auto val_data = OpenValidationSource(c);
+  if (!val_data.ok()) return ReportError(val_data.status());
   auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;
+  if (*val_data != nullptr) {
+    if (Status s = t.SetValidationData(**val_data); !s.ok()) return ReportError(s);
+  }
   // The endpoint reads the trainer's counters: stop it before the trainer goes.
   struct StopMetricsFirst {
     std::unique_ptr<WorkerMetrics>& metrics;
@@ -177,6 +182,12 @@ int TrainCommand(const std::vector<std::string>& args) {
               (long long)(*data)->size(), env->world_size, (long long)c.train.batch_size,
               (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,
               (long long)(env->world_size * c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
+  if (*val_data != nullptr) {
+    std::printf("validation: %lld tokens | %lld batches (%lld tokens) every %lld steps\n",
+                (long long)(*val_data)->size(), (long long)c.train.eval_batches,
+                (long long)(c.train.eval_batches * env->world_size * c.train.batch_size * c.train.seq_len),
+                (long long)c.train.eval_every);
+  }
   if (first_step > 0) std::printf("resumed: from the checkpoint of step %lld\n", (long long)first_step);
   std::fflush(stdout);
 
@@ -250,6 +261,14 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     const bool stopping = stop > 0.0;
     const bool last = s + 1 == c.train.steps;
+    if (c.train.eval_every > 0 && ((s + 1) % c.train.eval_every == 0 || last)) {
+      const auto eval_start = std::chrono::steady_clock::now();
+      auto val_loss = t.Evaluate();
+      if (!val_loss.ok()) return ReportError(val_loss.status());
+      const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+      progress.OnValidation(s + 1, *val_loss, eval_seconds);
+      if (metrics) metrics->RecordValidation(s + 1, *val_loss);
+    }
     if ((c.checkpoint.every_steps > 0 && (s + 1) % c.checkpoint.every_steps == 0) || stopping || last) {
       if (!save()) return kExitFailure;
       if (metrics && !c.checkpoint.dir.empty()) metrics->RecordCheckpoint(s + 1);

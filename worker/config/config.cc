@@ -198,6 +198,7 @@ void ParseData(Section s, DataSection& d) {
   else if (source == "tokens") d.source = DataSourceKind::kTokens;
   else Fail(s.Key("source"), "must be generated, text or tokens, got '" + source + "'");
   s.Read("path", d.path);
+  s.Read("val_path", d.val_path);
   s.Read("generated_tokens", d.generated_tokens);
   s.Read("seed", d.seed);
   s.CheckNoUnknownKeys();
@@ -207,6 +208,9 @@ void ParseData(Section s, DataSection& d) {
   }
   if (d.source == DataSourceKind::kGenerated && !d.path.empty()) {
     Fail(s.Key("path"), "is not used by the generated corpus (set data.source to text or tokens)");
+  }
+  if (d.source == DataSourceKind::kGenerated && !d.val_path.empty()) {
+    Fail(s.Key("val_path"), "needs data.source text or tokens (the generated corpus has no validation split)");
   }
 }
 
@@ -334,6 +338,8 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   s.Read("seed", t.seed);
   s.Read("activation_checkpointing", t.activation_checkpointing);
   s.Read("log_every", t.log_every);
+  s.Read("eval_every", t.eval_every);
+  s.Read("eval_batches", t.eval_batches);
   s.Read("grad_clip", t.grad_clip);
   s.Read("warmup_steps", t.warmup_steps);
   s.Read("min_lr", t.min_lr);
@@ -373,6 +379,9 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   RequirePositive(s.Key("steps"), t.steps);
   RequirePositive(s.Key("grad_accum_steps"), t.grad_accum_steps);
   RequirePositive(s.Key("log_every"), t.log_every);
+  RequireNonNegative(s.Key("eval_every"), t.eval_every);
+  RequirePositive(s.Key("eval_batches"), t.eval_batches);
+  RequireAtMost(s.Key("eval_batches"), t.eval_batches, int64_t(1) << 20, "validation micro-batches pstar takes");
   RequireNonNegative(s.Key("grad_clip"), t.grad_clip);
   RequireNonNegative(s.Key("warmup_steps"), t.warmup_steps);
   RequireNonNegative(s.Key("min_lr"), t.min_lr);
@@ -422,6 +431,9 @@ Config ParseRoot(const YAML::Node& root) {
     Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
+  if (c.train.eval_every > 0 && c.data.val_path.empty()) {
+    Fail("train.eval_every", "is " + std::to_string(c.train.eval_every) + " but data.val_path is not set");
+  }
   if (c.runtime.device == "cuda" && c.model.gpt.n_head > 0 &&
       c.model.gpt.n_embd / c.model.gpt.n_head > kernels::kMaxGpuAttentionHeadSize) {
     Fail("model.n_head", "gives a head size of " + std::to_string(c.model.gpt.n_embd / c.model.gpt.n_head) +
@@ -511,6 +523,7 @@ std::string ConfigToYaml(const Config& c) {
                                                                : "tokens";
   e << YAML::Key << "source" << YAML::Value << src;
   if (!c.data.path.empty()) e << YAML::Key << "path" << YAML::Value << c.data.path;
+  if (!c.data.val_path.empty()) e << YAML::Key << "val_path" << YAML::Value << c.data.val_path;
   if (c.data.source == DataSourceKind::kGenerated) {
     e << YAML::Key << "generated_tokens" << YAML::Value << c.data.generated_tokens;
     e << YAML::Key << "seed" << YAML::Value << c.data.seed;
@@ -580,6 +593,8 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "seed" << YAML::Value << c.train.seed;
   e << YAML::Key << "activation_checkpointing" << YAML::Value << c.train.activation_checkpointing;
   e << YAML::Key << "log_every" << YAML::Value << c.train.log_every;
+  e << YAML::Key << "eval_every" << YAML::Value << c.train.eval_every;
+  e << YAML::Key << "eval_batches" << YAML::Value << c.train.eval_batches;
   e << YAML::Key << "grad_clip" << YAML::Value << Shortest(c.train.grad_clip);
   e << YAML::Key << "warmup_steps" << YAML::Value << c.train.warmup_steps;
   e << YAML::Key << "min_lr" << YAML::Value << Shortest(c.train.min_lr);

@@ -33,7 +33,8 @@ struct ModelSection {
 
 struct DataSection {
   DataSourceKind source = DataSourceKind::kGenerated;
-  std::string path;                    // text file, shard file or shard directory
+  std::string path;                    // text file, shard file, glob or shard directory
+  std::string val_path;                // validation data, read as `path` is; empty: none
   int64_t generated_tokens = 1 << 21;  // size of the built-in corpus
   uint64_t seed = 1234;                // built-in corpus seed
 };
@@ -113,6 +114,10 @@ struct TrainSection {
   uint64_t seed = 42;
   bool activation_checkpointing = false;
   int64_t log_every = 10;
+  // Validation loss on data.val_path every eval_every steps (and after the
+  // last); 0 = never. eval_batches micro-batches, the same ones every time.
+  int64_t eval_every = 0;
+  int64_t eval_batches = 20;
   float grad_clip = 1.0f;  // 0 = off
   int64_t warmup_steps = 0;
   float min_lr = 0.0f;

@@ -232,6 +232,8 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
       &gauge("patrickstar_tokens_per_second", "Training tokens per second of the whole job over the last step.")
            .Add({});
   m->checkpoint_family_ = &gauge("patrickstar_last_checkpoint_step", "Step of the newest checkpoint saved.");
+  m->val_loss_family_ = &gauge("patrickstar_val_loss", "Validation loss of the last evaluation (nats per token).");
+  m->val_step_family_ = &gauge("patrickstar_val_step", "Training step after which the last validation ran.");
   gauge("patrickstar_build_info", "Always 1; the labels describe the build.")
       .Add({{"version", kPstarVersion}, {"cuda", kCudaBuilt}})
       .Set(1);
@@ -292,6 +294,16 @@ void WorkerMetrics::RecordCheckpoint(int64_t step) {
   // Its series appears with the first checkpoint: none saved, none shown.
   std::call_once(checkpoint_once_, [&] { last_checkpoint_step_ = &checkpoint_family_->Add({}, double(step)); });
   last_checkpoint_step_->Set(double(step));
+}
+
+void WorkerMetrics::RecordValidation(int64_t step, double loss) {
+  // Its series appear with the first evaluation.
+  std::call_once(val_once_, [&] {
+    val_loss_ = &val_loss_family_->Add({}, loss);
+    val_step_ = &val_step_family_->Add({}, double(step));
+  });
+  val_loss_->Set(loss);
+  val_step_->Set(double(step));
 }
 
 void WorkerMetrics::AttachCollectiveCounters(const CollectiveCounters* counters) {

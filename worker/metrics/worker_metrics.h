@@ -64,6 +64,8 @@ class WorkerMetrics {
   void RecordProgress(int64_t step, double tokens_per_second);
   // The step of the newest checkpoint saved.
   void RecordCheckpoint(int64_t step);
+  // The validation loss measured after `step` (train.eval_every).
+  void RecordValidation(int64_t step, double loss);
   // Serves the collective series from `counters` (a communicator's), read at
   // each scrape like the chunk series; an op's series appear once it has run.
   // `counters` must outlive this object. Attach once; a later call is ignored.
@@ -99,6 +101,11 @@ class WorkerMetrics {
   prometheus::Gauge* tokens_per_second_ = nullptr;
   prometheus::Family<prometheus::Gauge>* checkpoint_family_ = nullptr;
   prometheus::Gauge* last_checkpoint_step_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* val_loss_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* val_step_family_ = nullptr;
+  prometheus::Gauge* val_loss_ = nullptr;
+  prometheus::Gauge* val_step_ = nullptr;
+  std::once_flag val_once_;
   std::once_flag checkpoint_once_;
 
   int port_ = 0;

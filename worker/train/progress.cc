@@ -82,6 +82,19 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
   }
 }
 
+void ProgressReporter::OnValidation(int64_t step, double loss, double seconds) {
+  validated_ = true;
+  val_loss_ = loss;
+  if (format_ == LogFormat::kJson) {
+    const nlohmann::json line = {{"step", step}, {"val_loss", loss}, {"eval_s", seconds}};
+    std::fprintf(out_, "%s\n", line.dump().c_str());
+  } else {
+    std::fprintf(out_, "step %*lld/%lld | val loss %.4f | %.0f ms\n", int(std::to_string(total_).size()),
+                 (long long)step, (long long)total_, loss, 1000.0 * seconds);
+  }
+  std::fflush(out_);
+}
+
 double ProgressReporter::tokens_per_second_steady() const {
   if (steps_ <= 1) return double(tokens_) / std::max(seconds_, 1e-9);
   return double(steady_tokens_) / std::max(steady_seconds_, 1e-9);
@@ -94,6 +107,7 @@ void ProgressReporter::PrintSummary() const {
                (long long)steps_, (long long)tokens_, seconds_, tokens_per_second_steady(),
                double(last_loss_), double(min_loss_));
   if (skipped_ > 0) std::fprintf(out_, " skipped_steps=%lld", (long long)skipped_);
+  if (validated_) std::fprintf(out_, " val_loss=%.4f", val_loss_);
   std::fprintf(out_, "\n");
   std::fflush(out_);
 }

@@ -25,8 +25,10 @@ class ProgressReporter {
   // on the first and on the last. `h2d_bytes` and `d2h_bytes` are the chunk
   // bytes moved so far (JSON lines carry them).
   void OnStep(const StepStats& s, double seconds, int64_t h2d_bytes = 0, int64_t d2h_bytes = 0);
+  // A validation loss measured after `step` (1-based) in `seconds`: one line.
+  void OnValidation(int64_t step, double loss, double seconds);
   // "summary: steps=... tokens=... seconds=... tokens_per_s=... final_loss=... min_loss=..."
-  // and " skipped_steps=N" when fp16 steps overflowed.
+  // and " skipped_steps=N" when fp16 steps overflowed, " val_loss=X" after a validation.
   // tokens_per_s leaves out the first step (start-up effects).
   void PrintSummary() const;
 
@@ -43,6 +45,8 @@ class ProgressReporter {
   double window_seconds_ = 0;
   float last_loss_ = 0, min_loss_ = 0;
   int64_t skipped_ = 0;  // fp16 steps whose gradients overflowed
+  bool validated_ = false;
+  double val_loss_ = 0;
 };
 
 }  // namespace pstar

@@ -73,6 +73,15 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
 
 }  // namespace
 
+Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config) {
+  if (config.data.val_path.empty()) return std::unique_ptr<TokenSource>();
+  const int64_t vocab = config.model.gpt.vocab_size;
+  auto r = config.data.source == DataSourceKind::kText ? OpenByteText(config.data.val_path, vocab)
+                                                       : OpenTokenShards(config.data.val_path, vocab);
+  if (!r.ok()) return r.status().WithPrefix("data.val_path");
+  return std::move(r).value();
+}
+
 Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
   const int64_t vocab = config.model.gpt.vocab_size;
   switch (config.data.source) {
@@ -245,6 +254,33 @@ void Trainer::EnableProfiling(int64_t warmup_steps) {
   profiler_ = std::make_unique<Profiler>(store_->chunks().backend(), comm_, warmup_steps);
   model_->WrapKernels([&](std::unique_ptr<ModelKernels> kernels) { return profiler_->Wrap(std::move(kernels)); });
   store_->chunks().SetMoveObserver(profiler_.get());
+}
+
+Status Trainer::SetValidationData(const TokenSource& data) {
+  auto loader = BatchLoader::Create(data, config_.train.batch_size, config_.train.seq_len, comm_->rank(), world_);
+  if (!loader.ok()) return loader.status().WithPrefix("data.val_path");
+  val_loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
+  return Status::Ok();
+}
+
+Result<double> Trainer::Evaluate() {
+  if (val_loader_ == nullptr) return Status::FailedPrecondition("no validation data (data.val_path)");
+  NvtxRange range("validation");
+  val_loader_->set_cursor(0);
+  for (int64_t b = 0; b < config_.train.eval_batches; ++b) {
+    // Each forward pass is the first half of a step's access sequence, so the
+    // chunk trace's eviction and prefetch choices hold for it.
+    store_->BeginStep();
+    val_loader_->Next(tokens_.data(), targets_.data());
+    model_->Forward(tokens_.data(), targets_.data());
+  }
+  double loss = model_->TakeLoss();
+  if (world_ > 1) {
+    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
+    loss /= double(world_);
+  }
+  PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
+  return loss;
 }
 
 Result<StepStats> Trainer::Step() {

@@ -54,6 +54,16 @@ class Trainer {
 
   int64_t steps_taken() const { return step_; }
 
+  // Validation data, which must outlive the trainer: each rank reads its
+  // slice of the same global batches as in training. Fails when it holds too
+  // few tokens for one batch.
+  Status SetValidationData(const TokenSource& data);
+  // The mean loss per token over train.eval_batches micro-batches of the
+  // validation data, from its start (the same batches every time), averaged
+  // over the ranks. Forward passes only: parameters, gradients, the
+  // optimizer and the training data's cursor are untouched.
+  Result<double> Evaluate();
+
   // Times every op, chunk copy and collective of the steps from now on (see
   // Profiler), leaving out the first `warmup_steps` of them. Numerics are
   // untouched; each step waits once more for the device.
@@ -93,6 +103,7 @@ class Trainer {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<BatchLoader> val_loader_;  // null without validation data
   std::unique_ptr<AdamOptimizer> optimizer_;
   LrSchedule schedule_;
   LossScaler scaler_;
@@ -107,5 +118,8 @@ Status CheckComputeDevice(const std::string& device, int local_rank);
 
 // The token source a config names: the generated corpus, byte-level text or token shards.
 Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config);
+// The validation source (data.val_path, read as data.source says), or null
+// when there is none.
+Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config);
 
 }  // namespace pstar

@@ -204,6 +204,31 @@ class Gpt2TokenizerTest(unittest.TestCase):
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertFalse(os.path.exists(out))
 
+    def test_the_example_job_trains_on_bpe_text_and_reports_val_loss(self):
+        # examples/gpt2-bpe.yaml as its comment says, on this repository's
+        # docs (training) and README (validation), a few steps.
+        work = os.path.join(self.tmp, "example")
+        os.makedirs(os.path.join(work, "data"))
+        self.tokenize("--vocab", self.encoder, "--merges", self.merges, "--input", os.path.join(SOURCE_DIR, "docs"),
+                      "--output", os.path.join(work, "data", "text_train_000001.bin"))
+        self.tokenize("--vocab", self.encoder, "--merges", self.merges, "--input",
+                      os.path.join(SOURCE_DIR, "README.md"), "--output", os.path.join(work, "data", "text_val_000000.bin"))
+        r = run([PSTAR, "train", "--config", os.path.join(SOURCE_DIR, "examples", "gpt2-bpe.yaml"),
+                 "--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.eval_batches=2",
+                 "--set", "train.batch_size=2", "--set", "train.log_every=1", "--log-format", "json"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        val = [l for l in lines if "val_loss" in l]
+        self.assertEqual([l["step"] for l in val], [2, 4])
+        for l in val:
+            self.assertTrue(0 < l["val_loss"] < 12, l)  # ln(50304) = 10.8 at the start
+        self.assertIn("val_loss=", r.stdout.splitlines()[-2] + r.stdout.splitlines()[-1] + r.stdout)
+        # Training and validation shards in one folder, named as a folder: refused.
+        r = run([PSTAR, "train", "--config", os.path.join(SOURCE_DIR, "examples", "gpt2-bpe.yaml"),
+                 "--set", "data.path=data", "--set", "train.steps=1"], cwd=work)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("both training (*_train_*) and validation (*_val_*)", r.stderr)
+
     def test_unicode_classes_agree_with_unicodedata(self):
         # The table is Unicode 15.0; Python's unicodedata may be older or
         # newer: compare where both know the character.
@@ -231,6 +256,6 @@ class Gpt2TokenizerTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    PSTAR, SOURCE_DIR, WORK_DIR = sys.argv[1:4]
+    PSTAR, SOURCE_DIR, WORK_DIR = (os.path.abspath(a) for a in sys.argv[1:4])
     del sys.argv[1:4]
     unittest.main(verbosity=2)
