@@ -47,7 +47,8 @@ std::string LayoutFingerprint(const std::vector<TensorSpec>& specs) {
 }
 
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
-                      const TrainingState& state, Communicator& comm, DeviceCopier* device) {
+                      const TrainingState& state, Communicator& comm, DeviceCopier* device,
+                      const std::string& tokenizer_json) {
   Status valid = CheckState(state);
   if (valid.ok()) valid = CheckOwnedRanges(ranges, device);
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, valid, "arguments"));
@@ -60,7 +61,8 @@ Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<O
       WriteRankFile(StagingDir(root, state.step), comm.rank(), comm.world_size(), state.step, ranges, device);
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, written, name + " (writing rank files)"));
 
-  Status published = comm.rank() == 0 ? PublishCheckpoint(root, comm.world_size(), state, keep) : Status::Ok();
+  Status published =
+      comm.rank() == 0 ? PublishCheckpoint(root, comm.world_size(), state, keep, tokenizer_json) : Status::Ok();
   return AgreeAll(comm, published, name + " (publishing)");
 }
 

@@ -52,6 +52,10 @@ struct TrainingState {
   double loss_scale = 1.0;         // finite and positive
   std::string layout_fingerprint;  // identifies model shapes (same fingerprint required to load)
   GptConfig model;                 // the model's shape, for `pstar export`
+  // What made the tokens (data.tokenizer): "byte", "gpt2" (its tokenizer.json
+  // is in the checkpoint) or "none". Checkpoints from before it was recorded
+  // read as "byte", the only tokenizer there was.
+  std::string tokenizer = "none";
 };
 
 // A fingerprint of model shapes: the CRC-64 of every tensor's name and shape,
@@ -71,8 +75,11 @@ std::string LayoutFingerprint(const std::vector<TensorSpec>& specs);
 // InvalidArgument otherwise). Their bytes pass through one host buffer of at
 // most 4 MiB per rank, never a whole piece at once; the file is the same as
 // for host ranges. A copier error fails the save and publishes nothing.
+// With state.tokenizer "gpt2", `tokenizer_json` (BpeTokenizer::
+// ToTokenizerJson) is saved beside the manifest, checksummed by it.
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
-                      const TrainingState& state, Communicator& comm, DeviceCopier* device = nullptr);
+                      const TrainingState& state, Communicator& comm, DeviceCopier* device = nullptr,
+                      const std::string& tokenizer_json = "");
 
 // Fills `ranges` from the checkpoint `latest` names and returns its state.
 // A damaged checkpoint (missing, truncated or corrupt file, bad manifest, a

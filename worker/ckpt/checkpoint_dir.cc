@@ -31,6 +31,7 @@ namespace {
 
 constexpr const char* kFormatName = "pstar-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kTokenizerName = "tokenizer.json";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kStagingSuffix = ".tmp";
 constexpr int64_t kFloatBytes = int64_t(sizeof(float));
@@ -375,7 +376,8 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
   return WriteFileAtomically(JoinPath(staging_dir, RankSidecarName(rank)), sidecar.dump(2) + "\n");
 }
 
-Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep) {
+Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
+                         const std::string& tokenizer_json) {
   const std::string staging = StagingDir(root, state.step);
   const std::string final_dir = JoinPath(root, StepDirName(state.step));
 
@@ -413,6 +415,15 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
   manifest["world_size"] = world_size;
   manifest["state"] = StateToJson(state);
   manifest["files"] = files;
+  Json tokenizer = {{"type", state.tokenizer}};
+  if (state.tokenizer == "gpt2") {
+    if (tokenizer_json.empty()) return Status::Internal("state.tokenizer is gpt2 but no tokenizer.json was given");
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, kTokenizerName), tokenizer_json));
+    tokenizer["file"] = {{"name", kTokenizerName},
+                         {"bytes", int64_t(tokenizer_json.size())},
+                         {"checksum", FormatCrc64(Crc64::Of(tokenizer_json))}};
+  }
+  manifest["tokenizer"] = tokenizer;
   manifest["manifest_checksum"] = ManifestChecksum(manifest);
   PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, kManifestName), manifest.dump(2) + "\n"));
 
@@ -436,6 +447,21 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
     if (!st.ok()) return st.WithPrefix("checkpoint " + StepDirName(state.step) + " saved, but pruning failed");
   }
   return Status::Ok();
+}
+
+Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir) {
+  PSTAR_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
+  if (m.state.tokenizer != "gpt2") {
+    return Status::NotFound(step_dir + ": the run's tokens were not made by GPT-2's tokenizer (tokenizer: " +
+                            m.state.tokenizer + ")");
+  }
+  const std::string path = JoinPath(step_dir, m.tokenizer_file.name);
+  auto text = ReadRegularFile(path);
+  if (!text.ok()) return Status::DataLoss(text.status().message());
+  if (int64_t(text->size()) != m.tokenizer_file.bytes || Crc64::Of(*text) != m.tokenizer_file.crc64) {
+    return Status::DataLoss(path + ": size or checksum differs from the manifest's");
+  }
+  return std::move(*text);
 }
 
 Result<Manifest> ReadManifest(const std::string& step_dir) {
@@ -468,6 +494,24 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
         return Status::DataLoss(path + ": bad checksum for " + file.name);
       }
       m.files.push_back(std::move(file));
+    }
+    // Absent in checkpoints from before tokenizers were recorded: bytes.
+    m.state.tokenizer = "byte";
+    if (j.contains("tokenizer")) {
+      const Json& t = j.at("tokenizer");
+      m.state.tokenizer = t.at("type").get<std::string>();
+      if (m.state.tokenizer != "byte" && m.state.tokenizer != "gpt2" && m.state.tokenizer != "none") {
+        return Status::DataLoss(path + ": bad manifest: unknown tokenizer '" + m.state.tokenizer + "'");
+      }
+      if (m.state.tokenizer == "gpt2") {
+        const Json& f = t.at("file");
+        m.tokenizer_file.name = f.at("name").get<std::string>();
+        m.tokenizer_file.bytes = f.at("bytes").get<int64_t>();
+        if (m.tokenizer_file.name != kTokenizerName || m.tokenizer_file.bytes < 0 ||
+            !ParseCrc64Text(f.at("checksum").get<std::string>(), &m.tokenizer_file.crc64)) {
+          return Status::DataLoss(path + ": bad manifest: bad tokenizer file entry");
+        }
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(path + ": bad manifest: " + e.what());

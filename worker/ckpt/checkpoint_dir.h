@@ -50,7 +50,10 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
                      const std::vector<OwnedRange>& ranges, DeviceCopier* device = nullptr);
 // Rank 0, after every rank wrote: the manifest from the sidecars, then the
 // rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
-Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep);
+// With state.tokenizer "gpt2" it writes `tokenizer_json` as tokenizer.json
+// first, named and checksummed in the manifest.
+Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
+                         const std::string& tokenizer_json = "");
 
 struct ManifestFile {
   std::string name;  // within the step directory
@@ -61,10 +64,15 @@ struct Manifest {
   int world_size = 0;
   TrainingState state;
   std::vector<ManifestFile> files;  // one per saving rank, in rank order
+  ManifestFile tokenizer_file;      // tokenizer.json, when state.tokenizer is gpt2
 };
 // Reads and verifies step_dir/manifest.json (its own checksum, fields, and
 // that its step matches the directory's name). DataLoss names the problem.
 Result<Manifest> ReadManifest(const std::string& step_dir);
+
+// The GPT-2 tokenizer.json a checkpoint carries, verified against its
+// manifest; NotFound when its tokens were not made by GPT-2's tokenizer.
+Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir);
 
 // Fills `ranges` from one checkpoint directory, reading only the rank files
 // that hold pieces of them, each verified whole against the manifest's size

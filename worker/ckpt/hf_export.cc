@@ -3,11 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "worker/ckpt/checkpoint_dir.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/core/file_util.h"
+#include "worker/data/bpe_tokenizer.h"
 #include "worker/model/gpt.h"
 
 namespace pstar {
@@ -25,7 +27,8 @@ bool IsHfConv1DWeight(const std::string& name) {
          EndsWith(name, ".mlp.c_fc.weight") || EndsWith(name, ".mlp.c_proj.weight");
 }
 
-std::string HfGpt2ConfigJson(const GptConfig& g) {
+std::string HfGpt2ConfigJson(const GptConfig& g, int64_t eot) {
+  if (eot < 0) eot = EndOfTextId(g);
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -48,20 +51,21 @@ std::string HfGpt2ConfigJson(const GptConfig& g) {
   j["use_cache"] = true;
   j["torch_dtype"] = "float32";
   // transformers' GPT2Config defaults these to 50256, which is out of range
-  // for any smaller vocabulary and breaks generate(): the last id, GPT-2's
-  // <|endoftext|> in its own vocabulary.
-  j["bos_token_id"] = EndOfTextId(g);
-  j["eos_token_id"] = EndOfTextId(g);
+  // for any smaller vocabulary and breaks generate(): the tokenizer's
+  // <|endoftext|>, or without one the last id.
+  j["bos_token_id"] = eot;
+  j["eos_token_id"] = eot;
   return j.dump(2) + "\n";
 }
 
 int64_t EndOfTextId(const GptConfig& g) { return g.vocab_size - 1; }
 
-std::string HfGenerationConfigJson(const GptConfig& g) {
+std::string HfGenerationConfigJson(const GptConfig& g, int64_t eot) {
+  if (eot < 0) eot = EndOfTextId(g);
   nlohmann::ordered_json j;
   j["_from_model_config"] = true;
-  j["bos_token_id"] = EndOfTextId(g);
-  j["eos_token_id"] = EndOfTextId(g);
+  j["bos_token_id"] = eot;
+  j["eos_token_id"] = eot;
   return j.dump(2) + "\n";
 }
 
@@ -110,8 +114,29 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
   summary.config_path = (std::filesystem::path(output_dir) / "config.json").string();
   summary.generation_config_path = (std::filesystem::path(output_dir) / "generation_config.json").string();
   PSTAR_RETURN_IF_ERROR(writer.Write(summary.model_path));
-  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfGpt2ConfigJson(g)));
-  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g)));
+  std::optional<BpeTokenizer> tokenizer;
+  std::string tokenizer_json;
+  if (manifest.state.tokenizer == "gpt2") {
+    PSTAR_ASSIGN_OR_RETURN(tokenizer_json, ReadCheckpointTokenizer(step_dir));
+    PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromTokenizerJsonText(tokenizer_json, step_dir + "/tokenizer.json"));
+    tokenizer.emplace(std::move(t));
+  }
+  const int64_t eot = tokenizer ? tokenizer->eot() : EndOfTextId(g);
+  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfGpt2ConfigJson(g, eot)));
+  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g, eot)));
+  if (tokenizer) {
+    const nlohmann::ordered_json tokenizer_config = {
+        {"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", g.max_seq_len}, {"add_prefix_space", false},
+        {"bos_token", "<|endoftext|>"},       {"eos_token", "<|endoftext|>"},     {"unk_token", "<|endoftext|>"}};
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"tokenizer.json", tokenizer_json},
+                                     {"vocab.json", tokenizer->ToVocabJson()},
+                                     {"merges.txt", tokenizer->ToMergesTxt()},
+                                     {"tokenizer_config.json", tokenizer_config.dump(2) + "\n"}}) {
+      const std::string path = (std::filesystem::path(output_dir) / name).string();
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path, text));
+      summary.tokenizer_paths.push_back(path);
+    }
+  }
   return summary;
 }
 

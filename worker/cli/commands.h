@@ -21,6 +21,12 @@ int TokenizeCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
+int SampleCommand(const std::vector<std::string>& args);
+
+// The step directory of checkpoint root `root`: step `step_text` (a number),
+// or the latest when it is empty. NotFound names what is missing;
+// InvalidArgument starting "--step" a bad number.
+Result<std::string> CheckpointStepDir(const std::string& root, const std::string& step_text);
 
 // The job options train and plan share: --config FILE, --set KEY=VALUE (repeated),
 // and the command's own `flags`, which take no value.

@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "worker/ckpt/checkpoint_dir.h"
 #include "worker/ckpt/hf_export.h"
 #include "worker/cli/commands.h"
 
@@ -20,37 +19,18 @@ int ExportCommand(const std::vector<std::string>& args) {
   }
   if (root.empty() || output.empty()) return UsageError("export needs --checkpoint and --output");
 
-  int64_t step = -1;
-  if (!step_text.empty()) {
-    size_t used = 0;
-    try {
-      step = std::stoll(step_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != step_text.size() || step < 0) {
-      return UsageError("--step: expected a step number, got '" + step_text + "'");
-    }
-  } else {
-    auto latest = ReadLatestStep(root);
-    if (!latest.ok()) {
-      if (latest.status().code() == StatusCode::kNotFound) {
-        return ReportError(Status::NotFound(root + ": no checkpoint (no 'latest' file)"));
-      }
-      return ReportError(latest.status());
-    }
-    step = *latest;
-  }
-  const std::string step_dir = (std::filesystem::path(root) / StepDirName(step)).string();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(step_dir, ec)) {
-    return ReportError(Status::NotFound(step_dir + ": no such checkpoint"));
-  }
-  auto summary = ExportHuggingFaceGpt2(step_dir, output);
+  auto step_dir = CheckpointStepDir(root, step_text);
+  if (!step_dir.ok()) return ReportError(step_dir.status());
+  auto summary = ExportHuggingFaceGpt2(*step_dir, output);
   if (!summary.ok()) return ReportError(summary.status());
   std::printf("exported step %lld (%lld parameters) to %s, %s and %s\n", static_cast<long long>(summary->step),
               static_cast<long long>(summary->parameters), summary->model_path.c_str(),
               summary->config_path.c_str(), summary->generation_config_path.c_str());
+  if (!summary->tokenizer_paths.empty()) {
+    std::printf("tokenizer (GPT-2's, as the run recorded it):");
+    for (const std::string& p : summary->tokenizer_paths) std::printf(" %s", p.c_str());
+    std::printf("\n");
+  }
   return kExitOk;
 }
 

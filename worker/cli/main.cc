@@ -52,6 +52,18 @@ constexpr CommandHelp kCommands[] = {
      "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"
      "  --step N           the step to export (default: the latest)\n"
      "  --output DIR       where model.safetensors and config.json go\n"},
+    {"sample",
+     "sample --checkpoint ROOT [--step N] --prompt TEXT [--tokens N] [--temperature T] [--top-k K]\n"
+     "         [--seed S] [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]",
+     "generate text from a checkpoint with the tokenizer its run used",
+     "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"
+     "  --step N           the step to sample from (default: the latest)\n"
+     "  --prompt TEXT      the start of the text (GPT-2's tokenizer: may be empty)\n"
+     "  --tokens N         new tokens at most (default 64; GPT-2's <|endoftext|> ends sooner)\n"
+     "  --temperature T    0 is greedy (the most likely token each time); default 1\n"
+     "  --top-k K          draw from the K most likely tokens only; 0 (default) is all\n"
+     "  --seed S           the same seed, checkpoint and prompt give the same text (default 0)\n"
+     "  --vocab, --merges, --tokenizer-json  a tokenizer for a checkpoint that recorded none\n"},
     {"info", "info", "print the build and the compute devices", ""},
     {"launch",
      "launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
@@ -124,6 +136,7 @@ int main(int argc, char** argv) {
   if (command == "train") return pstar::cli::TrainCommand(args);
   if (command == "plan") return pstar::cli::PlanCommand(args);
   if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
+  if (command == "sample") return pstar::cli::SampleCommand(args);
   if (command == "export") return pstar::cli::ExportCommand(args);
   if (command == "info") return pstar::cli::InfoCommand(args);
   if (command == "launch") return pstar::cli::LaunchCommand(args);

@@ -3,17 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 #include "worker/cli/commands.h"
 #include "worker/core/file_util.h"
 #include "worker/data/bpe_tokenizer.h"
-#include "worker/data/gpt2_pretokenizer.h"
 #include "worker/data/token_shard.h"
 #include "worker/data/token_source.h"
 
@@ -201,8 +198,7 @@ int TokenizeCommand(const std::vector<std::string>& args) {
   auto tokenizer = LoadTokenizer(a);
   if (!tokenizer.ok()) return ReportError(tokenizer.status());
   // Documents: each file, cut further at the separator (which is dropped);
-  // empty ones are skipped. Each document is then cut into ~1 MiB pieces at
-  // word boundaries, so one large file also keeps every thread busy.
+  // empty ones are skipped.
   std::vector<std::string> texts;
   int64_t total_bytes = 0;
   for (const std::string& f : *files) {
@@ -211,12 +207,7 @@ int TokenizeCommand(const std::vector<std::string>& args) {
     total_bytes += int64_t(text->size());
     texts.push_back(std::move(*text));
   }
-  struct Piece {
-    std::string_view text;
-    bool starts_document;
-  };
-  std::vector<Piece> pieces;
-  int64_t documents = 0;
+  std::vector<std::string_view> documents;
   for (const std::string& text : texts) {
     std::vector<std::string_view> docs;
     if (a.separator) {
@@ -230,58 +221,17 @@ int TokenizeCommand(const std::vector<std::string>& args) {
       docs.push_back(text);
     }
     for (std::string_view doc : docs) {
-      if (doc.empty()) continue;
-      ++documents;
-      size_t begin = 0;
-      bool first = true;
-      for (size_t cut : Gpt2SafeCuts(doc, size_t(1) << 20)) {
-        pieces.push_back({doc.substr(begin, cut - begin), first});
-        begin = cut;
-        first = false;
-      }
-      pieces.push_back({doc.substr(begin), first});
+      if (!doc.empty()) documents.push_back(doc);
     }
   }
-  const int threads = a.threads > 0 ? a.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::vector<int32_t>> encoded(pieces.size());
-  std::atomic<size_t> next{0};
-  std::atomic<int64_t> done_bytes{0};
+  const int64_t n_documents = int64_t(documents.size());
   ProgressBar bar(total_bytes);
-  const auto work = [&] {
-    for (size_t i = next++; i < pieces.size(); i = next++) {
-      tokenizer->Encode(pieces[i].text, encoded[i]);
-      done_bytes += int64_t(pieces[i].text.size());
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads, int(pieces.size())); ++t) pool.emplace_back(work);
-  std::thread watcher;
-  std::atomic<bool> finished{false};
-  watcher = std::thread([&] {
-    while (!finished) {
-      bar.Show(done_bytes);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
-  work();
-  for (auto& t : pool) t.join();
-  finished = true;
-  watcher.join();
-  bar.Show(done_bytes, /*final=*/true);
-
-  // <|endoftext|> before each document, as GPT-2's training data and llm.c's
-  // shards have it: the model sees where every document starts.
-  std::vector<int32_t> tokens;
-  size_t count = 0;
-  for (const auto& e : encoded) count += e.size();
-  tokens.reserve(count + size_t(documents));
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].starts_document) tokens.push_back(tokenizer->eot());
-    tokens.insert(tokens.end(), encoded[i].begin(), encoded[i].end());
-  }
+  const std::vector<int32_t> tokens =
+      EncodeDocuments(*tokenizer, documents, a.threads, [&](int64_t done) { bar.Show(done); });
+  bar.Show(total_bytes, /*final=*/true);
   if (Status s = WriteTokenShard(a.output, tokens, uint32_t(tokenizer->vocab_size())); !s.ok()) return ReportError(s);
   std::printf("wrote %zu tokens (gpt2, vocab %d) from %lld documents, %lld bytes, to %s\n", tokens.size(),
-              tokenizer->vocab_size(), static_cast<long long>(documents), static_cast<long long>(total_bytes),
+              tokenizer->vocab_size(), static_cast<long long>(n_documents), static_cast<long long>(total_bytes),
               a.output.c_str());
   return kExitOk;
 }

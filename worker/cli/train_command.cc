@@ -94,9 +94,16 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (!comm.ok()) return ReportError(comm.status());
   const bool lead = env->rank == 0;  // rank 0 prints progress; every rank prints its errors
 
-  auto data = OpenDataSource(c);
+  // Text with GPT-2's tokenizer is encoded here; shards only record it.
+  std::unique_ptr<BpeTokenizer> text_tokenizer;
+  if (c.data.source == DataSourceKind::kText) {
+    auto loaded = LoadDataTokenizer(c);
+    if (!loaded.ok()) return ReportError(loaded.status());
+    text_tokenizer = std::move(*loaded);
+  }
+  auto data = OpenDataSource(c, text_tokenizer.get());
   if (!data.ok()) return ReportError(data.status());
-  auto val_data = OpenValidationSource(c);
+  auto val_data = OpenValidationSource(c, text_tokenizer.get());
   if (!val_data.ok()) return ReportError(val_data.status());
   auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return ReportError(trainer.status());
@@ -178,8 +185,8 @@ int TrainCommand(const std::vector<std::string>& args) {
               chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
               FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
               omp_get_max_threads());
-  std::printf("data: %lld tokens | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",
-              (long long)(*data)->size(), env->world_size, (long long)c.train.batch_size,
+  std::printf("data: %lld tokens (tokenizer %s) | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",
+              (long long)(*data)->size(), c.data.tokenizer.c_str(), env->world_size, (long long)c.train.batch_size,
               (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,
               (long long)(env->world_size * c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
   if (*val_data != nullptr) {

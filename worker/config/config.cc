@@ -199,6 +199,10 @@ void ParseData(Section s, DataSection& d) {
   else Fail(s.Key("source"), "must be generated, text or tokens, got '" + source + "'");
   s.Read("path", d.path);
   s.Read("val_path", d.val_path);
+  s.Read("tokenizer", d.tokenizer);
+  s.Read("vocab", d.vocab);
+  s.Read("merges", d.merges);
+  s.Read("tokenizer_json", d.tokenizer_json);
   s.Read("generated_tokens", d.generated_tokens);
   s.Read("seed", d.seed);
   s.CheckNoUnknownKeys();
@@ -211,6 +215,28 @@ void ParseData(Section s, DataSection& d) {
   }
   if (d.source == DataSourceKind::kGenerated && !d.val_path.empty()) {
     Fail(s.Key("val_path"), "needs data.source text or tokens (the generated corpus has no validation split)");
+  }
+  if (d.tokenizer.empty()) d.tokenizer = d.source == DataSourceKind::kText ? "byte" : "none";
+  if (d.tokenizer != "byte" && d.tokenizer != "gpt2" && d.tokenizer != "none") {
+    Fail(s.Key("tokenizer"), "must be byte, gpt2 or none, got '" + d.tokenizer + "'");
+  }
+  if (d.source == DataSourceKind::kGenerated && d.tokenizer != "none") {
+    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but the generated corpus has no text (leave it unset)");
+  }
+  if (d.source == DataSourceKind::kText && d.tokenizer == "none") {
+    Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte or gpt2)");
+  }
+  const bool files = !d.vocab.empty() || !d.merges.empty() || !d.tokenizer_json.empty();
+  if (d.tokenizer != "gpt2" && files) {
+    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.vocab, data.merges or data.tokenizer_json is set (they need gpt2)");
+  }
+  if (d.tokenizer == "gpt2") {
+    if (!d.tokenizer_json.empty() && (!d.vocab.empty() || !d.merges.empty())) {
+      Fail(s.Key("tokenizer_json"), "and data.vocab/data.merges are both set; give one form");
+    }
+    if (d.tokenizer_json.empty() && (d.vocab.empty() || d.merges.empty())) {
+      Fail(s.Key("tokenizer"), "is gpt2 but needs data.vocab and data.merges (encoder.json, vocab.bpe) or data.tokenizer_json");
+    }
   }
 }
 
@@ -524,6 +550,10 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "source" << YAML::Value << src;
   if (!c.data.path.empty()) e << YAML::Key << "path" << YAML::Value << c.data.path;
   if (!c.data.val_path.empty()) e << YAML::Key << "val_path" << YAML::Value << c.data.val_path;
+  e << YAML::Key << "tokenizer" << YAML::Value << c.data.tokenizer;
+  if (!c.data.vocab.empty()) e << YAML::Key << "vocab" << YAML::Value << c.data.vocab;
+  if (!c.data.merges.empty()) e << YAML::Key << "merges" << YAML::Value << c.data.merges;
+  if (!c.data.tokenizer_json.empty()) e << YAML::Key << "tokenizer_json" << YAML::Value << c.data.tokenizer_json;
   if (c.data.source == DataSourceKind::kGenerated) {
     e << YAML::Key << "generated_tokens" << YAML::Value << c.data.generated_tokens;
     e << YAML::Key << "seed" << YAML::Value << c.data.seed;

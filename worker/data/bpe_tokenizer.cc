@@ -1,9 +1,12 @@
 #include "worker/data/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "worker/core/file_util.h"
 #include "worker/data/gpt2_pretokenizer.h"
@@ -72,6 +75,8 @@ Result<BpeTokenizer> BpeTokenizer::Build(const std::vector<std::pair<std::string
                                          const std::vector<std::pair<std::string, std::string>>& merges,
                                          const std::string& source) {
   BpeTokenizer t;
+  t.vocab_strings_ = vocab;
+  t.merge_strings_ = merges;
   std::unordered_map<std::string, int32_t> id_of;  // token bytes -> id
   int64_t max_id = -1;
   for (const auto& [str, id] : vocab) {
@@ -164,6 +169,10 @@ Result<BpeTokenizer> BpeTokenizer::FromGpt2Files(const std::string& encoder_json
 
 Result<BpeTokenizer> BpeTokenizer::FromTokenizerJson(const std::string& path) {
   PSTAR_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path));
+  return FromTokenizerJsonText(text, path);
+}
+
+Result<BpeTokenizer> BpeTokenizer::FromTokenizerJsonText(const std::string& text, const std::string& path) {
   Status status;
   nlohmann::json j = ParseJsonFile(path, text, status);
   PSTAR_RETURN_IF_ERROR(status);
@@ -279,6 +288,42 @@ void BpeTokenizer::Encode(std::string_view text, std::vector<int32_t>& out) cons
   }
 }
 
+std::string BpeTokenizer::ToVocabJson() const {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (const auto& [str, id] : vocab_strings_) vocab[str] = id;
+  return vocab.dump();
+}
+
+std::string BpeTokenizer::ToMergesTxt() const {
+  std::string out = "#version: 0.2\n";
+  for (const auto& [a, b] : merge_strings_) out += a + " " + b + "\n";
+  return out;
+}
+
+std::string BpeTokenizer::ToTokenizerJson() const {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (const auto& [str, id] : vocab_strings_) vocab[str] = id;
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (const auto& [a, b] : merge_strings_) merges.push_back(a + " " + b);
+  const nlohmann::ordered_json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  nlohmann::ordered_json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens",
+       {{{"id", eot_}, {"content", kEndOfText}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+         {"normalized", true}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", byte_level},
+      {"post_processor", byte_level},
+      {"decoder", byte_level},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"vocab", vocab}, {"merges", merges}}}};
+  return j.dump();
+}
+
 Result<std::string> BpeTokenizer::Decode(std::span<const int32_t> ids) const {
   std::string out;
   for (const int32_t id : ids) {
@@ -288,6 +333,56 @@ Result<std::string> BpeTokenizer::Decode(std::span<const int32_t> ids) const {
     out += token_bytes_[size_t(id)];
   }
   return out;
+}
+
+std::vector<int32_t> EncodeDocuments(const BpeTokenizer& tokenizer, const std::vector<std::string_view>& documents,
+                                     int threads, const std::function<void(int64_t)>& progress) {
+  struct Piece {
+    std::string_view text;
+    bool starts_document;
+  };
+  std::vector<Piece> pieces;
+  for (std::string_view doc : documents) {
+    size_t begin = 0;
+    bool first = true;
+    for (size_t cut : Gpt2SafeCuts(doc, size_t(1) << 20)) {
+      pieces.push_back({doc.substr(begin, cut - begin), first});
+      begin = cut;
+      first = false;
+    }
+    pieces.push_back({doc.substr(begin), first});
+  }
+  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::vector<int32_t>> encoded(pieces.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done_bytes{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < pieces.size(); i = next++) {
+      tokenizer.Encode(pieces[i].text, encoded[i]);
+      done_bytes += int64_t(pieces[i].text.size());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::min<int>(threads, int(pieces.size())); ++t) pool.emplace_back(work);
+  int64_t total = 0;
+  for (const Piece& p : pieces) total += int64_t(p.text.size());
+  if (progress) {
+    while (done_bytes.load() < total) {
+      progress(done_bytes.load());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (progress) progress(done_bytes.load());
+  size_t count = 0;
+  for (const auto& e : encoded) count += e.size();
+  std::vector<int32_t> tokens;
+  tokens.reserve(count + documents.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].starts_document) tokens.push_back(tokenizer.eot());
+    tokens.insert(tokens.end(), encoded[i].begin(), encoded[i].end());
+  }
+  return tokens;
 }
 
 }  // namespace pstar

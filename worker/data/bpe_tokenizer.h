@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,8 @@ class BpeTokenizer {
   static Result<BpeTokenizer> FromGpt2Files(const std::string& encoder_json, const std::string& vocab_bpe);
   // A Hugging Face tokenizer.json of the GPT-2 family.
   static Result<BpeTokenizer> FromTokenizerJson(const std::string& path);
+  // The same from its text; `source` names it in errors.
+  static Result<BpeTokenizer> FromTokenizerJsonText(const std::string& text, const std::string& source);
 
   // Ids for `text`, appended to `out`. Thread-safe (const, no shared cache).
   void Encode(std::string_view text, std::vector<int32_t>& out) const;
@@ -39,6 +42,14 @@ class BpeTokenizer {
   // The bytes of `ids` (the end-of-text token as "<|endoftext|>"). An id
   // outside the vocabulary is an error naming it.
   Result<std::string> Decode(std::span<const int32_t> ids) const;
+
+  // The tokenizer as files: a Hugging Face tokenizer.json (GPT-2's form,
+  // which FromTokenizerJson reads back to the same tokenizer), and GPT-2's
+  // vocab.json (= encoder.json) and merges.txt (= vocab.bpe), which
+  // transformers' GPT2Tokenizer reads.
+  std::string ToTokenizerJson() const;
+  std::string ToVocabJson() const;
+  std::string ToMergesTxt() const;
 
   // The id of <|endoftext|>, which separates documents.
   int32_t eot() const { return eot_; }
@@ -59,7 +70,18 @@ class BpeTokenizer {
   int32_t byte_token_[256] = {};
   std::unordered_map<uint64_t, Merge> merges_;  // key: (left id << 32) | right id
   std::vector<std::string> token_bytes_;        // id -> bytes
+  std::vector<std::pair<std::string, int64_t>> vocab_strings_;   // as read (byte-to-unicode form)
+  std::vector<std::pair<std::string, std::string>> merge_strings_;  // in rank order, as read
   int32_t eot_ = -1;
 };
+
+// Encodes `documents` on `threads` threads (0: every core), each preceded by
+// <|endoftext|>, as GPT-2's training data and llm.c's shards have it. Large
+// documents are cut into ~1 MiB pieces where a word always ends
+// (Gpt2SafeCuts), so the result does not depend on the thread count.
+// `progress`, when set, is called now and then with the bytes done so far,
+// from the calling thread.
+std::vector<int32_t> EncodeDocuments(const BpeTokenizer& tokenizer, const std::vector<std::string_view>& documents,
+                                     int threads, const std::function<void(int64_t)>& progress = nullptr);
 
 }  // namespace pstar

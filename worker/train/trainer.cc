@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "worker/core/bytes.h"
+#include "worker/core/file_util.h"
 #include "worker/data/generated_corpus.h"
 #include "worker/runtime/nvtx_range.h"
 #ifdef PSTAR_WITH_CUDA
@@ -73,23 +74,49 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
 
 }  // namespace
 
-Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config) {
+Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config) {
+  const DataSection& d = config.data;
+  if (d.tokenizer != "gpt2") return std::unique_ptr<BpeTokenizer>();
+  auto t = d.tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(d.vocab, d.merges)
+                                    : BpeTokenizer::FromTokenizerJson(d.tokenizer_json);
+  if (!t.ok()) return t.status().WithPrefix("data.tokenizer");
+  if (t->vocab_size() > config.model.gpt.vocab_size) {
+    return Status::InvalidArgument("data.tokenizer: vocabulary mismatch: the GPT-2 tokenizer has " +
+                                   std::to_string(t->vocab_size()) + " tokens but model.vocab_size is " +
+                                   std::to_string(config.model.gpt.vocab_size));
+  }
+  return std::make_unique<BpeTokenizer>(std::move(*t));
+}
+
+namespace {
+
+// A text file as tokens: one per byte, or GPT-2's BPE of it as one document.
+Result<std::unique_ptr<TokenSource>> OpenText(const std::string& path, int64_t vocab, const BpeTokenizer* tokenizer) {
+  if (tokenizer == nullptr) return OpenByteText(path, vocab);
+  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path));
+  return std::unique_ptr<TokenSource>(
+      new VectorTokenSource(EncodeDocuments(*tokenizer, {std::string_view(text)}, /*threads=*/0)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config, const BpeTokenizer* tokenizer) {
   if (config.data.val_path.empty()) return std::unique_ptr<TokenSource>();
   const int64_t vocab = config.model.gpt.vocab_size;
-  auto r = config.data.source == DataSourceKind::kText ? OpenByteText(config.data.val_path, vocab)
+  auto r = config.data.source == DataSourceKind::kText ? OpenText(config.data.val_path, vocab, tokenizer)
                                                        : OpenTokenShards(config.data.val_path, vocab);
   if (!r.ok()) return r.status().WithPrefix("data.val_path");
   return std::move(r).value();
 }
 
-Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config) {
+Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const BpeTokenizer* tokenizer) {
   const int64_t vocab = config.model.gpt.vocab_size;
   switch (config.data.source) {
     case DataSourceKind::kGenerated:
       return std::unique_ptr<TokenSource>(new VectorTokenSource(
           GenerateCorpus(vocab, config.data.generated_tokens, config.data.seed)));
     case DataSourceKind::kText: {
-      auto r = OpenByteText(config.data.path, vocab);
+      auto r = OpenText(config.data.path, vocab, tokenizer);
       if (!r.ok()) return r.status().WithPrefix("data");
       return std::move(r).value();
     }
@@ -192,6 +219,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   t->schedule_.total_steps = tr.steps;
   t->schedule_.decay = tr.lr_decay == "constant" ? LrDecay::kConstant : LrDecay::kCosine;
 
+  PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
   t->tokens_.resize(size_t(tr.batch_size * tr.seq_len));
   t->targets_.resize(size_t(tr.batch_size * tr.seq_len));
   return t;
@@ -228,9 +256,10 @@ Status Trainer::SaveCheckpoint() {
   state.loss_scale = scaler_.scale();
   state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
   state.model = config_.model.gpt;
+  state.tokenizer = config_.data.tokenizer;
   HomedChunkCopier copier(store_->chunks());
   return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_,
-                               &copier)
+                               &copier, tokenizer_ != nullptr ? tokenizer_->ToTokenizerJson() : std::string())
       .WithPrefix("checkpoint");
 }
 

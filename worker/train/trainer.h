@@ -12,6 +12,7 @@
 #include "worker/config/config.h"
 #include "worker/core/arena.h"
 #include "worker/data/batch_loader.h"
+#include "worker/data/bpe_tokenizer.h"
 #include "worker/data/token_source.h"
 #include "worker/model/gpt.h"
 #include "worker/model/param_store.h"
@@ -64,6 +65,10 @@ class Trainer {
   // optimizer and the training data's cursor are untouched.
   Result<double> Evaluate();
 
+  // The GPT-2 tokenizer the tokens came from (data.tokenizer gpt2), or null:
+  // checkpoints carry it, for `pstar sample` and `pstar export`.
+  const BpeTokenizer* tokenizer() const { return tokenizer_.get(); }
+
   // Times every op, chunk copy and collective of the steps from now on (see
   // Profiler), leaving out the first `warmup_steps` of them. Numerics are
   // untouched; each step waits once more for the device.
@@ -104,6 +109,7 @@ class Trainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<BatchLoader> val_loader_;  // null without validation data
+  std::unique_ptr<BpeTokenizer> tokenizer_;  // data.tokenizer gpt2's
   std::unique_ptr<AdamOptimizer> optimizer_;
   LrSchedule schedule_;
   LossScaler scaler_;
@@ -116,10 +122,16 @@ class Trainer {
 // communicator connects, whose NCCL rendezvous would claim the GPU first.
 Status CheckComputeDevice(const std::string& device, int local_rank);
 
-// The token source a config names: the generated corpus, byte-level text or token shards.
-Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config);
+// The GPT-2 tokenizer data.tokenizer names, or null when it is byte or none.
+Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config);
+
+// The token source a config names: the generated corpus, text (one token per
+// byte, or encoded by `tokenizer` as one document when data.tokenizer is
+// gpt2) or token shards.
+Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const BpeTokenizer* tokenizer = nullptr);
 // The validation source (data.val_path, read as data.source says), or null
 // when there is none.
-Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config);
+Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config,
+                                                          const BpeTokenizer* tokenizer = nullptr);
 
 }  // namespace pstar

@@ -244,6 +244,63 @@ TEST(Checkpoint, RoundTripKeepsTheNewestAndPointsLatestAtIt) {
   EXPECT_EQ(StepDirs(root), (std::vector<int64_t>{30, 20}));
 }
 
+TEST(Checkpoint, RecordsTheTokenizerAndReadsOlderCheckpointsAsBytes) {
+  test::TempDir dir("ckpt_tok");
+  const std::string root = dir.path() + "/ckpt";
+  auto comm = MakeSingleRankCommunicator();
+  const ParamLayout layout = Layout(0);
+  RankState s = ShardOf(layout, 1, 0);
+  FillTruth(s, 5);
+  TrainingState state = StateAt(5);
+  state.tokenizer = "gpt2";
+  // gpt2 without its file is refused; with it, the file is checksummed.
+  EXPECT_FALSE(SaveCheckpoint(root, 0, s.ranges, state, *comm).ok());
+  const std::string json = "{\"model\": {\"type\": \"BPE\"}}";
+  Status st = SaveCheckpoint(root, 0, s.ranges, state, *comm, nullptr, json);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const std::string step_dir = root + "/step-00000005";
+  auto m = ReadManifest(step_dir);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->state.tokenizer, "gpt2");
+  auto text = ReadCheckpointTokenizer(step_dir);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text, json);
+  test::WriteText(step_dir + "/tokenizer.json", "{\"model\": {\"type\": \"XPE\"}}");
+  auto tampered = ReadCheckpointTokenizer(step_dir);
+  ASSERT_FALSE(tampered.ok());
+  EXPECT_EQ(tampered.status().code(), StatusCode::kDataLoss);
+
+  state = StateAt(6);
+  state.tokenizer = "byte";
+  ASSERT_TRUE(SaveCheckpoint(root, 0, s.ranges, state, *comm).ok());
+  EXPECT_EQ(ReadManifest(root + "/step-00000006")->state.tokenizer, "byte");
+  EXPECT_EQ(ReadCheckpointTokenizer(root + "/step-00000006").status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(root + "/step-00000006/tokenizer.json"));
+
+  // A manifest written before tokenizers were recorded has no "tokenizer":
+  // its tokens were bytes, and it still loads.
+  const std::string path = root + "/step-00000006/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(Text(path));
+  j.erase("manifest_checksum");
+  j.erase("tokenizer");
+  j["manifest_checksum"] = FormatCrc64(Crc64::Of(j.dump()));
+  test::WriteText(path, j.dump(2));
+  auto old = ReadManifest(root + "/step-00000006");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->state.tokenizer, "byte");
+  Zero(s);
+  ASSERT_TRUE(LoadLatestCheckpoint(root, "", s.ranges, *comm, nullptr).ok());
+  EXPECT_EQ(Mismatches(s, 5), 0);
+  // An unknown tokenizer is a damaged manifest.
+  j.erase("manifest_checksum");
+  j["tokenizer"] = {{"type", "sentencepiece"}};
+  j["manifest_checksum"] = FormatCrc64(Crc64::Of(j.dump()));
+  test::WriteText(path, j.dump(2));
+  auto unknown = ReadManifest(root + "/step-00000006");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown tokenizer 'sentencepiece'"), std::string::npos);
+}
+
 TEST(Checkpoint, ReshardsBetweenWorldSizesAndChunkSizes) {
   test::TempDir dir("ckpt");
   for (int saved : {2, 4}) {

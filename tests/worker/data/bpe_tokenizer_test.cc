@@ -224,6 +224,25 @@ TEST_F(BpeTokenizerTest, TokenizerJsonGivesTheSameIds) {
   }
 }
 
+TEST_F(BpeTokenizerTest, WritesFilesThatReadBackToTheSameTokenizer) {
+  auto t = Load(vocab_);
+  ASSERT_TRUE(t.ok());
+  Write(dir_.path() + "/out.json", t->ToTokenizerJson());
+  Write(dir_.path() + "/vocab.json", t->ToVocabJson());
+  Write(dir_.path() + "/merges.txt", t->ToMergesTxt());
+  auto from_json = BpeTokenizer::FromTokenizerJson(dir_.path() + "/out.json");
+  auto from_files = BpeTokenizer::FromGpt2Files(dir_.path() + "/vocab.json", dir_.path() + "/merges.txt");
+  ASSERT_TRUE(from_json.ok()) << from_json.status().message();
+  ASSERT_TRUE(from_files.ok()) << from_files.status().message();
+  for (const char* text : {"hello world", "aaaaa he'll \xE6\x97\xA5", "\x80\xFF bytes"}) {
+    EXPECT_EQ(from_json->Encode(text), t->Encode(text)) << text;
+    EXPECT_EQ(from_files->Encode(text), t->Encode(text)) << text;
+  }
+  EXPECT_EQ(from_json->eot(), t->eot());
+  EXPECT_EQ(from_json->vocab_size(), t->vocab_size());
+  EXPECT_EQ(from_json->ToTokenizerJson(), t->ToTokenizerJson());
+}
+
 TEST_F(BpeTokenizerTest, BadFilesAreOneLineErrors) {
   const std::string enc = dir_.path() + "/encoder.json", bpe = dir_.path() + "/vocab.bpe";
   const auto expect_error = [&](const std::string& enc_text, const std::string& bpe_text, const std::string& needle) {

@@ -215,7 +215,9 @@ class Gpt2TokenizerTest(unittest.TestCase):
                       os.path.join(SOURCE_DIR, "README.md"), "--output", os.path.join(work, "data", "text_val_000000.bin"))
         r = run([PSTAR, "train", "--config", os.path.join(SOURCE_DIR, "examples", "gpt2-bpe.yaml"),
                  "--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.eval_batches=2",
-                 "--set", "train.batch_size=2", "--set", "train.log_every=1", "--log-format", "json"], cwd=work)
+                 "--set", "train.batch_size=2", "--set", "train.log_every=1", "--log-format", "json",
+                 "--set", "data.tokenizer=gpt2", "--set", "data.vocab=" + self.encoder,
+                 "--set", "data.merges=" + self.merges, "--set", "checkpoint.dir=ckpt"], cwd=work)
         self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
         lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
         val = [l for l in lines if "val_loss" in l]
@@ -223,6 +225,44 @@ class Gpt2TokenizerTest(unittest.TestCase):
         for l in val:
             self.assertTrue(0 < l["val_loss"] < 12, l)  # ln(50304) = 10.8 at the start
         self.assertIn("val_loss=", r.stdout.splitlines()[-2] + r.stdout.splitlines()[-1] + r.stdout)
+        # The checkpoint carries the tokenizer: sampling needs nothing else,
+        # and a seed gives the same text.
+        sample = [PSTAR, "sample", "--checkpoint", os.path.join(work, "ckpt"), "--prompt", "The chunk",
+                  "--tokens", "12"]
+        outs = [run(sample + extra) for extra in (["--seed", "7"], ["--seed", "7"], ["--temperature", "0"],
+                                                  ["--temperature", "0"], ["--seed", "7", "--top-k", "1"])]
+        for o in outs:
+            self.assertEqual(o.returncode, 0, o.stderr)
+            self.assertTrue(o.stdout.startswith("The chunk"), o.stdout)
+        self.assertEqual(outs[0].stdout, outs[1].stdout)
+        self.assertEqual(outs[2].stdout, outs[3].stdout)
+        self.assertEqual(outs[2].stdout, outs[4].stdout, "top-k 1 is greedy")
+        bad = run(sample + ["--temperature", "-1"])
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--temperature", bad.stderr)
+        # The export has the tokenizer in Hugging Face's files, which read back
+        # to the same tokenizer.
+        hf = os.path.join(work, "hf")
+        r = run([PSTAR, "export", "--checkpoint", os.path.join(work, "ckpt"), "--output", hf])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(hf, "config.json")) as f:
+            self.assertEqual(json.load(f)["eos_token_id"], 50256)
+        readme = os.path.join(SOURCE_DIR, "README.md")
+        shards = []
+        for args in (["--tokenizer-json", os.path.join(hf, "tokenizer.json")],
+                     ["--vocab", os.path.join(hf, "vocab.json"), "--merges", os.path.join(hf, "merges.txt")],
+                     ["--vocab", self.encoder, "--merges", self.merges]):
+            shards.append(os.path.join(work, "readme-%d.bin" % len(shards)))
+            self.tokenize(*args, "--input", readme, "--output", shards[-1])
+        self.assertEqual(read_shard(shards[0]), read_shard(shards[2]))
+        self.assertEqual(read_shard(shards[1]), read_shard(shards[2]))
+        # Text straight from a file through GPT-2's tokenizer (data.source text).
+        r = run([PSTAR, "train", "--config", os.path.join(SOURCE_DIR, "examples", "gpt2-bpe.yaml"),
+                 "--set", "data={source: text, path: %s, tokenizer: gpt2, vocab: %s, merges: %s}" % (
+                     readme, self.encoder, self.merges),
+                 "--set", "train.steps=1", "--set", "train.batch_size=1", "--set", "train.eval_every=0"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("data: %d tokens (tokenizer gpt2)" % (len(read_shard(shards[2])[0])), r.stdout)
         # Training and validation shards in one folder, named as a folder: refused.
         r = run([PSTAR, "train", "--config", os.path.join(SOURCE_DIR, "examples", "gpt2-bpe.yaml"),
                  "--set", "data.path=data", "--set", "train.steps=1"], cwd=work)

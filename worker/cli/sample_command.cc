@@ -1,0 +1,142 @@
+// pstar sample: text from a checkpoint, with the tokenizer its run used.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "worker/ckpt/checkpoint.h"
+#include "worker/ckpt/checkpoint_dir.h"
+#include "worker/cli/commands.h"
+#include "worker/data/bpe_tokenizer.h"
+#include "worker/data/token_source.h"
+#include "worker/model/gpt.h"
+#include "worker/model/sampler.h"
+
+namespace pstar::cli {
+namespace {
+
+Result<double> ParseNumber(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(d) || d < 0) {
+    return Status::InvalidArgument(flag + " must be a number >= 0, got '" + v + "'");
+  }
+  return d;
+}
+
+Result<int64_t> ParseCount(const std::string& flag, const std::string& v, int64_t max) {
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > max) {
+    return Status::InvalidArgument(flag + " must be an integer in 0.." + std::to_string(max) + ", got '" + v + "'");
+  }
+  return int64_t(n);
+}
+
+}  // namespace
+
+int SampleCommand(const std::vector<std::string>& args) {
+  std::string root, step_text, vocab, merges, tokenizer_json;
+  std::optional<std::string> prompt;
+  SampleOptions options;
+  options.temperature = 1.0;
+  options.top_k = 0;
+  options.tokens = 64;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    static const char* const kValued[] = {"--checkpoint", "--step",  "--prompt", "--tokens",         "--temperature",
+                                          "--top-k",      "--seed",  "--vocab",  "--merges",         "--tokenizer-json"};
+    bool valued = false;
+    for (const char* k : kValued) valued |= flag == k;
+    if (!valued) return UsageError("sample: unknown option '" + flag + "'");
+    if (i + 1 >= args.size()) return UsageError(flag + " needs a value");
+    const std::string& v = args[++i];
+    if (flag == "--checkpoint") root = v;
+    else if (flag == "--step") step_text = v;
+    else if (flag == "--prompt") prompt = v;
+    else if (flag == "--vocab") vocab = v;
+    else if (flag == "--merges") merges = v;
+    else if (flag == "--tokenizer-json") tokenizer_json = v;
+    else if (flag == "--temperature") {
+      auto d = ParseNumber(flag, v);
+      if (!d.ok()) return UsageError(d.status().message());
+      options.temperature = *d;
+    } else {
+      auto n = ParseCount(flag, v, flag == "--seed" ? INT64_MAX : int64_t(1) << 20);
+      if (!n.ok()) return UsageError(n.status().message());
+      if (flag == "--tokens") options.tokens = *n;
+      else if (flag == "--top-k") options.top_k = *n;
+      else options.seed = uint64_t(*n);
+    }
+  }
+  if (root.empty()) return UsageError("sample needs --checkpoint");
+  if (!prompt) return UsageError("sample needs --prompt (it may be empty with GPT-2's tokenizer)");
+  if ((!vocab.empty() || !merges.empty()) && (vocab.empty() || merges.empty())) {
+    return UsageError("--vocab and --merges go together");
+  }
+  if (!tokenizer_json.empty() && !vocab.empty()) return UsageError("give either --vocab and --merges or --tokenizer-json");
+
+  auto step_dir = CheckpointStepDir(root, step_text);
+  if (!step_dir.ok()) return ReportError(step_dir.status());
+  auto manifest = ReadManifest(*step_dir);
+  if (!manifest.ok()) return ReportError(manifest.status());
+  const GptConfig& g = manifest->state.model;
+
+  // The tokenizer: given on the command line, else the one the run recorded.
+  std::optional<BpeTokenizer> bpe;
+  if (!vocab.empty() || !tokenizer_json.empty()) {
+    auto t = tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(vocab, merges) : BpeTokenizer::FromTokenizerJson(tokenizer_json);
+    if (!t.ok()) return ReportError(t.status());
+    bpe.emplace(std::move(*t));
+  } else if (manifest->state.tokenizer == "gpt2") {
+    auto text = ReadCheckpointTokenizer(*step_dir);
+    if (!text.ok()) return ReportError(text.status());
+    auto t = BpeTokenizer::FromTokenizerJsonText(*text, *step_dir + "/tokenizer.json");
+    if (!t.ok()) return ReportError(t.status());
+    bpe.emplace(std::move(*t));
+  } else if (manifest->state.tokenizer == "none") {
+    return ReportError(Status::InvalidArgument(
+        *step_dir + ": the run recorded no tokenizer (its tokens were generated or came from shards); pass "
+                    "--vocab and --merges, or --tokenizer-json"));
+  }
+  const int64_t tokenizer_vocab = bpe ? bpe->vocab_size() : 256;
+  if (tokenizer_vocab > g.vocab_size) {
+    return ReportError(Status::InvalidArgument("vocabulary mismatch: the tokenizer has " + std::to_string(tokenizer_vocab) +
+                                               " tokens but the model " + std::to_string(g.vocab_size)));
+  }
+  std::vector<int32_t> ids = bpe ? bpe->Encode(*prompt) : ByteTokenize(*prompt);
+  // GPT-2 starts text after <|endoftext|>: an empty prompt is just that.
+  if (bpe) ids.insert(ids.begin(), bpe->eot());
+  if (ids.empty()) return UsageError("--prompt is empty, and byte-level text has no start token to begin from");
+  options.vocab_limit = tokenizer_vocab;
+  options.stop_token = bpe ? bpe->eot() : -1;
+
+  const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
+  std::vector<std::vector<float>> values(specs.size());
+  std::vector<OwnedRange> ranges;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    values[i].resize(size_t(specs[i].numel()));
+    ranges.push_back({StateKind::kParam, specs[i].name, 0, specs[i].numel(), values[i].data()});
+  }
+  auto state = LoadCheckpointDir(*step_dir, "", ranges);
+  if (!state.ok()) return ReportError(state.status());
+  auto sampler = Sampler::Create(g, values);
+  if (!sampler.ok()) return ReportError(sampler.status());
+  auto out = (*sampler)->Generate(ids, options);
+  if (!out.ok()) return ReportError(out.status());
+  std::string text;
+  if (bpe) {
+    auto d = bpe->Decode(*out);
+    if (!d.ok()) return ReportError(d.status());
+    text = std::move(*d);
+  } else {
+    for (int32_t t : *out) text.push_back(char(uint8_t(t)));
+  }
+  std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  return kExitOk;
+}
+
+}  // namespace pstar::cli
