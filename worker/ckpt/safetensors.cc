@@ -9,6 +9,7 @@
 
 #include "worker/ckpt/crc64.h"
 #include "worker/core/file_util.h"
+#include "worker/runtime/half_format.h"
 
 namespace pstar {
 
@@ -39,6 +40,8 @@ Status ParseHeader(const std::string& path, std::string_view json, int64_t data_
       if (dtype == "F32") t.dtype = Dtype::kF32;
       else if (dtype == "F64") t.dtype = Dtype::kF64;
       else if (dtype == "I32") t.dtype = Dtype::kI32;
+      else if (dtype == "F16") t.dtype = Dtype::kF16;
+      else if (dtype == "BF16") t.dtype = Dtype::kBF16;
       else return Status::DataLoss(path + ": tensor " + it.key() + " has unsupported dtype " + dtype);
       t.shape = it->at("shape").get<std::vector<int64_t>>();
       // The elements, counted without overflow: past the data section's
@@ -75,11 +78,13 @@ const char* DtypeName(Dtype d) {
     case Dtype::kF32: return "F32";
     case Dtype::kF64: return "F64";
     case Dtype::kI32: return "I32";
+    case Dtype::kF16: return "F16";
+    case Dtype::kBF16: return "BF16";
   }
   return "?";
 }
 
-int DtypeBytes(Dtype d) { return d == Dtype::kF64 ? 8 : 4; }
+int DtypeBytes(Dtype d) { return d == Dtype::kF64 ? 8 : d == Dtype::kF16 || d == Dtype::kBF16 ? 2 : 4; }
 
 int64_t SafetensorsFile::Tensor::numel() const {
   int64_t n = 1;
@@ -181,7 +186,47 @@ Result<std::vector<double>> SafetensorsFile::ToDoubles(const std::string& name) 
       case Dtype::kF32: { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; break; }
       case Dtype::kF64: { double v; std::memcpy(&v, p + 8 * i, 8); out[i] = v; break; }
       case Dtype::kI32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; break; }
+      case Dtype::kF16:
+      case Dtype::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        float v;
+        WidenFromHalf(&v, &h, 1, t.dtype == Dtype::kF16 ? HalfFormat::kFp16 : HalfFormat::kBf16);
+        out[i] = v;
+        break;
+      }
     }
+  }
+  return out;
+}
+
+Result<std::vector<float>> SafetensorsFile::ToFloats(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Status::NotFound(path_ + ": no tensor " + name);
+  const Tensor& t = it->second;
+  const size_t n = size_t(t.numel());
+  std::vector<float> out(n);
+  const char* p = data_.data() + t.begin;
+  switch (t.dtype) {
+    case Dtype::kF32:
+      std::memcpy(out.data(), p, n * 4);
+      break;
+    case Dtype::kF64:
+      for (size_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, 8);
+        out[i] = float(v);
+      }
+      break;
+    case Dtype::kF16:
+    case Dtype::kBF16: {
+      std::vector<uint16_t> h(n);
+      std::memcpy(h.data(), p, n * 2);
+      WidenFromHalf(out.data(), h.data(), int64_t(n), t.dtype == Dtype::kF16 ? HalfFormat::kFp16 : HalfFormat::kBf16);
+      break;
+    }
+    case Dtype::kI32:
+      return Status::InvalidArgument(path_ + ": tensor " + name + " holds integers, not floats");
   }
   return out;
 }

@@ -13,8 +13,9 @@
 
 namespace pstar {
 
-enum class Dtype { kF32, kF64, kI32 };
-const char* DtypeName(Dtype d);  // "F32", "F64", "I32"
+// F16 and BF16 are read (Hugging Face models often come in them), not written.
+enum class Dtype { kF32, kF64, kI32, kF16, kBF16 };
+const char* DtypeName(Dtype d);  // "F32", "F64", "I32", "F16", "BF16"
 int DtypeBytes(Dtype d);
 
 // Size and CRC-64 (worker/ckpt/crc64.h) of every byte of a written file.
@@ -77,6 +78,9 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // A tensor's values converted to double; NotFound when absent.
   Result<std::vector<double>> ToDoubles(const std::string& name) const;
+  // A floating-point tensor's values as floats (F16 and BF16 widen exactly;
+  // F64 rounds); InvalidArgument for an integer tensor.
+  Result<std::vector<float>> ToFloats(const std::string& name) const;
 
  private:
   std::string path_;

@@ -166,6 +166,7 @@ void ParseModel(Section s, ModelSection& m) {
   s.Read("n_embd", m.gpt.n_embd);
   s.Read("vocab_size", m.gpt.vocab_size);
   s.Read("max_seq_len", m.gpt.max_seq_len);
+  s.Read("init_from", m.init_from);
   s.CheckNoUnknownKeys();
   RequirePositive(s.Key("n_layer"), m.gpt.n_layer);
   RequirePositive(s.Key("n_head"), m.gpt.n_head);
@@ -542,6 +543,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "n_embd" << YAML::Value << c.model.gpt.n_embd;
   e << YAML::Key << "vocab_size" << YAML::Value << c.model.gpt.vocab_size;
   e << YAML::Key << "max_seq_len" << YAML::Value << c.model.gpt.max_seq_len;
+  if (!c.model.init_from.empty()) e << YAML::Key << "init_from" << YAML::Value << c.model.init_from;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   const char* src = c.data.source == DataSourceKind::kGenerated ? "generated"

@@ -29,6 +29,9 @@ inline constexpr double kMaxActivationBytes = 1125899906842624.0;  // 1 PiB per 
 struct ModelSection {
   std::string preset;  // empty when every shape key is given
   GptConfig gpt;
+  // A Hugging Face GPT-2 directory (model.safetensors + config.json) whose
+  // weights replace the initialization; empty: none.
+  std::string init_from;
 };
 
 struct DataSection {

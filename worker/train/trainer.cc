@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
 #include "worker/core/file_util.h"
 #include "worker/data/generated_corpus.h"
@@ -181,6 +182,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
   t->store_ = std::move(store).value();
   InitParameters(*t->store_, tr.seed);
+  if (!config.model.init_from.empty()) {
+    PSTAR_RETURN_IF_ERROR(
+        ImportHuggingFaceGpt2(config.model.init_from, g, *t->store_).WithPrefix("model.init_from"));
+  }
 
   t->arena_ = std::make_unique<Arena>("activations", t->store_->chunks().non_model_memory(),
                                       size_t(plan.activation_bytes));
