@@ -268,6 +268,29 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     const bool stopping = stop > 0.0;
     const bool last = s + 1 == c.train.steps;
+    if (c.train.sample_every > 0 && ((s + 1) % c.train.sample_every == 0 || last)) {
+      // GPT-2's tokenizer: after <|endoftext|>, until the next; bytes: after the prompt.
+      const BpeTokenizer* bpe = t.tokenizer();
+      std::vector<int32_t> prompt = bpe != nullptr ? bpe->Encode(c.train.sample_prompt) : ByteTokenize(c.train.sample_prompt);
+      if (bpe != nullptr) prompt.insert(prompt.begin(), bpe->eot());
+      SampleOptions o;
+      o.tokens = c.train.sample_tokens;
+      o.top_k = 40;
+      o.seed = uint64_t(s + 1);
+      o.stop_token = bpe != nullptr ? bpe->eot() : -1;
+      o.vocab_limit = bpe != nullptr ? bpe->vocab_size() : 256;
+      auto sampled = t.Sample(prompt, o);
+      if (!sampled.ok()) return ReportError(sampled.status());
+      std::string text;
+      if (bpe != nullptr) {
+        auto d = bpe->Decode(*sampled);
+        if (!d.ok()) return ReportError(d.status());
+        text = std::move(*d);
+      } else {
+        for (int32_t id : *sampled) text.push_back(char(uint8_t(id)));
+      }
+      progress.OnSample(s + 1, c.train.sample_prompt + text);
+    }
     if (c.train.eval_every > 0 && ((s + 1) % c.train.eval_every == 0 || last)) {
       const auto eval_start = std::chrono::steady_clock::now();
       auto val_loss = t.Evaluate();

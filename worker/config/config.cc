@@ -367,6 +367,9 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   s.Read("log_every", t.log_every);
   s.Read("eval_every", t.eval_every);
   s.Read("eval_batches", t.eval_batches);
+  s.Read("sample_every", t.sample_every);
+  s.Read("sample_tokens", t.sample_tokens);
+  s.Read("sample_prompt", t.sample_prompt);
   s.Read("grad_clip", t.grad_clip);
   s.Read("warmup_steps", t.warmup_steps);
   s.Read("min_lr", t.min_lr);
@@ -409,6 +412,9 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   RequireNonNegative(s.Key("eval_every"), t.eval_every);
   RequirePositive(s.Key("eval_batches"), t.eval_batches);
   RequireAtMost(s.Key("eval_batches"), t.eval_batches, int64_t(1) << 20, "validation micro-batches pstar takes");
+  RequireNonNegative(s.Key("sample_every"), t.sample_every);
+  RequirePositive(s.Key("sample_tokens"), t.sample_tokens);
+  RequireAtMost(s.Key("sample_tokens"), t.sample_tokens, 4096, "sampled tokens pstar takes");
   RequireNonNegative(s.Key("grad_clip"), t.grad_clip);
   RequireNonNegative(s.Key("warmup_steps"), t.warmup_steps);
   RequireNonNegative(s.Key("min_lr"), t.min_lr);
@@ -458,6 +464,12 @@ Config ParseRoot(const YAML::Node& root) {
     Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
+  if (c.train.sample_every > 0 && c.data.tokenizer == "none") {
+    Fail("train.sample_every", "needs a tokenizer to print the sample (data.tokenizer byte or gpt2)");
+  }
+  if (c.train.sample_every > 0 && c.data.tokenizer == "byte" && c.train.sample_prompt.empty()) {
+    Fail("train.sample_prompt", "must not be empty with byte-level text (there is no start token)");
+  }
   if (c.train.eval_every > 0 && c.data.val_path.empty()) {
     Fail("train.eval_every", "is " + std::to_string(c.train.eval_every) + " but data.val_path is not set");
   }
@@ -627,6 +639,9 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "log_every" << YAML::Value << c.train.log_every;
   e << YAML::Key << "eval_every" << YAML::Value << c.train.eval_every;
   e << YAML::Key << "eval_batches" << YAML::Value << c.train.eval_batches;
+  e << YAML::Key << "sample_every" << YAML::Value << c.train.sample_every;
+  e << YAML::Key << "sample_tokens" << YAML::Value << c.train.sample_tokens;
+  e << YAML::Key << "sample_prompt" << YAML::Value << c.train.sample_prompt;
   e << YAML::Key << "grad_clip" << YAML::Value << Shortest(c.train.grad_clip);
   e << YAML::Key << "warmup_steps" << YAML::Value << c.train.warmup_steps;
   e << YAML::Key << "min_lr" << YAML::Value << Shortest(c.train.min_lr);

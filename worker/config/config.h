@@ -127,6 +127,11 @@ struct TrainSection {
   // last); 0 = never. eval_batches micro-batches, the same ones every time.
   int64_t eval_every = 0;
   int64_t eval_batches = 20;
+  // A sample of sample_tokens tokens after sample_prompt every sample_every
+  // steps (0 = never), printed with the data's tokenizer (byte or gpt2).
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 32;
+  std::string sample_prompt;
   float grad_clip = 1.0f;  // 0 = off
   int64_t warmup_steps = 0;
   float min_lr = 0.0f;

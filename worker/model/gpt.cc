@@ -315,7 +315,7 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   }
 }
 
-void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits) {
+void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, int64_t logits_rows) {
   const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
   const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
@@ -339,7 +339,8 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits) 
       const int64_t n = std::min(R, BT - r0);
       kernels_->MatmulForward(a.logits, a.lnf + r0 * C, u.param(wte_), nullptr, n, C, Vp);
       kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
-      if (logits != nullptr) kernels_->DownloadRows(logits + r0 * V, a.logits, n, V, Vp);
+      const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
+      if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
     }
   }
   kernels_->AddToLossSum(a.losses, BT);

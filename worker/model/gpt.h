@@ -52,8 +52,9 @@ class Gpt {
   // One micro-batch of batch*seq tokens and next-token targets. Its summed
   // loss is added to the loss accumulator on the device, without waiting.
   // With `logits` (host memory, batch*seq x vocab_size floats), the logits
-  // are also copied out (waiting for the device): for tests and inspection.
-  void Forward(const int32_t* tokens, const int32_t* targets, float* logits = nullptr);
+  // are also copied out (waiting for the device): for tests, inspection and
+  // sampling; `logits_rows` >= 0 copies only the first that many rows.
+  void Forward(const int32_t* tokens, const int32_t* targets, float* logits = nullptr, int64_t logits_rows = -1);
   // The mean loss per token over the Forwards since the last call (waits for
   // the device once).
   double TakeLoss();

@@ -7,6 +7,32 @@
 
 namespace pstar {
 
+int32_t PickToken(const float* logits, int64_t vocab, const SampleOptions& o, std::mt19937_64& rng) {
+  if (o.temperature == 0) return int32_t(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto more_likely = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
+  std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), more_likely);
+  ids.resize(size_t(k));
+  const double top = logits[ids[0]];
+  std::vector<double> weights(ids.size());
+  double sum = 0;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    weights[j] = std::exp((double(logits[ids[j]]) - top) / o.temperature);
+    sum += weights[j];
+  }
+  const double u = double(rng() >> 11) * 0x1.0p-53 * sum;
+  double acc = 0;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    acc += weights[j];
+    if (u < acc) return ids[j];
+  }
+  return ids.back();
+}
+
 Result<std::unique_ptr<Sampler>> Sampler::Create(const GptConfig& config,
                                                  const std::vector<std::vector<float>>& params) {
   const std::vector<TensorSpec> visible = GptVisibleTensorSpecs(config);
@@ -81,38 +107,7 @@ Result<std::vector<int32_t>> Sampler::Generate(const std::vector<int32_t>& promp
       context.erase(context.begin(), context.end() - std::ptrdiff_t(config_.max_seq_len));
     }
     PSTAR_ASSIGN_OR_RETURN(std::vector<float> logits, NextLogits(context));
-    int32_t next = 0;
-    if (o.temperature == 0) {
-      next = int32_t(std::max_element(logits.begin(), logits.begin() + std::ptrdiff_t(vocab)) - logits.begin());
-    } else {
-      // The k most likely (ties: lower ids first), softmax at the temperature
-      // in double, then one draw: a uniform in [0, 1) from 53 random bits.
-      std::vector<int32_t> ids(static_cast<size_t>(vocab));
-      std::iota(ids.begin(), ids.end(), 0);
-      const auto more_likely = [&](int32_t a, int32_t b) {
-        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-      };
-      const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
-      std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), more_likely);
-      ids.resize(size_t(k));
-      const double top = logits[size_t(ids[0])];
-      std::vector<double> weights(ids.size());
-      double sum = 0;
-      for (size_t j = 0; j < ids.size(); ++j) {
-        weights[j] = std::exp((double(logits[size_t(ids[j])]) - top) / o.temperature);
-        sum += weights[j];
-      }
-      const double u = double(rng() >> 11) * 0x1.0p-53 * sum;
-      double acc = 0;
-      next = ids.back();
-      for (size_t j = 0; j < ids.size(); ++j) {
-        acc += weights[j];
-        if (u < acc) {
-          next = ids[j];
-          break;
-        }
-      }
-    }
+    const int32_t next = PickToken(logits.data(), vocab, o, rng);
     if (next == o.stop_token) break;
     out.push_back(next);
     context.push_back(next);

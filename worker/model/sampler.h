@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "worker/core/arena.h"
@@ -26,6 +27,12 @@ struct SampleOptions {
   int32_t stop_token = -1;   // ends generation when produced (not returned); -1: none
   int64_t vocab_limit = 0;   // only ids below this are produced (the tokenizer's size); 0: the model's
 };
+
+// The next token from `logits` (the first `vocab` of them matter), as
+// `options` say: the argmax at temperature 0 (lowest id among equals), else a
+// draw from the softmax of the top_k most likely at that temperature, from
+// 53 bits of `rng`.
+int32_t PickToken(const float* logits, int64_t vocab, const SampleOptions& options, std::mt19937_64& rng);
 
 class Sampler {
  public:

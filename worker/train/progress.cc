@@ -82,6 +82,29 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
   }
 }
 
+void ProgressReporter::OnSample(int64_t step, const std::string& text) {
+  if (format_ == LogFormat::kJson) {
+    // Invalid UTF-8 (a token boundary inside a character) becomes U+FFFD.
+    const nlohmann::json line = {{"step", step}, {"sample", text}};
+    std::fprintf(out_, "%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::string shown;
+    for (unsigned char ch : text) {
+      if (ch == '\n') shown += "\\n";
+      else if (ch < 0x20 || ch == 0x7F) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+        shown += buf;
+      } else {
+        shown.push_back(char(ch));
+      }
+    }
+    std::fprintf(out_, "step %*lld/%lld | sample: %s\n", int(std::to_string(total_).size()), (long long)step,
+                 (long long)total_, shown.c_str());
+  }
+  std::fflush(out_);
+}
+
 void ProgressReporter::OnValidation(int64_t step, double loss, double seconds) {
   validated_ = true;
   val_loss_ = loss;

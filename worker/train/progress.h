@@ -25,6 +25,9 @@ class ProgressReporter {
   // on the first and on the last. `h2d_bytes` and `d2h_bytes` are the chunk
   // bytes moved so far (JSON lines carry them).
   void OnStep(const StepStats& s, double seconds, int64_t h2d_bytes = 0, int64_t d2h_bytes = 0);
+  // Text sampled after `step` (1-based): one line, the text's newlines and
+  // other control characters escaped (text format) or a JSON string.
+  void OnSample(int64_t step, const std::string& text);
   // A validation loss measured after `step` (1-based) in `seconds`: one line.
   void OnValidation(int64_t step, double loss, double seconds);
   // "summary: steps=... tokens=... seconds=... tokens_per_s=... final_loss=... min_loss=..."

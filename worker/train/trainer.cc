@@ -317,6 +317,36 @@ Result<double> Trainer::Evaluate() {
   return loss;
 }
 
+Result<std::vector<int32_t>> Trainer::Sample(std::vector<int32_t> context, const SampleOptions& o) {
+  if (context.empty()) return Status::InvalidArgument("sample: the prompt has no tokens");
+  const int64_t T = config_.train.seq_len, V = config_.model.gpt.vocab_size;
+  const int64_t vocab = o.vocab_limit > 0 ? std::min(o.vocab_limit, V) : V;
+  for (int32_t t : context) {
+    if (t < 0 || t >= V) return Status::InvalidArgument("sample: token " + std::to_string(t) + " is outside the vocabulary");
+  }
+  NvtxRange range("sample");
+  std::mt19937_64 rng(o.seed);
+  std::vector<float> logits(size_t(T * V));
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    if (int64_t(context.size()) > T) context.erase(context.begin(), context.end() - std::ptrdiff_t(T));
+    std::fill(tokens_.begin(), tokens_.end(), 0);
+    std::fill(targets_.begin(), targets_.end(), 0);
+    std::copy(context.begin(), context.end(), tokens_.begin());
+    store_->BeginStep();  // a forward pass, as in Evaluate
+    model_->Forward(tokens_.data(), targets_.data(), logits.data(), T);
+    (void)model_->TakeLoss();
+    int32_t next = PickToken(logits.data() + (int64_t(context.size()) - 1) * V, vocab, o, rng);
+    // Every rank computed the same logits; rank 0's choice is everyone's.
+    if (world_ > 1) PSTAR_RETURN_IF_ERROR(comm_->Broadcast(&next, sizeof(next), 0));
+    if (next == o.stop_token) break;
+    out.push_back(next);
+    context.push_back(next);
+  }
+  PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
+  return out;
+}
+
 Result<StepStats> Trainer::Step() {
   NvtxRange step_range("step");
   const int64_t accum = config_.train.grad_accum_steps;

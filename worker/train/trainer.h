@@ -16,6 +16,7 @@
 #include "worker/data/token_source.h"
 #include "worker/model/gpt.h"
 #include "worker/model/param_store.h"
+#include "worker/model/sampler.h"
 #include "worker/optim/adam.h"
 #include "worker/optim/loss_scaler.h"
 #include "worker/optim/lr_schedule.h"
@@ -64,6 +65,14 @@ class Trainer {
   // over the ranks. Forward passes only: parameters, gradients, the
   // optimizer and the training data's cursor are untouched.
   Result<double> Evaluate();
+
+  // Tokens that follow `prompt` (its last seq_len tokens are seen), drawn as
+  // SampleOptions say, from the model as it is now: each new token is one
+  // forward pass of a training micro-batch whose first row holds the
+  // context. Every rank calls it with the same arguments (ZeRO gathers the
+  // parameters as in training) and gets the same tokens. Training state is
+  // untouched.
+  Result<std::vector<int32_t>> Sample(std::vector<int32_t> prompt, const SampleOptions& options);
 
   // The GPT-2 tokenizer the tokens came from (data.tokenizer gpt2), or null:
   // checkpoints carry it, for `pstar sample` and `pstar export`.

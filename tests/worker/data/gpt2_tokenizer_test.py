@@ -217,9 +217,15 @@ class Gpt2TokenizerTest(unittest.TestCase):
                  "--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.eval_batches=2",
                  "--set", "train.batch_size=2", "--set", "train.log_every=1", "--log-format", "json",
                  "--set", "data.tokenizer=gpt2", "--set", "data.vocab=" + self.encoder,
-                 "--set", "data.merges=" + self.merges, "--set", "checkpoint.dir=ckpt"], cwd=work)
+                 "--set", "data.merges=" + self.merges, "--set", "checkpoint.dir=ckpt",
+                 "--set", "train.sample_every=2", "--set", "train.sample_tokens=5",
+                 "--set", "train.sample_prompt=The"], cwd=work)
         self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
         lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        samples = [l for l in lines if "sample" in l]
+        self.assertEqual([l["step"] for l in samples], [2, 4])
+        for l in samples:
+            self.assertTrue(l["sample"].startswith("The"), l)
         val = [l for l in lines if "val_loss" in l]
         self.assertEqual([l["step"] for l in val], [2, 4])
         for l in val:
