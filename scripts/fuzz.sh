@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: the config parser, token shards,
-# safetensors files, checkpoint manifests, the GPT-2 tokenizer) with Clang, ASan and UBSan into
+# safetensors files, checkpoint manifests, the GPT-2 tokenizer, the rendezvous
+# store's server) with Clang, ASan and UBSan into
 # build-fuzz/ (or $PSTAR_FUZZ_BUILD_DIR) and runs each for SECONDS (default
 # 30) from its committed seed corpus. New inputs go to a scratch directory,
 # never into the repository. Exits 1 naming the target and the crashing
@@ -13,7 +14,7 @@ build="${PSTAR_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer)
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTAR_FUZZ=ON \
@@ -28,6 +29,7 @@ for t in "${targets[@]}"; do
   log="$scratch/$t.log"
   if (cd "$scratch" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       "$build/bin/${t}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      "$( [ "$t" = store ] && echo -detect_leaks=0 || echo -detect_leaks=1)" \
       -artifact_prefix="$scratch/$t-artifacts/" "$scratch/$t" "$root/tests/fuzz/corpus/$t") > "$log" 2>&1; then
     echo "fuzz: $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${seconds} s, no failure"
   else

@@ -126,6 +126,13 @@ class Reader {
   bool ok_ = true;
 };
 
+// Whether the peer on `fd` has closed its end (or the connection failed).
+// Our clients never half-close while a request is pending.
+bool PeerHungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 uint32_t FrameLength(const char header[4]) {
   Reader r(std::string_view(header, 4));
   return r.U32();
@@ -298,7 +305,9 @@ class StoreServer {
   void Serve(int fd);
   // The first frame of a connection: the reply, and whether the peer may go on.
   std::pair<std::string, bool> Hello(std::string_view request) const;
-  std::string Handle(std::string_view request);
+  // The reply to one request from the peer on `fd`; empty when the peer hung
+  // up while its Get or Wait waited (the connection then ends).
+  std::string Handle(std::string_view request, int fd);
 
   std::string token_;
   int listen_fd_ = -1;
@@ -451,7 +460,8 @@ void StoreServer::Serve(int fd) {
       receive_timeout(milliseconds(0));  // a rank may sit idle between calls
       continue;
     }
-    if (!BlockingSendAll(fd, Handle(request))) break;
+    const std::string reply = Handle(request, fd);
+    if (reply.empty() || !BlockingSendAll(fd, reply)) break;
   }
   std::lock_guard<std::mutex> lock(mu_);
   clients_.erase(fd);
@@ -483,7 +493,7 @@ std::pair<std::string, bool> StoreServer::Hello(std::string_view request) const 
   return {Writer().U8(kOk).Frame(), true};
 }
 
-std::string StoreServer::Handle(std::string_view request) {
+std::string StoreServer::Handle(std::string_view request, int fd) {
   Reader in(request);
   const uint8_t op = in.U8();
   auto error = [](const std::string& message) { return Writer().U8(kError).Str(message).Frame(); };
@@ -492,6 +502,16 @@ std::string StoreServer::Handle(std::string_view request) {
     return Clock::now() + milliseconds(std::clamp<int64_t>(ms, 0, int64_t(24) * 3600 * 1000));
   };
   std::unique_lock<std::mutex> lock(mu_);
+  // Waits for `ready` until `deadline`, in slices, giving up when the peer has
+  // hung up: a closed connection must not hold its thread and its slot among
+  // kMaxStoreClients until a long timeout. False when the peer is gone.
+  auto wait_for_peer = [&](Clock::time_point deadline, auto ready) {
+    while (!ready() && Clock::now() < deadline) {
+      cv_.wait_until(lock, std::min(deadline, Clock::now() + milliseconds(200)), ready);
+      if (!ready() && PeerHungUp(fd)) return false;
+    }
+    return true;
+  };
   switch (op) {
     case kHello:
       return error("hello twice");
@@ -513,7 +533,7 @@ std::string StoreServer::Handle(std::string_view request) {
       const std::string key = in.Str(kStoreMaxKeyBytes);
       const int64_t timeout_ms = in.I64();
       if (!in.done()) return error("malformed get");
-      cv_.wait_until(lock, deadline_after(timeout_ms), [&] { return stopping_ || data_.count(key) > 0; });
+      if (!wait_for_peer(deadline_after(timeout_ms), [&] { return stopping_ || data_.count(key) > 0; })) return {};
       auto it = data_.find(key);
       if (it != data_.end()) return Writer().U8(kOk).Str(it->second).Frame();
       return stopping_ ? error("the store is shutting down") : Writer().U8(kTimedOut).Str(key).Frame();
@@ -550,7 +570,7 @@ std::string StoreServer::Handle(std::string_view request) {
       auto missing = [&] {
         return std::find_if(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) == 0; });
       };
-      cv_.wait_until(lock, deadline_after(timeout_ms), [&] { return stopping_ || missing() == keys.end(); });
+      if (!wait_for_peer(deadline_after(timeout_ms), [&] { return stopping_ || missing() == keys.end(); })) return {};
       auto first_missing = missing();
       if (first_missing == keys.end()) return Writer().U8(kOk).Frame();
       return stopping_ ? error("the store is shutting down") : Writer().U8(kTimedOut).Str(*first_missing).Frame();

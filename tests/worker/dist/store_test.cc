@@ -240,6 +240,47 @@ TEST(Store, APeerOnTheNetworkCannotExhaustTheServer) {
   EXPECT_TRUE(store->Set("one-more", "fits").ok());
 }
 
+TEST(Store, APeerThatHangsUpWhileWaitingFreesItsThread) {
+  const int port = test::FreePort();
+  auto store = MustConnect(Options(port, 0, 1));
+  ASSERT_NE(store, nullptr);
+  const int64_t threads_before = ProcStatus("Threads");
+  // Hello (no token), then Gets and Waits of keys nobody sets, each for an
+  // hour, from peers that then go away.
+  const auto str = [](const std::string& v) {
+    std::string out(4, '\0');
+    for (int i = 0; i < 4; ++i) out[size_t(i)] = char((v.size() >> (8 * i)) & 0xff);
+    return out + v;
+  };
+  const auto frame = [&](const std::string& payload) { return str(payload); };
+  const std::string hour = [] {
+    std::string b(8, '\0');
+    const int64_t ms = 3600 * 1000;
+    for (int i = 0; i < 8; ++i) b[size_t(i)] = char((uint64_t(ms) >> (8 * i)) & 0xff);
+    return b;
+  }();
+  std::vector<int> peers;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ConnectTo(port);
+    std::string bytes = frame(std::string(1, char(1)) + str("pstar-store/1"));
+    bytes += i % 2 == 0 ? frame(std::string(1, char(3)) + str("never") + hour)
+                        : frame(std::string(1, char(5)) + std::string("\x01\0\0\0", 4) + str("never") + hour);
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), ssize_t(bytes.size()));
+    peers.push_back(fd);
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_GE(ProcStatus("Threads"), threads_before + 20) << "each waiting peer has its thread";
+  for (int fd : peers) ::close(fd);
+  bool settled = false;
+  for (int i = 0; i < 100 && !settled; ++i) {
+    settled = ProcStatus("Threads") <= threads_before + 2;
+    if (!settled) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(settled) << ProcStatus("Threads") << " threads (" << threads_before << " before): "
+                       << "the waits outlived their peers";
+  EXPECT_TRUE(store->Set("never", "now").ok());
+}
+
 StoreOptions WithToken(StoreOptions o, const std::string& token) {
   o.token = token;
   return o;
