@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: the config parser, token shards,
 # safetensors files, checkpoint manifests, the GPT-2 tokenizer, the rendezvous
-# store's server) with Clang, ASan and UBSan into
+# store's server, the operator's decisions on API objects) with Clang, ASan and UBSan into
 # build-fuzz/ (or $PSTAR_FUZZ_BUILD_DIR) and runs each for SECONDS (default
 # 30) from its committed seed corpus. New inputs go to a scratch directory,
 # never into the repository. Exits 1 naming the target and the crashing
@@ -14,11 +14,11 @@ build="${PSTAR_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store)
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store job_actions)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTAR_FUZZ=ON \
-  -DPSTAR_WITH_CUDA=OFF -DPSTAR_BUILD_OPERATOR=OFF -DPSTAR_BUILD_TESTS=OFF -DPSTAR_NATIVE_ARCH=OFF > /dev/null
+  -DPSTAR_WITH_CUDA=OFF -DPSTAR_BUILD_OPERATOR=ON -DPSTAR_BUILD_TESTS=OFF -DPSTAR_NATIVE_ARCH=OFF > /dev/null
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]/%/_fuzz}"
 
 scratch="$(mktemp -d)"
