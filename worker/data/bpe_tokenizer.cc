@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <thread>
 
 #include "worker/core/file_util.h"
@@ -227,7 +228,61 @@ Result<BpeTokenizer> BpeTokenizer::FromTokenizerJsonText(const std::string& text
   return Build(vocab, merges, path);
 }
 
+void BpeTokenizer::EncodeLongWord(std::string_view word, std::vector<int32_t>& out) const {
+  // The same merges in the same order as EncodeWord (the lowest rank first,
+  // the leftmost of equals), in O(n log n): a min-heap of (rank, left
+  // position) over a linked list of tokens. An entry whose pair has changed
+  // since it was pushed is skipped (a rank names one pair, so an unchanged
+  // rank means an unchanged pair).
+  const int32_t n = int32_t(word.size());
+  const size_t count = static_cast<size_t>(n);
+  std::vector<int32_t> ids(count), next(count), prev(count);
+  std::vector<bool> alive(count, true);
+  for (int32_t i = 0; i < n; ++i) {
+    ids[size_t(i)] = byte_token_[static_cast<unsigned char>(word[size_t(i)])];
+    next[size_t(i)] = i + 1;
+    prev[size_t(i)] = i - 1;
+  }
+  const auto rank_of = [&](int32_t a, int32_t b, Merge* merge) {
+    auto it = merges_.find(PairKey(a, b));
+    if (it == merges_.end()) return INT_MAX;
+    if (merge != nullptr) *merge = it->second;
+    return it->second.rank;
+  };
+  using Entry = std::pair<int32_t, int32_t>;  // (rank, left position)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    const int r = rank_of(ids[size_t(i)], ids[size_t(i + 1)], nullptr);
+    if (r != INT_MAX) heap.emplace(r, i);
+  }
+  while (!heap.empty()) {
+    const auto [r, i] = heap.top();
+    heap.pop();
+    const int32_t j = next[size_t(i)];
+    if (!alive[size_t(i)] || j >= n) continue;
+    Merge merge{};
+    if (rank_of(ids[size_t(i)], ids[size_t(j)], &merge) != r) continue;  // stale
+    ids[size_t(i)] = merge.id;
+    alive[size_t(j)] = false;
+    next[size_t(i)] = next[size_t(j)];
+    if (next[size_t(i)] < n) prev[size_t(next[size_t(i)])] = i;
+    if (prev[size_t(i)] >= 0) {
+      const int32_t h = prev[size_t(i)];
+      const int rl = rank_of(ids[size_t(h)], ids[size_t(i)], nullptr);
+      if (rl != INT_MAX) heap.emplace(rl, h);
+    }
+    if (next[size_t(i)] < n) {
+      const int rr = rank_of(ids[size_t(i)], ids[size_t(next[size_t(i)])], nullptr);
+      if (rr != INT_MAX) heap.emplace(rr, i);
+    }
+  }
+  for (int32_t i = 0; i < n; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
+}
+
 void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+  // Long words (a minified blob, a DNA sequence) would make the simple loop
+  // below quadratic: minutes for a megabyte.
+  if (word.size() > kLongWordBytes) return EncodeLongWord(word, out);
   std::vector<int32_t> ids(word.size());
   for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_token_[static_cast<unsigned char>(word[i])];
   const auto rank_at = [&](size_t i, Merge* merge) {

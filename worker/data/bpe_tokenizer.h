@@ -62,6 +62,9 @@ class BpeTokenizer {
                                     const std::vector<std::pair<std::string, std::string>>& merges,
                                     const std::string& source);
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
+  // EncodeWord for words longer than kLongWordBytes: the same ids in O(n log n).
+  void EncodeLongWord(std::string_view word, std::vector<int32_t>& out) const;
+  static constexpr size_t kLongWordBytes = 64;
 
   struct Merge {
     int32_t rank;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "tests/test_util.h"
@@ -191,6 +192,56 @@ TEST_F(BpeTokenizerTest, AnyBytesRoundTrip) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, text);
   }
+}
+
+// The textbook merge loop on byte strings: the lowest-ranked adjacent pair
+// (leftmost of equals) merges until none is ranked.
+std::vector<std::string> NaiveBpe(const std::string& word, const std::vector<std::pair<std::string, std::string>>& merges) {
+  std::vector<std::string> parts;
+  for (char c : word) parts.emplace_back(1, c);
+  while (parts.size() > 1) {
+    size_t best = parts.size();
+    size_t best_rank = merges.size();
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      for (size_t r = 0; r < best_rank; ++r) {
+        if (merges[r].first == parts[i] && merges[r].second == parts[i + 1]) {
+          best = i;
+          best_rank = r;
+          break;
+        }
+      }
+    }
+    if (best == parts.size()) break;
+    parts[best] += parts[best + 1];
+    parts.erase(parts.begin() + std::ptrdiff_t(best) + 1);
+  }
+  return parts;
+}
+
+TEST_F(BpeTokenizerTest, LongWordsMergeAsTheTextbookLoopDoes) {
+  // Long words take the O(n log n) path; the textbook loop is the reference.
+  vocab_.merges.insert(vocab_.merges.end(), {{"l", "o"}, {"lo", "w"}, {"e", "r"}, {"w", "er"}, {"he", "he"},
+                                             {"o", "o"}, {"oo", "oo"}, {"r", "r"}});
+  auto t = Load(vocab_);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  std::map<std::string, int32_t> id_of;
+  for (int b = 0; b < 256; ++b) id_of[std::string(1, char(b))] = b;
+  for (size_t r = 0; r < vocab_.merges.size(); ++r) id_of[vocab_.merges[r].first + vocab_.merges[r].second] = int32_t(256 + r);
+  std::mt19937 rng(17);
+  const std::string letters = "helowraa";
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string word;
+    const size_t n = 65 + rng() % 600;
+    while (word.size() < n) word.push_back(letters[rng() % letters.size()]);
+    std::vector<int32_t> want;
+    for (const std::string& part : NaiveBpe(word, vocab_.merges)) want.push_back(id_of.at(part));
+    ASSERT_EQ(t->Encode(word), want) << word;
+  }
+  // A megabyte-long word stays fast (the simple loop would take minutes).
+  const std::string huge(size_t(1) << 20, 'o');
+  const std::vector<int32_t> ids = t->Encode(huge);
+  EXPECT_EQ(ids.size(), huge.size() / 4);
+  EXPECT_EQ(*t->Decode(ids), huge);
 }
 
 TEST_F(BpeTokenizerTest, TokenizerJsonGivesTheSameIds) {

@@ -44,7 +44,15 @@ SPACES = [" ", " ", " ", " ", "  ", "   ", "\n", "\n\n", "\t", " \t ", "\r\n", "
 def make_document(rng):
     parts = []
     for _ in range(rng.randint(1, 120)):
-        parts.append(rng.choice(PIECES) if rng.random() < 0.97 else "x" * rng.randint(50, 400))
+        r = rng.random()
+        if r < 0.95:
+            parts.append(rng.choice(PIECES))
+        elif r < 0.97:
+            parts.append("x" * rng.randint(50, 400))
+        elif r < 0.985:  # long words of random letters, and base64-like blobs
+            parts.append("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(65, 2000))))
+        else:
+            parts.append("".join(rng.choice("ABCDEFabcdef0123456789+/=") for _ in range(rng.randint(65, 2000))))
         parts.append(rng.choice(SPACES))
     text = "".join(parts)
     if rng.random() < 0.3:
