@@ -42,13 +42,18 @@ JOB_NAMESPACE = "team-a"
 RANKS = 2
 # Grafana's interval variables, as a 1 s scrape interval gives them.
 INTERVALS = {"__rate_interval": "5s", "__interval": "5s", "__range": "1m"}
-# A small model and a device tier smaller than model data plus activations
-# (pstar plan: minimum 117 KiB, all resident 261 KiB), so chunks move every step.
+# A small model on byte-level text with a validation split (this
+# repository's README and docs/data.md), and a device tier smaller than model
+# data plus activations (pstar plan: minimum 148 KiB, all resident 276 KiB),
+# so chunks move every step.
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_JOB = [
-    "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.vocab_size=40", "model.max_seq_len=12",
+    "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.vocab_size=256", "model.max_seq_len=12",
     "train.batch_size=4", "train.seq_len=8", "train.threads=1", "train.log_every=100000",
-    "train.steps=1000000", "data.source=generated", "data.generated_tokens=20000",
-    "runtime.device_memory=150KiB",
+    "train.steps=1000000", "train.eval_every=20", "train.eval_batches=2",
+    "data={source: text, path: %s, val_path: %s}" % (os.path.join(SOURCE_DIR, "README.md"),
+                                                      os.path.join(SOURCE_DIR, "docs", "data.md")),
+    "runtime.device_memory=200KiB",
 ]
 # How long the job and the operator may take until every panel has data.
 DEADLINE_S = 45
