@@ -21,6 +21,7 @@
 #include "worker/ckpt/safetensors.h"
 #include "worker/config/config.h"
 #include "worker/core/file_util.h"
+#include "worker/model/gpt.h"
 
 namespace pstar {
 
@@ -447,6 +448,18 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
     if (!st.ok()) return st.WithPrefix("checkpoint " + StepDirName(state.step) + " saved, but pruning failed");
   }
   return Status::Ok();
+}
+
+Result<std::vector<std::vector<float>>> LoadWholeParams(const std::string& step_dir, const GptConfig& model) {
+  const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(model);
+  std::vector<std::vector<float>> values(specs.size());
+  std::vector<OwnedRange> ranges;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    values[i].resize(size_t(specs[i].numel()));
+    ranges.push_back({StateKind::kParam, specs[i].name, 0, specs[i].numel(), values[i].data()});
+  }
+  PSTAR_RETURN_IF_ERROR(LoadCheckpointDir(step_dir, "", ranges).status());
+  return values;
 }
 
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir) {

@@ -70,6 +70,12 @@ struct Manifest {
 // that its step matches the directory's name). DataLoss names the problem.
 Result<Manifest> ReadManifest(const std::string& step_dir);
 
+// Every parameter of the checkpoint in `step_dir`, whole, for a model of
+// shape `model` (its manifest's): in GptVisibleTensorSpecs order and the
+// shapes users see (no vocabulary padding), assembled from whichever rank
+// files hold the pieces. For export and sampling.
+Result<std::vector<std::vector<float>>> LoadWholeParams(const std::string& step_dir, const GptConfig& model);
+
 // The GPT-2 tokenizer.json a checkpoint carries, verified against its
 // manifest; NotFound when its tokens were not made by GPT-2's tokenizer.
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir);

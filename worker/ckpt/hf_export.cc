@@ -73,18 +73,10 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
   PSTAR_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir));  // its model shape is checked there
   const GptConfig& g = manifest.state.model;
 
-  // Every parameter whole, from whichever rank files hold its pieces, in the
-  // shapes users see (no vocabulary padding).
   const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
-  std::vector<std::vector<float>> values(specs.size());
-  std::vector<OwnedRange> ranges;
+  PSTAR_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, LoadWholeParams(step_dir, g));
   int64_t parameters = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    values[i].resize(size_t(specs[i].numel()));
-    ranges.push_back({StateKind::kParam, specs[i].name, 0, specs[i].numel(), values[i].data()});
-    parameters += specs[i].numel();
-  }
-  PSTAR_ASSIGN_OR_RETURN(TrainingState state, LoadCheckpointDir(step_dir, "", ranges));
+  for (const TensorSpec& s : specs) parameters += s.numel();
 
   SafetensorsWriter writer;
   writer.SetMetadata("format", "pt");  // what transformers expects of PyTorch weights
@@ -108,7 +100,7 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
   std::filesystem::create_directories(output_dir, ec);
   if (ec) return Status::InvalidArgument("cannot create " + output_dir + ": " + ec.message());
   HfExportSummary summary;
-  summary.step = state.step;
+  summary.step = manifest.state.step;
   summary.parameters = parameters;
   summary.model_path = (std::filesystem::path(output_dir) / "model.safetensors").string();
   summary.config_path = (std::filesystem::path(output_dir) / "config.json").string();

@@ -10,7 +10,6 @@
 #include "worker/cli/commands.h"
 #include "worker/data/bpe_tokenizer.h"
 #include "worker/data/token_source.h"
-#include "worker/model/gpt.h"
 #include "worker/model/sampler.h"
 
 namespace pstar::cli {
@@ -112,16 +111,9 @@ int SampleCommand(const std::vector<std::string>& args) {
   options.vocab_limit = tokenizer_vocab;
   options.stop_token = bpe ? bpe->eot() : -1;
 
-  const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
-  std::vector<std::vector<float>> values(specs.size());
-  std::vector<OwnedRange> ranges;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    values[i].resize(size_t(specs[i].numel()));
-    ranges.push_back({StateKind::kParam, specs[i].name, 0, specs[i].numel(), values[i].data()});
-  }
-  auto state = LoadCheckpointDir(*step_dir, "", ranges);
-  if (!state.ok()) return ReportError(state.status());
-  auto sampler = Sampler::Create(g, values);
+  auto values = LoadWholeParams(*step_dir, g);
+  if (!values.ok()) return ReportError(values.status());
+  auto sampler = Sampler::Create(g, *values);
   if (!sampler.ok()) return ReportError(sampler.status());
   auto out = (*sampler)->Generate(ids, options);
   if (!out.ok()) return ReportError(out.status());
@@ -131,7 +123,7 @@ int SampleCommand(const std::vector<std::string>& args) {
     if (!d.ok()) return ReportError(d.status());
     text = std::move(*d);
   } else {
-    for (int32_t t : *out) text.push_back(char(uint8_t(t)));
+    text = ByteDetokenize(*out);
   }
   std::fwrite(prompt->data(), 1, prompt->size(), stdout);
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -163,8 +163,7 @@ int Decode(const TokenizeArgs& a) {
     if (!d.ok()) return ReportError(d.status().WithPrefix(a.inputs[0]));
     text = std::move(*d);
   } else {
-    text.resize(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) text[i] = char(uint8_t(ids[i]));
+    text = ByteDetokenize(ids);
   }
   if (Status s = WriteFileAtomically(a.output, text); !s.ok()) return ReportError(s);
   std::printf("wrote %zu bytes from %zu tokens to %s\n", text.size(), ids.size(), a.output.c_str());

@@ -14,6 +14,7 @@
 #include "worker/core/file_util.h"
 #include "worker/core/bytes.h"
 #include "worker/dist/dist_env.h"
+#include "worker/data/token_source.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/runtime/nvtx_range.h"
 #include "worker/train/progress.h"
@@ -287,7 +288,7 @@ int TrainCommand(const std::vector<std::string>& args) {
         if (!d.ok()) return ReportError(d.status());
         text = std::move(*d);
       } else {
-        for (int32_t id : *sampled) text.push_back(char(uint8_t(id)));
+        text = ByteDetokenize(*sampled);
       }
       progress.OnSample(s + 1, c.train.sample_prompt + text);
     }

@@ -177,6 +177,12 @@ std::vector<int32_t> ByteTokenize(std::string_view text) {
   return tokens;
 }
 
+std::string ByteDetokenize(std::span<const int32_t> ids) {
+  std::string text(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) text[i] = char(uint8_t(ids[i]));
+  return text;
+}
+
 Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size) {
   if (vocab_size < 256) {
     return Status::InvalidArgument("vocabulary mismatch: byte-level text needs model.vocab_size >= 256, got " +

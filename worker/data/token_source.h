@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,8 @@ Result<std::unique_ptr<TokenSource>> OpenTokenShards(const std::string& path, in
 
 // The byte-level tokenizer: one token per byte, ids 0..255.
 std::vector<int32_t> ByteTokenize(std::string_view text);
+// Its reverse: each id's low byte.
+std::string ByteDetokenize(std::span<const int32_t> ids);
 
 // Reads `path` as raw bytes, one token per byte (ids 0..255).
 Result<std::unique_ptr<TokenSource>> OpenByteText(const std::string& path, int64_t vocab_size);

@@ -225,6 +225,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   t->schedule_.decay = tr.lr_decay == "constant" ? LrDecay::kConstant : LrDecay::kCosine;
 
   PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
+  if (t->tokenizer_ != nullptr) t->tokenizer_json_ = t->tokenizer_->ToTokenizerJson();
   t->tokens_.resize(size_t(tr.batch_size * tr.seq_len));
   t->targets_.resize(size_t(tr.batch_size * tr.seq_len));
   return t;
@@ -264,7 +265,7 @@ Status Trainer::SaveCheckpoint() {
   state.tokenizer = config_.data.tokenizer;
   HomedChunkCopier copier(store_->chunks());
   return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_,
-                               &copier, tokenizer_ != nullptr ? tokenizer_->ToTokenizerJson() : std::string())
+                               &copier, tokenizer_json_)
       .WithPrefix("checkpoint");
 }
 

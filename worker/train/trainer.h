@@ -119,6 +119,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<BatchLoader> val_loader_;  // null without validation data
   std::unique_ptr<BpeTokenizer> tokenizer_;  // data.tokenizer gpt2's
+  std::string tokenizer_json_;               // its tokenizer.json, made once for every checkpoint
   std::unique_ptr<AdamOptimizer> optimizer_;
   LrSchedule schedule_;
   LossScaler scaler_;

@@ -251,9 +251,16 @@ class Gpt2TokenizerTest(unittest.TestCase):
         self.assertEqual(outs[0].stdout, outs[1].stdout)
         self.assertEqual(outs[2].stdout, outs[3].stdout)
         self.assertEqual(outs[2].stdout, outs[4].stdout, "top-k 1 is greedy")
-        bad = run(sample + ["--temperature", "-1"])
-        self.assertEqual(bad.returncode, 2)
-        self.assertIn("--temperature", bad.stderr)
+        for extra, needle in ((["--temperature", "-1"], "--temperature"), (["--temperature", "nan"], "--temperature"),
+                              (["--tokens", "abc"], "--tokens"), (["--tokens", "99999999999"], "--tokens"),
+                              (["--top-k", "-1"], "--top-k"), (["--seed", "1x"], "--seed"),
+                              (["--step", "7"], "step-00000007: no such checkpoint"), (["--step", "-2"], "--step"),
+                              (["--vocab", self.encoder], "--vocab and --merges go together"),
+                              (["--tokens"], "--tokens needs a value"), (["--bogus", "1"], "unknown option")):
+            bad = run(sample + extra)
+            self.assertEqual(bad.returncode, 2, (extra, bad.stderr))
+            self.assertIn(needle, bad.stderr, extra)
+            self.assertEqual(len(bad.stderr.strip().splitlines()), 1, bad.stderr)
         # The export has the tokenizer in Hugging Face's files, which read back
         # to the same tokenizer.
         hf = os.path.join(work, "hf")
