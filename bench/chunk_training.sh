@@ -32,7 +32,7 @@ run() {  # fraction policy -> "seconds_per_step h2d_per_step d2h_per_step"
   chunks=$(grep '^chunks:' <<<"$out")
   local secs tps h2d d2h
   secs=$(sed -E 's/.*seconds=([0-9.]+).*/\1/' <<<"$sum")
-  h2d=$(sed -E 's/.*h2d_bytes_per_step=([0-9]+).*/\1/' <<<"$chunks")
+  h2d=$(sed -E 's/.* h2d_bytes_per_step=([0-9]+).*/\1/' <<<"$chunks")
   d2h=$(sed -E 's/.*d2h_bytes_per_step=([0-9]+).*/\1/' <<<"$chunks")
   awk -v s="$secs" -v n="$steps" -v h="$h2d" -v d="$d2h" 'BEGIN { printf "%.4f %d %d\n", s / n, h, d }'
 }

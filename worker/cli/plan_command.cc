@@ -29,6 +29,8 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"all_resident_device_bytes", p.all_resident_device_bytes},
           {"device_bytes", p.device_bytes},
           {"device_slots", p.device_slots},
+          {"device_param_slots", p.device_param_slots},
+          {"param_device", p.param_device},
           {"device_adam_chunks", p.device_adam_chunks},
           {"device_home_bytes", p.device_home_bytes},
           {"device_is_host_memory", p.device_is_host_memory},

@@ -212,6 +212,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   ProgressReporter progress(stdout, c.train.steps, c.train.log_every, log_format);
   // Chunk traffic, totals and per step after the first (warm-up) step.
   int64_t moved_at_warmup[kNumDirections] = {0, 0};
+  int64_t param_h2d_at_warmup = 0;
   std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
   auto later_steps = [](int64_t steps) { return steps > 1 ? steps - 1 : int64_t{1}; };
   auto print_chunk_summary = [&](int64_t steps) {
@@ -219,11 +220,14 @@ int TrainCommand(const std::vector<std::string>& args) {
     int64_t evictions = 0;
     for (const auto& e : rc.evictions) evictions += e;
     const int64_t later = later_steps(steps);
+    const int64_t param_h2d = rc.moved_kind_bytes[0][size_t(StateKind::kParam)];
     std::printf("chunks: h2d_bytes=%lld d2h_bytes=%lld h2d_bytes_per_step=%lld d2h_bytes_per_step=%lld "
+                "param_h2d_bytes_per_step=%lld "
                 "evictions=%lld prefetches=%lld prefetch_hits=%lld peak_device_bytes=%lld trace_recordings=%lld\n",
                 (long long)rc.moved_bytes[0].load(), (long long)rc.moved_bytes[1].load(),
                 (long long)((rc.moved_bytes[0] - moved_at_warmup[0]) / later),
-                (long long)((rc.moved_bytes[1] - moved_at_warmup[1]) / later), (long long)evictions,
+                (long long)((rc.moved_bytes[1] - moved_at_warmup[1]) / later),
+                (long long)((param_h2d - param_h2d_at_warmup) / later), (long long)evictions,
                 (long long)rc.prefetches.load(), (long long)rc.prefetch_hits.load(),
                 (long long)chunks.peak_device_bytes(), (long long)chunks.trace_recordings());
     if (env->world_size > 1) {
@@ -257,6 +261,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     progress.OnStep(*stats, seconds, chunks.counters().moved_bytes[0].load(), chunks.counters().moved_bytes[1].load());
     if (s == first_step) {
       for (int d = 0; d < kNumDirections; ++d) moved_at_warmup[d] = chunks.counters().moved_bytes[size_t(d)];
+      param_h2d_at_warmup = chunks.counters().moved_kind_bytes[0][size_t(StateKind::kParam)];
       for (int op = 0; op < kNumCollectiveOps; ++op) comm_at_warmup[size_t(op)] = (*comm)->counters().bytes[size_t(op)];
     }
     // A stop signal may reach the ranks at different steps; they agree on it

@@ -1,5 +1,7 @@
 // The CPU ModelKernels: the reference kernels, run at once on this thread.
 // Each op is an NVTX range named by its OpFamily (in a build with CUDA).
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -35,6 +37,11 @@ void RoundTo(Precision precision, const float* x, int64_t n, std::vector<float>&
   }
 }
 
+// 16 bits of `precision` widened to fp32 (exactly).
+float Widen(Precision precision, uint16_t h) {
+  return precision == Precision::kBf16 ? kernels::BFloat16ToFloat(h) : kernels::HalfToFloat(h);
+}
+
 class CpuModelKernels final : public ModelKernels {
  public:
   explicit CpuModelKernels(Precision precision) : precision_(precision) {}
@@ -68,10 +75,23 @@ class CpuModelKernels final : public ModelKernels {
       for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::HalfToFloat(pstar::kernels::FloatToHalf(x[i]));
     }
   }
-  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                      int64_t T, int64_t C) override {
+  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+                      int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
-    k::EncoderForward(out, tokens, wte, wpe, B, T, C);
+    if (wte.h16 == nullptr) return k::EncoderForward(out, tokens, Fp32(wte), Fp32(wpe), B, T, C);
+    // 16-bit tables: the rows used, widened as they are read and added in
+    // fp32 as kernels::cpu::EncoderForward adds them.
+    const uint16_t* e16 = wte.h16;
+    const uint16_t* p16 = Half(wpe);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        float* o = out + (b * T + t) * C;
+        const uint16_t* e = e16 + int64_t(tokens[b * T + t]) * C;
+        const uint16_t* p = p16 + t * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = Widen(precision_, e[c]) + Widen(precision_, p[c]);
+      }
+    }
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
@@ -79,35 +99,37 @@ class CpuModelKernels final : public ModelKernels {
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
-                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+                                Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
+    k::ResidualLayerNormForward(res, out, mean, rstd, a, b, Wide(weight, C, norm_weight_), Wide(bias, C, norm_bias_),
+                                N, C);
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int64_t N, int64_t C) override {
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+                        int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
+    k::LayerNormForward(out, mean, rstd, inp, Wide(weight, C, norm_weight_), Wide(bias, C, norm_bias_), N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int64_t N,
-                         int64_t C) override {
+                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, Wide(weight, C, norm_weight_), mean, rstd, N, C);
   }
-  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    if (precision_ == Precision::kFp32) return k::MatmulForward(out, inp, weight, bias, N, C, OC);
+    const float* b = Wide(bias, OC, bias_);
+    if (precision_ == Precision::kFp32) return k::MatmulForward(out, inp, Fp32(weight), b, N, C, OC);
     RoundTo(precision_, inp, N * C, inp_);
-    RoundTo(precision_, weight, OC * C, weight_);
-    k::MatmulForward(out, inp_.data(), weight_.data(), bias, N, C, OC);
+    k::MatmulForward(out, inp_.data(), Operand(weight, OC * C), b, N, C, OC);
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int64_t N, int64_t C, int64_t OC) override {
+                      Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    if (precision_ == Precision::kFp32) return k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (precision_ == Precision::kFp32) {
+      return k::MatmulBackward(dinp, dweight, dbias, dout, inp, Fp32(weight), N, C, OC);
+    }
     RoundTo(precision_, inp, N * C, inp_);
-    RoundTo(precision_, weight, OC * C, weight_);
+    Operand(weight, OC * C);
     RoundTo(precision_, dout, N * OC, dout_);
     k::Gemm(false, false, N, C, OC, 1.0f, dout_.data(), OC, weight_.data(), C, 0.0f, dinp, C);
     k::Gemm(true, false, OC, C, N, 1.0f, dout_.data(), OC, inp_.data(), C, 1.0f, dweight, C);
@@ -150,9 +172,39 @@ class CpuModelKernels final : public ModelKernels {
   }
 
  private:
+  // An fp32 param (a 16-bit one only in a 16-bit precision).
+  const float* Fp32(Param p) const {
+    if (p.h16 != nullptr) Misuse("a 16-bit param in an fp32 run");
+    return p.f32;
+  }
+  const uint16_t* Half(Param p) const {
+    if (p.h16 == nullptr || precision_ == Precision::kFp32) Misuse("tables of one op in different formats");
+    return p.h16;
+  }
+  // A param as fp32: itself, or its 16 bits widened into `buf` (null stays null).
+  const float* Wide(Param p, int64_t n, std::vector<float>& buf) const {
+    if (p.h16 == nullptr) return p.f32;
+    if (precision_ == Precision::kFp32) Misuse("a 16-bit param in an fp32 run");
+    buf.resize(size_t(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = Widen(precision_, p.h16[i]);
+    return buf.data();
+  }
+  // A weight as a 16-bit GEMM operand, in weight_: widened, or an fp32 one rounded.
+  const float* Operand(Param weight, int64_t n) {
+    if (weight.h16 != nullptr) return Wide(weight, n, weight_);
+    RoundTo(precision_, weight.f32, n, weight_);
+    return weight_.data();
+  }
+  [[noreturn]] static void Misuse(const char* what) {
+    std::fprintf(stderr, "pstar: internal error: %s\n", what);
+    std::abort();
+  }
+
   Precision precision_;
   double loss_sum_ = 0.0;
   std::vector<float> inp_, weight_, dout_;  // rounded operands, reused between calls
+  std::vector<float> bias_, norm_weight_, norm_bias_;  // widened 16-bit params
 };
 
 }  // namespace

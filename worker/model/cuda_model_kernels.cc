@@ -101,10 +101,16 @@ class CudaModelKernels final : public ModelKernels {
     }
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                      int64_t T, int64_t C) override {
+  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+                      int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
-    kc::EncoderForward(out, tokens, wte, wpe, B, T, C, stream_);
+    switch (precision_) {
+      case Precision::kFp32: return kc::EncoderForward(out, tokens, wte.f32, wpe.f32, B, T, C, stream_);
+      case Precision::kBf16:
+        return kc::EncoderForward(out, tokens, Half<kc::bf16>(wte), Half<kc::bf16>(wpe), B, T, C, stream_);
+      case Precision::kFp16:
+        return kc::EncoderForward(out, tokens, Half<kc::fp16>(wte), Half<kc::fp16>(wpe), B, T, C, stream_);
+    }
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
@@ -113,37 +119,45 @@ class CudaModelKernels final : public ModelKernels {
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
   void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
-                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+                                Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    kc::ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+    int64_t offset = 0;
+    const float* w = Wide(weight, C, offset, "ResidualLayerNormForward");
+    const float* bi = Wide(bias, C, offset, "ResidualLayerNormForward");
+    kc::ResidualLayerNormForward(res, out, mean, rstd, a, b, w, bi, N, C, stream_);
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int64_t N, int64_t C) override {
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+                        int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    kc::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+    int64_t offset = 0;
+    const float* w = Wide(weight, C, offset, "LayerNormForward");
+    const float* bi = Wide(bias, C, offset, "LayerNormForward");
+    kc::LayerNormForward(out, mean, rstd, inp, w, bi, N, C, stream_);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int64_t N,
-                         int64_t C) override {
+                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    Need(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)), "LayerNormBackward");
-    kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, weight, mean, rstd, N, C, stream_);
+    // The widened weight after the partial sums.
+    int64_t offset = Aligned(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)));
+    Need(offset, "LayerNormBackward");
+    const float* w = Wide(weight, C, offset, "LayerNormBackward");
+    kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, w, mean, rstd, N, C, stream_);
   }
-  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
-      case Precision::kFp32: return kc::MatmulForward(blas_, out, inp, weight, bias, N, C, OC, stream_);
+      case Precision::kFp32: return kc::MatmulForward(blas_, out, inp, weight.f32, bias.f32, N, C, OC, stream_);
       case Precision::kBf16: return MixedForward<kc::bf16>(out, inp, weight, bias, N, C, OC);
       case Precision::kFp16: return MixedForward<kc::fp16>(out, inp, weight, bias, N, C, OC);
     }
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int64_t N, int64_t C, int64_t OC) override {
+                      Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
       case Precision::kFp32:
-        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream_);
+        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight.f32, N, C, OC, stream_);
       case Precision::kBf16: return MixedBackward<kc::bf16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
@@ -189,34 +203,53 @@ class CudaModelKernels final : public ModelKernels {
   }
   // The 16-bit copies of a linear layer's operands, in the shared scratch
   // (KernelScratchBytes sizes it for the model's largest layer).
+  static int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
   template <typename T>
   T* Piece(int64_t& offset, int64_t elems, const char* op) {
     T* p = reinterpret_cast<T*>(shared_ + offset);
-    offset += (elems * int64_t(sizeof(T)) + 255) / 256 * 256;
+    offset += Aligned(elems * int64_t(sizeof(T)));
     Need(offset, op);
     return p;
   }
+  // A 16-bit run's param in its format (a 16-bit precision takes 16-bit params only).
   template <typename T>
-  void MixedForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC) {
+  const T* Half(Param p) const {
+    if (p.h16 == nullptr) {
+      std::fprintf(stderr, "pstar: internal error: an fp32 param in a 16-bit run on the GPU\n");
+      std::abort();
+    }
+    return reinterpret_cast<const T*>(p.h16);
+  }
+  // A param as fp32: itself, or (16-bit) widened into a scratch piece; null stays null.
+  const float* Wide(Param p, int64_t n, int64_t& offset, const char* op) {
+    if (p.h16 == nullptr) return p.f32;
+    float* wide = Piece<float>(offset, n, op);
+    if (precision_ == Precision::kBf16) {
+      kc::Convert<float, kc::bf16>(wide, Half<kc::bf16>(p), n, stream_);
+    } else {
+      kc::Convert<float, kc::fp16>(wide, Half<kc::fp16>(p), n, stream_);
+    }
+    return wide;
+  }
+  // The weight is read as it is (16 bits, no cast per op); the input is cast.
+  template <typename T>
+  void MixedForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     T* inp_low = Piece<T>(offset, N * C, "MatmulForward");
-    T* weight_low = Piece<T>(offset, OC * C, "MatmulForward");
+    const float* b = Wide(bias, OC, offset, "MatmulForward");
     kc::Convert<T, float>(inp_low, inp, N * C, stream_);
-    kc::Convert<T, float>(weight_low, weight, OC * C, stream_);
-    kc::MatmulForwardMixed<T>(blas_, out, inp_low, weight_low, bias, N, C, OC, stream_);
+    kc::MatmulForwardMixed<T>(blas_, out, inp_low, Half<T>(weight), b, N, C, OC, stream_);
   }
   template <typename T>
-  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC) {
+  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, Param weight,
+                     int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");
     T* inp_low = Piece<T>(offset, N * C, "MatmulBackward");
-    T* weight_low = Piece<T>(offset, OC * C, "MatmulBackward");
     kc::Convert<T, float>(dout_low, dout, N * OC, stream_);
     kc::Convert<T, float>(inp_low, inp, N * C, stream_);
-    kc::Convert<T, float>(weight_low, weight, OC * C, stream_);
-    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, inp_low, weight_low, N, C, OC, stream_);
+    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, inp_low, Half<T>(weight), N, C, OC,
+                               stream_);
   }
   // The planner's KernelScratchBytes must cover every kernel's need.
   void Need(int64_t bytes, const char* op) const {

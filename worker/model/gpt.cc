@@ -243,31 +243,31 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
   BlockActivations& a = BlockActs(l);
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kForward);
-    kernels_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, u.param(t.ln1_w), u.param(t.ln1_b), BT, C);
+    kernels_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(u, t.ln1_w), P(u, t.ln1_b), BT, C);
   }
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
-    kernels_->MatmulForward(a.qkv, a.ln1, u.param(t.qkv_w), u.param(t.qkv_b), BT, C, 3 * C);
+    kernels_->MatmulForward(a.qkv, a.ln1, P(u, t.qkv_w), P(u, t.qkv_b), BT, C, 3 * C);
   }
   kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(acts_.tmp, a.atty, u.param(t.attn_proj_w), u.param(t.attn_proj_b), BT, C, C);
+    kernels_->MatmulForward(acts_.tmp, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
   }
   {
     // The attention residual and ln_2 in one pass.
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kForward);
-    kernels_->ResidualLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts_.tmp, u.param(t.ln2_w),
-                                       u.param(t.ln2_b), BT, C);
+    kernels_->ResidualLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts_.tmp, P(u, t.ln2_w),
+                                       P(u, t.ln2_b), BT, C);
   }
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
-    kernels_->MatmulForward(a.fch, a.ln2, u.param(t.fc_w), u.param(t.fc_b), BT, C, 4 * C);
+    kernels_->MatmulForward(a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
   }
   kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(acts_.tmp, acts_.fch_gelu, u.param(t.fc_proj_w), u.param(t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(acts_.tmp, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -284,33 +284,33 @@ void Gpt::BlockBackward(int64_t l, const float* x) {
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
     kernels_->MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, g.fch_gelu,
-                      u.param(t.fc_proj_w), BT, 4 * C, C);
+                      P(u, t.fc_proj_w), BT, 4 * C, C);
   }
   kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, u.param(t.fc_w), BT, C,
+    kernels_->MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, P(u, t.fc_w), BT, C,
                       4 * C);
   }
   {
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, u.param(t.ln2_w),
+    kernels_->LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, P(u, t.ln2_w),
                          a.ln2_mean, a.ln2_rstd, BT, C);
   }
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
     kernels_->MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
-                      u.param(t.attn_proj_w), BT, C, C);
+                      P(u, t.attn_proj_w), BT, C, C);
   }
   kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, u.param(t.qkv_w), BT,
+    kernels_->MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, P(u, t.qkv_w), BT,
                       C, 3 * C);
   }
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, u.param(t.ln1_w),
+    kernels_->LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, P(u, t.ln1_w),
                          a.ln1_mean, a.ln1_rstd, BT, C);
   }
 }
@@ -323,13 +323,13 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
   kernels_->Upload(a.targets, targets, BT);
   {
     auto u = store_->Acquire({wte_, wpe_}, Pass::kForward);
-    kernels_->EncoderForward(a.residual[0], a.tokens, u.param(wte_), u.param(wpe_), B_, T_, C);
+    kernels_->EncoderForward(a.residual[0], a.tokens, P(u, wte_), P(u, wpe_), B_, T_, C);
   }
   for (int64_t l = 0; l < L; ++l) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kForward);
-    kernels_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], u.param(lnf_w_),
-                        u.param(lnf_b_), BT, C);
+    kernels_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], P(u, lnf_w_),
+                        P(u, lnf_b_), BT, C);
   }
   {
     // The loss block by block; the logits are recomputed in backward.
@@ -337,7 +337,7 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, u.param(wte_), nullptr, n, C, Vp);
+      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
       const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
       if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
@@ -364,10 +364,10 @@ void Gpt::Backward(float loss_weight) {
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, u.param(wte_), nullptr, n, C, Vp);
+      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
                                             Vp);
-      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf + r0 * C, u.param(wte_), n,
+      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf + r0 * C, P(u, wte_), n,
                                C, Vp);
     }
   }
@@ -375,7 +375,7 @@ void Gpt::Backward(float loss_weight) {
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);
     kernels_->LayerNormBackward(a.dres, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
-                         u.param(lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
+                         P(u, lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     // The shared block set still holds the last layer from the forward pass.

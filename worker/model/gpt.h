@@ -105,6 +105,10 @@ class Gpt {
   void Lay(Alloc&& alloc);
   Status Carve(Arena& arena);
   BlockActivations& BlockActs(int64_t layer);
+  // A param as the kernels read it: 16-bit with 16-bit parameter chunks.
+  Param P(const ParamStore::Use& u, TensorId id) const {
+    return store_->chunks().half_params() ? Param{nullptr, u.half_param(id)} : Param{u.param(id), nullptr};
+  }
   void BlockForward(int64_t layer, const float* x, float* y);
   void BlockBackward(int64_t layer, const float* x);
 

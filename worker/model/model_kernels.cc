@@ -37,20 +37,25 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   // the CUDA kernels ask for (checked when the scratch is set):
   const int64_t BT = batch * seq, C = config.n_embd;
   const int64_t attention = batch * config.n_head * seq * 4;  // rowsums of dout·out per head
-  const int64_t layernorm = 2 * 256 * C * 4;       // at most 256 row groups of weight and bias partials
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const bool half = compute.precision != Precision::kFp32;
+  // At most 256 row groups of weight and bias partials; in a 16-bit run then
+  // the weight and bias widened to fp32.
+  const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? 2 * aligned(C * 4) : 0);
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)
-  // A 16-bit linear layer's backward pass: dout, inp and weight rounded, in
-  // three 256-byte aligned pieces; the largest layer (C_in, C_out) of the model.
+  // A 16-bit linear layer: dout and inp rounded (the weight is 16-bit
+  // already) and the bias widened, in 256-byte aligned pieces; the largest
+  // layer (C_in, C_out) of the model.
   int64_t casts = 0;
-  if (compute.precision != Precision::kFp32) {
+  if (half) {
     const int64_t V = config.padded_vocab_size();
-    auto piece = [](int64_t elems) { return (elems * 2 + 255) / 256 * 256; };
+    auto piece = [&](int64_t elems) { return aligned(elems * 2); };
     for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
-      casts = std::max(casts, piece(BT * out) + piece(BT * in) + piece(out * in));
+      casts = std::max(casts, piece(BT * out) + piece(BT * in) + aligned(out * 4));
     }
     const int64_t rows = ClassifierBlockRows(BT);  // the classifier runs over row blocks
-    casts = std::max(casts, piece(rows * V) + piece(rows * C) + piece(V * C));
+    casts = std::max(casts, piece(rows * V) + piece(rows * C));
   }
   return 256 + std::max({attention, layernorm, encoder, reduce, casts});
 }

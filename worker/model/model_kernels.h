@@ -28,8 +28,10 @@ Result<ComputeDevice> ParseComputeDevice(const std::string& name);
 
 // The operand precision of the linear layers (the GEMMs, nearly all of the
 // FLOPs): their inputs, weights and output gradients are rounded to it, and
-// they accumulate in fp32. Everything else (activations, the other ops,
-// parameters, gradients, optimizer states) stays fp32.
+// they accumulate in fp32. In bf16 and fp16 runs the parameters reach the
+// device in that format too (16-bit parameter chunks, fp32 masters on the
+// optimizer's side), so every op reads its weights in 16 bits and computes
+// in fp32. Activations, gradients and optimizer states stay fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision precision);
 // "fp32", "bf16" or "fp16".
@@ -75,6 +77,15 @@ inline const char* OpFamilyName(OpFamily family) {
   }
   return "?";
 }
+
+// A parameter tensor as an op reads it on the device: fp32, or 16 bits of
+// the run's precision (16-bit parameter chunks; kernels widen as they read).
+// At most one is set; neither for an absent bias.
+struct Param {
+  const float* f32 = nullptr;
+  const uint16_t* h16 = nullptr;
+  bool empty() const { return f32 == nullptr && h16 == nullptr; }
+};
 
 // Where and how the model computes.
 struct ComputeSpec {
@@ -123,24 +134,23 @@ class ModelKernels {
   // kernels/half.h), in place: gradients kept in 16 bits. Nothing in fp32.
   virtual void RoundToPrecision(float* x, int64_t n) = 0;
 
-  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                              int64_t B, int64_t T, int64_t C) = 0;
+  virtual void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+                              int64_t C) = 0;
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                                int64_t T, int64_t C) = 0;
-  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                const float* bias, int64_t N, int64_t C) = 0;
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+                                int64_t N, int64_t C) = 0;
   // res = a + b and LayerNormForward of it in one pass (kernels/layernorm.h);
   // the profiler counts it as a LayerNorm.
   virtual void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a,
-                                        const float* b, const float* weight, const float* bias, int64_t N,
-                                        int64_t C) = 0;
+                                        const float* b, Param weight, Param bias, int64_t N, int64_t C) = 0;
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, const float* mean, const float* rstd,
+                                 const float* inp, Param weight, const float* mean, const float* rstd,
                                  int64_t N, int64_t C) = 0;
-  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                             int64_t C, int64_t OC) = 0;
+  virtual void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
+                             int64_t OC) = 0;
   virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, int64_t N, int64_t C, int64_t OC) = 0;
+                              Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
   virtual void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
@@ -160,12 +170,14 @@ class ModelKernels {
 
 // The CPU kernels; a 16-bit precision is emulated by rounding the linear
 // layers' operands (the same numbers the GPU multiplies), so mixed precision
-// and the loss scaler run, and are tested, on any machine.
+// and the loss scaler run, and are tested, on any machine. 16-bit params are
+// widened as they are read; fp32 ones in a 16-bit precision are rounded
+// where the GPU would multiply them in 16 bits.
 std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision = Precision::kFp32);
 
 // The CUDA kernels on `compute_stream` (a cudaStream_t) of the current
-// device; 16-bit linear layers run on the tensor cores. Fails in a build
-// without CUDA.
+// device; 16-bit linear layers run on the tensor cores, and a 16-bit
+// precision takes 16-bit params only. Fails in a build without CUDA.
 Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
                                                            Precision precision = Precision::kFp32);
 

@@ -27,8 +27,8 @@ void AddAccess(std::vector<ChunkAccess>& accesses, ChunkKey key, bool writes) {
 
 }  // namespace
 
-int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments) {
-  int32_t most = 0;
+MomentChunks MostChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments) {
+  MomentChunks most;
   for (const AccessMoment& m : moments) {
     std::vector<ChunkAccess> accesses;
     for (TensorId id : m.tensors) {
@@ -36,7 +36,11 @@ int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMo
       AddAccess(accesses, {StateKind::kParam, chunk}, false);
       if (m.pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
     }
-    most = std::max(most, int32_t(accesses.size()));
+    int32_t grads = 0;
+    for (const ChunkAccess& a : accesses) grads += a.key.kind == StateKind::kGrad;
+    most.total = std::max(most.total, int32_t(accesses.size()));
+    most.params = std::max(most.params, int32_t(accesses.size()) - grads);
+    most.grads = std::max(most.grads, grads);
   }
   return most;
 }
@@ -116,14 +120,17 @@ void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector
 ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
   ChunkUpdate u;
   if (chunks_->DeviceAdam(chunk)) {  // never with N ranks: updates run on home shards
-    u.accesses_ = {{{StateKind::kParam, chunk}, true},
-                   {{StateKind::kGrad, chunk}, false},
-                   {{StateKind::kExpAvg, chunk}, true},
-                   {{StateKind::kExpAvgSq, chunk}, true}};
+    // With 16-bit param chunks the update writes the master, homed beside the
+    // moments; the param's 16-bit copy is narrowed from it at its next use.
+    const bool master = chunks_->half_params();
+    if (!master) u.accesses_.push_back({{StateKind::kParam, chunk}, true});
+    u.accesses_.push_back({{StateKind::kGrad, chunk}, false});
+    u.accesses_.push_back({{StateKind::kExpAvg, chunk}, true});
+    u.accesses_.push_back({{StateKind::kExpAvgSq, chunk}, true});
     chunks_->Access(u.accesses_);
     u.chunks_ = chunks_.get();
     u.tier_ = Tier::kDevice;
-    u.param_ = chunks_->DeviceData({StateKind::kParam, chunk});
+    u.param_ = master ? chunks_->DeviceMasterForUpdate(chunk) : chunks_->DeviceData({StateKind::kParam, chunk});
     u.grad_ = chunks_->DeviceData({StateKind::kGrad, chunk});
     u.exp_avg_ = chunks_->DeviceData({StateKind::kExpAvg, chunk});
     u.exp_avg_sq_ = chunks_->DeviceData({StateKind::kExpAvgSq, chunk});
@@ -200,6 +207,12 @@ float* ParamStore::Use::param(TensorId id) const {
   Check(id);
   const TensorPlacement& p = store_->layout_.placement(id);
   return store_->chunks_->DeviceData({StateKind::kParam, p.chunk}) + p.offset;
+}
+
+const uint16_t* ParamStore::Use::half_param(TensorId id) const {
+  Check(id);
+  const TensorPlacement& p = store_->layout_.placement(id);
+  return store_->chunks_->HalfParamData(p.chunk) + p.offset;
 }
 
 float* ParamStore::Use::grad(TensorId id) const {

@@ -36,8 +36,15 @@ struct AccessMoment {
 };
 
 // The most chunks any moment pins: its tensors' param chunks, plus their grad
-// chunks in the backward pass. The device budget must hold this many.
-int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments);
+// chunks in the backward pass (in all, and of each kind). The device budget
+// must hold this many.
+struct MomentChunks {
+  int32_t total = 0, params = 0, grads = 0;
+};
+MomentChunks MostChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments);
+inline int32_t MaxChunksPerMoment(const ParamLayout& layout, const std::vector<AccessMoment>& moments) {
+  return MostChunksPerMoment(layout, moments).total;
+}
 
 class ParamStore {
  public:
@@ -142,7 +149,10 @@ class ParamStore::Use {
   Use& operator=(Use&&) = delete;
   ~Use();
 
+  // fp32 params (the chunk runtime without param_device).
   float* param(TensorId id) const;
+  // 16-bit params (param_device: bf16 and fp16 runs).
+  const uint16_t* half_param(TensorId id) const;
   // Only in the backward pass.
   float* grad(TensorId id) const;
 
@@ -166,6 +176,7 @@ class ParamStore::ChunkUpdate {
   ChunkUpdate& operator=(ChunkUpdate&&) = delete;
   ~ChunkUpdate();
 
+  // fp32: the param, or with 16-bit param chunks the master.
   float* param() const { return param_; }
   // The gradient: fp32, or (on the host, with 16-bit gradient homes) the
   // 16-bit home in `grad_half()` and null here.

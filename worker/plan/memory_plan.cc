@@ -40,7 +40,8 @@ Result<ParamLayout> BuildJobLayout(const Config& c, int world_size) {
   std::vector<TensorSpec> specs = GptTensorSpecs(c.model.gpt);
   int64_t elems = c.default_chunk_size;
   if (world_size > 1) {
-    const int64_t unit = 16 * int64_t(world_size);  // 16 floats = one 64-byte line per shard
+    // One 64-byte line per shard: 16 floats, or 32 where params stream in 16 bits.
+    const int64_t unit = (c.train.precision == "fp32" ? 16 : 32) * int64_t(world_size);
     if (elems == 0) elems = ParamLayout::ChooseChunkElems(specs);
     elems = (elems + unit - 1) / unit * unit;
   }
@@ -72,8 +73,9 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   if (auto precision = ParsePrecision(c.train.precision); precision.ok()) compute.precision = *precision;
   p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
                                             c.train.activation_checkpointing, compute);
-  p.max_chunks_per_moment =
-      MaxChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
+  const MomentChunks most =
+      MostChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
+  p.max_chunks_per_moment = most.total;
 
   ChunkRuntimeOptions& r = p.runtime;
   r.device_capacity_bytes = c.runtime.device_memory;
@@ -93,6 +95,13 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
     r.grad_home = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
     p.grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
   }
+  // 16-bit runs stream 16-bit params; the fp32 masters stay with the optimizer.
+  if (compute.precision != Precision::kFp32) {
+    r.param_device = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
+    r.min_param_chunks_per_moment = most.params;
+    r.min_grad_chunks_per_moment = most.grads;
+    p.param_device = PrecisionName(compute.precision);
+  }
 
   const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
   p.min_device_bytes = ChunkManager::MinDeviceBytes(chunk_bytes, r);
@@ -100,9 +109,11 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   all.device_capacity_bytes = 0;
   p.all_resident_device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, all);
   p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
-  p.device_slots = ChunkManager::DeviceSlots(p.num_chunks, chunk_bytes, r);
-  p.device_adam_chunks = ChunkManager::DeviceAdamChunks(p.num_chunks, p.device_slots, r);
-  p.device_home_bytes = 2 * int64_t(p.device_adam_chunks) * p.chunk_bytes;
+  const ChunkManager::TierSlots slots = ChunkManager::LayOutSlots(p.num_chunks, chunk_bytes, r);
+  p.device_adam_chunks = slots.device_adam_chunks;
+  p.device_home_bytes = ChunkManager::HomedKinds(r) * int64_t(p.device_adam_chunks) * p.chunk_bytes;
+  p.device_slots = slots.full + ChunkManager::HomedKinds(r) * p.device_adam_chunks;
+  p.device_param_slots = slots.half;
 
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).
@@ -111,7 +122,9 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
       ChunkManager::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
   // Plus, with 16-bit gradient homes, the shard the host widens one into.
-  p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0);
+  // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed into.
+  p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0) +
+                          ChunkManager::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory);
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
                      (p.device_is_host_memory ? p.device_bytes : 0);
   return p;
@@ -140,10 +153,13 @@ std::string FormatPlan(const MemoryPlan& p) {
   add("chunks pinned at once", std::to_string(p.max_chunks_per_moment));
   add("device: minimum", bytes(p.min_device_bytes));
   add("device: all resident", bytes(p.all_resident_device_bytes));
-  add("device: this job", bytes(p.device_bytes) + ", " + std::to_string(p.device_slots) + " chunk slots");
-  add("device: homed Adam moments", FormatBytes(p.device_home_bytes) + ", " +
-                                        std::to_string(p.device_adam_chunks) + " of " +
-                                        std::to_string(p.num_chunks) + " chunks (their Adam runs on the device)");
+  add("device: this job", bytes(p.device_bytes) + ", " + std::to_string(p.device_slots) + " chunk slots" +
+                              (p.param_device == "fp32" ? std::string()
+                                                        : " and " + std::to_string(p.device_param_slots) +
+                                                              " half-size slots for " + p.param_device + " params"));
+  add(p.param_device == "fp32" ? "device: homed Adam moments" : "device: homed masters+moments",
+      FormatBytes(p.device_home_bytes) + ", " + std::to_string(p.device_adam_chunks) + " of " +
+          std::to_string(p.num_chunks) + " chunks (their Adam runs on the device)");
   add("host: chunk home copies", bytes(p.host_chunk_bytes) + (p.grad_home == "fp32" ? std::string()
                                                                   : ", gradients in " + p.grad_home));
   add("host: data", bytes(p.host_data_bytes));

@@ -36,9 +36,11 @@ struct MemoryPlan {
   int64_t min_device_bytes = 0;       // activations + the chunks one op pins
   int64_t all_resident_device_bytes = 0;  // activations + every chunk: nothing moves
   int64_t device_bytes = 0;           // the device tier this config gets
-  int64_t device_slots = 0;           // chunk slots in it
+  int64_t device_slots = 0;           // chunk-sized slots in it (streaming and homes)
+  int64_t device_param_slots = 0;     // half-size slots 16-bit params stream through
   int32_t device_adam_chunks = 0;     // chunks whose moments are homed on the device (Adam runs there)
-  int64_t device_home_bytes = 0;      // the part of the tier those moments take
+  int64_t device_home_bytes = 0;      // the part of the tier those moments (and 16-bit runs' masters) take
+  std::string param_device = "fp32";  // the params' format on the device: fp32, bf16 or fp16
 
   bool device_is_host_memory = true;  // CPU backend: the device tier is RAM too
   int64_t host_chunk_bytes = 0;       // this rank's home shards of every chunk homed on the host

@@ -65,10 +65,33 @@ int64_t ChunkManager::StagingBytes(int64_t chunk_bytes, const ChunkRuntimeOption
   return options.grad_home.has_value() ? 2 * RoundUp(SlotBytes(chunk_bytes) / 2) : 0;
 }
 
+namespace {
+
+// With 16-bit params: a param copy's slot, and what each pool must hold at
+// least (the chunks one moment pins).
+int64_t HalfSlotBytes(int64_t chunk_bytes) { return RoundUp(ChunkManager::SlotBytes(chunk_bytes) / 2); }
+int64_t MinParamChunks(const ChunkRuntimeOptions& o) {
+  return o.min_param_chunks_per_moment > 0 ? o.min_param_chunks_per_moment : o.min_chunks_per_moment;
+}
+int64_t MinGradChunks(const ChunkRuntimeOptions& o) {
+  return o.min_grad_chunks_per_moment > 0 ? o.min_grad_chunks_per_moment : o.min_chunks_per_moment;
+}
+
+}  // namespace
+
+int64_t ChunkManager::ParamStagingBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options,
+                                        bool device_is_host) {
+  if (!options.param_device.has_value() || device_is_host) return 0;
+  return 2 * RoundUp(shard_bytes / 2);
+}
+
 int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
                                      const ChunkRuntimeOptions& options) {
-  const int64_t everything = RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) +
-                             DeviceKinds(options) * num_chunks * SlotBytes(chunk_bytes);
+  const int64_t n = num_chunks, slot = SlotBytes(chunk_bytes);
+  const int64_t chunks = options.param_device.has_value()
+                             ? n * HalfSlotBytes(chunk_bytes) + n * slot + (options.hybrid_adam ? 3 * n * slot : 0)
+                             : DeviceKinds(options) * n * slot;
+  const int64_t everything = RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) + chunks;
   // More than everything would be memory nothing uses: the tier is never larger.
   if (options.device_capacity_bytes > 0) return std::min(options.device_capacity_bytes, everything);
   return everything;
@@ -101,15 +124,73 @@ int32_t ChunkManager::DeviceAdamChunks(int32_t num_chunks, int64_t slots, const 
   return int32_t(std::min<int64_t>(n, num_chunks));
 }
 
+ChunkManager::TierSlots ChunkManager::LayOutSlots(int32_t num_chunks, int64_t chunk_bytes,
+                                                  const ChunkRuntimeOptions& options) {
+  TierSlots t;
+  if (!options.param_device.has_value()) {
+    const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
+    t.device_adam_chunks = DeviceAdamChunks(num_chunks, slots, options);
+    t.full = slots - 2 * int64_t(t.device_adam_chunks);
+    return t;
+  }
+  const int64_t n = num_chunks, full = SlotBytes(chunk_bytes), half = HalfSlotBytes(chunk_bytes);
+  int64_t room = DeviceCapacity(num_chunks, chunk_bytes, options) - RoundUp(options.non_model_bytes) -
+                 StagingBytes(chunk_bytes, options);
+  // Room for every chunk: everything stays, no margin is needed.
+  if (room >= n * (half + full) + (options.hybrid_adam ? 3 * n * full : 0)) {
+    return {n, n, options.hybrid_adam ? num_chunks : 0};
+  }
+  // Each pool's minimum, then the streaming reserve (this moment and each one
+  // prefetched ahead), grown a param and a grad slot at a time.
+  const int64_t depth = 1 + std::max(0, options.prefetch_depth);
+  const int64_t min_p = std::min(n, MinParamChunks(options)), min_g = std::min(n, MinGradChunks(options));
+  t.half = std::min(room / half, min_p);
+  room -= t.half * half;
+  t.full = std::min(room / full, min_g);
+  room -= t.full * full;
+  auto grow = [&](int64_t want_half, int64_t want_full) {
+    while (t.half < want_half || t.full < want_full) {
+      const bool add_half = t.half < want_half && room >= half;
+      if (add_half) {
+        ++t.half;
+        room -= half;
+      }
+      const bool add_full = t.full < want_full && room >= full;
+      if (add_full) {
+        ++t.full;
+        room -= full;
+      }
+      if (!add_half && !add_full) return;
+    }
+  };
+  const int64_t reserve_p = std::min(n, min_p * depth), reserve_g = std::min(n, min_g * depth);
+  grow(reserve_p, reserve_g);
+  // A share of the room beyond the reserve homes the masters and moments of
+  // device-Adam chunks (three chunk slots each); what is left streams.
+  if (options.hybrid_adam && t.half == reserve_p && t.full == reserve_g) {
+    const int64_t k = int64_t(double(room) * options.margin_use_ratio) / (3 * full);
+    t.device_adam_chunks = int32_t(std::min(k, n));
+    room -= 3 * int64_t(t.device_adam_chunks) * full;
+  }
+  grow(n, n);
+  return t;
+}
+
 int64_t ChunkManager::HostHomeBytes(int32_t num_chunks, int64_t shard_bytes, int32_t device_adam_chunks,
                                     const ChunkRuntimeOptions& options) {
-  const int64_t grads = RoundUp(int64_t(num_chunks) * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes));
-  return (int64_t(kNumStateKinds - 1) * num_chunks - 2 * int64_t(device_adam_chunks)) * shard_bytes + grads;
+  const int64_t n = num_chunks, homed = device_adam_chunks;
+  const int64_t grads = RoundUp(n * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes));
+  // fp32 param homes (the masters with 16-bit params, less those on the device).
+  const int64_t params = options.param_device.has_value() ? n - homed : n;
+  return (params + 2 * (n - homed)) * shard_bytes + grads;
 }
 
 int64_t ChunkManager::MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options) {
-  return RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) +
-         int64_t(options.min_chunks_per_moment) * SlotBytes(chunk_bytes);
+  const int64_t chunks = options.param_device.has_value()
+                             ? MinParamChunks(options) * HalfSlotBytes(chunk_bytes) +
+                                   MinGradChunks(options) * SlotBytes(chunk_bytes)
+                             : int64_t(options.min_chunks_per_moment) * SlotBytes(chunk_bytes);
+  return RoundUp(options.non_model_bytes) + StagingBytes(chunk_bytes, options) + chunks;
 }
 
 Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
@@ -123,6 +204,11 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) + " bytes cannot be split into " +
                                    std::to_string(world) + " aligned shards (needs a multiple of " +
                                    std::to_string(kAlign * world) + " bytes)");
+  }
+  if (options.param_device.has_value() && (stride / 2) % (kAlign * world) != 0) {
+    return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) +
+                                   " bytes cannot be split into aligned 16-bit shards (needs a multiple of " +
+                                   std::to_string(2 * kAlign * world) + " bytes)");
   }
   if (world > 1 && options.grad_home.has_value()) {
     return Status::InvalidArgument("16-bit gradient homes need one rank (several reduce their gradients in fp32)");
@@ -144,7 +230,11 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
         (options.grad_home.has_value()
              ? FormatBytes(StagingBytes(chunk_bytes, options)) + " staging for 16-bit gradient copies + "
              : std::string()) +
-        std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride) +
+        (options.param_device.has_value()
+             ? std::to_string(MinParamChunks(options)) + " 16-bit param chunks of " +
+                   FormatBytes(HalfSlotBytes(chunk_bytes)) + " and " + std::to_string(MinGradChunks(options)) +
+                   " chunks of " + FormatBytes(stride)
+             : std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride)) +
         " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) +
         ")");
   }
@@ -153,17 +243,31 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   m->non_model_bytes_ = non_model;
   m->staging_offset_ = non_model;
   m->slots_offset_ = non_model + StagingBytes(chunk_bytes, options);
-  const int64_t slots = DeviceSlots(num_chunks, chunk_bytes, options);
   // With N ranks every update runs on the host shards (device Adam would need
   // the device to hold shards, not gathered chunks).
-  const int32_t homed = world > 1 ? 0 : DeviceAdamChunks(num_chunks, slots, options);
-  const int64_t streaming = slots - 2 * int64_t(homed);
+  ChunkRuntimeOptions laid = options;
+  if (world > 1) laid.hybrid_adam = false;
+  const TierSlots tier = LayOutSlots(num_chunks, chunk_bytes, laid);
+  const int32_t homed = tier.device_adam_chunks;
+  const int64_t half_stride = options.param_device.has_value() ? HalfSlotBytes(chunk_bytes) : 0;
   m->device_adam_chunks_ = homed;
-  m->homes_offset_ = m->slots_offset_ + streaming * stride;
-  PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(m->slots_offset_ + slots * stride)));
+  m->pools_.push_back({m->slots_offset_, stride, 0, int32_t(tier.full), {}});
+  if (options.param_device.has_value()) {
+    m->pools_.push_back({m->slots_offset_ + tier.full * stride, half_stride, int32_t(tier.full),
+                         int32_t(tier.half), {}});
+  }
+  const int64_t streaming = tier.full + tier.half;
+  m->homes_offset_ = m->slots_offset_ + tier.full * stride + tier.half * half_stride;
+  const int64_t homed_bytes = HomedKinds(options) * int64_t(homed) * stride;
+  PSTAR_ASSIGN_OR_RETURN(m->device_block_, m->backend_->AllocateDevice(size_t(m->homes_offset_ + homed_bytes)));
   PSTAR_ASSIGN_OR_RETURN(m->host_block_, m->backend_->AllocateHost(size_t(
                                              HostHomeBytes(num_chunks, m->shard_bytes_, homed, options))));
   if (options.grad_home.has_value()) m->widen_buffer_.resize(size_t(m->shard_bytes_) / sizeof(float));
+  if (const int64_t bytes = ParamStagingBytes(m->shard_bytes_, options, m->backend_->device_is_host_memory());
+      bytes > 0) {
+    PSTAR_ASSIGN_OR_RETURN(m->param_staging_, m->backend_->AllocateHost(size_t(bytes)));
+    for (auto& e : m->param_staged_) e = m->backend_->CreateEvent();
+  }
   if (world > 1) {
     PSTAR_ASSIGN_OR_RETURN(m->scratch_, m->backend_->AllocateHost(size_t(m->shard_bytes_)));
   }
@@ -173,12 +277,15 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   for (int64_t s = 0; s < streaming; ++s) {
     m->slot_events_.push_back({m->backend_->CreateEvent(), m->backend_->CreateEvent(), m->backend_->CreateEvent()});
   }
-  for (int64_t s = streaming - 1; s >= 0; --s) m->free_slots_.push_back(int32_t(s));
+  for (SlotPool& pool : m->pools_) {
+    for (int32_t s = pool.first + pool.count - 1; s >= pool.first; --s) pool.free.push_back(s);
+  }
   for (int64_t i = 0; i < total_chunks; ++i) m->home_written_.push_back(m->backend_->CreateEvent());
   m->compute_done_ = m->backend_->CreateEvent();
-  // Device-homed moments start at zero, like every moment.
+  // Device-homed moments start at zero, like every moment (masters are
+  // written before use, as host param homes are).
   if (homed > 0) {
-    m->backend_->Zero(m->device_block_.data() + m->homes_offset_, size_t(2 * homed * stride), StreamKind::kCompute);
+    m->backend_->Zero(m->device_block_.data() + m->homes_offset_, size_t(homed_bytes), StreamKind::kCompute);
     for (int32_t i = 2 * num_chunks; i < total_chunks; ++i) {
       if (m->DeviceHomed(i)) m->states_[size_t(i)].zero = false;
     }
@@ -187,7 +294,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
 
   RuntimeCounters& c = m->counters_;
   for (int k = 0; k < kNumStateKinds; ++k) {
-    const int32_t on_device = k >= int(StateKind::kExpAvg) ? homed : 0;
+    const int32_t on_device = m->DeviceHomed(k * num_chunks) ? homed : 0;
     c.resident_bytes[int(Tier::kHost)][size_t(k)] =
         int64_t(num_chunks - on_device) * m->HomeBytes(k * num_chunks);
     c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks - on_device;
@@ -196,22 +303,25 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   }
   c.non_model_bytes[int(Tier::kDevice)] = non_model;
   c.device_capacity_bytes = capacity;
-  c.chunk_budget_bytes = slots * stride;
+  c.chunk_budget_bytes = m->homes_offset_ + homed_bytes - m->slots_offset_;
   return m;
 }
 
 std::byte* ChunkManager::Home(int32_t index) const {
   // Params, grads (at half size when 16-bit), then each moment kind without
   // its device-homed chunks.
+  // Masters homed on the device (16-bit params) have no host param home.
   const int64_t n = num_chunks_, chunk = index % num_chunks_;
   const int64_t grad_bytes = HomeBytes(int32_t(n));
-  if (index < n) return host_block_.data() + chunk * shard_bytes_;
-  if (index < 2 * n) return host_block_.data() + n * shard_bytes_ + chunk * grad_bytes;
   if (DeviceHomed(index)) InternalError("host copy of a chunk homed on the device");
+  const int64_t first_param = half_params() ? device_adam_chunks_ : 0;
+  const int64_t params = (n - first_param) * shard_bytes_;
+  if (index < n) return host_block_.data() + (chunk - first_param) * shard_bytes_;
+  if (index < 2 * n) return host_block_.data() + params + chunk * grad_bytes;
   const int64_t kind = index / n - 2;
   const int64_t slot = kind * (n - device_adam_chunks_) + (chunk - device_adam_chunks_);
   // The moments start on a cache line (16-bit gradients may end mid-line).
-  return host_block_.data() + n * shard_bytes_ + RoundUp(n * grad_bytes) + slot * shard_bytes_;
+  return host_block_.data() + params + RoundUp(n * grad_bytes) + slot * shard_bytes_;
 }
 
 float* ChunkManager::HostCopy(int32_t index) const {
@@ -222,14 +332,22 @@ float* ChunkManager::HostCopy(int32_t index) const {
 uint16_t* ChunkManager::HalfHome(int32_t index) const { return reinterpret_cast<uint16_t*>(Home(index)); }
 
 float* ChunkManager::HomeOnDevice(int32_t index) const {
-  const int64_t kind = index / num_chunks_ - 2, chunk = index % num_chunks_;
+  // exp_avg, exp_avg_sq, then (16-bit params) the masters.
+  const int64_t kind = index < num_chunks_ ? 2 : index / num_chunks_ - 2, chunk = index % num_chunks_;
   return reinterpret_cast<float*>(device_block_.data() + homes_offset_ +
                                   (kind * device_adam_chunks_ + chunk) * chunk_bytes_);
 }
 
-float* ChunkManager::DeviceHome(ChunkKey key) const {
+float* ChunkManager::DeviceHome(ChunkKey key) {
+  FlushHostWindow();
   if (!DeviceHomed(key)) InternalError("device home of a chunk homed on the host");
-  return HomeOnDevice(Index(key));
+  const int32_t i = Index(key);
+  ChunkState& st = states_[size_t(i)];
+  if (st.slot >= 0) {
+    if (st.pins > 0) InternalError("device home of a param chunk an op is reading");
+    DropDeviceCopy(i);
+  }
+  return HomeOnDevice(i);
 }
 
 float* ChunkManager::HostReadableHome(int32_t index) {
@@ -247,21 +365,30 @@ float* ChunkManager::HostReadableHome(int32_t index) {
 }
 
 void ChunkManager::SynchronizeCompute() {
+  FlushHostWindow();
   backend_->Record(*compute_done_, StreamKind::kCompute);
   backend_->Synchronize(*compute_done_);
 }
 
 float* ChunkManager::SlotData(int32_t slot) const {
-  return reinterpret_cast<float*>(device_block_.data() + slots_offset_ + int64_t(slot) * chunk_bytes_);
+  const SlotPool& pool = PoolOfSlot(slot);
+  return reinterpret_cast<float*>(device_block_.data() + pool.offset + int64_t(slot - pool.first) * pool.stride);
+}
+
+void ChunkManager::CountMoved(int32_t index, Direction direction, int64_t bytes) {
+  counters_.moved_bytes[int(direction)] += bytes;
+  counters_.moved_kind_bytes[int(direction)][size_t(KeyOf(index).kind)] += bytes;
 }
 
 void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
   const size_t kind = size_t(KeyOf(index).kind);
-  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? HomeBytes(index) : chunk_bytes_);
+  const int64_t device_bytes = HalfParam(index) ? pools_.back().stride : chunk_bytes_;
+  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? HomeBytes(index) : device_bytes);
   counters_.resident_chunks[int(tier)][kind] += sign;
 }
 
 void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
+  FlushHostWindow();
   ++tick_;
   // The chunks that stream through slots; device-homed ones are always there
   // and stay out of the trace.
@@ -272,7 +399,8 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
     for (size_t j = 0; j < k; ++j) {
       if (Index(accesses[j].key) == i) InternalError("chunk listed twice in one moment");
     }
-    if (DeviceHomed(i)) {
+    if (HalfParam(i) && accesses[k].writes) InternalError("a 16-bit param copy is read-only on the device");
+    if (!Streams(i)) {
       ++states_[size_t(i)].pins;
       continue;
     }
@@ -295,7 +423,7 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   }
   for (const ChunkAccess& a : accesses) {
     const int32_t i = Index(a.key);
-    if (DeviceHomed(i)) continue;
+    if (!Streams(i)) continue;
     ChunkState& st = states_[size_t(i)];
     if (st.slot < 0) {
       if (!Load(i, /*prefetch=*/false, /*must_outlive=*/0)) {
@@ -313,7 +441,7 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   // Compute reads the chunks only after their copies landed, and writes one
   // only after any copy home of its earlier contents read them.
   for (const ChunkAccess& a : accesses) {
-    if (DeviceHomed(a.key)) continue;
+    if (!Streams(Index(a.key))) continue;
     const SlotEvents& ev = slot_events_[size_t(state(a.key).slot)];
     backend_->StreamWait(StreamKind::kCompute, *ev.loaded);
     if (a.writes) backend_->StreamWait(StreamKind::kCompute, *ev.copied_out);
@@ -330,7 +458,7 @@ void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
     ChunkState& st = state(a.key);
     if (st.pins <= 0) InternalError("release of an unpinned chunk");
     --st.pins;
-    if (DeviceHomed(a.key)) continue;  // read by the host only after SynchronizeCompute
+    if (!Streams(Index(a.key))) continue;  // read by the host only after SynchronizeCompute
     // The slot may be copied out or reused only after the op's work on it.
     backend_->Record(*slot_events_[size_t(st.slot)].computed, StreamKind::kCompute);
   }
@@ -338,22 +466,93 @@ void ChunkManager::Release(std::span<const ChunkAccess> accesses) {
 
 float* ChunkManager::DeviceData(ChunkKey key) const {
   const ChunkState& st = state(key);
+  const int32_t i = Index(key);
+  if (HalfParam(i)) InternalError("fp32 device data of a 16-bit param copy");
   if (st.pins <= 0 || (st.slot < 0 && !DeviceHomed(key))) InternalError("device data of a chunk that is not pinned");
-  return DeviceHomed(key) ? HomeOnDevice(Index(key)) : SlotData(st.slot);
+  return DeviceHomed(key) ? HomeOnDevice(i) : SlotData(st.slot);
+}
+
+const uint16_t* ChunkManager::HalfParamData(int32_t chunk) const {
+  const ChunkState& st = state({StateKind::kParam, chunk});
+  if (!half_params()) InternalError("16-bit device data of an fp32 param");
+  if (st.pins <= 0 || st.slot < 0) InternalError("device data of a chunk that is not pinned");
+  return reinterpret_cast<const uint16_t*>(SlotData(st.slot));
+}
+
+float* ChunkManager::DeviceMasterForUpdate(int32_t chunk) {
+  FlushHostWindow();
+  const int32_t i = Index({StateKind::kParam, chunk});
+  if (!half_params() || !DeviceHomed(i)) InternalError("device master of a chunk homed on the host");
+  ChunkState& st = states_[size_t(i)];
+  if (st.pins > 0) InternalError("update of a param chunk an op is reading");
+  if (st.slot >= 0) DropDeviceCopy(i);  // stale once the master moves
+  return HomeOnDevice(i);
+}
+
+void ChunkManager::FlushHostWindow() {
+  if (host_window_index_ < 0) return;
+  const int32_t i = std::exchange(host_window_index_, -1);
+  backend_->Copy(HomeOnDevice(i), peek_buffer_.data(), size_t(chunk_bytes_), StreamKind::kHostToDevice);
+  backend_->Record(*compute_done_, StreamKind::kHostToDevice);
+  backend_->Synchronize(*compute_done_);
+}
+
+void ChunkManager::LoadHalfParam(int32_t index, int32_t slot) {
+  const HalfFormat format = *options_.param_device;
+  uint16_t* dst = reinterpret_cast<uint16_t*>(SlotData(slot));
+  const int64_t n = chunk_bytes_ / int64_t(sizeof(float));
+  NvtxRange range("h2d");
+  if (DeviceHomed(index)) {
+    // The master is on the device: narrowed there after the ops before it
+    // (the optimizer's update), nothing crosses the bus.
+    backend_->Record(*compute_done_, StreamKind::kCompute);
+    backend_->StreamWait(StreamKind::kHostToDevice, *compute_done_);
+    backend_->Narrow(dst, HomeOnDevice(index), n, format, StreamKind::kHostToDevice);
+    return;
+  }
+  // The master is on the host: narrowed there (into the slot where the device
+  // is host memory, else into a pinned buffer copied up), half its bytes moved.
+  const int64_t shard = shard_bytes_ / int64_t(sizeof(float));
+  uint16_t* own = dst + int64_t(rank_) * shard;
+  const int64_t move = BeginMove(Direction::kHostToDevice);
+  if (backend_->device_is_host_memory()) {
+    NarrowToHalf(own, HostCopy(index), shard, format);
+  } else {
+    const int b = std::exchange(param_staging_next_, 1 - param_staging_next_);
+    uint16_t* staged = reinterpret_cast<uint16_t*>(param_staging_.data() + b * (param_staging_.bytes() / 2));
+    backend_->Synchronize(*param_staged_[b]);  // its last copy up has read it
+    NarrowToHalf(staged, HostCopy(index), shard, format);
+    backend_->Copy(own, staged, size_t(shard) * sizeof(uint16_t), StreamKind::kHostToDevice);
+    backend_->Record(*param_staged_[b], StreamKind::kHostToDevice);
+  }
+  if (world_ > 1) {
+    // Every rank narrowed its own shard into place; the gather fills the rest
+    // (16-bit pairs travel as floats, bit for bit).
+    if (!backend_->device_is_host_memory()) backend_->Synchronize(*param_staged_[1 - param_staging_next_]);
+    backend_->Synchronize(*slot_events_[size_t(slot)].computed);
+    NvtxRange gather("all_gather");
+    CheckCollective(comm_->AllGather(reinterpret_cast<const float*>(own), reinterpret_cast<float*>(dst), shard / 2));
+  }
+  EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
+  ++counters_.moves[int(Direction::kHostToDevice)];
+  CountMoved(index, Direction::kHostToDevice, shard_bytes_ / 2);
 }
 
 bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
-  const int32_t slot = TakeSlot(must_outlive);
+  const int32_t slot = TakeSlot(PoolOf(index), must_outlive);
   if (slot < 0) return false;
   ChunkState& st = states_[size_t(index)];
   SlotEvents& ev = slot_events_[size_t(slot)];
   st.slot = slot;
   slot_owner_[size_t(slot)] = index;
-  ++slots_in_use_;
+  streaming_bytes_in_use_ += SlotStride(slot);
   // The slot's previous contents must be read by compute and copied home first.
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.computed);
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied_out);
-  if (AccumulatesHome(index)) {
+  if (HalfParam(index)) {
+    LoadHalfParam(index, slot);
+    st.device_dirty = false;
+  } else if (AccumulatesHome(index)) {
     // The home shard holds reduced sums; this rank's new partial starts at zero.
     backend_->Zero(SlotData(slot), size_t(chunk_bytes_), StreamKind::kHostToDevice);
     st.device_dirty = true;
@@ -394,7 +593,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     }
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
-    counters_.moved_bytes[int(Direction::kHostToDevice)] += shard_bytes_;
+    CountMoved(index, Direction::kHostToDevice, shard_bytes_);
   } else {
     backend_->StreamWait(StreamKind::kHostToDevice, *home_written_[size_t(index)]);
     NvtxRange range("h2d");
@@ -409,7 +608,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     EndMove(move, Direction::kHostToDevice, bytes);
     st.device_dirty = false;
     ++counters_.moves[int(Direction::kHostToDevice)];
-    counters_.moved_bytes[int(Direction::kHostToDevice)] += bytes;
+    CountMoved(index, Direction::kHostToDevice, bytes);
   }
   backend_->Record(*ev.loaded, StreamKind::kHostToDevice);
   st.prefetched = prefetch;
@@ -421,27 +620,30 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   return true;
 }
 
-int32_t ChunkManager::TakeSlot(int64_t must_outlive) {
-  if (!free_slots_.empty()) {
-    int32_t slot = free_slots_.back();
-    free_slots_.pop_back();
+int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive) {
+  std::vector<int32_t>& free = pools_[size_t(pool)].free;
+  if (!free.empty()) {
+    int32_t slot = free.back();
+    free.pop_back();
     return slot;
   }
-  const int32_t victim = ChooseVictim(must_outlive);
+  const int32_t victim = ChooseVictim(pool, must_outlive);
   if (victim < 0) return -1;
   const int32_t slot = states_[size_t(victim)].slot;
   Evict(victim);
-  free_slots_.pop_back();  // Evict returned `slot` to the top of the stack
+  free.pop_back();  // Evict returned `slot` to the top of the stack
   return slot;
 }
 
-int32_t ChunkManager::ChooseVictim(int64_t must_outlive) const {
+int32_t ChunkManager::ChooseVictim(int pool, int64_t must_outlive) const {
   const bool opt = options_.eviction == EvictionPolicy::kOpt && trace_valid_;
   if (must_outlive > 0 && !opt) return -1;  // prefetch never evicts blindly
   int32_t best = -1;
   int64_t best_score = 0;
   bool best_dirty = true;
-  for (int32_t owner : slot_owner_) {
+  const SlotPool& p = pools_[size_t(pool)];
+  for (int32_t s = p.first; s < p.first + p.count; ++s) {
+    const int32_t owner = slot_owner_[size_t(s)];
     if (owner < 0) continue;
     const ChunkState& st = states_[size_t(owner)];
     if (st.pins > 0) continue;
@@ -517,10 +719,10 @@ void ChunkManager::WriteHome(int32_t index) {
       const float* sum = Scratch();
       for (int64_t i = 0; i < n; ++i) home[i] += sum[i];
     }
-    counters_.moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;
+    CountMoved(index, Direction::kDeviceToHost, shard_bytes_);
     EndMove(move, Direction::kDeviceToHost, shard_bytes_);
-  } else if (world_ > 1) {
-    InternalError("a sharded chunk other than a gradient was written on the device");
+  } else if (world_ > 1 || HalfParam(index)) {
+    InternalError("a sharded chunk other than a gradient, or a 16-bit param copy, was written on the device");
   } else {
     const int64_t bytes = HomeBytes(index);
     if (HalfHomed(index)) {
@@ -531,7 +733,7 @@ void ChunkManager::WriteHome(int32_t index) {
       backend_->Copy(HostCopy(index), SlotData(st.slot), size_t(chunk_bytes_), StreamKind::kDeviceToHost);
     }
     backend_->Record(*home_written_[size_t(index)], StreamKind::kDeviceToHost);
-    counters_.moved_bytes[int(Direction::kDeviceToHost)] += bytes;
+    CountMoved(index, Direction::kDeviceToHost, bytes);
     EndMove(move, Direction::kDeviceToHost, bytes);
   }
   backend_->Record(*ev.copied_out, StreamKind::kDeviceToHost);
@@ -542,11 +744,11 @@ void ChunkManager::WriteHome(int32_t index) {
 void ChunkManager::DropDeviceCopy(int32_t index) {
   ChunkState& st = states_[size_t(index)];
   slot_owner_[size_t(st.slot)] = -1;
-  free_slots_.push_back(st.slot);
+  streaming_bytes_in_use_ -= SlotStride(st.slot);
+  pools_[size_t(PoolOf(index))].free.push_back(st.slot);
   st.slot = -1;
   st.device_dirty = false;
   st.prefetched = false;
-  --slots_in_use_;
   UpdateResidency(index, Tier::kDevice, -1);
 }
 
@@ -578,6 +780,7 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
 }
 
 const uint16_t* ChunkManager::HalfHostRead(ChunkKey key) {
+  FlushHostWindow();
   const int32_t i = Index(key);
   if (!HalfHomed(i)) InternalError(std::string("16-bit read of a chunk homed in fp32 (") + StateKindName(key.kind) + ")");
   MakeHomeCurrent(i);
@@ -585,6 +788,7 @@ const uint16_t* ChunkManager::HalfHostRead(ChunkKey key) {
 }
 
 const float* ChunkManager::HostRead(ChunkKey key) {
+  FlushHostWindow();
   const int32_t i = Index(key);
   if (DeviceHomed(i)) return HostReadableHome(i);
   MakeHomeCurrent(i);
@@ -597,14 +801,17 @@ const float* ChunkManager::HostRead(ChunkKey key) {
 }
 
 float* ChunkManager::HostWrite(ChunkKey key) {
+  FlushHostWindow();
   const int32_t i = Index(key);
   if (DeviceHomed(i)) {
-    if (states_[size_t(i)].pins > 0) InternalError("host write to a chunk pinned on the device");
-    if (!backend_->device_is_host_memory()) {
-      InternalError(std::string("host write to a chunk homed in GPU memory (") + StateKindName(key.kind) + " " +
-                    std::to_string(key.chunk) + ")");
-    }
-    return HomeOnDevice(i);
+    ChunkState& st = states_[size_t(i)];
+    if (st.pins > 0) InternalError("host write to a chunk pinned on the device");
+    if (st.slot >= 0) DropDeviceCopy(i);  // a 16-bit param copy, stale once the master is written
+    if (backend_->device_is_host_memory()) return HomeOnDevice(i);
+    // On a GPU the host writes a copy, put back at the next call into the manager.
+    float* window = HostReadableHome(i);
+    host_window_index_ = i;
+    return window;
   }
   if (HalfHomed(i)) InternalError(std::string("host write to a chunk homed in 16 bits (") + StateKindName(key.kind) + ")");
   HostRead(key);
@@ -617,10 +824,12 @@ float* ChunkManager::HostWrite(ChunkKey key) {
 }
 
 ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
+  FlushHostWindow();
   const int32_t i = Index(key);
   if (DeviceHomed(i)) return {HomeOnDevice(i), true};
   const ChunkState& st = states_[size_t(i)];
-  if (st.zero || AccumulatesHome(i)) return {HostRead(key), false};
+  // A 16-bit param copy is not the param: its master is.
+  if (st.zero || AccumulatesHome(i) || HalfParam(i)) return {HostRead(key), false};
   // With one rank a device copy is current, dirty or not (a clean one may
   // still be on its way home: reading it in place does not wait for that
   // copy). With N ranks the device holds whole chunks, the home this rank's
@@ -642,12 +851,14 @@ const float* ChunkManager::Peek(ChunkKey key) {
 }
 
 void ChunkManager::ZeroFill(StateKind kind) {
+  FlushHostWindow();
   for (int32_t c = 0; c < num_chunks_; ++c) {
     const int32_t i = Index({kind, c});
     ChunkState& st = states_[size_t(i)];
     if (st.pins > 0) InternalError("zero fill of a pinned chunk");
     if (DeviceHomed(i)) {
       backend_->Zero(HomeOnDevice(i), size_t(chunk_bytes_), StreamKind::kCompute);
+      if (st.slot >= 0) DropDeviceCopy(i);
       continue;
     }
     if (st.slot >= 0) DropDeviceCopy(i);  // its contents are discarded, no copy home
@@ -656,6 +867,7 @@ void ChunkManager::ZeroFill(StateKind kind) {
 }
 
 void ChunkManager::Flush(StateKind kind) {
+  FlushHostWindow();
   if (world_ > 1) {
     for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
     return;
@@ -675,6 +887,7 @@ void ChunkManager::BeginStep() {
 }
 
 void ChunkManager::EndStep() {
+  FlushHostWindow();
   if (!trace_valid_ || moment_ != int64_t(trace_.size())) AdoptTrace();
   PrefetchStepStart();
 }

@@ -80,6 +80,18 @@ struct ChunkRuntimeOptions {
   // the narrowing copies home and the widening ones back are exact. The
   // device tier keeps a staging area of one chunk for the conversions.
   std::optional<HalfFormat> grad_home;
+  // Params stream to the device in 16 bits of this format (bf16 and fp16
+  // runs). Their homes hold the fp32 master, which the optimizer updates and
+  // checkpoints save, narrowed on its way to the device: half the bytes
+  // cross the bus and a device copy takes a half-size slot (a pool of its
+  // own). Device param copies are read-only. A chunk whose Adam runs on the
+  // device (hybrid Adam) homes its master there too, beside its moments, and
+  // its param copy is narrowed on the device.
+  std::optional<HalfFormat> param_device;
+  // With param_device: the most param chunks, and grad chunks, one moment
+  // pins (what each pool must hold); 0 = min_chunks_per_moment.
+  int32_t min_param_chunks_per_moment = 0;
+  int32_t min_grad_chunks_per_moment = 0;
 };
 
 class ChunkManager {
@@ -98,6 +110,20 @@ class ChunkManager {
   // how many chunks' optimizer moments the hybrid placement homes on the
   // device (two slots each).
   static int64_t SlotBytes(int64_t chunk_bytes);
+  // How the streaming room divides (what Create carves): chunk-sized slots,
+  // half-size slots for 16-bit params (param_device only), and the chunks
+  // whose Adam runs on the device (their moments, and with param_device their
+  // masters, homed there: HomedKinds slots each).
+  struct TierSlots {
+    int64_t full = 0;
+    int64_t half = 0;
+    int32_t device_adam_chunks = 0;
+  };
+  static TierSlots LayOutSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
+  static int64_t HomedKinds(const ChunkRuntimeOptions& options) { return options.param_device.has_value() ? 3 : 2; }
+  // Host staging for narrowing params on their way to a GPU (two half chunks
+  // of pinned memory, with param_device; 0 where the device is host memory).
+  static int64_t ParamStagingBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options, bool device_is_host);
   static int64_t DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
   static int64_t DeviceSlots(int32_t num_chunks, int64_t chunk_bytes, const ChunkRuntimeOptions& options);
   static int64_t StreamingReserve(int32_t num_chunks, const ChunkRuntimeOptions& options);
@@ -122,14 +148,22 @@ class ChunkManager {
   // One moment: every chunk in `accesses` resident on the device and pinned.
   void Access(std::span<const ChunkAccess> accesses);
   void Release(std::span<const ChunkAccess> accesses);
-  // Device copy of a pinned chunk.
+  // Device copy of a pinned chunk (not a 16-bit param: ParamDeviceData).
   float* DeviceData(ChunkKey key) const;
+  // A pinned param chunk's device copy in 16 bits (param_device only).
+  const uint16_t* HalfParamData(int32_t chunk) const;
+  // The fp32 master of a chunk whose Adam runs on the device, for its update
+  // (param_device only; with fp32 params the update pins the param chunk).
+  // Its 16-bit copy is dropped: the next use narrows the updated master.
+  float* DeviceMasterForUpdate(int32_t chunk);
+  bool half_params() const { return options_.param_device.has_value(); }
 
   // Whether the chunk's home is on the device (moments under hybrid Adam).
   bool DeviceHomed(ChunkKey key) const { return DeviceHomed(Index(key)); }
   // A device-homed chunk's only copy, at any time (checkpoints copy it
   // through the backend; on the CPU backend the host may also read it).
-  float* DeviceHome(ChunkKey key) const;
+  // Callers may write it: a 16-bit param copy of it is dropped.
+  float* DeviceHome(ChunkKey key);
   // Waits for every op queued on the compute stream, so that device-homed
   // chunks can be copied or read by the host.
   void SynchronizeCompute();
@@ -196,7 +230,7 @@ class ChunkManager {
   int world_size() const { return world_; }
   Communicator* comm() const { return comm_; }
   // Chunk slots of the tier: those chunks stream through, and those homing moments.
-  int32_t device_slots() const { return int32_t(slot_owner_.size()) + 2 * device_adam_chunks_; }
+  int32_t device_slots() const { return int32_t(slot_owner_.size() + HomedKinds(options_) * device_adam_chunks_); }
   int32_t streaming_slots() const { return int32_t(slot_owner_.size()); }
   int64_t device_capacity_bytes() const { return device_capacity_; }
   int64_t non_model_bytes() const { return non_model_bytes_; }
@@ -206,8 +240,8 @@ class ChunkManager {
   const RuntimeCounters& counters() const { return counters_; }
   // Device bytes in use now: non-model plus resident chunks.
   int64_t device_bytes_in_use() const {
-    return non_model_bytes_ + staging_bytes() +
-           (int64_t(slots_in_use_) + 2 * int64_t(device_adam_chunks_)) * chunk_bytes_;
+    return non_model_bytes_ + staging_bytes() + streaming_bytes_in_use_ +
+           HomedKinds(options_) * int64_t(device_adam_chunks_) * chunk_bytes_;
   }
   // The staging area for 16-bit gradient copies (0 without).
   int64_t staging_bytes() const { return slots_offset_ - non_model_bytes_; }
@@ -236,9 +270,15 @@ class ChunkManager {
   }
   ChunkState& state(ChunkKey key) { return states_[size_t(Index(key))]; }
   const ChunkState& state(ChunkKey key) const { return states_[size_t(Index(key))]; }
+  // Moments of device-Adam chunks, and with param_device their masters.
   bool DeviceHomed(int32_t index) const {
-    return index >= 2 * num_chunks_ && index % num_chunks_ < device_adam_chunks_;
+    return index % num_chunks_ < device_adam_chunks_ && (index >= 2 * num_chunks_ || (half_params() && index < num_chunks_));
   }
+  // Whether a 16-bit param copy (half_params): read-only, in the half-slot pool.
+  bool HalfParam(int32_t index) const { return half_params() && index < num_chunks_; }
+  // Whether the chunk's device copies stream through slots: everything not
+  // homed on the device, and every 16-bit param copy.
+  bool Streams(int32_t index) const { return !DeviceHomed(index) || HalfParam(index); }
   // Whether the chunk's host home is 16-bit (gradients with grad_home set).
   bool HalfHomed(int32_t index) const {
     return options_.grad_home.has_value() && index >= num_chunks_ && index < 2 * num_chunks_;
@@ -256,13 +296,32 @@ class ChunkManager {
   // backend, else a copy in peek_buffer_.
   float* HostReadableHome(int32_t index);
   float* SlotData(int32_t slot) const;
+  // The streaming slots form pools of one slot size each: [0] chunk-sized,
+  // [1] half-size for 16-bit params (half_params only).
+  struct SlotPool {
+    int64_t offset = 0;  // of its first slot in the device block
+    int64_t stride = 0;
+    int32_t first = 0, count = 0;
+    std::vector<int32_t> free;  // a stack, lowest slot on top
+  };
+  int PoolOf(int32_t index) const { return HalfParam(index) ? 1 : 0; }
+  const SlotPool& PoolOfSlot(int32_t slot) const {
+    return pools_.size() > 1 && slot >= pools_[1].first ? pools_[1] : pools_[0];
+  }
+  int64_t SlotStride(int32_t slot) const { return PoolOfSlot(slot).stride; }
+  // Brings a 16-bit param copy into `slot`: the master narrowed on the device
+  // (homed there) or on the host (then copied up).
+  void LoadHalfParam(int32_t index, int32_t slot);
+  // A GPU host write to a device-homed chunk goes through peek_buffer_ and is
+  // copied into its home at the next call into the manager (this flush).
+  void FlushHostWindow();
 
   // Brings chunk `index` to the device; false when no slot can be had.
   bool Load(int32_t index, bool prefetch, int64_t must_outlive);
   // A free slot, evicting a victim if needed; -1 when none qualifies. With OPT,
   // only chunks next used more than `must_outlive` moments ahead may go.
-  int32_t TakeSlot(int64_t must_outlive);
-  int32_t ChooseVictim(int64_t must_outlive) const;
+  int32_t TakeSlot(int pool, int64_t must_outlive);
+  int32_t ChooseVictim(int pool, int64_t must_outlive) const;
   void Evict(int32_t index);
   void WriteHome(int32_t index);
   void DropDeviceCopy(int32_t index);
@@ -272,6 +331,7 @@ class ChunkManager {
   void PrefetchStepStart();
   void AdoptTrace();
   void UpdateResidency(int32_t index, Tier tier, int sign);
+  void CountMoved(int32_t index, Direction direction, int64_t bytes);
 
   // With N > 1 ranks a gradient's home shard accumulates reduce-scattered
   // device partials; its device copy always starts from zeros.
@@ -320,8 +380,14 @@ class ChunkManager {
   // after that copy landed: the chunk may have left its slot long before.
   std::vector<std::unique_ptr<Event>> home_written_;
   std::vector<int32_t> slot_owner_;  // chunk index per slot, or -1
-  std::vector<int32_t> free_slots_;  // a stack, lowest slot on top
-  int32_t slots_in_use_ = 0;
+  std::vector<SlotPool> pools_;
+  int64_t streaming_bytes_in_use_ = 0;
+  // Pinned host buffers params are narrowed into before they go up (GPU,
+  // half_params), used in turn; each waits for its last copy before reuse.
+  MemoryBlock param_staging_;
+  std::unique_ptr<Event> param_staged_[2];
+  int param_staging_next_ = 0;
+  int32_t host_window_index_ = -1;  // device-homed chunk written in peek_buffer_, or -1
   int64_t peak_device_bytes_ = 0;
   int32_t device_adam_chunks_ = 0;
   int64_t tick_ = 0;

@@ -62,6 +62,9 @@ class CpuBackend final : public DeviceBackend {
                    StreamKind) override {
     WidenFromHalf(device_dst, host_src, n, format);
   }
+  void Narrow(uint16_t* device_dst, const float* device_src, int64_t n, HalfFormat format, StreamKind) override {
+    NarrowToHalf(device_dst, device_src, n, format);
+  }
   std::unique_ptr<Event> CreateEvent() override { return std::make_unique<CpuEvent>(false); }
   void Record(Event& event, StreamKind) override { static_cast<CpuEvent&>(event).Mark(); }
   void StreamWait(StreamKind, const Event&) override {}

@@ -158,6 +158,17 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  void Narrow(uint16_t* device_dst, const float* device_src, int64_t n, HalfFormat format,
+              StreamKind stream) override {
+    if (n <= 0) return;
+    cudaSetDevice(device_);
+    if (format == HalfFormat::kBf16) {
+      kernels::cuda::Convert(reinterpret_cast<kernels::cuda::bf16*>(device_dst), device_src, n, Stream(stream));
+    } else {
+      kernels::cuda::Convert(reinterpret_cast<kernels::cuda::fp16*>(device_dst), device_src, n, Stream(stream));
+    }
+  }
+
   std::unique_ptr<Event> CreateEvent() override {
     cudaSetDevice(device_);
     cudaEvent_t e = nullptr;

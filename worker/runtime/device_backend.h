@@ -62,6 +62,10 @@ class DeviceBackend {
                             void* staging, StreamKind stream) = 0;
   virtual void CopyWidened(float* device_dst, const uint16_t* host_src, int64_t n, HalfFormat format,
                            void* staging, StreamKind stream) = 0;
+  // n floats of device memory narrowed into 16-bit values of `format` in
+  // device memory (the same bits as NarrowToHalf), in stream order.
+  virtual void Narrow(uint16_t* device_dst, const float* device_src, int64_t n, HalfFormat format,
+                      StreamKind stream) = 0;
 
   virtual std::unique_ptr<Event> CreateEvent() = 0;
   // Marks the current end of `stream`'s work.

@@ -47,6 +47,7 @@ struct RuntimeCounters {
   // Copies between tiers (totals).
   std::array<Counter, kNumDirections> moves{};
   std::array<Counter, kNumDirections> moved_bytes{};
+  std::array<std::array<Counter, kNumStateKinds>, kNumDirections> moved_kind_bytes{};  // the same, by kind
   // Device copies evicted to make room, by kind; clean ones are dropped without a copy.
   std::array<Counter, kNumStateKinds> evictions{};
   // Chunks brought to the device ahead of use, and accesses that found one there.

@@ -49,8 +49,8 @@ class TimedKernels final : public ModelKernels {
     inner_->RoundToPrecision(x, n);
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                      int64_t T, int64_t C) override {
+  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+                      int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kEncoder);
     inner_->EncoderForward(out, tokens, wte, wpe, B, T, C);
   }
@@ -60,28 +60,27 @@ class TimedKernels final : public ModelKernels {
     inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
-                                const float* weight, const float* bias, int64_t N, int64_t C) override {
+                                Param weight, Param bias, int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int64_t N, int64_t C) override {
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+                        int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int64_t N,
-                         int64_t C) override {
+                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulForward(out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int64_t N, int64_t C, int64_t OC) override {
+                      Param weight, int64_t N, int64_t C, int64_t OC) override {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }

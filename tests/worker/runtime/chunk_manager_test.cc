@@ -280,6 +280,9 @@ class StreamOrderLog final : public DeviceBackend {
   void CopyWidened(float* dst, const uint16_t* src, int64_t n, HalfFormat f, void* staging, StreamKind s) override {
     cpu_->CopyWidened(dst, src, n, f, staging, s);
   }
+  void Narrow(uint16_t* dst, const float* src, int64_t n, HalfFormat f, StreamKind s) override {
+    cpu_->Narrow(dst, src, n, f, s);
+  }
   std::unique_ptr<Event> CreateEvent() override { return std::make_unique<LoggedEvent>(); }
   std::unique_ptr<Event> CreateTimingEvent() override { return std::make_unique<LoggedEvent>(); }
   void Record(Event& event, StreamKind stream) override { static_cast<LoggedEvent&>(event).recorded_on = stream; }

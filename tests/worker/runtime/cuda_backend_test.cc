@@ -173,6 +173,35 @@ TEST(CudaBackend, NarrowedAndWidenedCopiesGiveTheHostConversionsBits) {
   }
 }
 
+TEST(CudaBackend, NarrowOnTheDeviceGivesTheHostConversionsBits) {
+  PSTAR_REQUIRE_CUDA_DEVICE();
+  auto b = Backend();
+  ASSERT_NE(b, nullptr);
+  auto cpu = MakeCpuBackend();
+  const int64_t n = (int64_t(1) << 20) + 29;
+  auto host = b->AllocateHost(size_t(n) * 4);
+  auto dev = b->AllocateDevice(size_t(n) * 4);
+  auto dev16 = b->AllocateDevice(size_t(n) * 2);
+  ASSERT_TRUE(host.ok() && dev.ok() && dev16.ok());
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = float((i * 2246822519u) % 1000003) * 3e-4f - 150.0f;
+  values[0] = 65504.0f * 2;  // past fp16's range: infinity, as on the host
+  std::vector<uint16_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  auto done = b->CreateEvent();
+  for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
+    std::memcpy(host->data(), values.data(), size_t(n) * 4);
+    b->Copy(dev->data(), host->data(), size_t(n) * 4, StreamKind::kHostToDevice);
+    b->Narrow(reinterpret_cast<uint16_t*>(dev16->data()), Floats(*dev), n, format, StreamKind::kHostToDevice);
+    b->Copy(host->data(), dev16->data(), size_t(n) * 2, StreamKind::kHostToDevice);
+    b->Record(*done, StreamKind::kHostToDevice);
+    b->Synchronize(*done);
+    ASSERT_TRUE(b->CheckErrors().ok()) << b->CheckErrors().message();
+    std::memcpy(got.data(), host->data(), size_t(n) * 2);
+    cpu->Narrow(want.data(), values.data(), n, format, StreamKind::kHostToDevice);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 2)) << "format " << int(format);
+  }
+}
+
 // Values that stay exact in float through the sums below (multiples of 1/4
 // well under 2^20), so device and host results must agree bit for bit.
 float Initial(int32_t chunk, int64_t i) { return float((chunk * 7919 + i) % 1021) * 0.25f; }

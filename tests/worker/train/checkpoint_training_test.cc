@@ -108,6 +108,36 @@ TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlaceme
   }
 }
 
+TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnderAnotherPlacement) {
+  // bf16 with 16-bit gradient homes: params stream in 16 bits, the masters
+  // (some homed on the device beside their moments) are what is saved; the
+  // resumed run continues bit for bit under the other placement.
+  auto data = test::RandomTokens(4000, 40, 33);
+  const std::vector<std::string> job = {"train.steps=6", "default_chunk_size=1024", "train.precision=bf16",
+                                        "train.grad_precision=16bit"};
+  const TrainRun whole = TrainOneRank(test::TinyGptConfig(job), data, 0, 6, false);
+  auto plan = PlanMemory(test::TinyGptConfig(job));
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->param_device, "bf16");
+  const int64_t mixed = plan->activation_bytes + plan->model_bytes / 2;
+  const int64_t minimum = plan->min_device_bytes;
+  for (auto [save_budget, resume_budget] : {std::pair{mixed, minimum}, std::pair{minimum, mixed}}) {
+    test::TempDir dir("half");
+    std::vector<std::string> o = job;
+    o.push_back("checkpoint.dir=" + dir.path());
+    Config first = test::TinyGptConfig(o);
+    Config second = first;
+    first.runtime.device_memory = save_budget;
+    second.runtime.device_memory = resume_budget;
+    auto homed = PlanMemory(save_budget == mixed ? first : second);
+    ASSERT_TRUE(homed.ok());
+    ASSERT_GT(homed->device_adam_chunks, 0);
+    ASSERT_LT(homed->device_adam_chunks, homed->num_chunks);
+    TrainOneRank(first, data, 0, 3, true);
+    ExpectContinues(TrainOneRank(second, data, 3, 6, false), whole);
+  }
+}
+
 TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
   test::TempDir dir("reshard");
   auto data = test::RandomTokens(4000, 40, 32);

@@ -103,6 +103,30 @@ TEST(MixedPrecision, BitIdenticalForEveryDeviceBudget) {
   }
 }
 
+TEST(MixedPrecision, SixteenBitParamChunksMoveAtMostHalfTheParamBytes) {
+  // At the fp32 run's smallest device budget, params stream every step; in
+  // bf16 they stream as 16-bit copies of the fp32 masters.
+  auto data = test::RandomTokens(3000, 40, 24);
+  auto fp32_plan = PlanMemory(Make({"default_chunk_size=1024"}));
+  ASSERT_TRUE(fp32_plan.ok());
+  auto param_bytes_per_step = [&](const char* precision) -> int64_t {
+    auto t = Trainer::Create(Make({std::string("train.precision=") + precision, "default_chunk_size=1024",
+                                   "runtime.device_memory=" + std::to_string(fp32_plan->min_device_bytes)}),
+                             data);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    if (!t.ok()) return -1;
+    const auto& moved = (*t)->store().chunks().counters().moved_kind_bytes[int(Direction::kHostToDevice)];
+    EXPECT_TRUE((*t)->Step().ok());  // the trace is recorded
+    const int64_t before = moved[int(StateKind::kParam)];
+    for (int s = 0; s < 3; ++s) EXPECT_TRUE((*t)->Step().ok());
+    return (moved[int(StateKind::kParam)] - before) / 3;
+  };
+  const int64_t fp32 = param_bytes_per_step("fp32");
+  const int64_t bf16 = param_bytes_per_step("bf16");
+  EXPECT_GT(bf16, 0);
+  EXPECT_LE(2 * bf16, fp32) << "bf16 " << bf16 << " bytes, fp32 " << fp32;
+}
+
 TEST(MixedPrecision, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   auto data = LearnableTokens(4000, 23);
   // 2^24 times the loss gradient cannot be held in fp16 (max 65504).
@@ -220,9 +244,10 @@ TEST(MixedPrecision, SixteenBitGradientsTrainAndAreBitIdenticalForEveryBudget) {
     auto plan = PlanMemory(Make(half));
     ASSERT_TRUE(plan.ok() && wide_plan.ok());
     EXPECT_EQ(plan->grad_home, precision);
-    // Everything resident homes the moments on the device: the host holds
-    // params, and gradients at half size.
-    EXPECT_EQ(plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes * 3 / 2);
+    // Everything resident homes the fp32 masters and the moments on the
+    // device: the host holds only the gradients, at half size.
+    EXPECT_EQ(plan->param_device, precision);
+    EXPECT_EQ(plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes / 2);
     EXPECT_EQ(wide_plan->host_chunk_bytes - plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes / 2);
     EXPECT_EQ(plan->min_device_bytes - wide_plan->min_device_bytes, ChunkManager::StagingBytes(plan->chunk_bytes, plan->runtime));
     // Budgets where gradients are written home and read back, with and
