@@ -79,10 +79,18 @@ int64_t MinGradChunks(const ChunkRuntimeOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// Params narrowed on the host go up in pieces of at most this many bytes, two
+// pinned buffers in turn: one is filled while the other's copy runs.
+constexpr int64_t kParamStagingPiece = int64_t{16} << 20;
+
+}  // namespace
+
 int64_t ChunkManager::ParamStagingBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options,
                                         bool device_is_host) {
   if (!options.param_device.has_value() || device_is_host) return 0;
-  return 2 * RoundUp(shard_bytes / 2);
+  return 2 * std::min(RoundUp(shard_bytes / 2), kParamStagingPiece);
 }
 
 int64_t ChunkManager::DeviceCapacity(int32_t num_chunks, int64_t chunk_bytes,
@@ -518,12 +526,19 @@ void ChunkManager::LoadHalfParam(int32_t index, int32_t slot) {
   if (backend_->device_is_host_memory()) {
     NarrowToHalf(own, HostCopy(index), shard, format);
   } else {
-    const int b = std::exchange(param_staging_next_, 1 - param_staging_next_);
-    uint16_t* staged = reinterpret_cast<uint16_t*>(param_staging_.data() + b * (param_staging_.bytes() / 2));
-    backend_->Synchronize(*param_staged_[b]);  // its last copy up has read it
-    NarrowToHalf(staged, HostCopy(index), shard, format);
-    backend_->Copy(own, staged, size_t(shard) * sizeof(uint16_t), StreamKind::kHostToDevice);
-    backend_->Record(*param_staged_[b], StreamKind::kHostToDevice);
+    // Piece by piece through the two buffers: narrowing one piece overlaps
+    // the copy of the one before.
+    const int64_t piece = int64_t(param_staging_.bytes() / 2) / int64_t(sizeof(uint16_t));
+    const float* master = HostCopy(index);
+    for (int64_t first = 0; first < shard; first += piece) {
+      const int64_t n = std::min(piece, shard - first);
+      const int b = std::exchange(param_staging_next_, 1 - param_staging_next_);
+      uint16_t* staged = reinterpret_cast<uint16_t*>(param_staging_.data() + b * (param_staging_.bytes() / 2));
+      backend_->Synchronize(*param_staged_[b]);  // its last copy up has read it
+      NarrowToHalf(staged, master + first, n, format);
+      backend_->Copy(own + first, staged, size_t(n) * sizeof(uint16_t), StreamKind::kHostToDevice);
+      backend_->Record(*param_staged_[b], StreamKind::kHostToDevice);
+    }
   }
   if (world_ > 1) {
     // Every rank narrowed its own shard into place; the gather fills the rest

@@ -209,6 +209,27 @@ TEST(ChunkManagerHalfParams, OnASeparateMemoryDeviceHostWritesToHomedMastersLand
   ExpectNarrowedCopy(m, 1, 0.5f);
 }
 
+TEST(ChunkManagerHalfParams, ALargeChunkGoesUpInPiecesThroughTwoSmallBuffers) {
+  // 40 MiB of fp32 master: 20 MiB of 16-bit copy, more than one staging piece,
+  // while the pinned staging stays two pieces whatever the chunk size.
+  const int64_t bytes = int64_t{40} << 20, n = bytes / 4;
+  ChunkRuntimeOptions o = HalfOptions(0, false);
+  EXPECT_EQ(ChunkManager::ParamStagingBytes(bytes, o, false), int64_t{32} << 20);
+  EXPECT_EQ(ChunkManager::ParamStagingBytes(bytes, o, true), 0);
+  auto made = ChunkManager::Create(1, bytes, std::make_unique<SeparateMemoryBackend>(), o);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ChunkManager& m = **made;
+  float* master = m.HostWrite({StateKind::kParam, 0});
+  for (int64_t i = 0; i < n; ++i) master[i] = float(i % 100003) / 7.0f - 5000.0f;
+  std::vector<uint16_t> want(static_cast<size_t>(n));
+  NarrowToHalf(want.data(), master, n, HalfFormat::kBf16);
+  ChunkAccess a{{StateKind::kParam, 0}, false};
+  m.Access({&a, 1});
+  EXPECT_EQ(0, std::memcmp(m.HalfParamData(0), want.data(), size_t(n) * 2));
+  m.Release({&a, 1});
+  EXPECT_EQ(H2D(m), bytes / 2);
+}
+
 TEST(ChunkManagerHalfParams, RanksGatherTheirNarrowedShards) {
   constexpr int kWorld = 2;
   auto comms = test::MakeThreadGroupCommunicators(kWorld);
