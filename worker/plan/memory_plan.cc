@@ -122,9 +122,12 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
       ChunkManager::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
   // Plus, with 16-bit gradient homes, the shard the host widens one into.
-  // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed into.
+  // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
+  // into, and with chunks homed in GPU memory the one-chunk buffer the host
+  // reads and writes those through (checkpoints, initialization).
   p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0) +
-                          ChunkManager::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory);
+                          ChunkManager::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory) +
+                          (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0);
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
                      (p.device_is_host_memory ? p.device_bytes : 0);
   return p;

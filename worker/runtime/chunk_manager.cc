@@ -213,7 +213,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
                                    std::to_string(world) + " aligned shards (needs a multiple of " +
                                    std::to_string(kAlign * world) + " bytes)");
   }
-  if (options.param_device.has_value() && (stride / 2) % (kAlign * world) != 0) {
+  if (world > 1 && options.param_device.has_value() && (stride / 2) % (kAlign * world) != 0) {
     return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) +
                                    " bytes cannot be split into aligned 16-bit shards (needs a multiple of " +
                                    std::to_string(2 * kAlign * world) + " bytes)");
@@ -496,6 +496,8 @@ float* ChunkManager::DeviceMasterForUpdate(int32_t chunk) {
   if (st.slot >= 0) DropDeviceCopy(i);  // stale once the master moves
   return HomeOnDevice(i);
 }
+
+ChunkManager::~ChunkManager() { FlushHostWindow(); }
 
 void ChunkManager::FlushHostWindow() {
   if (host_window_index_ < 0) return;

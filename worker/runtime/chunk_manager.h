@@ -140,6 +140,7 @@ class ChunkManager {
 
   ChunkManager(const ChunkManager&) = delete;
   ChunkManager& operator=(const ChunkManager&) = delete;
+  ~ChunkManager();
 
   // The non-model region at the start of the device block.
   std::byte* non_model_memory() const { return device_block_.data(); }
@@ -181,7 +182,10 @@ class ChunkManager {
   // (the host Adam reads 16-bit gradients directly).
   const uint16_t* HalfHostRead(ChunkKey key);
   bool HalfHomed(ChunkKey key) const { return HalfHomed(Index(key)); }
-  // As HostRead, and the device copy is dropped: the caller writes the host copy.
+  // As HostRead, and the device copy is dropped: the caller writes the host
+  // copy. For a chunk homed in GPU memory that copy is a one-chunk host
+  // window, written back into the home at the next call into the manager (or
+  // its destruction): writes through the pointer after that call are lost.
   float* HostWrite(ChunkKey key);
   // The current copy wherever it is, without moving it (reads only). A device
   // pointer is valid only until the next Access may reuse its slot; on a

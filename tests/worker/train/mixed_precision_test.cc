@@ -103,6 +103,15 @@ TEST(MixedPrecision, BitIdenticalForEveryDeviceBudget) {
   }
 }
 
+TEST(MixedPrecision, OneRankTakesAnyChunkSizeWith16BitParams) {
+  // 1040 elements: whole 64-byte lines in fp32, half lines in 16 bits; the
+  // 16-bit slots round up, so one rank trains as in fp32.
+  auto data = test::RandomTokens(2000, 40, 25);
+  const TrainedRun r = Train(Make({"train.steps=2", "train.precision=bf16", "default_chunk_size=1040"}), data);
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_TRUE(std::isfinite(r.steps[1].loss));
+}
+
 TEST(MixedPrecision, SixteenBitParamChunksMoveAtMostHalfTheParamBytes) {
   // At the fp32 run's smallest device budget, params stream every step; in
   // bf16 they stream as 16-bit copies of the fp32 masters.
