@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds, runs the whole test suite, then the fuzz
-# targets for a bounded time (scripts/fuzz.sh).
+# Installs the dependencies, builds, runs the whole test suite, then the
+# whole suite again under ASan, LSan and UBSan (a Clang build of the CPU
+# configuration) and the fuzz targets from that build for a bounded time
+# (scripts/sanitize.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PSTAR_BUILD_DIR:-$root/build}"
@@ -8,5 +10,6 @@ bash "$root/scripts/install-deps.sh"
 bash "$root/scripts/build.sh"
 cd "$build"
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
-# The readers of untrusted input under libFuzzer, ASan and UBSan.
-bash "$root/scripts/fuzz.sh" "${PSTAR_FUZZ_SECONDS:-30}"
+# Everything again under the sanitizers, then the readers of untrusted input
+# under libFuzzer.
+bash "$root/scripts/sanitize.sh" "${PSTAR_FUZZ_SECONDS:-30}"

@@ -31,6 +31,21 @@ bool MissingGpusAreAFailure(int needed, int found);
     }                                                                                        \
   } while (0)
 
+// Whether this build runs under AddressSanitizer (scripts/sanitize.sh): its
+// shadow memory and quarantine make a process's RSS meaningless as a
+// measure, so tests of memory use skip there (the Release build runs them).
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // The source tree and the built pstar binary: the environment variables
 // PSTAR_SOURCE_DIR and PSTAR_BINARY when set (a relocated test bundle), else
 // the paths CMake compiled in.

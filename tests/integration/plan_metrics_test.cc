@@ -73,6 +73,7 @@ std::string Series(const std::string& name, std::map<std::string, std::string> e
 // What a rank really holds stays within what the plan (and so the operator's
 // pod sizing) gives it: the default job's peak RSS against min_host_bytes.
 TEST(Plan, TheDefaultJobsPeakRssIsWithinTheHostPlan) {
+  if (test::kAddressSanitizer) GTEST_SKIP() << "AddressSanitizer's shadow memory inflates RSS; the Release build checks this";
   auto plan = RunProcess({test::PstarBinary(), "plan", "--json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const int64_t planned = nlohmann::json::parse(plan.out)["min_host_bytes"].get<int64_t>();

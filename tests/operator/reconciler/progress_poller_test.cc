@@ -142,7 +142,8 @@ class FakeEndpoint {
       if (mode == Mode::kGood) {
         out = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body;
       } else if (mode == Mode::kGarbage) {
-        out = std::string("\x16\x03\x01 not http at all\r\n\r\n\x00\x01", 32);
+        static constexpr char kGarbage[] = "\x16\x03\x01 not http at all\r\n\r\n\x00\x01";
+        out = std::string(kGarbage, sizeof kGarbage - 1);  // the NULs included, the terminator not
       } else if (mode == Mode::kNotFound) {
         out = "HTTP/1.1 404 Not Found\r\n\r\nnope";
       } else if (mode == Mode::kHuge) {
