@@ -65,6 +65,42 @@ TYPED_TEST(CudaEncoderTest, ForwardMatchesCpu) {
   }
 }
 
+// 16-bit tables (16-bit parameter chunks) into an fp32 output: each element
+// is the sum of two widened values, one fp32 rounding, so the bits equal the
+// CPU kernel's on the widened tables.
+template <typename W>
+void ExpectSixteenBitTablesGiveTheCpuBits() {
+  std::mt19937 rng(43);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " V=" << s.V);
+    const auto tokens = RandomTokens(s, rng);
+    const auto wte = RandomValues<W>(size_t(s.V * s.C), rng);  // exact in W
+    const auto wpe = RandomValues<W>(size_t(s.maxT * s.C), rng, 0.5f);
+    DeviceBuffer<int32_t> dtokens(tokens);
+    DeviceBuffer<W> dwte(ToElements<W>(wte)), dwpe(ToElements<W>(wpe));
+    DeviceBuffer<float> dout(s.B * s.T * s.C);
+    cuda::EncoderForward<float, W>(dout.get(), dtokens.get(), dwte.get(), dwpe.get(), s.B, s.T, s.C, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> want(size_t(s.B * s.T * s.C));
+    cpu::EncoderForward(want.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+    const std::vector<float> got = dout.Download();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "element " << i;
+    }
+  }
+}
+
+TEST(CudaEncoderSixteenBitTables, Bf16TablesGiveTheCpuBits) {
+  PSTAR_REQUIRE_GPU();
+  ExpectSixteenBitTablesGiveTheCpuBits<kernels::cuda::bf16>();
+}
+
+TEST(CudaEncoderSixteenBitTables, Fp16TablesGiveTheCpuBits) {
+  PSTAR_REQUIRE_GPU();
+  ExpectSixteenBitTablesGiveTheCpuBits<kernels::cuda::fp16>();
+}
+
 // Runs EncoderBackward on copies of dwte and dwpe with int32 scratch that
 // starts 4 bytes past an 8-byte boundary (the kernel realigns its keys),
 // followed by guard words that must survive. Returns the gradients.
