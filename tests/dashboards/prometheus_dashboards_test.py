@@ -381,7 +381,7 @@ class PrometheusDashboardsTest(unittest.TestCase):
             "h2d bytes/s": 'sum(rate(patrickstar_chunk_moved_bytes_total{%s, direction="h2d"}[5s]))' % sel,
             "d2h bytes/s": 'sum(rate(patrickstar_chunk_moved_bytes_total{%s, direction="d2h"}[5s]))' % sel,
             "all_gather bytes/s": 'sum(rate(patrickstar_collective_bytes_total{%s, op="all_gather"}[5s]))' % sel,
-            "device resident bytes": 'sum(patrickstar_chunk_resident_bytes{%s, device="device"})' % sel,
+            "device resident bytes": 'sum(patrickstar_chunk_resident_bytes{%s, tier="device"})' % sel,
             "operator jobs": "sum(pstar_operator_jobs)",
             "operator reconciles": "sum(pstar_operator_reconciles_total)",
         }
@@ -403,7 +403,7 @@ class PrometheusDashboardsTest(unittest.TestCase):
         self.assertEqual(self.prometheus.query('pstar_operator_job_phase{name!="%s"}' % JOB_NAME), [])
         # Chunks stay within the device tier's budget.
         over = self.prometheus.query(
-            'sum by (rank) (patrickstar_chunk_resident_bytes{%s, device="device"}) > '
+            'sum by (rank) (patrickstar_chunk_resident_bytes{%s, tier="device"}) > '
             "max by (rank) (patrickstar_chunk_budget_bytes{%s})" % (sel, sel))
         self.assertEqual(over, [])
 

@@ -118,12 +118,12 @@ TEST(Metrics, ServesLiveChunkSeriesDuringTraining) {
   }
   ASSERT_FALSE(body.empty()) << "no live metrics within 60 s; stdout:\n" << train.Stdout();
 
-  EXPECT_GT(Sample(body, Series("patrickstar_chunk_resident_bytes", {{"device", "host"}, {"kind", "param"}})), 0);
-  EXPECT_GE(Sample(body, Series("patrickstar_chunk_resident_bytes", {{"device", "device"}, {"kind", "param"}})), 0);
+  EXPECT_GT(Sample(body, Series("patrickstar_chunk_resident_bytes", {{"tier", "host"}, {"kind", "param"}})), 0);
+  EXPECT_GE(Sample(body, Series("patrickstar_chunk_resident_bytes", {{"tier", "device"}, {"kind", "param"}})), 0);
   EXPECT_GT(Sample(body, Series("patrickstar_chunk_moved_bytes_total", {{"direction", "h2d"}})), 0);
   EXPECT_GT(Sample(body, Series("patrickstar_chunk_moved_bytes_total", {{"direction", "d2h"}})), 0);
   EXPECT_EQ(Sample(body, Series("patrickstar_device_capacity_bytes")), double(budget));
-  EXPECT_GT(Sample(body, Series("patrickstar_non_model_bytes", {{"device", "device"}})), 0);
+  EXPECT_GT(Sample(body, Series("patrickstar_non_model_bytes", {{"tier", "device"}})), 0);
   EXPECT_GT(Sample(body, Series("patrickstar_tokens_total")), 0);
   EXPECT_GT(Sample(body, Series("patrickstar_loss")), 0);
   EXPECT_NE(body.find("patrickstar_step_duration_seconds_bucket"), std::string::npos);

@@ -41,6 +41,7 @@ Result<std::unique_ptr<WorkerMetrics>> StartMetrics(const MetricsSection& m) {
   options.job = env("PSTAR_JOB_NAME", "pstar");
   options.ns = env("PSTAR_NAMESPACE", "default");
   options.rank = env("RANK", "0");
+  options.device_label = m.device_label;
   return WorkerMetrics::Start(options);
 }
 

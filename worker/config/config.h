@@ -113,6 +113,10 @@ struct DistSection {
 struct MetricsSection {
   int64_t port = 0;  // 0 = no endpoint; rank r listens on port + LOCAL_RANK
   std::string bind_address = "0.0.0.0";
+  // Also label the tier series `device` (the tier label's name before 0.2,
+  // which collides with DCGM's GPU label): for dashboards and queries not yet
+  // moved to `tier`. Deprecated.
+  bool device_label = false;
 };
 
 struct TrainSection {

@@ -51,7 +51,8 @@ double Load(const RuntimeCounters::Counter& c) {
 // The chunk series, built from the runtime's counters at each scrape.
 class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
  public:
-  explicit RuntimeCollector(Labels constant) : constant_(std::move(constant)) {}
+  RuntimeCollector(Labels constant, bool device_label)
+      : constant_(std::move(constant)), device_label_(device_label) {}
 
   bool Attach(const RuntimeCounters* counters) {
     const RuntimeCounters* none = nullptr;
@@ -105,8 +106,8 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                                  "Chunk copies held on each tier, by state kind.", MetricType::Gauge);
     for (int t = 0; t < kNumTiers; ++t) {
       for (int k = 0; k < kNumStateKinds; ++k) {
-        const Labels labels = {{"device", TierName(static_cast<Tier>(t))},
-                               {"kind", StateKindName(static_cast<StateKind>(k))}};
+        Labels labels = TierLabels(static_cast<Tier>(t));
+        labels["kind"] = StateKindName(static_cast<StateKind>(k));
         bytes.metric.push_back(Sample(labels, Load(c->resident_bytes[t][k]), MetricType::Gauge));
         chunks.metric.push_back(Sample(labels, Load(c->resident_chunks[t][k]), MetricType::Gauge));
       }
@@ -116,8 +117,8 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                                     "Bytes of activations and workspaces held on each tier.",
                                     MetricType::Gauge);
     for (int t = 0; t < kNumTiers; ++t) {
-      non_model.metric.push_back(Sample({{"device", TierName(static_cast<Tier>(t))}},
-                                        Load(c->non_model_bytes[t]), MetricType::Gauge));
+      non_model.metric.push_back(Sample(TierLabels(static_cast<Tier>(t)), Load(c->non_model_bytes[t]),
+                                        MetricType::Gauge));
     }
     MetricFamily capacity = Family("patrickstar_device_capacity_bytes",
                                    "Capacity of the device tier in bytes.", MetricType::Gauge);
@@ -178,7 +179,15 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     return m;
   }
 
+  // The tier of a series: `tier`, and with the deprecated option `device` too.
+  Labels TierLabels(Tier tier) const {
+    Labels labels = {{"tier", TierName(tier)}};
+    if (device_label_) labels["device"] = TierName(tier);
+    return labels;
+  }
+
   const Labels constant_;
+  const bool device_label_;
   std::atomic<const RuntimeCounters*> counters_{nullptr};
   std::atomic<const CollectiveCounters*> collectives_{nullptr};
 };
@@ -195,7 +204,7 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
                            {"rank", options.rank.empty() ? "0" : options.rank}};
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
-  m->runtime_ = std::make_shared<RuntimeCollector>(constant);
+  m->runtime_ = std::make_shared<RuntimeCollector>(constant, options.device_label);
   prometheus::Registry& reg = *m->registry_;
 
   m->step_duration_ = &prometheus::BuildHistogram()

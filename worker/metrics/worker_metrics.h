@@ -31,6 +31,8 @@ struct MetricsOptions {
   // Constant labels job/namespace/rank on every series; the caller sets them
   // from the environment. An empty ns becomes "default", an empty rank "0".
   std::string job, ns, rank;
+  // Tier series carry `tier`; with this also `device` (its deprecated name).
+  bool device_label = false;
 };
 
 class WorkerMetrics {

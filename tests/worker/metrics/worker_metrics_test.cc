@@ -203,7 +203,7 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   }
 
   // Every one of our series carries the constant labels, and only the allowed ones.
-  const std::vector<std::string> allowed = {"job", "namespace", "rank", "device", "kind",
+  const std::vector<std::string> allowed = {"job", "namespace", "rank", "tier", "kind",
                                             "direction", "op", "le", "version", "cuda"};
   int ours = 0;
   for (const Sample& s : e.samples) {
@@ -219,13 +219,13 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   // Chunk residency: every tier x kind, zeros included.
   EXPECT_EQ(e.Count("patrickstar_chunk_resident_bytes"), kNumTiers * kNumStateKinds);
   EXPECT_EQ(e.Count("patrickstar_chunk_resident_chunks"), kNumTiers * kNumStateKinds);
-  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "device"}, {"kind", "param"}})), 4096);
-  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"device", "device"}, {"kind", "param"}})), 2);
-  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "host"}, {"kind", "exp_avg_sq"}})), 1 << 20);
-  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"device", "host"}, {"kind", "exp_avg_sq"}})), 8);
-  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"device", "host"}, {"kind", "grad"}})), 0);
-  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"device", "device"}})), 3000);
-  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"device", "host"}})), 500);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "device"}, {"kind", "param"}})), 4096);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"tier", "device"}, {"kind", "param"}})), 2);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "host"}, {"kind", "exp_avg_sq"}})), 1 << 20);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"tier", "host"}, {"kind", "exp_avg_sq"}})), 8);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "host"}, {"kind", "grad"}})), 0);
+  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"tier", "device"}})), 3000);
+  EXPECT_EQ(e.Get("patrickstar_non_model_bytes", With({{"tier", "host"}})), 500);
   EXPECT_EQ(e.Get("patrickstar_device_capacity_bytes", kConstant), double(int64_t{80} << 30));
   EXPECT_EQ(e.Get("patrickstar_chunk_budget_bytes", kConstant), double(int64_t{60} << 30));
   EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", With({{"direction", "h2d"}})), 5);
@@ -311,13 +311,38 @@ TEST(WorkerMetrics, ServesProgressAndProcessSeries) {
   EXPECT_GT(started, now - 24 * 3600) << "this test process started within the day";
 }
 
+// The tier label was `device` before 0.2 (it collides with DCGM's GPU
+// label); metrics.device_label adds it back beside `tier` for dashboards
+// not yet moved.
+TEST(WorkerMetrics, TheDeprecatedDeviceLabelRidesBesideTheTier) {
+  RuntimeCounters counters;
+  Fill(counters);
+  for (bool legacy : {false, true}) {
+    MetricsOptions o;
+    o.bind_address = "127.0.0.1";
+    o.job = "pretrain-7";
+    o.rank = "3";
+    o.device_label = legacy;
+    auto metrics = WorkerMetrics::Start(o);
+    ASSERT_TRUE(metrics.ok()) << metrics.status().message();
+    (*metrics)->AttachRuntimeCounters(&counters);
+    const Exposition e = Parse(HttpGet((*metrics)->port(), "/metrics").body);
+    Labels want = With({{"tier", "device"}, {"kind", "param"}});
+    if (legacy) want["device"] = "device";
+    EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", want), 4096) << legacy;
+    Labels host = With({{"tier", "host"}});
+    if (legacy) host["device"] = "host";
+    EXPECT_EQ(e.Get("patrickstar_non_model_bytes", host), 500) << legacy;
+  }
+}
+
 TEST(WorkerMetrics, ChunkSeriesAreReadAtScrapeTime) {
   RuntimeCounters counters;  // outlives the metrics
   std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);
   Fill(counters);
   metrics->AttachRuntimeCounters(&counters);
-  const Labels device_param = With({{"device", "device"}, {"kind", "param"}});
+  const Labels device_param = With({{"tier", "device"}, {"kind", "param"}});
   const Labels h2d = With({{"direction", "h2d"}});
 
   Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
