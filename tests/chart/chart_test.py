@@ -292,9 +292,11 @@ class TemplatesTest(unittest.TestCase):
         keep = [r for r in endpoint["relabelings"] if r.get("action") == "keep"]
         self.assertEqual(keep, [{"sourceLabels": ["__meta_kubernetes_pod_container_port_name"],
                                  "regex": "metrics-.*", "action": "keep"}])
-        # The workers' own job/namespace/rank labels are kept, not renamed exported_*.
-        self.assertTrue(endpoint["honorLabels"])
-        self.assertFalse(any(r.get("targetLabel") == "job" for r in endpoint["relabelings"]))
+        # job comes from the pod's job-name label (namespace from the pod, added
+        # by prometheus-operator); the workers set neither, so nothing to honor.
+        self.assertNotIn("honorLabels", endpoint)
+        self.assertIn({"sourceLabels": ["__meta_kubernetes_pod_label_patrickstar_io_job_name"],
+                       "targetLabel": "job", "action": "replace"}, endpoint["relabelings"])
 
     def test_service_monitor_keeps_the_operators_job_labels(self):
         (sm,) = manifests("servicemonitor.yaml")

@@ -286,8 +286,11 @@ class PrometheusDashboardsTest(unittest.TestCase):
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
-                {"job_name": "pstar-workers", "honor_labels": True, "static_configs": [
-                    {"targets": ["127.0.0.1:%d" % (cls.metrics_port + r) for r in range(RANKS)]}]},
+                # job and namespace are target labels, as docs/monitoring.md
+                # shows for a static setup (the PodMonitor sets them in a cluster).
+                {"job_name": "pstar-workers", "static_configs": [
+                    {"targets": ["127.0.0.1:%d" % (cls.metrics_port + r) for r in range(RANKS)],
+                     "labels": {"job": JOB_NAME, "namespace": JOB_NAMESPACE}}]},
                 {"job_name": "pstar-operator", "static_configs": [
                     {"targets": ["127.0.0.1:%d" % cls.operator_port]}]},
             ],

@@ -64,7 +64,7 @@ double Sample(const std::string& body, const std::string& series) {
 
 // `name{...}` with the constant labels plus `extra`, in the exposition's sorted order.
 std::string Series(const std::string& name, std::map<std::string, std::string> extra = {}) {
-  extra.insert({{"job", "pstar"}, {"namespace", "default"}, {"rank", "0"}});
+  extra.insert({{"rank", "0"}});  // job and namespace come from the scrape target
   std::string out = name + "{";
   for (const auto& [k, v] : extra) out += (out.back() == '{' ? "" : ",") + k + "=\"" + v + "\"";
   return out + "}";

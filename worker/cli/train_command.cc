@@ -42,6 +42,7 @@ Result<std::unique_ptr<WorkerMetrics>> StartMetrics(const MetricsSection& m) {
   options.ns = env("PSTAR_NAMESPACE", "default");
   options.rank = env("RANK", "0");
   options.device_label = m.device_label;
+  options.job_labels = m.job_labels;
   return WorkerMetrics::Start(options);
 }
 

@@ -353,6 +353,7 @@ void ParseMetrics(Section s, MetricsSection& m) {
   s.Read("port", m.port);
   s.Read("bind_address", m.bind_address);
   s.Read("device_label", m.device_label);
+  s.Read("job_labels", m.job_labels);
   s.CheckNoUnknownKeys();
   if (m.port < 0 || m.port > 65535) Fail(s.Key("port"), "must be in [0, 65535], got " + std::to_string(m.port));
   if (m.bind_address.empty()) Fail(s.Key("bind_address"), "must not be empty");
@@ -630,6 +631,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "port" << YAML::Value << c.metrics.port;
   e << YAML::Key << "bind_address" << YAML::Value << c.metrics.bind_address;
   e << YAML::Key << "device_label" << YAML::Value << c.metrics.device_label;
+  e << YAML::Key << "job_labels" << YAML::Value << c.metrics.job_labels;
   e << YAML::EndMap;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;

@@ -117,6 +117,10 @@ struct MetricsSection {
   // which collides with DCGM's GPU label): for dashboards and queries not yet
   // moved to `tier`. Deprecated.
   bool device_label = false;
+  // Also label every series `job` and `namespace` (from PSTAR_JOB_NAME and
+  // PSTAR_NAMESPACE), as before 0.2; they collide with Prometheus' own target
+  // labels and need honor_labels. Deprecated: the scrape target sets them.
+  bool job_labels = false;
 };
 
 struct TrainSection {

@@ -199,9 +199,11 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
   }
   if (options.bind_address.empty()) return Status::InvalidArgument("metrics bind address is empty");
 
-  const Labels constant = {{"job", options.job},
-                           {"namespace", options.ns.empty() ? "default" : options.ns},
-                           {"rank", options.rank.empty() ? "0" : options.rank}};
+  Labels constant = {{"rank", options.rank.empty() ? "0" : options.rank}};
+  if (options.job_labels) {
+    constant["job"] = options.job;
+    constant["namespace"] = options.ns.empty() ? "default" : options.ns;
+  }
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
   m->runtime_ = std::make_shared<RuntimeCollector>(constant, options.device_label);

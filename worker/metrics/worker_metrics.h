@@ -28,9 +28,11 @@ namespace pstar {
 struct MetricsOptions {
   std::string bind_address = "0.0.0.0";
   int port = 0;  // the port to listen on; 0 lets the OS pick one (tests)
-  // Constant labels job/namespace/rank on every series; the caller sets them
-  // from the environment. An empty ns becomes "default", an empty rank "0".
+  // The constant label `rank` on every series (empty: "0"). `job` and
+  // `namespace` come from the scrape target; with job_labels the worker sets
+  // them itself too (deprecated; an empty ns becomes "default").
   std::string job, ns, rank;
+  bool job_labels = false;
   // Tier series carry `tier`; with this also `device` (its deprecated name).
   bool device_label = false;
 };

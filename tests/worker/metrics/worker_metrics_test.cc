@@ -101,7 +101,8 @@ Exposition Parse(const std::string& body) {
   return e;
 }
 
-const Labels kConstant = {{"job", "pretrain-7"}, {"namespace", "default"}, {"rank", "3"}};
+// job and namespace come from the scrape target (metrics.job_labels is off).
+const Labels kConstant = {{"rank", "3"}};
 
 Labels With(Labels extra) {
   extra.insert(kConstant.begin(), kConstant.end());
@@ -314,6 +315,36 @@ TEST(WorkerMetrics, ServesProgressAndProcessSeries) {
 // The tier label was `device` before 0.2 (it collides with DCGM's GPU
 // label); metrics.device_label adds it back beside `tier` for dashboards
 // not yet moved.
+// Before 0.2 the worker set job and namespace itself (scrapes then needed
+// honor_labels); metrics.job_labels keeps that for setups not yet moved.
+TEST(WorkerMetrics, JobAndNamespaceComeFromTheTargetUnlessAskedFor) {
+  for (bool legacy : {false, true}) {
+    MetricsOptions o;
+    o.bind_address = "127.0.0.1";
+    o.job = "pretrain-7";
+    o.ns = "";
+    o.rank = "3";
+    o.job_labels = legacy;
+    auto metrics = WorkerMetrics::Start(o);
+    ASSERT_TRUE(metrics.ok()) << metrics.status().message();
+    (*metrics)->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
+    const Exposition e = Parse(HttpGet((*metrics)->port(), "/metrics").body);
+    int ours = 0;
+    for (const Sample& s : e.samples) {
+      if (s.name.rfind("patrickstar_", 0) != 0) continue;
+      ++ours;
+      EXPECT_EQ(s.labels.count("job"), legacy ? 1u : 0u) << s.name;
+      EXPECT_EQ(s.labels.count("namespace"), legacy ? 1u : 0u) << s.name;
+      if (legacy) {
+        EXPECT_EQ(s.labels.at("job"), "pretrain-7") << s.name;
+        EXPECT_EQ(s.labels.at("namespace"), "default") << s.name;
+      }
+      EXPECT_EQ(s.labels.count("rank") ? s.labels.at("rank") : "<none>", "3") << s.name;
+    }
+    EXPECT_GT(ours, 10) << legacy;
+  }
+}
+
 TEST(WorkerMetrics, TheDeprecatedDeviceLabelRidesBesideTheTier) {
   RuntimeCounters counters;
   Fill(counters);
