@@ -45,6 +45,8 @@ for t in "${targets[@]}"; do
   else
     echo "fuzz: $t: FAILED"
     grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -10
+    echo "  the run's last lines:"
+    grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse|INITED|RELOAD)|^(INFO|MS):|^"' "$log" | tail -40 | sed 's/^/    /'
     for a in "$scratch/$t-artifacts"/*; do [ -f "$a" ] && echo "  input (base64): $(base64 -w0 "$a" | head -c 2000)"; done
     status=1
   fi
