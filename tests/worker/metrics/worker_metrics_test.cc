@@ -109,8 +109,11 @@ Labels With(Labels extra) {
   return extra;
 }
 
-std::unique_ptr<WorkerMetrics> StartOnLoopback() {
+// With the deprecated label options off unless asked for.
+std::unique_ptr<WorkerMetrics> StartOnLoopback(bool job_labels = false, bool device_label = false) {
   MetricsOptions options;
+  options.job_labels = job_labels;
+  options.device_label = device_label;
   options.bind_address = "127.0.0.1";
   options.port = 0;
   options.job = "pretrain-7";
@@ -312,23 +315,14 @@ TEST(WorkerMetrics, ServesProgressAndProcessSeries) {
   EXPECT_GT(started, now - 24 * 3600) << "this test process started within the day";
 }
 
-// The tier label was `device` before 0.2 (it collides with DCGM's GPU
-// label); metrics.device_label adds it back beside `tier` for dashboards
-// not yet moved.
 // Before 0.2 the worker set job and namespace itself (scrapes then needed
 // honor_labels); metrics.job_labels keeps that for setups not yet moved.
 TEST(WorkerMetrics, JobAndNamespaceComeFromTheTargetUnlessAskedFor) {
   for (bool legacy : {false, true}) {
-    MetricsOptions o;
-    o.bind_address = "127.0.0.1";
-    o.job = "pretrain-7";
-    o.ns = "";
-    o.rank = "3";
-    o.job_labels = legacy;
-    auto metrics = WorkerMetrics::Start(o);
-    ASSERT_TRUE(metrics.ok()) << metrics.status().message();
-    (*metrics)->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
-    const Exposition e = Parse(HttpGet((*metrics)->port(), "/metrics").body);
+    std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback(/*job_labels=*/legacy);
+    ASSERT_NE(metrics, nullptr);
+    metrics->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
+    const Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
     int ours = 0;
     for (const Sample& s : e.samples) {
       if (s.name.rfind("patrickstar_", 0) != 0) continue;
@@ -345,19 +339,17 @@ TEST(WorkerMetrics, JobAndNamespaceComeFromTheTargetUnlessAskedFor) {
   }
 }
 
+// The tier label was `device` before 0.2 (it collides with DCGM's GPU
+// label); metrics.device_label adds it back beside `tier` for dashboards
+// not yet moved.
 TEST(WorkerMetrics, TheDeprecatedDeviceLabelRidesBesideTheTier) {
   RuntimeCounters counters;
   Fill(counters);
   for (bool legacy : {false, true}) {
-    MetricsOptions o;
-    o.bind_address = "127.0.0.1";
-    o.job = "pretrain-7";
-    o.rank = "3";
-    o.device_label = legacy;
-    auto metrics = WorkerMetrics::Start(o);
-    ASSERT_TRUE(metrics.ok()) << metrics.status().message();
-    (*metrics)->AttachRuntimeCounters(&counters);
-    const Exposition e = Parse(HttpGet((*metrics)->port(), "/metrics").body);
+    std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback(/*job_labels=*/false, /*device_label=*/legacy);
+    ASSERT_NE(metrics, nullptr);
+    metrics->AttachRuntimeCounters(&counters);
+    const Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
     Labels want = With({{"tier", "device"}, {"kind", "param"}});
     if (legacy) want["device"] = "device";
     EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", want), 4096) << legacy;

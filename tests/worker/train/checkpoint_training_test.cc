@@ -82,47 +82,18 @@ TEST(CheckpointTraining, StopAndResumeIsBitIdentical) {
   ExpectContinues(TrainOneRank(saving, data, 3, 6, false), whole);
 }
 
-TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlacement) {
-  // Saved while part of the moments live only on the device (copied out
-  // through the checkpoint's device copier), resumed where every moment is
-  // homed on the host, and the reverse: the same numbers as one run.
-  auto data = test::RandomTokens(4000, 40, 32);
-  const Config plain = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024"});
-  const TrainRun whole = TrainOneRank(plain, data, 0, 6, false);
-  auto plan = PlanMemory(plain);
-  ASSERT_TRUE(plan.ok());
-  const int64_t mixed = plan->activation_bytes + plan->model_bytes / 2;
-  const int64_t minimum = plan->min_device_bytes;
-  for (auto [save_budget, resume_budget] : {std::pair{mixed, minimum}, std::pair{minimum, mixed}}) {
-    test::TempDir dir("homed");
-    Config first = test::TinyGptConfig({"train.steps=6", "default_chunk_size=1024", "checkpoint.dir=" + dir.path()});
-    Config second = first;
-    first.runtime.device_memory = save_budget;
-    second.runtime.device_memory = resume_budget;
-    auto homed = PlanMemory(save_budget == mixed ? first : second);
-    ASSERT_TRUE(homed.ok());
-    ASSERT_GT(homed->device_adam_chunks, 0);
-    ASSERT_LT(homed->device_adam_chunks, homed->num_chunks);
-    TrainOneRank(first, data, 0, 3, true);
-    ExpectContinues(TrainOneRank(second, data, 3, 6, false), whole);
-  }
-}
-
-TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnderAnotherPlacement) {
-  // bf16 with 16-bit gradient homes: params stream in 16 bits, the masters
-  // (some homed on the device beside their moments) are what is saved; the
-  // resumed run continues bit for bit under the other placement.
-  auto data = test::RandomTokens(4000, 40, 33);
-  const std::vector<std::string> job = {"train.steps=6", "default_chunk_size=1024", "train.precision=bf16",
-                                        "train.grad_precision=16bit"};
+// Trains `job` for 6 steps in one run, then saves at step 3 under one device
+// budget and resumes under another: with part of the chunks' optimizer state
+// homed on the device (copied out through the checkpoint's device copier),
+// and with none there, each way round. The resumed steps continue bit for bit.
+void ExpectResumeUnderAnotherPlacement(const std::vector<std::string>& job, const TokenSource& data) {
   const TrainRun whole = TrainOneRank(test::TinyGptConfig(job), data, 0, 6, false);
   auto plan = PlanMemory(test::TinyGptConfig(job));
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->param_device, "bf16");
   const int64_t mixed = plan->activation_bytes + plan->model_bytes / 2;
   const int64_t minimum = plan->min_device_bytes;
   for (auto [save_budget, resume_budget] : {std::pair{mixed, minimum}, std::pair{minimum, mixed}}) {
-    test::TempDir dir("half");
+    test::TempDir dir("placement");
     std::vector<std::string> o = job;
     o.push_back("checkpoint.dir=" + dir.path());
     Config first = test::TinyGptConfig(o);
@@ -136,6 +107,24 @@ TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnder
     TrainOneRank(first, data, 0, 3, true);
     ExpectContinues(TrainOneRank(second, data, 3, 6, false), whole);
   }
+}
+
+TEST(CheckpointTraining, MomentsHomedOnTheDeviceSaveAndResumeUnderAnotherPlacement) {
+  // Part of the moments live only on the device, then every moment is homed
+  // on the host, and the reverse: the same numbers as one run.
+  ExpectResumeUnderAnotherPlacement({"train.steps=6", "default_chunk_size=1024"},
+                                    test::RandomTokens(4000, 40, 32));
+}
+
+TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnderAnotherPlacement) {
+  // bf16 with 16-bit gradient homes: params stream in 16 bits, the masters
+  // (some homed on the device beside their moments) are what is saved.
+  const std::vector<std::string> job = {"train.steps=6", "default_chunk_size=1024", "train.precision=bf16",
+                                        "train.grad_precision=16bit"};
+  auto plan = PlanMemory(test::TinyGptConfig(job));
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->param_device, "bf16");
+  ExpectResumeUnderAnotherPlacement(job, test::RandomTokens(4000, 40, 33));
 }
 
 TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
