@@ -1,20 +1,39 @@
 #include "kernels/encoder.h"
 
 #include "kernels/cpu/column_sum.h"
+#include "kernels/half.h"
 
 namespace pstar::kernels::cpu {
 
-void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                    int64_t B, int64_t T, int64_t C) {
+namespace {
+
+// The rows of tables of element W, read through `wide` (float to float, or a
+// 16-bit format to float) and added in fp32.
+template <typename W, typename Wide>
+void EncoderForwardRows(float* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t T,
+                        int64_t C, Wide wide) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       float* o = out + (b * T + t) * C;
-      const float* e = wte + int64_t(tokens[b * T + t]) * C;
-      const float* p = wpe + t * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      const W* e = wte + int64_t(tokens[b * T + t]) * C;
+      const W* p = wpe + t * C;
+      for (int64_t c = 0; c < C; ++c) o[c] = wide(e[c]) + wide(p[c]);
     }
   }
+}
+
+}  // namespace
+
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                    int64_t B, int64_t T, int64_t C) {
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, [](float x) { return x; });
+}
+
+void EncoderForward(float* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
+                    int64_t B, int64_t T, int64_t C) {
+  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, BFloat16ToFloat);
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, HalfToFloat);
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

@@ -79,19 +79,7 @@ class CpuModelKernels final : public ModelKernels {
                       int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     if (wte.h16 == nullptr) return k::EncoderForward(out, tokens, Fp32(wte), Fp32(wpe), B, T, C);
-    // 16-bit tables: the rows used, widened as they are read and added in
-    // fp32 as kernels::cpu::EncoderForward adds them.
-    const uint16_t* e16 = wte.h16;
-    const uint16_t* p16 = Half(wpe);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) {
-        float* o = out + (b * T + t) * C;
-        const uint16_t* e = e16 + int64_t(tokens[b * T + t]) * C;
-        const uint16_t* p = p16 + t * C;
-        for (int64_t c = 0; c < C; ++c) o[c] = Widen(precision_, e[c]) + Widen(precision_, p[c]);
-      }
-    }
+    k::EncoderForward(out, tokens, Half(wte), Half(wpe), precision_ == Precision::kBf16, B, T, C);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
