@@ -71,17 +71,27 @@ def ephemeral_range():
         return 32768, 60999
 
 
+# Ports this process has handed out. A port handed out is free until its
+# process binds it, which can be after the next call: without this record the
+# Prometheus port, taken while rank 1 was still starting, was once rank 1's
+# metrics port.
+_handed_out = set()
+
+
 def free_port(consecutive=1):
-    """A loopback port p such that p .. p+consecutive-1 are free now, below
-    the kernel's ephemeral range: a port taken from that range can be handed
-    to some process's outgoing connection before the job binds it (rank 1's
-    metrics port, p+1, was). The C++ tests take theirs from 20000-32000
-    (tests/test_util.cc); these come from just above, to keep apart."""
+    """A loopback port p such that p .. p+consecutive-1 are free now and were
+    never handed out before, below the kernel's ephemeral range: a port taken
+    from that range can be handed to some process's outgoing connection before
+    the job binds it (rank 1's metrics port, p+1, was). The C++ tests take
+    theirs from 20000-32000 (tests/test_util.cc); these come from just above,
+    to keep apart."""
     low, _ = ephemeral_range()
     first, last = (32000, low - 1) if low - 1 - 32000 >= 200 else (10000, 19999)
     rng = random.Random()
     for _ in range(1000):
         port = rng.randint(first, last - consecutive + 1)
+        if any(p in _handed_out for p in range(port, port + consecutive)):
+            continue
         ok = True
         for p in range(port, port + consecutive):
             with socket.socket() as s:
@@ -91,6 +101,7 @@ def free_port(consecutive=1):
                     ok = False
                     break
         if ok:
+            _handed_out.update(range(port, port + consecutive))
             return port
     raise RuntimeError("no free port")
 
