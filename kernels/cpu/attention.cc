@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/vector_math.h"
+#include "kernels/half.h"
 #include "kernels/matmul.h"
 
 namespace pstar::kernels::cpu {
@@ -30,10 +31,11 @@ void Scores(float* s, const float* q, const float* k, int64_t ld, int64_t r0, in
   }
 }
 
-}  // namespace
+float Keep(float x) { return x; }
 
-void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
-                      int64_t NH) {
+// out of element O, written through `store` (float to O).
+template <typename O, typename Store>
+void Forward(O* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Store store) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const int64_t nb = NumBlocks(T);
@@ -75,9 +77,9 @@ void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / l[size_t(r)];
-            float* o = out + (b * T + r0 + r) * C + h * hs;
+            O* o = out + (b * T + r0 + r) * C + h * hs;
             const float* a = acc.data() + r * hs;
-            for (int64_t d = 0; d < hs; ++d) o[d] = a[d] * inv;
+            for (int64_t d = 0; d < hs; ++d) o[d] = store(a[d] * inv);
             lse[(b * NH + h) * T + r0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
           }
         }
@@ -86,8 +88,10 @@ void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64
   }
 }
 
-void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                       int64_t B, int64_t T, int64_t C, int64_t NH) {
+// out of element O, read through `load` (O to float).
+template <typename O, typename Load>
+void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int64_t B,
+              int64_t T, int64_t C, int64_t NH, Load load) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const int64_t nb = NumBlocks(T);
@@ -106,12 +110,12 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
         float* dk = dq + C;
         float* dv = dq + 2 * C;
         const float* dy = dout + b * T * C + h * hs;
-        const float* y = out + b * T * C + h * hs;
+        const O* y = out + b * T * C + h * hs;
         const float* row_lse = lse + (b * NH + h) * T;
         // D = rowsum(dY * Y): the softmax backward's sum_j P_j dP_j per query.
         for (int64_t t = 0; t < T; ++t) {
           float d = 0.0f;
-          for (int64_t e = 0; e < hs; ++e) d += dy[t * C + e] * y[t * C + e];
+          for (int64_t e = 0; e < hs; ++e) d += dy[t * C + e] * load(y[t * C + e]);
           dsum[size_t(t)] = d;
           for (float* g : {dq, dk, dv}) std::fill_n(g + t * C3, hs, 0.0f);
         }
@@ -143,6 +147,30 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
       }
     }
   }
+}
+
+}  // namespace
+
+void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH) {
+  Forward(out, lse, qkv, B, T, C, NH, Keep);
+}
+
+void AttentionForward(uint16_t* out, bool bf16, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH) {
+  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, FloatToBFloat16);
+  Forward(out, lse, qkv, B, T, C, NH, FloatToHalf);
+}
+
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                       int64_t B, int64_t T, int64_t C, int64_t NH) {
+  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, Keep);
+}
+
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const uint16_t* out, bool bf16,
+                       const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  if (bf16) return Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, BFloat16ToFloat);
+  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, HalfToFloat);
 }
 
 }  // namespace pstar::kernels::cpu

@@ -40,9 +40,9 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
 // One (batch, head) per blockIdx.x, one query block per blockIdx.y (the
 // longest rows first); each warp runs the online softmax of its rows over the
 // key blocks up to the diagonal, two keys per lane.
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    FlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+    FlashForward(O* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
   float* qs = smem;
@@ -106,19 +106,19 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     if (r >= rows) continue;
     const int64_t t = r0 + r;
     const float inv = 1.0f / l[rr];
-    T* o = out + (b * Tlen + t) * C + h * hs;
+    O* o = out + (b * Tlen + t) * C + h * hs;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < hs) o[d] = FromFloat<T>(acc[rr][c] * inv);
+      if (d < hs) o[d] = FromFloat<O>(acc[rr][c] * inv);
     }
     if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
   }
 }
 
 // dsum (B, NH, T) = rowsum(dout * out) per head: one warp per (b, t, h).
-template <typename T>
-__global__ void RowDots(float* dsum, const T* dout, const T* out, int64_t rows, int64_t Tlen, int64_t C, int NH,
+template <typename T, typename O>
+__global__ void RowDots(float* dsum, const T* dout, const O* out, int64_t rows, int64_t Tlen, int64_t C, int NH,
                         int hs) {
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp
@@ -324,23 +324,23 @@ int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return B * NH * T;
 }
 
-template <typename T>
-void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
+template <typename T, typename O>
+void AttentionForward(O* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
   CheckHeadSize(hs);
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const size_t smem = size_t(3 * kBlock * (hs + 1)) * sizeof(float);
-  AllowSharedBytes(FlashForward<T>, smem, "FlashForward shared memory");
+  AllowSharedBytes(FlashForward<T, O>, smem, "FlashForward shared memory");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
-  FlashForward<T><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs),
+  FlashForward<T, O><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs),
                                                              1.0f / std::sqrt(float(hs)));
   CheckLaunch("FlashForward");
 }
 
-template <typename T>
-void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out, const float* lse,
+template <typename T, typename O>
+void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const O* out, const float* lse,
                        int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
@@ -349,7 +349,7 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, con
   const float scale = 1.0f / std::sqrt(float(hs));
   float* dsum = scratch;
   const int64_t rows = B * NH * Tlen;
-  RowDots<T><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
+  RowDots<T, O><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
                                                                         int(hs));
   CheckLaunch("RowDots");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
@@ -375,5 +375,15 @@ PSTAR_INSTANTIATE_ATTENTION(bf16)
 PSTAR_INSTANTIATE_ATTENTION(fp16)
 
 #undef PSTAR_INSTANTIATE_ATTENTION
+
+// fp32 heads with a 16-bit output.
+#define PSTAR_INSTANTIATE_ATTENTION_NARROW(O)                                                                  \
+  template void AttentionForward<float, O>(O*, float*, const float*, int64_t, int64_t, int64_t, int64_t,       \
+                                           cudaStream_t);                                                      \
+  template void AttentionBackward<float, O>(float*, float*, const float*, const float*, const O*, const float*, \
+                                            int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+PSTAR_INSTANTIATE_ATTENTION_NARROW(bf16)
+PSTAR_INSTANTIATE_ATTENTION_NARROW(fp16)
+#undef PSTAR_INSTANTIATE_ATTENTION_NARROW
 
 }  // namespace pstar::kernels::cuda

@@ -31,8 +31,8 @@ unsigned RowBlocks(int64_t N) { return BlocksFor(N, kRowsPerBlock); }
 
 // One warp normalizes one row x (C elements) into o; lane 0 writes the row's
 // statistics. Each lane reads only the columns it owns.
-template <typename T>
-__device__ void NormalizeRowWarp(T* o, float* mean, float* rstd, const T* x, const T* weight, const T* bias,
+template <typename T, typename O>
+__device__ void NormalizeRowWarp(O* o, float* mean, float* rstd, const T* x, const T* weight, const T* bias,
                                  int64_t C, int lane) {
   float sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarpSize) sum += ToFloat(x[c]);
@@ -44,7 +44,7 @@ __device__ void NormalizeRowWarp(T* o, float* mean, float* rstd, const T* x, con
   }
   const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
   for (int64_t c = lane; c < C; c += kWarpSize) {
-    o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
+    o[c] = FromFloat<O>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
   }
   if (lane == 0) {
     *mean = m;
@@ -52,9 +52,9 @@ __device__ void NormalizeRowWarp(T* o, float* mean, float* rstd, const T* x, con
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+    LayerNormForwardKernel(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                            int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(kThreads)
 // The residual add fused in front: each lane writes its share of res, and the
 // normalization then reads back only the columns that lane wrote, so no
 // synchronization is needed.
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
-    ResidualLayerNormForwardKernel(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+    ResidualLayerNormForwardKernel(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
                                    const T* bias, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -145,20 +145,20 @@ __global__ void LayerNormColumnTotalsKernel(T* dweight, T* dbias, const float* p
 
 }  // namespace
 
-template <typename T>
-void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+template <typename T, typename O>
+void LayerNormForward(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                       int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  LayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  LayerNormForwardKernel<T, O><<<RowBlocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
   CheckLaunch("LayerNormForward");
 }
 
-template <typename T>
-void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+template <typename T, typename O>
+void ResidualLayerNormForward(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
                               const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  ResidualLayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias, N,
-                                                                         C);
+  ResidualLayerNormForwardKernel<T, O><<<RowBlocks(N), kThreads, 0, stream>>>(res, out, mean, rstd, a, b, weight,
+                                                                               bias, N, C);
   CheckLaunch("ResidualLayerNormForward");
 }
 
@@ -193,5 +193,15 @@ PSTAR_LAYERNORM(float)
 PSTAR_LAYERNORM(bf16)
 PSTAR_LAYERNORM(fp16)
 #undef PSTAR_LAYERNORM
+
+// fp32 rows normalized into 16 bits.
+#define PSTAR_LAYERNORM_NARROW(O)                                                                              \
+  template void LayerNormForward<float, O>(O*, float*, float*, const float*, const float*, const float*,       \
+                                           int64_t, int64_t, cudaStream_t);                                    \
+  template void ResidualLayerNormForward<float, O>(float*, O*, float*, float*, const float*, const float*,     \
+                                                   const float*, const float*, int64_t, int64_t, cudaStream_t);
+PSTAR_LAYERNORM_NARROW(bf16)
+PSTAR_LAYERNORM_NARROW(fp16)
+#undef PSTAR_LAYERNORM_NARROW
 
 }  // namespace pstar::kernels::cuda

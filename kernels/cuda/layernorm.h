@@ -9,14 +9,16 @@
 
 namespace pstar::kernels::cuda {
 
-template <typename T>
-void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+// out is of type O: T, or bf16/fp16 for a float T (a 16-bit run keeps the
+// normalized rows, the next linear layer's operand, in 16 bits).
+template <typename T, typename O = T>
+void LayerNormForward(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                       int64_t N, int64_t C, cudaStream_t stream);
 
 // res = a + b, then LayerNormForward(out, ..., res, ...), in one kernel (one
 // warp per row), as kernels/layernorm.h's ResidualLayerNormForward.
-template <typename T>
-void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+template <typename T, typename O = T>
+void ResidualLayerNormForward(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
                               const T* bias, int64_t N, int64_t C, cudaStream_t stream);
 
 // Elements of fp32 scratch LayerNormBackward needs for its partial sums.

@@ -109,8 +109,8 @@ void LaunchBinary(T* out, const T* a, const T* b, int64_t n, Op op, cudaStream_t
 
 }  // namespace
 
-template <typename T>
-void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
+template <typename To, typename From>
+void GeluForward(To* out, const From* inp, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   const bool vec = PackAligned(out) && PackAligned(inp);
   UnaryKernel<<<PackBlocks(n), kThreads, 0, stream>>>(out, inp, n, vec, Gelu{});
@@ -165,5 +165,7 @@ PSTAR_POINTWISE(float)
 PSTAR_POINTWISE(bf16)
 PSTAR_POINTWISE(fp16)
 #undef PSTAR_POINTWISE
+template void GeluForward<bf16, float>(bf16*, const float*, int64_t, cudaStream_t);
+template void GeluForward<fp16, float>(fp16*, const float*, int64_t, cudaStream_t);
 
 }  // namespace pstar::kernels::cuda

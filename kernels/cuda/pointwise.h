@@ -8,8 +8,10 @@
 
 namespace pstar::kernels::cuda {
 
-template <typename T>
-void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+// out may be of another type than inp (To is bf16 or fp16 for a float inp):
+// a 16-bit run's GELU output is the next linear layer's 16-bit operand.
+template <typename To, typename From = To>
+void GeluForward(To* out, const From* inp, int64_t n, cudaStream_t stream);
 // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout).
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);

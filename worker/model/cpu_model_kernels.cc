@@ -86,37 +86,40 @@ class CpuModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
-  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+  void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::ResidualLayerNormForward(res, out, mean, rstd, a, b, Wide(weight, C, norm_weight_), Wide(bias, C, norm_bias_),
-                                N, C);
+    const float* w = Wide(weight, C, norm_weight_);
+    const float* bi = Wide(bias, C, norm_bias_);
+    if (Is16(out)) return k::ResidualLayerNormForward(res, out.h16, bf16(), mean, rstd, a, b, w, bi, N, C);
+    k::ResidualLayerNormForward(res, out.f32, mean, rstd, a, b, w, bi, N, C);
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+  void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::LayerNormForward(out, mean, rstd, inp, Wide(weight, C, norm_weight_), Wide(bias, C, norm_bias_), N, C);
+    const float* w = Wide(weight, C, norm_weight_);
+    const float* bi = Wide(bias, C, norm_bias_);
+    if (Is16(out)) return k::LayerNormForward(out.h16, bf16(), mean, rstd, inp, w, bi, N, C);
+    k::LayerNormForward(out.f32, mean, rstd, inp, w, bi, N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     k::LayerNormBackward(dinp, dweight, dbias, dout, inp, Wide(weight, C, norm_weight_), mean, rstd, N, C);
   }
-  void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     const float* b = Wide(bias, OC, bias_);
-    if (precision_ == Precision::kFp32) return k::MatmulForward(out, inp, Fp32(weight), b, N, C, OC);
-    RoundTo(precision_, inp, N * C, inp_);
+    if (!Is16(inp)) return k::MatmulForward(out, inp.f32, Fp32(weight), b, N, C, OC);
+    WidenInto(inp.h16, N * C, inp_);
     k::MatmulForward(out, inp_.data(), Operand(weight, OC * C), b, N, C, OC);
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    if (precision_ == Precision::kFp32) {
-      return k::MatmulBackward(dinp, dweight, dbias, dout, inp, Fp32(weight), N, C, OC);
-    }
-    RoundTo(precision_, inp, N * C, inp_);
+    if (!Is16(inp)) return k::MatmulBackward(dinp, dweight, dbias, dout, inp.f32, Fp32(weight), N, C, OC);
+    WidenInto(inp.h16, N * C, inp_);
     Operand(weight, OC * C);
     RoundTo(precision_, dout, N * OC, dout_);
     k::Gemm(false, false, N, C, OC, 1.0f, dout_.data(), OC, weight_.data(), C, 0.0f, dinp, C);
@@ -126,19 +129,22 @@ class CpuModelKernels final : public ModelKernels {
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
     }
   }
-  void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    k::AttentionForward(out, lse, qkv, B, T, C, NH);
+    if (Is16(out)) return k::AttentionForward(out.h16, bf16(), lse, qkv, B, T, C, NH);
+    k::AttentionForward(out.f32, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    k::AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    if (Is16(out)) return k::AttentionBackward(dqkv, dout, qkv, out.h16, bf16(), lse, B, T, C, NH);
+    k::AttentionBackward(dqkv, dout, qkv, out.f32, lse, B, T, C, NH);
   }
-  void GeluForward(float* out, const float* inp, int64_t n) override {
+  void GeluForward(GemmInput out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    k::GeluForward(out, inp, n);
+    if (Is16(out)) return k::GeluForward(out.h16, bf16(), inp, n);
+    k::GeluForward(out.f32, inp, n);
   }
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
@@ -160,6 +166,19 @@ class CpuModelKernels final : public ModelKernels {
   }
 
  private:
+  bool bf16() const { return precision_ == Precision::kBf16; }
+  // Whether a GemmInput is 16-bit; it must be in the run's format.
+  bool Is16(GemmInput x) const {
+    const bool half = precision_ != Precision::kFp32;
+    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("a GemmInput not in the run's format");
+    return half;
+  }
+  // n 16-bit values widened into `out`.
+  void WidenInto(const uint16_t* x, int64_t n, std::vector<float>& out) const {
+    out.resize(size_t(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = Widen(precision_, x[i]);
+  }
   // An fp32 param (a 16-bit one only in a 16-bit precision).
   const float* Fp32(Param p) const {
     if (p.h16 != nullptr) Misuse("a 16-bit param in an fp32 run");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
@@ -118,21 +119,32 @@ class CudaModelKernels final : public ModelKernels {
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
-  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+  void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     int64_t offset = 0;
     const float* w = Wide(weight, C, offset, "ResidualLayerNormForward");
     const float* bi = Wide(bias, C, offset, "ResidualLayerNormForward");
-    kc::ResidualLayerNormForward(res, out, mean, rstd, a, b, w, bi, N, C, stream_);
+    switch (precision_) {
+      case Precision::kFp32:
+        return kc::ResidualLayerNormForward(res, Out<float>(out), mean, rstd, a, b, w, bi, N, C, stream_);
+      case Precision::kBf16:
+        return kc::ResidualLayerNormForward(res, Out<kc::bf16>(out), mean, rstd, a, b, w, bi, N, C, stream_);
+      case Precision::kFp16:
+        return kc::ResidualLayerNormForward(res, Out<kc::fp16>(out), mean, rstd, a, b, w, bi, N, C, stream_);
+    }
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+  void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     int64_t offset = 0;
     const float* w = Wide(weight, C, offset, "LayerNormForward");
     const float* bi = Wide(bias, C, offset, "LayerNormForward");
-    kc::LayerNormForward(out, mean, rstd, inp, w, bi, N, C, stream_);
+    switch (precision_) {
+      case Precision::kFp32: return kc::LayerNormForward(Out<float>(out), mean, rstd, inp, w, bi, N, C, stream_);
+      case Precision::kBf16: return kc::LayerNormForward(Out<kc::bf16>(out), mean, rstd, inp, w, bi, N, C, stream_);
+      case Precision::kFp16: return kc::LayerNormForward(Out<kc::fp16>(out), mean, rstd, inp, w, bi, N, C, stream_);
+    }
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
@@ -143,39 +155,57 @@ class CudaModelKernels final : public ModelKernels {
     const float* w = Wide(weight, C, offset, "LayerNormBackward");
     kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, w, mean, rstd, N, C, stream_);
   }
-  void MatmulForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
-      case Precision::kFp32: return kc::MatmulForward(blas_, out, inp, weight.f32, bias.f32, N, C, OC, stream_);
+      case Precision::kFp32:
+        return kc::MatmulForward(blas_, out, Out<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
       case Precision::kBf16: return MixedForward<kc::bf16>(out, inp, weight, bias, N, C, OC);
       case Precision::kFp16: return MixedForward<kc::fp16>(out, inp, weight, bias, N, C, OC);
     }
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
       case Precision::kFp32:
-        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, inp, weight.f32, N, C, OC, stream_);
+        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, Out<float>(inp), weight.f32, N, C, OC,
+                                  stream_);
       case Precision::kBf16: return MixedBackward<kc::bf16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
   }
-  void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    kc::AttentionForward(out, lse, qkv, B, T, C, NH, stream_);
+    switch (precision_) {
+      case Precision::kFp32: return kc::AttentionForward(Out<float>(out), lse, qkv, B, T, C, NH, stream_);
+      case Precision::kBf16: return kc::AttentionForward(Out<kc::bf16>(out), lse, qkv, B, T, C, NH, stream_);
+      case Precision::kFp16: return kc::AttentionForward(Out<kc::fp16>(out), lse, qkv, B, T, C, NH, stream_);
+    }
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
-    kc::AttentionBackward(dqkv, Shared<float>(), dout, qkv, out, lse, B, T, C, NH, stream_);
+    float* s = Shared<float>();
+    switch (precision_) {
+      case Precision::kFp32:
+        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<float>(out), lse, B, T, C, NH, stream_);
+      case Precision::kBf16:
+        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<kc::bf16>(out), lse, B, T, C, NH, stream_);
+      case Precision::kFp16:
+        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<kc::fp16>(out), lse, B, T, C, NH, stream_);
+    }
   }
-  void GeluForward(float* out, const float* inp, int64_t n) override {
+  void GeluForward(GemmInput out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    kc::GeluForward(out, inp, n, stream_);
+    switch (precision_) {
+      case Precision::kFp32: return kc::GeluForward(Out<float>(out), inp, n, stream_);
+      case Precision::kBf16: return kc::GeluForward(Out<kc::bf16>(out), inp, n, stream_);
+      case Precision::kFp16: return kc::GeluForward(Out<kc::fp16>(out), inp, n, stream_);
+    }
   }
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
@@ -220,6 +250,21 @@ class CudaModelKernels final : public ModelKernels {
     }
     return reinterpret_cast<const T*>(p.h16);
   }
+  // A GemmInput as T, the run's format (float, or its 16-bit type): a
+  // 16-bit precision takes 16-bit GemmInputs only.
+  template <typename T>
+  T* Out(GemmInput x) const {
+    const bool half = !std::is_same_v<T, float>;
+    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) {
+      std::fprintf(stderr, "pstar: internal error: a GemmInput not in the run's format on the GPU\n");
+      std::abort();
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      return x.f32;
+    } else {
+      return reinterpret_cast<T*>(x.h16);
+    }
+  }
   // A param as fp32: itself, or (16-bit) widened into a scratch piece; null stays null.
   const float* Wide(Param p, int64_t n, int64_t& offset, const char* op) {
     if (p.h16 == nullptr) return p.f32;
@@ -231,25 +276,22 @@ class CudaModelKernels final : public ModelKernels {
     }
     return wide;
   }
-  // The weight is read as it is (16 bits, no cast per op); the input is cast.
+  // The weight and the input are read as they are (16 bits, no cast per
+  // op); in backward the fp32 output gradient is cast.
   template <typename T>
-  void MixedForward(float* out, const float* inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
+  void MixedForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
-    T* inp_low = Piece<T>(offset, N * C, "MatmulForward");
     const float* b = Wide(bias, OC, offset, "MatmulForward");
-    kc::Convert<T, float>(inp_low, inp, N * C, stream_);
-    kc::MatmulForwardMixed<T>(blas_, out, inp_low, Half<T>(weight), b, N, C, OC, stream_);
+    kc::MatmulForwardMixed<T>(blas_, out, Out<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
   template <typename T>
-  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, Param weight,
+  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp, Param weight,
                      int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");
-    T* inp_low = Piece<T>(offset, N * C, "MatmulBackward");
     kc::Convert<T, float>(dout_low, dout, N * OC, stream_);
-    kc::Convert<T, float>(inp_low, inp, N * C, stream_);
-    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, inp_low, Half<T>(weight), N, C, OC,
-                               stream_);
+    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, Out<T>(inp), Half<T>(weight), N, C,
+                               OC, stream_);
   }
   // The planner's KernelScratchBytes must cover every kernel's need.
   void Need(int64_t bytes, const char* op) const {

@@ -127,8 +127,8 @@ int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool reco
   // Walk the same allocation sequence Carve makes, counting what the arena charges.
   Gpt probe(g, B, T, recompute, compute);
   int64_t bytes = 0;
-  probe.Lay([&](int64_t elems) -> void* {
-    bytes += int64_t(Arena::Rounded(size_t(elems) * 4));
+  probe.Lay([&](int64_t floats) -> void* {
+    bytes += int64_t(Arena::Rounded(size_t(floats) * 4));
     return nullptr;
   });
   return bytes;
@@ -183,32 +183,38 @@ template <typename Alloc>
 void Gpt::Lay(Alloc&& alloc) {
   const int64_t BT = B_ * T_, C = config_.n_embd, BTC = BT * C;
   const int64_t lse = B_ * config_.n_head * T_;  // attention keeps no T×T matrix
+  // alloc takes a count of 4-byte words.
   auto f = [&](int64_t n) { return static_cast<float*>(alloc(n)); };
+  // n elements in the linear layers' operand format.
+  auto g = [&](int64_t n) {
+    if (compute_.precision == Precision::kFp32) return GemmInput{f(n), nullptr};
+    return GemmInput{nullptr, static_cast<uint16_t*>(alloc((n + 1) / 2))};
+  };
   Activations& a = acts_;
   a.blocks.assign(size_t(recompute_ ? 1 : config_.n_layer), BlockActivations{});
   for (auto& b : a.blocks) {
-    b.ln1 = f(BTC);
+    b.ln1 = g(BTC);
     b.ln1_mean = f(BT);
     b.ln1_rstd = f(BT);
     b.qkv = f(3 * BTC);
     b.lse = f(lse);
-    b.atty = f(BTC);
+    b.atty = g(BTC);
     b.res2 = f(BTC);
-    b.ln2 = f(BTC);
+    b.ln2 = g(BTC);
     b.ln2_mean = f(BT);
     b.ln2_rstd = f(BT);
     b.fch = f(4 * BTC);
   }
   a.residual.clear();
   for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(f(BTC));
-  a.lnf = f(BTC);
+  a.lnf = g(BTC);
   a.lnf_mean = f(BT);
   a.lnf_rstd = f(BT);
   a.logits = f(ClassifierBlockRows(BT) * config_.padded_vocab_size());
   a.lse = f(BT);
   a.losses = f(BT);
   a.tmp = f(BTC);
-  a.fch_gelu = f(4 * BTC);
+  a.fch_gelu = g(4 * BTC);
   a.dres = f(BTC);
   a.dtmp = f(BTC);
   a.dqkv = f(3 * BTC);
@@ -221,9 +227,9 @@ void Gpt::Lay(Alloc&& alloc) {
 
 Status Gpt::Carve(Arena& arena) {
   Status status;
-  Lay([&](int64_t elems) -> void* {
+  Lay([&](int64_t floats) -> void* {
     if (!status.ok()) return nullptr;
-    auto r = arena.AllocateFloats(size_t(elems));
+    auto r = arena.AllocateFloats(size_t(floats));
     if (!r.ok()) {
       status = r.status();
       return nullptr;
@@ -337,7 +343,7 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
       const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
       if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
@@ -364,10 +370,10 @@ void Gpt::Backward(float loss_weight) {
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf + r0 * C, P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
                                             Vp);
-      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf + r0 * C, P(u, wte_), n,
+      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf.At(r0 * C), P(u, wte_), n,
                                C, Vp);
     }
   }

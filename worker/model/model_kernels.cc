@@ -44,18 +44,16 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? 2 * aligned(C * 4) : 0);
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)
-  // A 16-bit linear layer: dout and inp rounded (the weight is 16-bit
-  // already) and the bias widened, in 256-byte aligned pieces; the largest
-  // layer (C_in, C_out) of the model.
+  // A 16-bit linear layer: dout rounded (the weight and the input, a
+  // GemmInput, are 16-bit already) and the bias widened, in 256-byte aligned
+  // pieces; the largest output width of the model.
   int64_t casts = 0;
   if (half) {
-    const int64_t V = config.padded_vocab_size();
+    const int64_t Vp = config.padded_vocab_size();
     auto piece = [&](int64_t elems) { return aligned(elems * 2); };
-    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
-      casts = std::max(casts, piece(BT * out) + piece(BT * in) + aligned(out * 4));
-    }
+    for (int64_t out : {3 * C, C, 4 * C}) casts = std::max(casts, piece(BT * out) + aligned(out * 4));
     const int64_t rows = ClassifierBlockRows(BT);  // the classifier runs over row blocks
-    casts = std::max(casts, piece(rows * V) + piece(rows * C));
+    casts = std::max(casts, piece(rows * Vp));
   }
   return 256 + std::max({attention, layernorm, encoder, reduce, casts});
 }

@@ -168,10 +168,13 @@ TEST(JobPlannerTest, PlansEachGenerationOnceAndForgets) {
   ASSERT_TRUE(WaitFor([&] { return planner.Find("default/a", job) != nullptr; }, seconds(10)));
   EXPECT_TRUE(planner.Find("default/a", job)->spec.ok());
   EXPECT_EQ(made.load(), 1);
-  {
+  // on_ready runs after the plan is stored, so Find can see the plan first.
+  auto ready_keys = [&] {
     std::lock_guard<std::mutex> lock(mu);
-    EXPECT_EQ(ready, std::vector<std::string>{"default/a"});
-  }
+    return ready;
+  };
+  ASSERT_TRUE(WaitFor([&] { return !ready_keys().empty(); }, seconds(10)));
+  EXPECT_EQ(ready_keys(), std::vector<std::string>{"default/a"});
   job["metadata"]["generation"] = 2;  // an edit: planned afresh
   EXPECT_EQ(planner.Find("default/a", job), nullptr);
   ASSERT_TRUE(WaitFor([&] { return planner.Find("default/a", job) != nullptr; }, seconds(10)));
