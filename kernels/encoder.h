@@ -7,10 +7,14 @@ namespace pstar::kernels::cpu {
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C);
-// The same with 16-bit tables (bfloat16 when `bf16`, else IEEE half), each
-// value widened exactly as it is read: 16-bit parameter chunks.
-void EncoderForward(float* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
+// The residual stream of a 16-bit run: out in 16 bits (bfloat16 when
+// `bf16`, else IEEE half), the fp32 sum rounded once (nearest even); the
+// tables 16-bit in the same format (16-bit parameter chunks, each value
+// widened exactly as it is read), or fp32.
+void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
                     int64_t B, int64_t T, int64_t C);
+void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                    int64_t T, int64_t C);
 // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic:
 // rows are summed in (b, t) order whatever the thread count.
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

@@ -13,16 +13,22 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, co
 // as the two kernels one after the other, one read of res fewer.
 void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
                               const float* weight, const float* bias, int64_t N, int64_t C);
-// The same two with `out` narrowed to 16 bits (bfloat16 when `bf16`, else
-// IEEE half, nearest even): exactly the fp32 kernels' out rounded. A 16-bit
-// run keeps the normalized rows so, as the next linear layer's operand.
-void LayerNormForward(uint16_t* out, bool bf16, float* mean, float* rstd, const float* inp, const float* weight,
+// The 16-bit activations of a bf16/fp16 run (bfloat16 when `bf16`, else
+// IEEE half): inp, res, a and out are 16-bit, b (a projection's fp32 output)
+// is fp32. Each row is widened exactly, computed as above in fp32 and
+// rounded once on the store (nearest even): res = round(a + b), and out is
+// the fp32 kernel's output over the widened input (or res), rounded.
+void LayerNormForward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, bool bf16, const float* weight,
                       const float* bias, int64_t N, int64_t C);
-void ResidualLayerNormForward(float* res, uint16_t* out, bool bf16, float* mean, float* rstd, const float* a,
-                              const float* b, const float* weight, const float* bias, int64_t N, int64_t C);
+void ResidualLayerNormForward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
+                              const float* b, bool bf16, const float* weight, const float* bias, int64_t N, int64_t C);
 // dinp += ..., dweight += ..., dbias += ... (accumulating, deterministic order).
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* mean,
                        const float* rstd, int64_t N, int64_t C);
+// The same over a 16-bit inp (widened exactly as it is read): the fp32
+// kernel's bits over the widened input.
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp, bool bf16,
+                       const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 
 }  // namespace pstar::kernels::cpu

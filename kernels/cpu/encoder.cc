@@ -8,32 +8,41 @@ namespace pstar::kernels::cpu {
 namespace {
 
 // The rows of tables of element W, read through `wide` (float to float, or a
-// 16-bit format to float) and added in fp32.
-template <typename W, typename Wide>
-void EncoderForwardRows(float* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t T,
-                        int64_t C, Wide wide) {
+// 16-bit format to float), added in fp32 and stored through `store` (float
+// to O).
+template <typename O, typename W, typename Wide, typename Store>
+void EncoderForwardRows(O* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t T, int64_t C,
+                        Wide wide, Store store) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      float* o = out + (b * T + t) * C;
+      O* o = out + (b * T + t) * C;
       const W* e = wte + int64_t(tokens[b * T + t]) * C;
       const W* p = wpe + t * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = wide(e[c]) + wide(p[c]);
+      for (int64_t c = 0; c < C; ++c) o[c] = store(wide(e[c]) + wide(p[c]));
     }
   }
 }
+
+float Keep(float x) { return x; }
 
 }  // namespace
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C) {
-  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, [](float x) { return x; });
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, Keep);
 }
 
-void EncoderForward(float* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
+void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
                     int64_t B, int64_t T, int64_t C) {
-  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, BFloat16ToFloat);
-  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, HalfToFloat);
+  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, BFloat16ToFloat, FloatToBFloat16);
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, HalfToFloat, FloatToHalf);
+}
+
+void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                    int64_t T, int64_t C) {
+  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, FloatToBFloat16);
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, FloatToHalf);
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

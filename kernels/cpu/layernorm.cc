@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include <type_traits>
+#include <vector>
+
 #include "kernels/cpu/column_sum.h"
 #include "kernels/half.h"
 
@@ -29,61 +32,68 @@ inline void NormalizeRow(O* o, float* mean, float* rstd, const float* x, const f
   *rstd = s;
 }
 
-template <typename O, typename Store>
-void ResidualLayerNormRows(float* res, O* out, float* mean, float* rstd, const float* a, const float* b,
-                           const float* weight, const float* bias, int64_t N, int64_t C, Store store) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* r = res + n * C;
-    for (int64_t c = 0; c < C; ++c) r[c] = a[n * C + c] + b[n * C + c];
-    NormalizeRow(out + n * C, mean + n, rstd + n, r, weight, bias, C, store);
+// Rows of inp (element I, read through `load`) normalized into out
+// (element O, stored through `store`).
+template <typename I, typename O, typename Load, typename Store>
+void LayerNormRows(O* out, float* mean, float* rstd, const I* inp, const float* weight, const float* bias, int64_t N,
+                   int64_t C, Load load, Store store) {
+#pragma omp parallel
+  {
+    std::vector<float> row;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x;
+      if constexpr (std::is_same_v<I, float>) {
+        x = inp + n * C;
+      } else {
+        row.resize(size_t(C));
+        for (int64_t c = 0; c < C; ++c) row[size_t(c)] = load(inp[n * C + c]);
+        x = row.data();
+      }
+      NormalizeRow(out + n * C, mean + n, rstd + n, x, weight, bias, C, store);
+    }
   }
 }
 
-template <typename O, typename Store>
-void LayerNormRows(O* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                   int64_t N, int64_t C, Store store) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) NormalizeRow(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, store);
+// res = a + b stored through `store`, then the stored row (read back through
+// `load`) normalized into out.
+template <typename T, typename Load, typename Store>
+void ResidualLayerNormRows(T* res, T* out, float* mean, float* rstd, const T* a, const float* b, const float* weight,
+                           const float* bias, int64_t N, int64_t C, Load load, Store store) {
+#pragma omp parallel
+  {
+    std::vector<float> row(std::is_same_v<T, float> ? 0 : size_t(C));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      T* r = res + n * C;
+      for (int64_t c = 0; c < C; ++c) r[c] = store(load(a[n * C + c]) + b[n * C + c]);
+      const float* x;
+      if constexpr (std::is_same_v<T, float>) {
+        x = r;
+      } else {
+        for (int64_t c = 0; c < C; ++c) row[size_t(c)] = load(r[c]);
+        x = row.data();
+      }
+      NormalizeRow(out + n * C, mean + n, rstd + n, x, weight, bias, C, store);
+    }
+  }
 }
 
 float Keep(float x) { return x; }
 
-}  // namespace
-
-void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
-                              const float* weight, const float* bias, int64_t N, int64_t C) {
-  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, Keep);
-}
-
-void ResidualLayerNormForward(float* res, uint16_t* out, bool bf16, float* mean, float* rstd, const float* a,
-                              const float* b, const float* weight, const float* bias, int64_t N, int64_t C) {
-  if (bf16) return ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, FloatToBFloat16);
-  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, FloatToHalf);
-}
-
-void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int64_t N, int64_t C) {
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, Keep);
-}
-
-void LayerNormForward(uint16_t* out, bool bf16, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int64_t N, int64_t C) {
-  if (bf16) return LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, FloatToBFloat16);
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, FloatToHalf);
-}
-
-void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, const float* mean,
-                       const float* rstd, int64_t N, int64_t C) {
+// The backward pass over inp of element I, read through `load`.
+template <typename I, typename Load>
+void LayerNormBackwardRows(float* dinp, float* dweight, float* dbias, const float* dout, const I* inp,
+                           const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                           Load load) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* dy = dout + n * C;
-    const float* x = inp + n * C;
+    const I* x = inp + n * C;
     float m = mean[n], s = rstd[n];
     double sum_dn = 0.0, sum_dn_xhat = 0.0;
     for (int64_t c = 0; c < C; ++c) {
-      float xhat = (x[c] - m) * s;
+      float xhat = (load(x[c]) - m) * s;
       float dn = weight[c] * dy[c];
       sum_dn += dn;
       sum_dn_xhat += double(dn) * xhat;
@@ -92,15 +102,52 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
     float mean_dn_xhat = float(sum_dn_xhat / double(C));
     float* dx = dinp + n * C;
     for (int64_t c = 0; c < C; ++c) {
-      float xhat = (x[c] - m) * s;
+      float xhat = (load(x[c]) - m) * s;
       float dn = weight[c] * dy[c];
       dx[c] += (dn - mean_dn - xhat * mean_dn_xhat) * s;
     }
   }
   AccumulateColumns(dbias, N, C, [&](int64_t n, int64_t c) { return dout[n * C + c]; });
   AccumulateColumns(dweight, N, C, [&](int64_t n, int64_t c) {
-    return dout[n * C + c] * ((inp[n * C + c] - mean[n]) * rstd[n]);
+    return dout[n * C + c] * ((load(inp[n * C + c]) - mean[n]) * rstd[n]);
   });
+}
+
+}  // namespace
+
+void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                              const float* weight, const float* bias, int64_t N, int64_t C) {
+  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, Keep, Keep);
+}
+
+void ResidualLayerNormForward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
+                              const float* b, bool bf16, const float* weight, const float* bias, int64_t N, int64_t C) {
+  if (bf16) {
+    return ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, BFloat16ToFloat, FloatToBFloat16);
+  }
+  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, HalfToFloat, FloatToHalf);
+}
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int64_t N, int64_t C) {
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, Keep, Keep);
+}
+
+void LayerNormForward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, bool bf16, const float* weight,
+                      const float* bias, int64_t N, int64_t C) {
+  if (bf16) return LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, BFloat16ToFloat, FloatToBFloat16);
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, HalfToFloat, FloatToHalf);
+}
+
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, Keep);
+}
+
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp, bool bf16,
+                       const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  if (bf16) return LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, BFloat16ToFloat);
+  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, HalfToFloat);
 }
 
 }  // namespace pstar::kernels::cpu

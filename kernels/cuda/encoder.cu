@@ -45,16 +45,16 @@ bool PackAligned(const T* p) {
 // Each thread computes kPer consecutive elements of the flattened (B*T, C)
 // output. `vec`: C is a multiple of kPer and every pointer is pack-aligned,
 // so a thread's elements are one aligned pack of a single row.
-template <typename T, typename W>
-__global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t n,
+template <typename T>
+__global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t n,
                                      int64_t Tlen, int64_t C, bool vec) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
   if (i0 >= n) return;
   if (vec) {  // then n is a multiple of kPer too
     const int64_t bt = i0 / C, c = i0 % C;
     const int64_t t = bt % Tlen;
-    const Pack<W> e = *reinterpret_cast<const Pack<W>*>(wte + int64_t(tokens[bt]) * C + c);
-    const Pack<W> p = *reinterpret_cast<const Pack<W>*>(wpe + t * C + c);
+    const Pack<T> e = *reinterpret_cast<const Pack<T>*>(wte + int64_t(tokens[bt]) * C + c);
+    const Pack<T> p = *reinterpret_cast<const Pack<T>*>(wpe + t * C + c);
     Pack<T> o;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) o.v[k] = FromFloat<T>(ToFloat(e.v[k]) + ToFloat(p.v[k]));
@@ -178,8 +178,8 @@ int64_t SortSize(int64_t n) {
 
 }  // namespace
 
-template <typename T, typename W>
-void EncoderForward(T* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t Tlen, int64_t C,
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen, int64_t C,
                     cudaStream_t stream) {
   const int64_t n = B * Tlen * C;
   if (n <= 0) return;
@@ -237,9 +237,5 @@ PSTAR_ENCODER(float)
 PSTAR_ENCODER(bf16)
 PSTAR_ENCODER(fp16)
 #undef PSTAR_ENCODER
-template void EncoderForward<float, bf16>(float*, const int32_t*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
-                                          cudaStream_t);
-template void EncoderForward<float, fp16>(float*, const int32_t*, const fp16*, const fp16*, int64_t, int64_t, int64_t,
-                                          cudaStream_t);
 
 }  // namespace pstar::kernels::cuda

@@ -8,11 +8,12 @@
 
 namespace pstar::kernels::cuda {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], added in fp32. The weights may
-// be 16-bit (W) where the output is fp32 (16-bit parameter chunks).
-template <typename T, typename W = T>
-void EncoderForward(T* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t Tlen,
-                    int64_t C, cudaStream_t stream);
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], added in fp32 and rounded
+// once to T (in a 16-bit run the tables are its 16-bit param chunks and out
+// its 16-bit residual stream).
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen, int64_t C,
+                    cudaStream_t stream);
 
 // Elements of int32 scratch EncoderBackward needs (0 when it needs none).
 int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen);

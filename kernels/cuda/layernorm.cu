@@ -31,8 +31,8 @@ unsigned RowBlocks(int64_t N) { return BlocksFor(N, kRowsPerBlock); }
 
 // One warp normalizes one row x (C elements) into o; lane 0 writes the row's
 // statistics. Each lane reads only the columns it owns.
-template <typename T, typename O>
-__device__ void NormalizeRowWarp(O* o, float* mean, float* rstd, const T* x, const T* weight, const T* bias,
+template <typename T>
+__device__ void NormalizeRowWarp(T* o, float* mean, float* rstd, const T* x, const T* weight, const T* bias,
                                  int64_t C, int lane) {
   float sum = 0.0f;
   for (int64_t c = lane; c < C; c += kWarpSize) sum += ToFloat(x[c]);
@@ -44,7 +44,7 @@ __device__ void NormalizeRowWarp(O* o, float* mean, float* rstd, const T* x, con
   }
   const float s = 1.0f / sqrtf(WarpSum(sq) / float(C) + kEps);
   for (int64_t c = lane; c < C; c += kWarpSize) {
-    o[c] = FromFloat<O>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
+    o[c] = FromFloat<T>((ToFloat(x[c]) - m) * s * ToFloat(weight[c]) + ToFloat(bias[c]));
   }
   if (lane == 0) {
     *mean = m;
@@ -52,9 +52,9 @@ __device__ void NormalizeRowWarp(O* o, float* mean, float* rstd, const T* x, con
   }
 }
 
-template <typename T, typename O>
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormForwardKernel(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+    LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                            int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(kThreads)
 // The residual add fused in front: each lane writes its share of res, and the
 // normalization then reads back only the columns that lane wrote, so no
 // synchronization is needed.
-template <typename T, typename O>
+template <typename T, typename B>
 __global__ void __launch_bounds__(kThreads)
-    ResidualLayerNormForwardKernel(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+    ResidualLayerNormForwardKernel(T* res, T* out, float* mean, float* rstd, const T* a, const B* b, const T* weight,
                                    const T* bias, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -78,14 +78,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
-template <typename T>
+template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormBackwardRowsKernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
+    LayerNormBackwardRowsKernel(T* dinp, const T* dout, const I* inp, const T* weight, const float* mean,
                                 const float* rstd, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;  // the whole warp leaves together
-  const T* x = inp + row * C;
+  const I* x = inp + row * C;
   const T* dy = dout + row * C;
   const float m = mean[row], s = rstd[row];
 
@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(kThreads)
 // Block (g, chunk), thread c of the chunk: the sums over rows of group g, in
 // row order, of dout[n, c] (into partials[g * C + c]) and of
 // dout[n, c] * xhat[n, c] (into partials[(G + g) * C + c]).
-template <typename T>
+template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormColumnPartialsKernel(float* partials, const T* dout, const T* inp, const float* mean, const float* rstd,
+    LayerNormColumnPartialsKernel(float* partials, const T* dout, const I* inp, const float* mean, const float* rstd,
                                   int64_t N, int64_t C, int64_t group_rows) {
   const int64_t g = blockIdx.x;
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
@@ -145,20 +145,20 @@ __global__ void LayerNormColumnTotalsKernel(T* dweight, T* dbias, const float* p
 
 }  // namespace
 
-template <typename T, typename O>
-void LayerNormForward(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+template <typename T>
+void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                       int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  LayerNormForwardKernel<T, O><<<RowBlocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  LayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
   CheckLaunch("LayerNormForward");
 }
 
-template <typename T, typename O>
-void ResidualLayerNormForward(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+template <typename T, typename B>
+void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const B* b, const T* weight,
                               const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  ResidualLayerNormForwardKernel<T, O><<<RowBlocks(N), kThreads, 0, stream>>>(res, out, mean, rstd, a, b, weight,
-                                                                               bias, N, C);
+  ResidualLayerNormForwardKernel<<<RowBlocks(N), kThreads, 0, stream>>>(res, out, mean, rstd, a, b, weight, bias, N,
+                                                                         C);
   CheckLaunch("ResidualLayerNormForward");
 }
 
@@ -167,8 +167,8 @@ int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C) {
   return 2 * Groups(N) * C;
 }
 
-template <typename T>
-void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp, const T* weight,
+template <typename T, typename I>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const I* inp, const T* weight,
                        const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   LayerNormBackwardRowsKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
@@ -194,14 +194,15 @@ PSTAR_LAYERNORM(bf16)
 PSTAR_LAYERNORM(fp16)
 #undef PSTAR_LAYERNORM
 
-// fp32 rows normalized into 16 bits.
-#define PSTAR_LAYERNORM_NARROW(O)                                                                              \
-  template void LayerNormForward<float, O>(O*, float*, float*, const float*, const float*, const float*,       \
-                                           int64_t, int64_t, cudaStream_t);                                    \
-  template void ResidualLayerNormForward<float, O>(float*, O*, float*, float*, const float*, const float*,     \
-                                                   const float*, const float*, int64_t, int64_t, cudaStream_t);
-PSTAR_LAYERNORM_NARROW(bf16)
-PSTAR_LAYERNORM_NARROW(fp16)
-#undef PSTAR_LAYERNORM_NARROW
+// A 16-bit run's residual stream with fp32 projections and gradients.
+#define PSTAR_LAYERNORM_MIXED(H)                                                                               \
+  template void ResidualLayerNormForward<H, float>(H*, H*, float*, float*, const H*, const float*, const H*,   \
+                                                   const H*, int64_t, int64_t, cudaStream_t);                  \
+  template void LayerNormBackward<float, H>(float*, float*, float*, float*, const float*, const H*,             \
+                                            const float*, const float*, const float*, int64_t, int64_t,        \
+                                            cudaStream_t);
+PSTAR_LAYERNORM_MIXED(bf16)
+PSTAR_LAYERNORM_MIXED(fp16)
+#undef PSTAR_LAYERNORM_MIXED
 
 }  // namespace pstar::kernels::cuda

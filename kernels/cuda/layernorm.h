@@ -9,25 +9,27 @@
 
 namespace pstar::kernels::cuda {
 
-// out is of type O: T, or bf16/fp16 for a float T (a 16-bit run keeps the
-// normalized rows, the next linear layer's operand, in 16 bits).
-template <typename T, typename O = T>
-void LayerNormForward(O* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+template <typename T>
+void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                       int64_t N, int64_t C, cudaStream_t stream);
 
 // res = a + b, then LayerNormForward(out, ..., res, ...), in one kernel (one
-// warp per row), as kernels/layernorm.h's ResidualLayerNormForward.
-template <typename T, typename O = T>
-void ResidualLayerNormForward(T* res, O* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
+// warp per row), as kernels/layernorm.h's ResidualLayerNormForward. b may be
+// fp32 where the rest is 16-bit (B = float: a projection's fp32 output added
+// to a 16-bit run's residual stream).
+template <typename T, typename B = T>
+void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T* a, const B* b, const T* weight,
                               const T* bias, int64_t N, int64_t C, cudaStream_t stream);
 
 // Elements of fp32 scratch LayerNormBackward needs for its partial sums.
 int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C);
 
 // dinp += ..., dweight += ..., dbias += ... (accumulating). Deterministic: the
-// weight and bias sums are fixed-order partials, no atomics.
-template <typename T>
-void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp,
+// weight and bias sums are fixed-order partials, no atomics. inp may be
+// 16-bit where the rest is fp32 (I = bf16 or fp16 for T = float: a 16-bit
+// run's residual stream, fp32 gradients).
+template <typename T, typename I = T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const I* inp,
                        const T* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                        cudaStream_t stream);
 

@@ -82,25 +82,25 @@ __global__ void UnaryKernel(To* out, const From* in, int64_t n, bool vec, Op op)
 
 // out[i] = op(a[i], b[i]), through fp32. out may alias a or b: each element
 // is read before it is written, by the same thread.
-template <typename T, typename Op>
-__global__ void BinaryKernel(T* out, const T* a, const T* b, int64_t n, bool vec, Op op) {
+template <typename To, typename A, typename B, typename Op>
+__global__ void BinaryKernel(To* out, const A* a, const B* b, int64_t n, bool vec, Op op) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
   if (i0 >= n) return;
   if (vec && i0 + kPer <= n) {
-    const Pack<T> x = *reinterpret_cast<const Pack<T>*>(a + i0);
-    const Pack<T> z = *reinterpret_cast<const Pack<T>*>(b + i0);
-    Pack<T> y;
+    const Pack<A> x = *reinterpret_cast<const Pack<A>*>(a + i0);
+    const Pack<B> z = *reinterpret_cast<const Pack<B>*>(b + i0);
+    Pack<To> y;
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) y.v[k] = FromFloat<T>(op(ToFloat(x.v[k]), ToFloat(z.v[k])));
-    *reinterpret_cast<Pack<T>*>(out + i0) = y;
+    for (int k = 0; k < kPer; ++k) y.v[k] = FromFloat<To>(op(ToFloat(x.v[k]), ToFloat(z.v[k])));
+    *reinterpret_cast<Pack<To>*>(out + i0) = y;
   } else {
     const int64_t end = n - i0 < kPer ? n : i0 + kPer;
-    for (int64_t i = i0; i < end; ++i) out[i] = FromFloat<T>(op(ToFloat(a[i]), ToFloat(b[i])));
+    for (int64_t i = i0; i < end; ++i) out[i] = FromFloat<To>(op(ToFloat(a[i]), ToFloat(b[i])));
   }
 }
 
-template <typename T, typename Op>
-void LaunchBinary(T* out, const T* a, const T* b, int64_t n, Op op, cudaStream_t stream, const char* what) {
+template <typename To, typename A, typename B, typename Op>
+void LaunchBinary(To* out, const A* a, const B* b, int64_t n, Op op, cudaStream_t stream, const char* what) {
   if (n <= 0) return;
   const bool vec = PackAligned(out) && PackAligned(a) && PackAligned(b);
   BinaryKernel<<<PackBlocks(n), kThreads, 0, stream>>>(out, a, b, n, vec, op);
@@ -122,8 +122,8 @@ void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t 
   LaunchBinary(dinp, inp, dout, n, GeluGrad{}, stream, "GeluBackward");
 }
 
-template <typename T>
-void ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+template <typename T, typename B>
+void ResidualForward(T* out, const T* a, const B* b, int64_t n, cudaStream_t stream) {
   LaunchBinary(out, a, b, n, Add{}, stream, "ResidualForward");
 }
 
@@ -167,5 +167,7 @@ PSTAR_POINTWISE(fp16)
 #undef PSTAR_POINTWISE
 template void GeluForward<bf16, float>(bf16*, const float*, int64_t, cudaStream_t);
 template void GeluForward<fp16, float>(fp16*, const float*, int64_t, cudaStream_t);
+template void ResidualForward<bf16, float>(bf16*, const bf16*, const float*, int64_t, cudaStream_t);
+template void ResidualForward<fp16, float>(fp16*, const fp16*, const float*, int64_t, cudaStream_t);
 
 }  // namespace pstar::kernels::cuda

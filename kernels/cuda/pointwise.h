@@ -16,9 +16,10 @@ void GeluForward(To* out, const From* inp, int64_t n, cudaStream_t stream);
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
 
-// out = a + b (out may alias a or b).
-template <typename T>
-void ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+// out = a + b (out may alias a or b). b may be fp32 where out and a are
+// 16-bit (a 16-bit run's residual stream plus an fp32 projection).
+template <typename T, typename B = T>
+void ResidualForward(T* out, const T* a, const B* b, int64_t n, cudaStream_t stream);
 
 // out[i] = in[i] converted; narrowing rounds to nearest even, giving the same
 // bits as kernels/half.h. Instantiated for every pair of float, bf16, fp16.

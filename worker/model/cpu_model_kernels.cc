@@ -75,39 +75,44 @@ class CpuModelKernels final : public ModelKernels {
       for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::HalfToFloat(pstar::kernels::FloatToHalf(x[i]));
     }
   }
-  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                       int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
-    if (wte.h16 == nullptr) return k::EncoderForward(out, tokens, Fp32(wte), Fp32(wpe), B, T, C);
-    k::EncoderForward(out, tokens, Half(wte), Half(wpe), precision_ == Precision::kBf16, B, T, C);
+    if (!Is16(out)) return k::EncoderForward(out.f32, tokens, Fp32(wte), Fp32(wpe), B, T, C);
+    if (wte.h16 == nullptr) return k::EncoderForward(out.h16, bf16(), tokens, wte.f32, wpe.f32, B, T, C);
+    k::EncoderForward(out.h16, tokens, Half(wte), Half(wpe), bf16(), B, T, C);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
-  void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a, const float* b,
+  void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
-    if (Is16(out)) return k::ResidualLayerNormForward(res, out.h16, bf16(), mean, rstd, a, b, w, bi, N, C);
-    k::ResidualLayerNormForward(res, out.f32, mean, rstd, a, b, w, bi, N, C);
+    if (Is16(res) && Is16(out) && Is16(a)) {
+      return k::ResidualLayerNormForward(res.h16, out.h16, mean, rstd, a.h16, b, bf16(), w, bi, N, C);
+    }
+    k::ResidualLayerNormForward(res.f32, out.f32, mean, rstd, a.f32, b, w, bi, N, C);
   }
-  void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+  void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
-    if (Is16(out)) return k::LayerNormForward(out.h16, bf16(), mean, rstd, inp, w, bi, N, C);
-    k::LayerNormForward(out.f32, mean, rstd, inp, w, bi, N, C);
+    if (Is16(out) && Is16(inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
+    k::LayerNormForward(out.f32, mean, rstd, inp.f32, w, bi, N, C);
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, Wide(weight, C, norm_weight_), mean, rstd, N, C);
+    const float* w = Wide(weight, C, norm_weight_);
+    if (Is16(inp)) return k::LayerNormBackward(dinp, dweight, dbias, dout, inp.h16, bf16(), w, mean, rstd, N, C);
+    k::LayerNormBackward(dinp, dweight, dbias, dout, inp.f32, w, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     const float* b = Wide(bias, OC, bias_);
@@ -115,7 +120,7 @@ class CpuModelKernels final : public ModelKernels {
     WidenInto(inp.h16, N * C, inp_);
     k::MatmulForward(out, inp_.data(), Operand(weight, OC * C), b, N, C, OC);
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     if (!Is16(inp)) return k::MatmulBackward(dinp, dweight, dbias, dout, inp.f32, Fp32(weight), N, C, OC);
@@ -129,19 +134,19 @@ class CpuModelKernels final : public ModelKernels {
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
     }
   }
-  void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     if (Is16(out)) return k::AttentionForward(out.h16, bf16(), lse, qkv, B, T, C, NH);
     k::AttentionForward(out.f32, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     if (Is16(out)) return k::AttentionBackward(dqkv, dout, qkv, out.h16, bf16(), lse, B, T, C, NH);
     k::AttentionBackward(dqkv, dout, qkv, out.f32, lse, B, T, C, NH);
   }
-  void GeluForward(GemmInput out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
     if (Is16(out)) return k::GeluForward(out.h16, bf16(), inp, n);
     k::GeluForward(out.f32, inp, n);
@@ -150,9 +155,10 @@ class CpuModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
     k::GeluBackward(dinp, inp, dout, n);
   }
-  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+  void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));
-    k::ResidualForward(out, a, b, n);
+    if (Is16(out) && Is16(a)) return k::ResidualForward(out.h16, a.h16, b, bf16(), n);
+    k::ResidualForward(out.f32, a.f32, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp) override {
@@ -167,10 +173,10 @@ class CpuModelKernels final : public ModelKernels {
 
  private:
   bool bf16() const { return precision_ == Precision::kBf16; }
-  // Whether a GemmInput is 16-bit; it must be in the run's format.
-  bool Is16(GemmInput x) const {
+  // Whether a ActTensor is 16-bit; it must be in the run's format.
+  bool Is16(ActTensor x) const {
     const bool half = precision_ != Precision::kFp32;
-    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("a GemmInput not in the run's format");
+    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("a ActTensor not in the run's format");
     return half;
   }
   // n 16-bit values widened into `out`.

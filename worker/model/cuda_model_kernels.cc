@@ -102,16 +102,16 @@ class CudaModelKernels final : public ModelKernels {
     }
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                       int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
-    switch (precision_) {
-      case Precision::kFp32: return kc::EncoderForward(out, tokens, wte.f32, wpe.f32, B, T, C, stream_);
-      case Precision::kBf16:
-        return kc::EncoderForward(out, tokens, Half<kc::bf16>(wte), Half<kc::bf16>(wpe), B, T, C, stream_);
-      case Precision::kFp16:
-        return kc::EncoderForward(out, tokens, Half<kc::fp16>(wte), Half<kc::fp16>(wpe), B, T, C, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::EncoderForward(Out<float>(out), tokens, wte.f32, wpe.f32, B, T, C, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::EncoderForward(Out<H>(out), tokens, Half<H>(wte), Half<H>(wpe), B, T, C, stream_);
+    });
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
@@ -119,43 +119,51 @@ class CudaModelKernels final : public ModelKernels {
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
-  void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a, const float* b,
+  // In a 16-bit run the residual stream, the LayerNorm's output and its
+  // weight and bias are all 16-bit: the kernels' all-16-bit forms.
+  void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    int64_t offset = 0;
-    const float* w = Wide(weight, C, offset, "ResidualLayerNormForward");
-    const float* bi = Wide(bias, C, offset, "ResidualLayerNormForward");
-    switch (precision_) {
-      case Precision::kFp32:
-        return kc::ResidualLayerNormForward(res, Out<float>(out), mean, rstd, a, b, w, bi, N, C, stream_);
-      case Precision::kBf16:
-        return kc::ResidualLayerNormForward(res, Out<kc::bf16>(out), mean, rstd, a, b, w, bi, N, C, stream_);
-      case Precision::kFp16:
-        return kc::ResidualLayerNormForward(res, Out<kc::fp16>(out), mean, rstd, a, b, w, bi, N, C, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::ResidualLayerNormForward(Out<float>(res), Out<float>(out), mean, rstd, Out<float>(a), b, weight.f32,
+                                          bias.f32, N, C, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::ResidualLayerNormForward(Out<H>(res), Out<H>(out), mean, rstd, Out<H>(a), b, Half<H>(weight),
+                                   Half<H>(bias), N, C, stream_);
+    });
   }
-  void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+  void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
-    int64_t offset = 0;
-    const float* w = Wide(weight, C, offset, "LayerNormForward");
-    const float* bi = Wide(bias, C, offset, "LayerNormForward");
-    switch (precision_) {
-      case Precision::kFp32: return kc::LayerNormForward(Out<float>(out), mean, rstd, inp, w, bi, N, C, stream_);
-      case Precision::kBf16: return kc::LayerNormForward(Out<kc::bf16>(out), mean, rstd, inp, w, bi, N, C, stream_);
-      case Precision::kFp16: return kc::LayerNormForward(Out<kc::fp16>(out), mean, rstd, inp, w, bi, N, C, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::LayerNormForward(Out<float>(out), mean, rstd, Out<float>(inp), weight.f32, bias.f32, N, C, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::LayerNormForward(Out<H>(out), mean, rstd, Out<H>(inp), Half<H>(weight), Half<H>(bias), N, C, stream_);
+    });
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  // The gradients are fp32: the 16-bit weight is widened, the 16-bit input
+  // read as it is.
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     // The widened weight after the partial sums.
     int64_t offset = Aligned(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)));
     Need(offset, "LayerNormBackward");
     const float* w = Wide(weight, C, offset, "LayerNormBackward");
-    kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, inp, w, mean, rstd, N, C, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, Out<float>(inp), w, mean, rstd, N, C,
+                                   stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, Out<H>(inp), w, mean, rstd, N, C, stream_);
+    });
   }
-  void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
@@ -165,7 +173,7 @@ class CudaModelKernels final : public ModelKernels {
       case Precision::kFp16: return MixedForward<kc::fp16>(out, inp, weight, bias, N, C, OC);
     }
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
@@ -176,7 +184,7 @@ class CudaModelKernels final : public ModelKernels {
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
   }
-  void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     switch (precision_) {
@@ -185,7 +193,7 @@ class CudaModelKernels final : public ModelKernels {
       case Precision::kFp16: return kc::AttentionForward(Out<kc::fp16>(out), lse, qkv, B, T, C, NH, stream_);
     }
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
@@ -199,7 +207,7 @@ class CudaModelKernels final : public ModelKernels {
         return kc::AttentionBackward(dqkv, s, dout, qkv, Out<kc::fp16>(out), lse, B, T, C, NH, stream_);
     }
   }
-  void GeluForward(GemmInput out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
     switch (precision_) {
       case Precision::kFp32: return kc::GeluForward(Out<float>(out), inp, n, stream_);
@@ -211,9 +219,13 @@ class CudaModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
     kc::GeluBackward(dinp, inp, dout, n, stream_);
   }
-  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+  void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));
-    kc::ResidualForward(out, a, b, n, stream_);
+    if (precision_ == Precision::kFp32) return kc::ResidualForward(Out<float>(out), Out<float>(a), b, n, stream_);
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::ResidualForward(Out<H>(out), Out<H>(a), b, n, stream_);
+    });
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp) override {
@@ -227,6 +239,15 @@ class CudaModelKernels final : public ModelKernels {
   }
 
  private:
+  // f(H{}) with H the run's 16-bit type (bf16 or fp16); a 16-bit run only.
+  template <typename F>
+  void InSixteenBits(F&& f) const {
+    if (precision_ == Precision::kBf16) {
+      f(kc::bf16{});
+    } else {
+      f(kc::fp16{});
+    }
+  }
   template <typename T>
   T* Shared() const {
     return reinterpret_cast<T*>(shared_);
@@ -250,13 +271,13 @@ class CudaModelKernels final : public ModelKernels {
     }
     return reinterpret_cast<const T*>(p.h16);
   }
-  // A GemmInput as T, the run's format (float, or its 16-bit type): a
-  // 16-bit precision takes 16-bit GemmInputs only.
+  // A ActTensor as T, the run's format (float, or its 16-bit type): a
+  // 16-bit precision takes 16-bit ActTensors only.
   template <typename T>
-  T* Out(GemmInput x) const {
+  T* Out(ActTensor x) const {
     const bool half = !std::is_same_v<T, float>;
     if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) {
-      std::fprintf(stderr, "pstar: internal error: a GemmInput not in the run's format on the GPU\n");
+      std::fprintf(stderr, "pstar: internal error: a ActTensor not in the run's format on the GPU\n");
       std::abort();
     }
     if constexpr (std::is_same_v<T, float>) {
@@ -279,13 +300,13 @@ class CudaModelKernels final : public ModelKernels {
   // The weight and the input are read as they are (16 bits, no cast per
   // op); in backward the fp32 output gradient is cast.
   template <typename T>
-  void MixedForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
+  void MixedForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     const float* b = Wide(bias, OC, offset, "MatmulForward");
     kc::MatmulForwardMixed<T>(blas_, out, Out<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
   template <typename T>
-  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp, Param weight,
+  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp, Param weight,
                      int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");

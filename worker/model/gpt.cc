@@ -185,10 +185,10 @@ void Gpt::Lay(Alloc&& alloc) {
   const int64_t lse = B_ * config_.n_head * T_;  // attention keeps no T×T matrix
   // alloc takes a count of 4-byte words.
   auto f = [&](int64_t n) { return static_cast<float*>(alloc(n)); };
-  // n elements in the linear layers' operand format.
+  // n elements in the run's activation format (ActTensor).
   auto g = [&](int64_t n) {
-    if (compute_.precision == Precision::kFp32) return GemmInput{f(n), nullptr};
-    return GemmInput{nullptr, static_cast<uint16_t*>(alloc((n + 1) / 2))};
+    if (compute_.precision == Precision::kFp32) return ActTensor{f(n), nullptr};
+    return ActTensor{nullptr, static_cast<uint16_t*>(alloc((n + 1) / 2))};
   };
   Activations& a = acts_;
   a.blocks.assign(size_t(recompute_ ? 1 : config_.n_layer), BlockActivations{});
@@ -199,14 +199,14 @@ void Gpt::Lay(Alloc&& alloc) {
     b.qkv = f(3 * BTC);
     b.lse = f(lse);
     b.atty = g(BTC);
-    b.res2 = f(BTC);
+    b.res2 = g(BTC);
     b.ln2 = g(BTC);
     b.ln2_mean = f(BT);
     b.ln2_rstd = f(BT);
     b.fch = f(4 * BTC);
   }
   a.residual.clear();
-  for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(f(BTC));
+  for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(g(BTC));
   a.lnf = g(BTC);
   a.lnf_mean = f(BT);
   a.lnf_rstd = f(BT);
@@ -243,7 +243,7 @@ Gpt::BlockActivations& Gpt::BlockActs(int64_t layer) {
   return acts_.blocks[recompute_ ? 0 : size_t(layer)];
 }
 
-void Gpt::BlockForward(int64_t l, const float* x, float* y) {
+void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);
@@ -279,7 +279,7 @@ void Gpt::BlockForward(int64_t l, const float* x, float* y) {
 }
 
 // On entry acts_.dres holds dL/dy; on exit it holds dL/dx.
-void Gpt::BlockBackward(int64_t l, const float* x) {
+void Gpt::BlockBackward(int64_t l, ActTensor x) {
   const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);

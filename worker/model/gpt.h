@@ -77,17 +77,17 @@ class Gpt {
     TensorId ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
     TensorId ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
   };
-  // What one block keeps for its backward pass. The GemmInputs are 16-bit
+  // What one block keeps for its backward pass. The ActTensors are 16-bit
   // in a 16-bit run (model_kernels.h).
   struct BlockActivations {
-    GemmInput ln1, atty, ln2;
+    ActTensor ln1, atty, res2, ln2;
     float *ln1_mean, *ln1_rstd, *qkv, *lse;  // lse: (B, NH, T)
-    float *res2, *ln2_mean, *ln2_rstd, *fch;
+    float *ln2_mean, *ln2_rstd, *fch;
   };
   struct Activations {
-    std::vector<float*> residual;  // n_layer + 1 block inputs, (B, T, C) each
+    std::vector<ActTensor> residual;  // n_layer + 1 block inputs, (B, T, C) each
     std::vector<BlockActivations> blocks;  // one per layer, or one shared when recomputing
-    GemmInput lnf;
+    ActTensor lnf;
     float *lnf_mean, *lnf_rstd, *lse, *losses;
     // One block of the classifier's logits (ClassifierBlockRows rows, padded
     // vocab), turned into dlogits in place in backward.
@@ -95,7 +95,7 @@ class Gpt {
     float* tmp;  // (B, T, C) projection output before the residual add
     // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
     // from its fch (cheaper than keeping 4C per token per layer).
-    GemmInput fch_gelu;
+    ActTensor fch_gelu;
     // Backward workspaces, reused by every layer.
     float *dres, *dtmp, *dqkv, *dfch;
     int32_t *tokens, *targets;
@@ -112,8 +112,8 @@ class Gpt {
   Param P(const ParamStore::Use& u, TensorId id) const {
     return store_->chunks().half_params() ? Param{nullptr, u.half_param(id)} : Param{u.param(id), nullptr};
   }
-  void BlockForward(int64_t layer, const float* x, float* y);
-  void BlockBackward(int64_t layer, const float* x);
+  void BlockForward(int64_t layer, ActTensor x, ActTensor y);
+  void BlockBackward(int64_t layer, ActTensor x);
 
   GptConfig config_;
   ParamStore* store_;

@@ -40,12 +40,12 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const bool half = compute.precision != Precision::kFp32;
   // At most 256 row groups of weight and bias partials; in a 16-bit run then
-  // the weight and bias widened to fp32.
-  const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? 2 * aligned(C * 4) : 0);
+  // the weight widened to fp32 (backward: the gradients are fp32).
+  const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? aligned(C * 4) : 0);
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)
   // A 16-bit linear layer: dout rounded (the weight and the input, a
-  // GemmInput, are 16-bit already) and the bias widened, in 256-byte aligned
+  // ActTensor, are 16-bit already) and the bias widened, in 256-byte aligned
   // pieces; the largest output width of the model.
   int64_t casts = 0;
   if (half) {

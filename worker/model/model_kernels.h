@@ -31,8 +31,10 @@ Result<ComputeDevice> ParseComputeDevice(const std::string& name);
 // they accumulate in fp32. In bf16 and fp16 runs the parameters reach the
 // device in that format too (16-bit parameter chunks, fp32 masters on the
 // optimizer's side), so every op reads its weights in 16 bits and computes
-// in fp32; and the activations only linear layers read (GemmInput) are kept
-// in it. The other activations, gradients and optimizer states stay fp32.
+// in fp32; and the residual stream and the activations linear layers read
+// (ActTensor) are kept in it. The GEMMs' fp32 outputs (qkv, the MLP's
+// pre-activation, the projections), the gradients and the optimizer states
+// stay fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision precision);
 // "fp32", "bf16" or "fp16".
@@ -88,16 +90,18 @@ struct Param {
   bool empty() const { return f32 == nullptr && h16 == nullptr; }
 };
 
-// An activation whose readers are linear layers (and attention's backward):
-// the outputs of LayerNorm, attention and GELU. fp32 in an fp32 run; in a
-// bf16/fp16 run it is stored in that format, rounded once by the op that
-// writes it, which is the operand the GEMM multiplies anyway: half the bytes,
-// and no cast per GEMM. Exactly one pointer is set.
-struct GemmInput {
+// An activation as the model stores it: the residual stream (the encoder's
+// output and each residual add's) and the tensors linear layers read (the
+// outputs of LayerNorm, attention and GELU). fp32 in an fp32 run; in a
+// bf16/fp16 run it is stored in that format, computed in fp32 and rounded
+// once by the op that writes it; readers widen it exactly. For the GEMMs it
+// is the operand they multiply anyway: half the bytes, no cast per GEMM.
+// Exactly one pointer is set.
+struct ActTensor {
   float* f32 = nullptr;
   uint16_t* h16 = nullptr;
   // The same tensor from element `offset` on.
-  GemmInput At(int64_t offset) const {
+  ActTensor At(int64_t offset) const {
     return {f32 != nullptr ? f32 + offset : nullptr, h16 != nullptr ? h16 + offset : nullptr};
   }
 };
@@ -149,33 +153,33 @@ class ModelKernels {
   // kernels/half.h), in place: gradients kept in 16 bits. Nothing in fp32.
   virtual void RoundToPrecision(float* x, int64_t n) = 0;
 
-  virtual void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+  virtual void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                               int64_t C) = 0;
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                                int64_t T, int64_t C) = 0;
-  // A GemmInput is in the run's format: fp32, or 16 bits in a 16-bit run.
-  virtual void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight,
+  // A ActTensor is in the run's format: fp32, or 16 bits in a 16-bit run.
+  virtual void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight,
                                 Param bias, int64_t N, int64_t C) = 0;
   // res = a + b and LayerNormForward of it in one pass (kernels/layernorm.h);
-  // the profiler counts it as a LayerNorm.
-  virtual void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a,
+  // b is a projection's fp32 output. The profiler counts it as a LayerNorm.
+  virtual void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a,
                                         const float* b, Param weight, Param bias, int64_t N, int64_t C) = 0;
-  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, Param weight, const float* mean, const float* rstd,
-                                 int64_t N, int64_t C) = 0;
-  virtual void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
+                                 Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+  virtual void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                              int64_t OC) = 0;
-  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
+  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                               Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
-  virtual void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  virtual void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                 int64_t NH) = 0;
-  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out,
+  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out,
                                  const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
-  virtual void GeluForward(GemmInput out, const float* inp, int64_t n) = 0;
+  virtual void GeluForward(ActTensor out, const float* inp, int64_t n) = 0;
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
-  virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // out = a + b, b a projection's fp32 output; out may alias a.
+  virtual void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) = 0;
   // Logits rows are Vp apart; the columns past V are vocabulary padding
   // (kernels/classifier.h).
   virtual void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
@@ -187,14 +191,14 @@ class ModelKernels {
 // The CPU kernels; a 16-bit precision is emulated by rounding the linear
 // layers' operands (the same numbers the GPU multiplies), so mixed precision
 // and the loss scaler run, and are tested, on any machine. 16-bit params and
-// GemmInputs are widened as they are read; fp32 params in a 16-bit precision
+// ActTensors are widened as they are read; fp32 params in a 16-bit precision
 // are rounded where the GPU would multiply them in 16 bits. A 16-bit
-// precision takes 16-bit GemmInputs only, an fp32 one fp32 only.
+// precision takes 16-bit ActTensors only, an fp32 one fp32 only.
 std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision = Precision::kFp32);
 
 // The CUDA kernels on `compute_stream` (a cudaStream_t) of the current
 // device; 16-bit linear layers run on the tensor cores, and a 16-bit
-// precision takes 16-bit params and GemmInputs only. Fails in a build without CUDA.
+// precision takes 16-bit params and ActTensors only. Fails in a build without CUDA.
 Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
                                                            Precision precision = Precision::kFp32);
 

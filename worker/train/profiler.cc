@@ -49,7 +49,7 @@ class TimedKernels final : public ModelKernels {
     inner_->RoundToPrecision(x, n);
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                       int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kEncoder);
     inner_->EncoderForward(out, tokens, wte, wpe, B, T, C);
@@ -59,42 +59,42 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kEncoder);
     inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
-  void ResidualLayerNormForward(float* res, GemmInput out, float* mean, float* rstd, const float* a, const float* b,
+  void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
   }
-  void LayerNormForward(GemmInput out, float* mean, float* rstd, const float* inp, Param weight, Param bias,
+  void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, GemmInput inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulForward(out, inp, weight, bias, N, C, OC);
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, GemmInput inp,
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void AttentionForward(GemmInput out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
     inner_->AttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, GemmInput out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
     inner_->AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
-  void GeluForward(GemmInput out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kGelu);
     inner_->GeluForward(out, inp, n);
   }
@@ -102,7 +102,7 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kGelu);
     inner_->GeluBackward(dinp, inp, dout, n);
   }
-  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+  void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kResidual);
     inner_->ResidualForward(out, a, b, n);
   }

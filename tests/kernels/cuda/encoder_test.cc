@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/encoder.h"
+#include "kernels/half.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/element_test_util.h"
 
@@ -65,9 +66,9 @@ TYPED_TEST(CudaEncoderTest, ForwardMatchesCpu) {
   }
 }
 
-// 16-bit tables (16-bit parameter chunks) into an fp32 output: each element
-// is the sum of two widened values, one fp32 rounding, so the bits equal the
-// CPU kernel's on the widened tables.
+// 16-bit tables (16-bit parameter chunks) into a 16-bit output (a 16-bit
+// run's residual stream): each element is the fp32 sum of two widened values
+// rounded once, so the bits equal the CPU's 16-bit variant.
 template <typename W>
 void ExpectSixteenBitTablesGiveTheCpuBits() {
   std::mt19937 rng(43);
@@ -78,15 +79,23 @@ void ExpectSixteenBitTablesGiveTheCpuBits() {
     const auto wpe = RandomValues<W>(size_t(s.maxT * s.C), rng, 0.5f);
     DeviceBuffer<int32_t> dtokens(tokens);
     DeviceBuffer<W> dwte(ToElements<W>(wte)), dwpe(ToElements<W>(wpe));
-    DeviceBuffer<float> dout(s.B * s.T * s.C);
-    cuda::EncoderForward<float, W>(dout.get(), dtokens.get(), dwte.get(), dwpe.get(), s.B, s.T, s.C, kStream);
+    DeviceBuffer<W> dout(s.B * s.T * s.C);
+    cuda::EncoderForward<W>(dout.get(), dtokens.get(), dwte.get(), dwpe.get(), s.B, s.T, s.C, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    std::vector<float> want(size_t(s.B * s.T * s.C));
-    cpu::EncoderForward(want.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
-    const std::vector<float> got = dout.Download();
+    // The CPU's 16-bit variant over the same 16-bit tables.
+    constexpr bool kBf16 = std::is_same_v<W, kernels::cuda::bf16>;
+    auto bits = [](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = kBf16 ? kernels::FloatToBFloat16(v[i]) : kernels::FloatToHalf(v[i]);
+      return h;
+    };
+    const std::vector<uint16_t> wte16 = bits(wte), wpe16 = bits(wpe);
+    std::vector<uint16_t> want(size_t(s.B * s.T * s.C));
+    cpu::EncoderForward(want.data(), tokens.data(), wte16.data(), wpe16.data(), kBf16, s.B, s.T, s.C);
+    const std::vector<float> got = ToFloats(dout.Download());
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "element " << i;
+      ASSERT_EQ(bits({got[i]})[0], want[i]) << "element " << i;
     }
   }
 }

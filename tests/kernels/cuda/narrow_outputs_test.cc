@@ -1,9 +1,11 @@
-// The GPU kernels a 16-bit run uses to keep linear layers' inputs in 16 bits:
-// fp32 inputs, bf16/fp16 outputs (LayerNorm, residual + LayerNorm, GELU,
-// attention, and attention's backward reading that output), each against its
-// CPU twin's 16-bit variant. The GPU's LayerNorm statistics are fp32 (the
-// CPU's double), so outputs may differ by one rounding step: compared at the
-// 16-bit tolerance, not bit for bit.
+// The GPU kernels of a 16-bit run's mixed forms, each against its CPU twin's
+// 16-bit variant: the residual stream (16-bit residual + fp32 projection,
+// the fused LayerNorm after it, LayerNorm's backward over the 16-bit stream
+// with fp32 gradients), and fp32 inputs into 16-bit outputs (GELU,
+// attention, and attention's backward reading that output). Sums of one add
+// are compared bit for bit; the GPU's LayerNorm statistics are fp32 (the
+// CPU's double), so normalized outputs may differ by one rounding step and
+// are compared at the 16-bit tolerance.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,7 +18,9 @@
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/gelu.h"
+#include "kernels/half.h"
 #include "kernels/layernorm.h"
+#include "kernels/residual.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/element_test_util.h"
 
@@ -42,30 +46,57 @@ class CudaNarrowOutputsTest : public ::testing::Test {
 using SixteenBitTypes = ::testing::Types<bf16, fp16>;
 TYPED_TEST_SUITE(CudaNarrowOutputsTest, SixteenBitTypes, ElementName);
 
-TYPED_TEST(CudaNarrowOutputsTest, LayerNormAndResidualLayerNorm) {
+// The residual stream: a 16-bit, b fp32, res and out 16-bit; then the
+// backward pass over the 16-bit res with fp32 gradients; and the plain
+// residual add.
+TYPED_TEST(CudaNarrowOutputsTest, ResidualStream) {
   PSTAR_REQUIRE_GPU();
   using O = TypeParam;
+  constexpr bool kBf16 = TestFixture::kBf16;
   std::mt19937 rng(71);
   for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 1}, {9, 33}, {40, 768}, {257, 1000}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
-    const auto a = RandomValues<float>(static_cast<size_t>(N * C), rng, 2.0f), b = RandomValues<float>(static_cast<size_t>(N * C), rng);
-    const auto w = RandomValues<float>(static_cast<size_t>(C), rng), bias = RandomValues<float>(static_cast<size_t>(C), rng);
-    DeviceBuffer<float> da(a), db(b), dw(w), dbias(bias), dres(N * C), dmean(N), drstd(N);
-    DeviceBuffer<O> dout(N * C), dres_out(N * C);
-    cuda::LayerNormForward<float, O>(dout.get(), dmean.get(), drstd.get(), da.get(), dw.get(), dbias.get(), N, C,
-                                     kStream);
-    cuda::ResidualLayerNormForward<float, O>(dres.get(), dres_out.get(), dmean.get(), drstd.get(), da.get(),
-                                             db.get(), dw.get(), dbias.get(), N, C, kStream);
+    const auto a = RandomValues<O>(static_cast<size_t>(N * C), rng, 2.0f);  // exact in O
+    const auto b = RandomValues<float>(static_cast<size_t>(N * C), rng);
+    const auto w = RandomValues<O>(static_cast<size_t>(C), rng), bias = RandomValues<O>(static_cast<size_t>(C), rng);
+    const auto dy = RandomValues<float>(static_cast<size_t>(N * C), rng);
+    DeviceBuffer<O> da(ToElements<O>(a)), dw16(ToElements<O>(w)), dbias16(ToElements<O>(bias));
+    DeviceBuffer<O> dres(N * C), dout(N * C), dsum(N * C);
+    DeviceBuffer<float> db(b), dw(w), dmean(N), drstd(N), ddy(dy);
+    DeviceBuffer<float> ddinp(N * C), ddw(C), ddb(C), scratch(cuda::LayerNormBackwardScratchElements(N, C));
+    cudaMemset(ddinp.get(), 0, static_cast<size_t>(N * C) * sizeof(float));
+    cudaMemset(ddw.get(), 0, static_cast<size_t>(C) * sizeof(float));
+    cudaMemset(ddb.get(), 0, static_cast<size_t>(C) * sizeof(float));
+    cuda::ResidualLayerNormForward(dres.get(), dout.get(), dmean.get(), drstd.get(), da.get(), db.get(), dw16.get(),
+                                   dbias16.get(), N, C, kStream);
+    cuda::LayerNormBackward(ddinp.get(), ddw.get(), ddb.get(), scratch.get(), ddy.get(), dres.get(), dw.get(),
+                            dmean.get(), drstd.get(), N, C, kStream);
+    cuda::ResidualForward(dsum.get(), da.get(), db.get(), N * C, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    std::vector<uint16_t> out(static_cast<size_t>(N * C)), res_out(static_cast<size_t>(N * C));
-    std::vector<float> res(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
-    cpu::LayerNormForward(out.data(), TestFixture::kBf16, mean.data(), rstd.data(), a.data(), w.data(), bias.data(),
-                          N, C);
+
+    auto narrow = [&](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = kBf16 ? kernels::FloatToBFloat16(v[i]) : kernels::FloatToHalf(v[i]);
+      return h;
+    };
+    const auto a16 = narrow(a);
+    std::vector<uint16_t> res(static_cast<size_t>(N * C)), out(static_cast<size_t>(N * C)), sum(static_cast<size_t>(N * C));
+    std::vector<float> mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dinp(static_cast<size_t>(N * C)), dwt(static_cast<size_t>(C)), dbt(static_cast<size_t>(C));
+    cpu::ResidualLayerNormForward(res.data(), out.data(), mean.data(), rstd.data(), a16.data(), b.data(), kBf16,
+                                  w.data(), bias.data(), N, C);
+    cpu::ResidualForward(sum.data(), a16.data(), b.data(), kBf16, N * C);
+    EXPECT_EQ(narrow(ToFloats(dres.Download())), res) << "res: one fp32 add, one rounding";
+    EXPECT_EQ(narrow(ToFloats(dsum.Download())), sum) << "residual add: one fp32 add, one rounding";
     EXPECT_TRUE(AllClose(ToFloats(dout.Download()), TestFixture::Wide(out), Element<O>::kTolerance)) << "out";
-    cpu::ResidualLayerNormForward(res.data(), res_out.data(), TestFixture::kBf16, mean.data(), rstd.data(), a.data(),
-                                  b.data(), w.data(), bias.data(), N, C);
-    EXPECT_EQ(dres.Download(), res) << "res = a + b in fp32, one rounding";
-    EXPECT_TRUE(AllClose(ToFloats(dres_out.Download()), TestFixture::Wide(res_out), Element<O>::kTolerance));
+    EXPECT_TRUE(AllClose(dmean.Download(), mean, 1e-5)) << "mean";
+    EXPECT_TRUE(AllClose(drstd.Download(), rstd, 1e-5)) << "rstd";
+    // Backward over the GPU's own statistics, so only the sums' order differs.
+    const auto gmean = dmean.Download(), grstd = drstd.Download();
+    cpu::LayerNormBackward(dinp.data(), dwt.data(), dbt.data(), dy.data(), res.data(), kBf16, w.data(), gmean.data(),
+                           grstd.data(), N, C);
+    EXPECT_TRUE(AllClose(ddinp.Download(), dinp, 1e-4)) << "dinp";
+    EXPECT_TRUE(AllClose(ddw.Download(), dwt, 1e-4)) << "dweight";
+    EXPECT_TRUE(AllClose(ddb.Download(), dbt, 1e-4)) << "dbias";
   }
 }
 
