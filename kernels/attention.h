@@ -33,13 +33,13 @@ void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64
 // head); inside a head the key blocks and then the query blocks in order.
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                        int64_t B, int64_t T, int64_t C, int64_t NH);
-// The same two with out in 16 bits (bfloat16 when `bf16`, else IEEE half):
-// forward writes the fp32 kernel's out rounded (nearest even), the output
-// projection's operand in a 16-bit run; backward reads that out, widened,
-// where it needs rowsum(dout * out).
-void AttentionForward(uint16_t* out, bool bf16, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+// The same two over a 16-bit run's activations: qkv and out 16-bit
+// (bfloat16 when `bf16`, else IEEE half), widened exactly as they are read;
+// forward rounds out once (nearest even); lse and the gradients are fp32.
+// Exactly the fp32 kernels over the widened tensors.
+void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, int64_t B, int64_t T, int64_t C,
                       int64_t NH);
-void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const uint16_t* out, bool bf16,
+void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
 }  // namespace pstar::kernels::cpu

@@ -5,10 +5,12 @@
 namespace pstar::kernels::cpu {
 
 void GeluForward(float* out, const float* inp, int64_t n);
-// The same with out narrowed to 16 bits (bfloat16 when `bf16`, else IEEE
-// half, nearest even): exactly the fp32 kernel's out rounded, the next linear
-// layer's operand in a 16-bit run.
-void GeluForward(uint16_t* out, bool bf16, const float* inp, int64_t n);
+// The same two over a 16-bit run's activations: inp and out 16-bit
+// (bfloat16 when `bf16`, else IEEE half), widened exactly; out rounded once
+// (nearest even); dinp and dout fp32. Exactly the fp32 kernels over the
+// widened inp. dinp may alias dout.
+void GeluForward(uint16_t* out, const uint16_t* inp, bool bf16, int64_t n);
+void GeluBackward(float* dinp, const uint16_t* inp, bool bf16, const float* dout, int64_t n);
 // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout).
 void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/vector_math.h"
@@ -18,13 +19,33 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t NumBlocks(int64_t T) { return (T + kBlock - 1) / kBlock; }
 
-// S (rows, cols) = scale Q K^T for query rows [r0, r0 + rows) and key rows
-// [c0, c0 + cols) of one head; on the diagonal block the keys after each
-// query are -inf.
-void Scores(float* s, const float* q, const float* k, int64_t ld, int64_t r0, int64_t rows, int64_t c0,
-            int64_t cols, int64_t hs, float scale) {
-  Gemm(false, true, rows, cols, hs, scale, q + r0 * ld, ld, k + c0 * ld, ld, 0.0f, s, cols);
-  if (r0 == c0) {
+// hs columns of consecutive rows of one head's q, k or v, as fp32, ld apart.
+struct Rows {
+  const float* p;
+  int64_t ld;
+};
+
+// Rows [r0, r0 + rows) of x (one head's q, k or v; rows ld apart): fp32 ones
+// as they are, 16-bit ones widened through `load` into buf (exact, so the
+// products are those of the fp32 kernel over the widened tensor).
+template <typename Q, typename Load>
+Rows HeadRows(const Q* x, int64_t ld, int64_t r0, int64_t rows, int64_t hs, std::vector<float>& buf, Load load) {
+  if constexpr (std::is_same_v<Q, float>) {
+    return {x + r0 * ld, ld};
+  } else {
+    buf.resize(static_cast<size_t>(rows * hs));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t d = 0; d < hs; ++d) buf[size_t(r * hs + d)] = load(x[(r0 + r) * ld + d]);
+    }
+    return {buf.data(), hs};
+  }
+}
+
+// S (rows, cols) = scale Q K^T for a block of query rows and a block of key
+// rows of one head; on a diagonal block the keys after each query are -inf.
+void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, float scale, bool diagonal) {
+  Gemm(false, true, rows, cols, hs, scale, q.p, q.ld, k.p, k.ld, 0.0f, s, cols);
+  if (diagonal) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = r + 1; c < cols; ++c) s[r * cols + c] = kNegInf;
     }
@@ -33,9 +54,11 @@ void Scores(float* s, const float* q, const float* k, int64_t ld, int64_t r0, in
 
 float Keep(float x) { return x; }
 
-// out of element O, written through `store` (float to O).
-template <typename O, typename Store>
-void Forward(O* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Store store) {
+// qkv and out of element A (float, or a 16-bit format), read through `load`
+// and written through `store`.
+template <typename A, typename Load, typename Store>
+void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Load load,
+             Store store) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const int64_t nb = NumBlocks(T);
@@ -44,20 +67,24 @@ void Forward(O* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t
   {
     std::vector<float> s(static_cast<size_t>(kBlock * kBlock)), acc(static_cast<size_t>(kBlock * hs));
     std::vector<float> m(static_cast<size_t>(kBlock)), l(static_cast<size_t>(kBlock));
+    std::vector<float> qbuf, kbuf, vbuf;  // widened 16-bit rows
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
         for (int64_t i = 0; i < nb; ++i) {
-          const float* q = qkv + b * T * C3 + h * hs;
-          const float* k = q + C;
-          const float* v = q + 2 * C;
+          const A* q = qkv + b * T * C3 + h * hs;
+          const A* k = q + C;
+          const A* v = q + 2 * C;
           const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
+          const Rows qi = HeadRows(q, C3, r0, rows, hs, qbuf, load);
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.0f);
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int64_t j = 0; j <= i; ++j) {
             const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
-            Scores(s.data(), q, k, C3, r0, rows, c0, cols, hs, scale);
+            const Rows kj = HeadRows(k, C3, c0, cols, hs, kbuf, load);
+            const Rows vj = HeadRows(v, C3, c0, cols, hs, vbuf, load);
+            Scores(s.data(), qi, kj, rows, cols, hs, scale, i == j);
             // Online softmax: rescale what the earlier blocks summed to the new row maximum.
             for (int64_t r = 0; r < rows; ++r) {
               float* row = s.data() + r * cols;
@@ -73,11 +100,11 @@ void Forward(O* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t
               float* a = acc.data() + r * hs;
               for (int64_t d = 0; d < hs; ++d) a[d] *= alpha;
             }
-            Gemm(false, false, rows, hs, cols, 1.0f, s.data(), cols, v + c0 * C3, C3, 1.0f, acc.data(), hs);
+            Gemm(false, false, rows, hs, cols, 1.0f, s.data(), cols, vj.p, vj.ld, 1.0f, acc.data(), hs);
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / l[size_t(r)];
-            O* o = out + (b * T + r0 + r) * C + h * hs;
+            A* o = out + (b * T + r0 + r) * C + h * hs;
             const float* a = acc.data() + r * hs;
             for (int64_t d = 0; d < hs; ++d) o[d] = store(a[d] * inv);
             lse[(b * NH + h) * T + r0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
@@ -88,10 +115,10 @@ void Forward(O* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t
   }
 }
 
-// out of element O, read through `load` (O to float).
-template <typename O, typename Load>
-void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int64_t B,
-              int64_t T, int64_t C, int64_t NH, Load load) {
+// qkv and out of element A, read through `load`; the gradients are fp32.
+template <typename A, typename Load>
+void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, int64_t B, int64_t T,
+              int64_t C, int64_t NH, Load load) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const int64_t nb = NumBlocks(T);
@@ -100,17 +127,18 @@ void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
   {
     std::vector<float> p(static_cast<size_t>(kBlock * kBlock)), ds(static_cast<size_t>(kBlock * kBlock));
     std::vector<float> dsum(static_cast<size_t>(T));
+    std::vector<float> qbuf, kbuf, vbuf;  // widened 16-bit rows
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
-        const float* q = qkv + b * T * C3 + h * hs;
-        const float* k = q + C;
-        const float* v = q + 2 * C;
+        const A* q = qkv + b * T * C3 + h * hs;
+        const A* k = q + C;
+        const A* v = q + 2 * C;
         float* dq = dqkv + b * T * C3 + h * hs;
         float* dk = dq + C;
         float* dv = dq + 2 * C;
         const float* dy = dout + b * T * C + h * hs;
-        const O* y = out + b * T * C + h * hs;
+        const A* y = out + b * T * C + h * hs;
         const float* row_lse = lse + (b * NH + h) * T;
         // D = rowsum(dY * Y): the softmax backward's sum_j P_j dP_j per query.
         for (int64_t t = 0; t < T; ++t) {
@@ -121,9 +149,12 @@ void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
         }
         for (int64_t j = 0; j < nb; ++j) {
           const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
+          const Rows kj = HeadRows(k, C3, c0, cols, hs, kbuf, load);
+          const Rows vj = HeadRows(v, C3, c0, cols, hs, vbuf, load);
           for (int64_t i = j; i < nb; ++i) {
             const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
-            Scores(p.data(), q, k, C3, r0, rows, c0, cols, hs, scale);
+            const Rows qi = HeadRows(q, C3, r0, rows, hs, qbuf, load);
+            Scores(p.data(), qi, kj, rows, cols, hs, scale, i == j);
             for (int64_t r = 0; r < rows; ++r) {
               const float row_lse_r = row_lse[r0 + r];
               float* prow = p.data() + r * cols;
@@ -131,7 +162,7 @@ void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
               for (int64_t c = 0; c < cols; ++c) prow[c] = VecExp(prow[c] - row_lse_r);
             }
             // dP = dY_i V_j^T, then dS = P (dP - D) scale in place.
-            Gemm(false, true, rows, cols, hs, 1.0f, dy + r0 * C, C, v + c0 * C3, C3, 0.0f, ds.data(), cols);
+            Gemm(false, true, rows, cols, hs, 1.0f, dy + r0 * C, C, vj.p, vj.ld, 0.0f, ds.data(), cols);
             for (int64_t r = 0; r < rows; ++r) {
               const float d = dsum[size_t(r0 + r)];
               for (int64_t c = 0; c < cols; ++c) {
@@ -140,8 +171,8 @@ void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
               }
             }
             Gemm(true, false, cols, hs, rows, 1.0f, p.data(), cols, dy + r0 * C, C, 1.0f, dv + c0 * C3, C3);
-            Gemm(true, false, cols, hs, rows, 1.0f, ds.data(), cols, q + r0 * C3, C3, 1.0f, dk + c0 * C3, C3);
-            Gemm(false, false, rows, hs, cols, 1.0f, ds.data(), cols, k + c0 * C3, C3, 1.0f, dq + r0 * C3, C3);
+            Gemm(true, false, cols, hs, rows, 1.0f, ds.data(), cols, qi.p, qi.ld, 1.0f, dk + c0 * C3, C3);
+            Gemm(false, false, rows, hs, cols, 1.0f, ds.data(), cols, kj.p, kj.ld, 1.0f, dq + r0 * C3, C3);
           }
         }
       }
@@ -153,13 +184,13 @@ void Backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
 
 void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  Forward(out, lse, qkv, B, T, C, NH, Keep);
+  Forward(out, lse, qkv, B, T, C, NH, Keep, Keep);
 }
 
-void AttentionForward(uint16_t* out, bool bf16, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, FloatToBFloat16);
-  Forward(out, lse, qkv, B, T, C, NH, FloatToHalf);
+  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, BFloat16ToFloat, FloatToBFloat16);
+  Forward(out, lse, qkv, B, T, C, NH, HalfToFloat, FloatToHalf);
 }
 
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
@@ -167,7 +198,7 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
   Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, Keep);
 }
 
-void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const uint16_t* out, bool bf16,
+void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (bf16) return Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, BFloat16ToFloat);
   Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, HalfToFloat);

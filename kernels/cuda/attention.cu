@@ -40,9 +40,9 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
 // One (batch, head) per blockIdx.x, one query block per blockIdx.y (the
 // longest rows first); each warp runs the online softmax of its rows over the
 // key blocks up to the diagonal, two keys per lane.
-template <typename T, typename O>
+template <typename T>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    FlashForward(O* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+    FlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
   float* qs = smem;
@@ -106,19 +106,19 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     if (r >= rows) continue;
     const int64_t t = r0 + r;
     const float inv = 1.0f / l[rr];
-    O* o = out + (b * Tlen + t) * C + h * hs;
+    T* o = out + (b * Tlen + t) * C + h * hs;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < hs) o[d] = FromFloat<O>(acc[rr][c] * inv);
+      if (d < hs) o[d] = FromFloat<T>(acc[rr][c] * inv);
     }
     if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
   }
 }
 
 // dsum (B, NH, T) = rowsum(dout * out) per head: one warp per (b, t, h).
-template <typename T, typename O>
-__global__ void RowDots(float* dsum, const T* dout, const O* out, int64_t rows, int64_t Tlen, int64_t C, int NH,
+template <typename T, typename A>
+__global__ void RowDots(float* dsum, const T* dout, const A* out, int64_t rows, int64_t Tlen, int64_t C, int NH,
                         int hs) {
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp
@@ -134,9 +134,9 @@ __global__ void RowDots(float* dsum, const T* dout, const O* out, int64_t rows, 
 // dk and dv of one key block (blockIdx.y) of one (batch, head): each warp owns
 // a few keys and walks the query blocks from the diagonal down, two queries
 // per lane for the probabilities, then every query's term in order.
-template <typename T>
+template <typename T, typename A>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    FlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+    FlashBackwardKeys(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
                       int64_t C, int NH, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int64_t j = int64_t(blockIdx.y);
   const int64_t c0 = j * kBlock, C3 = 3 * C;
   const int cols = int(min(int64_t(kBlock), Tlen - c0));
-  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const A* q = qkv + b * Tlen * C3 + h * hs;
   const T* dy = dout + b * Tlen * C + h * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
@@ -223,9 +223,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 
 // dq of one query block (blockIdx.y) of one (batch, head): each warp owns a
 // few queries and walks the key blocks up to the diagonal, two keys per lane.
-template <typename T>
+template <typename T, typename A>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    FlashBackwardQueries(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+    FlashBackwardQueries(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
                          int64_t C, int NH, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int64_t i = nb - 1 - int64_t(blockIdx.y);
   const int64_t r0 = i * kBlock, C3 = 3 * C;
   const int rows = int(min(int64_t(kBlock), Tlen - r0));
-  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const A* q = qkv + b * Tlen * C3 + h * hs;
   const T* dy = dout + b * Tlen * C + h * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTile(qs, q + r0 * C3, C3, rows, hs);
@@ -324,23 +324,23 @@ int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return B * NH * T;
 }
 
-template <typename T, typename O>
-void AttentionForward(O* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
+template <typename T>
+void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
   CheckHeadSize(hs);
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const size_t smem = size_t(3 * kBlock * (hs + 1)) * sizeof(float);
-  AllowSharedBytes(FlashForward<T, O>, smem, "FlashForward shared memory");
+  AllowSharedBytes(FlashForward<T>, smem, "FlashForward shared memory");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
-  FlashForward<T, O><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs),
+  FlashForward<T><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs),
                                                              1.0f / std::sqrt(float(hs)));
   CheckLaunch("FlashForward");
 }
 
-template <typename T, typename O>
-void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const O* out, const float* lse,
+template <typename T, typename A>
+void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
                        int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
@@ -349,18 +349,18 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, con
   const float scale = 1.0f / std::sqrt(float(hs));
   float* dsum = scratch;
   const int64_t rows = B * NH * Tlen;
-  RowDots<T, O><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
+  RowDots<T, A><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
                                                                         int(hs));
   CheckLaunch("RowDots");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   const size_t keys_smem = (size_t(4 * kBlock * (hs + 1)) + 2 * kBlock) * sizeof(float);
-  AllowSharedBytes(FlashBackwardKeys<T>, keys_smem, "FlashBackwardKeys shared memory");
-  FlashBackwardKeys<T><<<grid, kWarps * kWarpSize, keys_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
+  AllowSharedBytes(FlashBackwardKeys<T, A>, keys_smem, "FlashBackwardKeys shared memory");
+  FlashBackwardKeys<T, A><<<grid, kWarps * kWarpSize, keys_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
                                                                        int(NH), int(hs), scale);
   CheckLaunch("FlashBackwardKeys");
   const size_t queries_smem = size_t(4 * kBlock * (hs + 1)) * sizeof(float);
-  AllowSharedBytes(FlashBackwardQueries<T>, queries_smem, "FlashBackwardQueries shared memory");
-  FlashBackwardQueries<T><<<grid, kWarps * kWarpSize, queries_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
+  AllowSharedBytes(FlashBackwardQueries<T, A>, queries_smem, "FlashBackwardQueries shared memory");
+  FlashBackwardQueries<T, A><<<grid, kWarps * kWarpSize, queries_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
                                                                              C, int(NH), int(hs), scale);
   CheckLaunch("FlashBackwardQueries");
 }
@@ -376,14 +376,10 @@ PSTAR_INSTANTIATE_ATTENTION(fp16)
 
 #undef PSTAR_INSTANTIATE_ATTENTION
 
-// fp32 heads with a 16-bit output.
-#define PSTAR_INSTANTIATE_ATTENTION_NARROW(O)                                                                  \
-  template void AttentionForward<float, O>(O*, float*, const float*, int64_t, int64_t, int64_t, int64_t,       \
-                                           cudaStream_t);                                                      \
-  template void AttentionBackward<float, O>(float*, float*, const float*, const float*, const O*, const float*, \
-                                            int64_t, int64_t, int64_t, int64_t, cudaStream_t);
-PSTAR_INSTANTIATE_ATTENTION_NARROW(bf16)
-PSTAR_INSTANTIATE_ATTENTION_NARROW(fp16)
-#undef PSTAR_INSTANTIATE_ATTENTION_NARROW
+// A 16-bit run's backward: 16-bit activations, fp32 gradients.
+template void AttentionBackward<float, bf16>(float*, float*, const float*, const bf16*, const bf16*, const float*,
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+template void AttentionBackward<float, fp16>(float*, float*, const float*, const fp16*, const fp16*, const float*,
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace pstar::kernels::cuda

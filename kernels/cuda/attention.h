@@ -21,15 +21,15 @@ namespace pstar::kernels::cuda {
 // fp32 elements of scratch the backward pass needs (the rowsums of dout·out).
 int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH);
 
-// out is of type O: T, or bf16/fp16 for a float T (a 16-bit run keeps the
-// output, the projection's operand, in 16 bits; backward reads it back).
-template <typename T, typename O = T>
-void AttentionForward(O* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
+template <typename T>
+void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream);
 
-// dqkv is overwritten; out and lse are the forward's.
-template <typename T, typename O = T>
-void AttentionBackward(T* dqkv, float* scratch, const T* dout, const T* qkv, const O* out, const float* lse,
+// dqkv is overwritten; out and lse are the forward's. The forward's tensors
+// (qkv, out) may be 16-bit (A) where the gradients are fp32 (T = float): a
+// 16-bit run's activations.
+template <typename T, typename A = T>
+void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
                        int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

@@ -109,16 +109,16 @@ void LaunchBinary(To* out, const A* a, const B* b, int64_t n, Op op, cudaStream_
 
 }  // namespace
 
-template <typename To, typename From>
-void GeluForward(To* out, const From* inp, int64_t n, cudaStream_t stream) {
+template <typename T>
+void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   const bool vec = PackAligned(out) && PackAligned(inp);
   UnaryKernel<<<PackBlocks(n), kThreads, 0, stream>>>(out, inp, n, vec, Gelu{});
   CheckLaunch("GeluForward");
 }
 
-template <typename T>
-void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
+template <typename T, typename A>
+void GeluBackward(T* dinp, const A* inp, const T* dout, int64_t n, cudaStream_t stream) {
   LaunchBinary(dinp, inp, dout, n, GeluGrad{}, stream, "GeluBackward");
 }
 
@@ -165,8 +165,8 @@ PSTAR_POINTWISE(float)
 PSTAR_POINTWISE(bf16)
 PSTAR_POINTWISE(fp16)
 #undef PSTAR_POINTWISE
-template void GeluForward<bf16, float>(bf16*, const float*, int64_t, cudaStream_t);
-template void GeluForward<fp16, float>(fp16*, const float*, int64_t, cudaStream_t);
+template void GeluBackward<float, bf16>(float*, const bf16*, const float*, int64_t, cudaStream_t);
+template void GeluBackward<float, fp16>(float*, const fp16*, const float*, int64_t, cudaStream_t);
 template void ResidualForward<bf16, float>(bf16*, const bf16*, const float*, int64_t, cudaStream_t);
 template void ResidualForward<fp16, float>(fp16*, const fp16*, const float*, int64_t, cudaStream_t);
 

@@ -8,13 +8,12 @@
 
 namespace pstar::kernels::cuda {
 
-// out may be of another type than inp (To is bf16 or fp16 for a float inp):
-// a 16-bit run's GELU output is the next linear layer's 16-bit operand.
-template <typename To, typename From = To>
-void GeluForward(To* out, const From* inp, int64_t n, cudaStream_t stream);
-// dinp = gelu'(inp) * dout (overwritten; dinp may alias dout).
 template <typename T>
-void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream);
+void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream);
+// dinp = gelu'(inp) * dout (overwritten; dinp may alias dout). inp may be
+// 16-bit (A) where the gradients are fp32 (T = float): a 16-bit run.
+template <typename T, typename A = T>
+void GeluBackward(T* dinp, const A* inp, const T* dout, int64_t n, cudaStream_t stream);
 
 // out = a + b (out may alias a or b). b may be fp32 where out and a are
 // 16-bit (a 16-bit run's residual stream plus an fp32 projection).

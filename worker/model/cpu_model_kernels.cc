@@ -112,13 +112,19 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(inp)) return k::LayerNormBackward(dinp, dweight, dbias, dout, inp.h16, bf16(), w, mean, rstd, N, C);
     k::LayerNormBackward(dinp, dweight, dbias, dout, inp.f32, w, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     const float* b = Wide(bias, OC, bias_);
-    if (!Is16(inp)) return k::MatmulForward(out, inp.f32, Fp32(weight), b, N, C, OC);
+    if (!Is16(inp)) return k::MatmulForward(Fp32Out(out), inp.f32, Fp32(weight), b, N, C, OC);
     WidenInto(inp.h16, N * C, inp_);
-    k::MatmulForward(out, inp_.data(), Operand(weight, OC * C), b, N, C, OC);
+    const float* w = Operand(weight, OC * C);
+    if (out.f32 != nullptr) return k::MatmulForward(out.f32, inp_.data(), w, b, N, C, OC);
+    // A 16-bit output: x·w + b in fp32, rounded once, as the GPU's GEMM
+    // rounds its fp32 accumulator.
+    out_.resize(size_t(N * OC));
+    k::MatmulForward(out_.data(), inp_.data(), w, b, N, C, OC);
+    NarrowInto(out_.data(), N * OC, out.h16);
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
@@ -134,26 +140,27 @@ class CpuModelKernels final : public ModelKernels {
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
     }
   }
-  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    if (Is16(out)) return k::AttentionForward(out.h16, bf16(), lse, qkv, B, T, C, NH);
-    k::AttentionForward(out.f32, lse, qkv, B, T, C, NH);
+    if (Is16(out) && Is16(qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
+    k::AttentionForward(out.f32, lse, qkv.f32, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
-                         int64_t B, int64_t T, int64_t C, int64_t NH) override {
+  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
+                         int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    if (Is16(out)) return k::AttentionBackward(dqkv, dout, qkv, out.h16, bf16(), lse, B, T, C, NH);
-    k::AttentionBackward(dqkv, dout, qkv, out.f32, lse, B, T, C, NH);
+    if (Is16(out) && Is16(qkv)) return k::AttentionBackward(dqkv, dout, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
+    k::AttentionBackward(dqkv, dout, qkv.f32, out.f32, lse, B, T, C, NH);
   }
-  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    if (Is16(out)) return k::GeluForward(out.h16, bf16(), inp, n);
-    k::GeluForward(out.f32, inp, n);
+    if (Is16(out) && Is16(inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);
+    k::GeluForward(out.f32, inp.f32, n);
   }
-  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    k::GeluBackward(dinp, inp, dout, n);
+    if (Is16(inp)) return k::GeluBackward(dinp, inp.h16, bf16(), dout, n);
+    k::GeluBackward(dinp, inp.f32, dout, n);
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));
@@ -178,6 +185,21 @@ class CpuModelKernels final : public ModelKernels {
     const bool half = precision_ != Precision::kFp32;
     if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("a ActTensor not in the run's format");
     return half;
+  }
+  // An fp32 run's output (a 16-bit one only in a 16-bit run).
+  float* Fp32Out(ActTensor x) const {
+    if (x.f32 == nullptr) Misuse("a 16-bit ActTensor in an fp32 run");
+    return x.f32;
+  }
+  // n floats rounded into the run's 16-bit format.
+  void NarrowInto(const float* x, int64_t n, uint16_t* out) const {
+    if (precision_ == Precision::kBf16) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToBFloat16(x[i]);
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToHalf(x[i]);
+    }
   }
   // n 16-bit values widened into `out`.
   void WidenInto(const uint16_t* x, int64_t n, std::vector<float>& out) const {
@@ -217,6 +239,7 @@ class CpuModelKernels final : public ModelKernels {
   Precision precision_;
   double loss_sum_ = 0.0;
   std::vector<float> inp_, weight_, dout_;  // rounded operands, reused between calls
+  std::vector<float> out_;  // a GEMM's fp32 output before it is rounded
   std::vector<float> bias_, norm_weight_, norm_bias_;  // widened 16-bit params
 };
 

@@ -163,15 +163,22 @@ class CudaModelKernels final : public ModelKernels {
       kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, Out<H>(inp), w, mean, rstd, N, C, stream_);
     });
   }
-  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:
+  // the bias, 16-bit too, goes into the output first and the GEMM adds its
+  // fp32 accumulator to it, one rounding. An fp32 output (the projections'
+  // workspace, the logits) is the mixed GEMM with the bias widened.
+  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    switch (precision_) {
-      case Precision::kFp32:
-        return kc::MatmulForward(blas_, out, Out<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
-      case Precision::kBf16: return MixedForward<kc::bf16>(out, inp, weight, bias, N, C, OC);
-      case Precision::kFp16: return MixedForward<kc::fp16>(out, inp, weight, bias, N, C, OC);
+    if (precision_ == Precision::kFp32) {
+      return kc::MatmulForward(blas_, Out<float>(out), Out<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      if (out.f32 != nullptr) return MixedForward<H>(out.f32, inp, weight, bias, N, C, OC);
+      const H* b = bias.empty() ? nullptr : Half<H>(bias);
+      kc::MatmulForward(blas_, Out<H>(out), Out<H>(inp), Half<H>(weight), b, N, C, OC, stream_);
+    });
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
@@ -184,40 +191,47 @@ class CudaModelKernels final : public ModelKernels {
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
   }
-  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  // A 16-bit run's attention: the all-16-bit forward, and a backward that
+  // reads the 16-bit qkv and output beside fp32 gradients.
+  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    switch (precision_) {
-      case Precision::kFp32: return kc::AttentionForward(Out<float>(out), lse, qkv, B, T, C, NH, stream_);
-      case Precision::kBf16: return kc::AttentionForward(Out<kc::bf16>(out), lse, qkv, B, T, C, NH, stream_);
-      case Precision::kFp16: return kc::AttentionForward(Out<kc::fp16>(out), lse, qkv, B, T, C, NH, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::AttentionForward(Out<float>(out), lse, Out<float>(qkv), B, T, C, NH, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::AttentionForward(Out<H>(out), lse, Out<H>(qkv), B, T, C, NH, stream_);
+    });
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
-                         int64_t B, int64_t T, int64_t C, int64_t NH) override {
+  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
+                         int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
-    switch (precision_) {
-      case Precision::kFp32:
-        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<float>(out), lse, B, T, C, NH, stream_);
-      case Precision::kBf16:
-        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<kc::bf16>(out), lse, B, T, C, NH, stream_);
-      case Precision::kFp16:
-        return kc::AttentionBackward(dqkv, s, dout, qkv, Out<kc::fp16>(out), lse, B, T, C, NH, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::AttentionBackward(dqkv, s, dout, Out<float>(qkv), Out<float>(out), lse, B, T, C, NH, stream_);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::AttentionBackward(dqkv, s, dout, Out<H>(qkv), Out<H>(out), lse, B, T, C, NH, stream_);
+    });
   }
-  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    switch (precision_) {
-      case Precision::kFp32: return kc::GeluForward(Out<float>(out), inp, n, stream_);
-      case Precision::kBf16: return kc::GeluForward(Out<kc::bf16>(out), inp, n, stream_);
-      case Precision::kFp16: return kc::GeluForward(Out<kc::fp16>(out), inp, n, stream_);
-    }
+    if (precision_ == Precision::kFp32) return kc::GeluForward(Out<float>(out), Out<float>(inp), n, stream_);
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::GeluForward(Out<H>(out), Out<H>(inp), n, stream_);
+    });
   }
-  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    kc::GeluBackward(dinp, inp, dout, n, stream_);
+    if (precision_ == Precision::kFp32) return kc::GeluBackward(dinp, Out<float>(inp), dout, n, stream_);
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::GeluBackward(dinp, Out<H>(inp), dout, n, stream_);
+    });
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));

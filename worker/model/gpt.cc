@@ -196,14 +196,14 @@ void Gpt::Lay(Alloc&& alloc) {
     b.ln1 = g(BTC);
     b.ln1_mean = f(BT);
     b.ln1_rstd = f(BT);
-    b.qkv = f(3 * BTC);
+    b.qkv = g(3 * BTC);
     b.lse = f(lse);
     b.atty = g(BTC);
     b.res2 = g(BTC);
     b.ln2 = g(BTC);
     b.ln2_mean = f(BT);
     b.ln2_rstd = f(BT);
-    b.fch = f(4 * BTC);
+    b.fch = g(4 * BTC);
   }
   a.residual.clear();
   for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(g(BTC));
@@ -258,7 +258,7 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(acts_.tmp, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
+    kernels_->MatmulForward(ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
   }
   {
     // The attention residual and ln_2 in one pass.
@@ -273,7 +273,7 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(acts_.tmp, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -343,7 +343,7 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
       const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
       if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
@@ -370,7 +370,7 @@ void Gpt::Backward(float loss_weight) {
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
                                             Vp);
       kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf.At(r0 * C), P(u, wte_), n,

@@ -80,9 +80,9 @@ class Gpt {
   // What one block keeps for its backward pass. The ActTensors are 16-bit
   // in a 16-bit run (model_kernels.h).
   struct BlockActivations {
-    ActTensor ln1, atty, res2, ln2;
-    float *ln1_mean, *ln1_rstd, *qkv, *lse;  // lse: (B, NH, T)
-    float *ln2_mean, *ln2_rstd, *fch;
+    ActTensor ln1, qkv, atty, res2, ln2, fch;
+    float *ln1_mean, *ln1_rstd, *lse;  // lse: (B, NH, T)
+    float *ln2_mean, *ln2_rstd;
   };
   struct Activations {
     std::vector<ActTensor> residual;  // n_layer + 1 block inputs, (B, T, C) each

@@ -31,10 +31,9 @@ Result<ComputeDevice> ParseComputeDevice(const std::string& name);
 // they accumulate in fp32. In bf16 and fp16 runs the parameters reach the
 // device in that format too (16-bit parameter chunks, fp32 masters on the
 // optimizer's side), so every op reads its weights in 16 bits and computes
-// in fp32; and the residual stream and the activations linear layers read
-// (ActTensor) are kept in it. The GEMMs' fp32 outputs (qkv, the MLP's
-// pre-activation, the projections), the gradients and the optimizer states
-// stay fp32.
+// in fp32; and the activations a layer keeps (ActTensor) are kept in it.
+// The projections' output workspace, the logits, the gradients and the
+// optimizer states stay fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision precision);
 // "fp32", "bf16" or "fp16".
@@ -91,12 +90,12 @@ struct Param {
 };
 
 // An activation as the model stores it: the residual stream (the encoder's
-// output and each residual add's) and the tensors linear layers read (the
-// outputs of LayerNorm, attention and GELU). fp32 in an fp32 run; in a
-// bf16/fp16 run it is stored in that format, computed in fp32 and rounded
-// once by the op that writes it; readers widen it exactly. For the GEMMs it
-// is the operand they multiply anyway: half the bytes, no cast per GEMM.
-// Exactly one pointer is set.
+// output and each residual add's), the outputs of LayerNorm, attention and
+// GELU, and the GEMM outputs a layer keeps (qkv, the MLP's pre-activation).
+// fp32 in an fp32 run; in a bf16/fp16 run it is stored in that format,
+// computed in fp32 and rounded once by the op that writes it; readers widen
+// it exactly. For the GEMMs it is the operand they multiply anyway: half the
+// bytes, no cast per GEMM. Exactly one pointer is set.
 struct ActTensor {
   float* f32 = nullptr;
   uint16_t* h16 = nullptr;
@@ -166,18 +165,21 @@ class ModelKernels {
                                         const float* b, Param weight, Param bias, int64_t N, int64_t C) = 0;
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                                  Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
-  virtual void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  // out is an ActTensor in the run's format (qkv, the MLP's pre-activation)
+  // or, in any run, fp32 (the projections' workspace, the logits).
+  virtual void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                              int64_t OC) = 0;
   virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                               Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
-  virtual void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  virtual void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                                 int64_t NH) = 0;
-  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out,
-                                 const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
-  virtual void GeluForward(ActTensor out, const float* inp, int64_t n) = 0;
-  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  virtual void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
+  virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;
+  // dinp may alias dout.
+  virtual void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) = 0;
   // out = a + b, b a projection's fp32 output; out may alias a.
   virtual void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) = 0;
   // Logits rows are Vp apart; the columns past V are vocabulary padding

@@ -74,7 +74,7 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kLayerNorm);
     inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulForward(out, inp, weight, bias, N, C, OC);
@@ -84,21 +84,21 @@ class TimedKernels final : public ModelKernels {
     ProfileScope t(&profiler_, OpFamily::kMatmul);
     inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void AttentionForward(ActTensor out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
     inner_->AttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, ActTensor out, const float* lse,
+  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse,
                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     ProfileScope t(&profiler_, OpFamily::kAttention);
     inner_->AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
-  void GeluForward(ActTensor out, const float* inp, int64_t n) override {
+  void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kGelu);
     inner_->GeluForward(out, inp, n);
   }
-  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
     ProfileScope t(&profiler_, OpFamily::kGelu);
     inner_->GeluBackward(dinp, inp, dout, n);
   }

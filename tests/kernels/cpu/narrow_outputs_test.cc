@@ -1,6 +1,6 @@
 // The CPU kernels' 16-bit variants, for the activations a 16-bit run keeps in
-// 16 bits (the residual stream, and the LayerNorm, attention and GELU
-// outputs): each is exactly the fp32 kernel over the widened 16-bit inputs,
+// 16 bits (the residual stream, qkv, the MLP's pre-activation, and the
+// LayerNorm, attention and GELU outputs): each is exactly the fp32 kernel over the widened 16-bit inputs,
 // its output rounded to nearest even, on fresh random shapes, at 1, 2 and 3
 // threads; the backward passes over a 16-bit input are the fp32 ones over
 // that input widened.
@@ -146,41 +146,50 @@ TEST_P(NarrowOutputs, ResidualAndEncoderRoundTheFp32SumOnce) {
   });
 }
 
-TEST_P(NarrowOutputs, GeluWritesTheFp32OutputRounded) {
-  // Across the 1024-element pieces the 16-bit variant computes in, and off them.
+TEST_P(NarrowOutputs, GeluOverSixteenBitsIsTheFp32KernelOverTheWidenedInput) {
+  // Across the 1024-element pieces the 16-bit variants widen in, and off them.
   const int64_t n = Pick(1, 5000);
   SCOPED_TRACE(testing::Message() << "n " << n);
-  const auto x = Random(rng_, n, 4.0f);
-  std::vector<float> out(static_cast<size_t>(n));
+  const auto x16 = Narrowed(bf16(), Random(rng_, n, 4.0f));
+  const auto x = Widened(x16);
+  const auto dout = Random(rng_, n);
+  std::vector<float> out(static_cast<size_t>(n)), want_dinp(static_cast<size_t>(n));
   GeluForward(out.data(), x.data(), n);
+  GeluBackward(want_dinp.data(), x.data(), dout.data(), n);
   const auto want = Narrowed(bf16(), out);
   AtThreadCounts([&] {
     std::vector<uint16_t> got(static_cast<size_t>(n));
-    GeluForward(got.data(), bf16(), x.data(), n);
+    GeluForward(got.data(), x16.data(), bf16(), n);
     EXPECT_EQ(got, want);
+    std::vector<float> dinp(static_cast<size_t>(n));
+    GeluBackward(dinp.data(), x16.data(), bf16(), dout.data(), n);
+    EXPECT_EQ(dinp, want_dinp);
+    auto in_place = dout;  // dinp aliasing dout
+    GeluBackward(in_place.data(), x16.data(), bf16(), in_place.data(), n);
+    EXPECT_EQ(in_place, want_dinp);
   });
 }
 
-TEST_P(NarrowOutputs, AttentionWritesTheFp32OutputRoundedAndReadsItBack) {
+TEST_P(NarrowOutputs, AttentionOverSixteenBitsIsTheFp32KernelOverTheWidenedTensors) {
   const int64_t B = Pick(1, 2), T = Pick(1, 3 * kAttentionBlock), NH = Pick(1, 3), hs = Pick(1, 48);
   const int64_t C = NH * hs;
   SCOPED_TRACE(testing::Message() << "B " << B << " T " << T << " NH " << NH << " hs " << hs);
-  const auto qkv = Random(rng_, B * T * 3 * C), dout = Random(rng_, B * T * C);
+  const auto qkv16 = Narrowed(bf16(), Random(rng_, B * T * 3 * C));
+  const auto qkv = Widened(qkv16);
+  const auto dout = Random(rng_, B * T * C);
   std::vector<float> out(static_cast<size_t>(B * T * C)), lse(static_cast<size_t>(B * NH * T));
   AttentionForward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
   const auto want = Narrowed(bf16(), out);
-  // The fp32 backward over the rounded out, widened: what the 16-bit one must give.
-  std::vector<float> widened(want.size());
-  for (size_t i = 0; i < want.size(); ++i) widened[i] = Widen(bf16(), want[i]);
+  // The fp32 backward over the widened qkv and the rounded out, widened.
   std::vector<float> want_dqkv(qkv.size());
-  AttentionBackward(want_dqkv.data(), dout.data(), qkv.data(), widened.data(), lse.data(), B, T, C, NH);
+  AttentionBackward(want_dqkv.data(), dout.data(), qkv.data(), Widened(want).data(), lse.data(), B, T, C, NH);
   AtThreadCounts([&] {
     std::vector<uint16_t> got(static_cast<size_t>(B * T * C));
     std::vector<float> l(static_cast<size_t>(B * NH * T)), dqkv(qkv.size());
-    AttentionForward(got.data(), bf16(), l.data(), qkv.data(), B, T, C, NH);
+    AttentionForward(got.data(), l.data(), qkv16.data(), bf16(), B, T, C, NH);
     EXPECT_EQ(got, want);
     EXPECT_EQ(l, lse);
-    AttentionBackward(dqkv.data(), dout.data(), qkv.data(), got.data(), bf16(), l.data(), B, T, C, NH);
+    AttentionBackward(dqkv.data(), dout.data(), qkv16.data(), got.data(), bf16(), l.data(), B, T, C, NH);
     EXPECT_EQ(dqkv, want_dqkv);
   });
 }

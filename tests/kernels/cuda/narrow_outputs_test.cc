@@ -1,11 +1,11 @@
-// The GPU kernels of a 16-bit run's mixed forms, each against its CPU twin's
-// 16-bit variant: the residual stream (16-bit residual + fp32 projection,
-// the fused LayerNorm after it, LayerNorm's backward over the 16-bit stream
-// with fp32 gradients), and fp32 inputs into 16-bit outputs (GELU,
-// attention, and attention's backward reading that output). Sums of one add
-// are compared bit for bit; the GPU's LayerNorm statistics are fp32 (the
-// CPU's double), so normalized outputs may differ by one rounding step and
-// are compared at the 16-bit tolerance.
+// The GPU kernels of a 16-bit run's mixed forms (16-bit activations beside
+// fp32 projections and gradients), each against its CPU twin's 16-bit
+// variant: the residual stream (16-bit residual + fp32 projection, the fused
+// LayerNorm after it, LayerNorm's backward over the 16-bit stream), GELU's
+// backward over the 16-bit pre-activation, and attention's backward over its
+// 16-bit qkv and output. Sums of one add are compared bit for bit; the GPU's
+// LayerNorm statistics are fp32 (the CPU's double), so normalized outputs may
+// differ by one rounding step and are compared at the 16-bit tolerance.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -100,25 +100,31 @@ TYPED_TEST(CudaNarrowOutputsTest, ResidualStream) {
   }
 }
 
-TYPED_TEST(CudaNarrowOutputsTest, Gelu) {
+// GELU's backward over the 16-bit pre-activation with fp32 gradients, in
+// place as the model runs it.
+TYPED_TEST(CudaNarrowOutputsTest, GeluBackward) {
   PSTAR_REQUIRE_GPU();
   using O = TypeParam;
   std::mt19937 rng(72);
   for (int64_t n : {1, 7, 8, 4099}) {
-    const auto x = RandomValues<float>(static_cast<size_t>(n), rng, 3.0f);
-    DeviceBuffer<float> dx(x);
-    DeviceBuffer<O> dout(n);
-    cuda::GeluForward(dout.get(), dx.get(), n, kStream);
+    const auto x = RandomValues<O>(static_cast<size_t>(n), rng, 3.0f);  // exact in O
+    const auto dy = RandomValues<float>(static_cast<size_t>(n), rng);
+    DeviceBuffer<O> dx(ToElements<O>(x));
+    DeviceBuffer<float> ddy(dy);
+    cuda::GeluBackward(ddy.get(), dx.get(), ddy.get(), n, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    std::vector<uint16_t> want(static_cast<size_t>(n));
-    cpu::GeluForward(want.data(), TestFixture::kBf16, x.data(), n);
-    EXPECT_TRUE(AllClose(ToFloats(dout.Download()), TestFixture::Wide(want), Element<O>::kTolerance)) << n;
+    std::vector<float> want(static_cast<size_t>(n));
+    cpu::GeluBackward(want.data(), x.data(), dy.data(), n);  // x is exact in O: the widened input
+    EXPECT_TRUE(AllClose(ddy.Download(), want, 1e-5)) << n;
   }
 }
 
+// The all-16-bit forward, then the backward over its 16-bit qkv and output
+// with fp32 gradients, against the CPU's 16-bit variants.
 TYPED_TEST(CudaNarrowOutputsTest, AttentionForwardAndBackward) {
   PSTAR_REQUIRE_GPU();
   using O = TypeParam;
+  constexpr bool kBf16 = TestFixture::kBf16;
   std::mt19937 rng(73);
   struct Shape {
     int64_t B, T, NH, hs;
@@ -126,22 +132,25 @@ TYPED_TEST(CudaNarrowOutputsTest, AttentionForwardAndBackward) {
   for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{2, 70, 2, 32}, Shape{1, 129, 3, 64}}) {
     const int64_t C = s.NH * s.hs;
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " hs=" << s.hs);
-    const auto qkv = RandomValues<float>(static_cast<size_t>(s.B * s.T * 3 * C), rng);
+    const auto qkv = RandomValues<O>(static_cast<size_t>(s.B * s.T * 3 * C), rng);  // exact in O
     const auto dy = RandomValues<float>(static_cast<size_t>(s.B * s.T * C), rng);
-    DeviceBuffer<float> dqkv_in(qkv), ddy(dy), dlse(s.B * s.NH * s.T), ddqkv(s.B * s.T * 3 * C);
+    DeviceBuffer<O> dqkv16(ToElements<O>(qkv)), dout(s.B * s.T * C);
+    DeviceBuffer<float> ddy(dy), dlse(s.B * s.NH * s.T), ddqkv(s.B * s.T * 3 * C);
     DeviceBuffer<float> scratch(cuda::AttentionScratchElements(s.B, s.T, C, s.NH));
-    DeviceBuffer<O> dout(s.B * s.T * C);
-    cuda::AttentionForward<float, O>(dout.get(), dlse.get(), dqkv_in.get(), s.B, s.T, C, s.NH, kStream);
-    cuda::AttentionBackward<float, O>(ddqkv.get(), scratch.get(), ddy.get(), dqkv_in.get(), dout.get(), dlse.get(),
-                                      s.B, s.T, C, s.NH, kStream);
+    cuda::AttentionForward(dout.get(), dlse.get(), dqkv16.get(), s.B, s.T, C, s.NH, kStream);
+    cuda::AttentionBackward(ddqkv.get(), scratch.get(), ddy.get(), dqkv16.get(), dout.get(), dlse.get(), s.B, s.T,
+                            C, s.NH, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    std::vector<uint16_t> out(static_cast<size_t>(s.B * s.T * C));
+    std::vector<uint16_t> qkv_bits(qkv.size()), out(static_cast<size_t>(s.B * s.T * C));
+    for (size_t i = 0; i < qkv.size(); ++i) {
+      qkv_bits[i] = kBf16 ? kernels::FloatToBFloat16(qkv[i]) : kernels::FloatToHalf(qkv[i]);
+    }
     std::vector<float> lse(static_cast<size_t>(s.B * s.NH * s.T)), dqkv(qkv.size());
-    cpu::AttentionForward(out.data(), TestFixture::kBf16, lse.data(), qkv.data(), s.B, s.T, C, s.NH);
+    cpu::AttentionForward(out.data(), lse.data(), qkv_bits.data(), kBf16, s.B, s.T, C, s.NH);
     EXPECT_TRUE(AllClose(ToFloats(dout.Download()), TestFixture::Wide(out), Element<O>::kTolerance)) << "out";
     EXPECT_TRUE(AllClose(dlse.Download(), lse, 1e-5)) << "lse";
-    cpu::AttentionBackward(dqkv.data(), dy.data(), qkv.data(), out.data(), TestFixture::kBf16, lse.data(), s.B, s.T,
-                           C, s.NH);
+    cpu::AttentionBackward(dqkv.data(), dy.data(), qkv_bits.data(), out.data(), kBf16, lse.data(), s.B, s.T, C,
+                           s.NH);
     EXPECT_TRUE(AllClose(ddqkv.Download(), dqkv, Element<O>::kTolerance)) << "dqkv";
   }
 }
