@@ -154,22 +154,27 @@ BlasContext::~BlasContext() {
 namespace {
 
 // The GEMM of every public entry point: operands of type T, C of type TC
-// (T, or fp32 for mixed precision).
+// (T, or fp32 for mixed precision). With `bias` (N values of TC, beta 0,
+// one matrix) it is cuBLASLt's bias epilogue: C = alpha op(A) op(B) + bias
+// per row, one rounding. Returns false, having done nothing, when cuBLASLt
+// offers no algorithm for that epilogue (or K is 0); true otherwise.
 template <typename T, typename TC>
-void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b,
-                   float beta, TC* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream) {
-  if (M <= 0 || N <= 0 || batch <= 0) return;
+                   float beta, TC* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream,
+                   const TC* bias = nullptr) {
+  if (M <= 0 || N <= 0 || batch <= 0) return true;
   if (batch > INT32_MAX) {
     std::fprintf(stderr, "pstar: GEMM batch of %lld matrices is too large\n", static_cast<long long>(batch));
     std::abort();
   }
   if (K <= 0) {
-    if (beta == 1.0f) return;
+    if (bias != nullptr) return false;  // the caller's broadcast then gives C = bias
+    if (beta == 1.0f) return true;
     ScaleMatrices<<<BlocksFor(batch * M * N, kThreads), kThreads, 0, stream>>>(C, M, N, ldc, stride_c, batch,
                                                                                beta);
     CheckLaunch("ScaleMatrices");
-    return;
+    return true;
   }
   constexpr cudaDataType_t type = BlasType<T>::value;
   constexpr cudaDataType_t out_type = BlasType<TC>::value;
@@ -195,20 +200,33 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
             "cublasLtMatmulDescSetAttribute(TRANSA)");
   CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (bias != nullptr) {
+    // cuBLAS's rows are our columns: the bias runs along them, broadcast over our rows.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+              "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+              "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    const cudaDataType_t bias_type = out_type;
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                             sizeof(bias_type)),
+              "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
 
   const uint32_t align_a = Alignment(B, stride_b, sizeof(T), batch);
   const uint32_t align_b = Alignment(A, stride_a, sizeof(T), batch);
   const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
   const BlasContext::GemmKey key = {int64_t(type), int64_t(out_type), int64_t(trans_a), int64_t(trans_b), M, N, K,
                                     lda, ldb, ldc, stride_a, stride_b, stride_c, batch, int64_t(align_a),
-                                    int64_t(align_b), int64_t(align_c)};
+                                    int64_t(align_b), int64_t(align_c), int64_t(bias != nullptr)};
   if (const cublasLtMatmulAlgo_t* known = blas.FindAlgo(key)) {
     CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                              C, out.get(), known, blas.workspace(), blas.workspace_bytes(), stream),
               "cublasLtMatmul");
     SyncCheck("cublasLtMatmul");
-    return;
+    return true;
   }
+  if (blas.KnownUnsupported(key)) return false;
 
   cublasLtMatmulPreference_t pref_raw = nullptr;
   CheckBlas(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate");
@@ -255,6 +273,10 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
               "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
     ok = query();
   }
+  if (!ok && bias != nullptr) {
+    blas.RememberUnsupported(key);
+    return false;
+  }
   if (!ok) {
     std::fprintf(stderr,
                  "pstar: cuBLASLt offers no algorithm for GEMM M=%lld N=%lld K=%lld trans_a=%d trans_b=%d "
@@ -270,6 +292,7 @@ void GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
                            C, out.get(), &heuristic.algo, blas.workspace(), blas.workspace_bytes(), stream),
             "cublasLtMatmul");
   SyncCheck("cublasLtMatmul");
+  return true;
 }
 
 }  // namespace
@@ -300,6 +323,12 @@ namespace {
 template <typename T, typename TO>
 void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, const TO* bias, int64_t N,
                    int64_t C, int64_t OC, cudaStream_t stream) {
+  // cuBLASLt's bias epilogue wants the bias 16-byte aligned.
+  if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
+      GemmAnyOutput<T, TO>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, stream,
+                           bias)) {
+    return;
+  }
   float beta = 0.0f;
   if (bias != nullptr && N * OC > 0) {
     BroadcastRows<<<BlocksFor(N * OC, kThreads), kThreads, 0, stream>>>(out, bias, N, OC);

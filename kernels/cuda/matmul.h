@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include "kernels/cuda/launch.h"
 
@@ -32,19 +33,24 @@ class BlasContext {
 
   // The algorithm cuBLASLt's heuristic chose for a GEMM of this shape
   // (types, transposes, sizes, leading dimensions, strides, batch, operand
-  // alignments): queried once, reused by every later call of the same shape,
-  // which a training step repeats every layer and every step. The heuristic
-  // gives the same answer for the same key, so caching changes no bits.
-  using GemmKey = std::array<int64_t, 17>;
+  // alignments, epilogue): queried once, reused by every later call of the
+  // same shape, which a training step repeats every layer and every step.
+  // The heuristic gives the same answer for the same key, so caching changes
+  // no bits. A key it offered nothing for is remembered too (the caller then
+  // takes another way, without asking again).
+  using GemmKey = std::array<int64_t, 18>;
   const cublasLtMatmulAlgo_t* FindAlgo(const GemmKey& key) const {
     auto it = algos_.find(key);
     return it == algos_.end() ? nullptr : &it->second;
   }
   void RememberAlgo(const GemmKey& key, const cublasLtMatmulAlgo_t& algo) { algos_[key] = algo; }
+  bool KnownUnsupported(const GemmKey& key) const { return unsupported_.count(key) > 0; }
+  void RememberUnsupported(const GemmKey& key) { unsupported_.insert(key); }
   size_t cached_algos() const { return algos_.size(); }
 
  private:
   std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
+  std::set<GemmKey> unsupported_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
@@ -66,7 +72,11 @@ void GemmStridedBatched(BlasContext& blas, bool trans_a, bool trans_b, int64_t M
                         int64_t stride_b, float beta, T* C, int64_t ldc, int64_t stride_c, int64_t batch,
                         cudaStream_t stream);
 
-// out = inp @ weight^T + bias (bias may be null).
+// out = inp @ weight^T + bias (bias may be null), rounded once to T. The
+// bias is cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: added to the fp32
+// accumulator, no pass of its own) when the bias is 16-byte aligned and
+// cuBLASLt has an algorithm for it; otherwise it is written into out first
+// and the GEMM adds to it (beta 1), which rounds the same way.
 template <typename T>
 void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
                    int64_t C, int64_t OC, cudaStream_t stream);

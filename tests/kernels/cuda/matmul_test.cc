@@ -162,16 +162,23 @@ TYPED_TEST(CudaMatmulTest, ForwardMatchesCpu) {
   std::mt19937 rng(14);
   cuda::BlasContext blas;
   for (const LinearShape& s : kLinearShapes) {
-    for (bool with_bias : {true, false}) {
-      SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+    // No bias; an aligned one (cuBLASLt's bias epilogue); one a single
+    // element past alignment (written into the output first).
+    for (int bias_case : {0, 1, 2}) {
+      const bool with_bias = bias_case > 0;
+      const int64_t offset = bias_case == 2 ? 1 : 0;
+      SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias case "
+                                      << bias_case);
       const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
       const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 0.5f);
       const auto bias = RandomValues<T>(size_t(s.OC), rng);
+      std::vector<float> shifted(size_t(offset), 0.0f);
+      shifted.insert(shifted.end(), bias.begin(), bias.end());
       // Garbage in the output: forward overwrites it.
       std::vector<float> y(size_t(s.N * s.OC), std::numeric_limits<float>::quiet_NaN());
-      DeviceBuffer<T> dx(ToElements<T>(x)), dw(ToElements<T>(w)), db(ToElements<T>(bias)), dy(ToElements<T>(y));
-      cuda::MatmulForward<T>(blas, dy.get(), dx.get(), dw.get(), with_bias ? db.get() : nullptr, s.N, s.C, s.OC,
-                             kStream);
+      DeviceBuffer<T> dx(ToElements<T>(x)), dw(ToElements<T>(w)), db(ToElements<T>(shifted)), dy(ToElements<T>(y));
+      cuda::MatmulForward<T>(blas, dy.get(), dx.get(), dw.get(), with_bias ? db.get() + offset : nullptr, s.N, s.C,
+                             s.OC, kStream);
       ASSERT_NO_FATAL_FAILURE(SyncOrFail());
       cpu::MatmulForward(y.data(), x.data(), w.data(), with_bias ? bias.data() : nullptr, s.N, s.C, s.OC);
       EXPECT_TRUE(AllClose(ToFloats(dy.Download()), y, Element<T>::kTolerance));
