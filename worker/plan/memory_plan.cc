@@ -73,6 +73,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   if (auto precision = ParsePrecision(c.train.precision); precision.ok()) compute.precision = *precision;
   p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
                                             c.train.activation_checkpointing, compute);
+  p.activation_format = PrecisionName(compute.precision);
   const MomentChunks most =
       MostChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
   p.max_chunks_per_moment = most.total;
@@ -152,7 +153,7 @@ std::string FormatPlan(const MemoryPlan& p) {
         std::to_string(k.chunks) + " x " + FormatBytes(p.chunk_bytes) + " = " + FormatBytes(k.bytes));
   }
   add("model data", bytes(p.model_bytes));
-  add("activations (device)", bytes(p.activation_bytes));
+  add("activations (device)", bytes(p.activation_bytes) + ", " + p.activation_format);
   add("chunks pinned at once", std::to_string(p.max_chunks_per_moment));
   add("device: minimum", bytes(p.min_device_bytes));
   add("device: all resident", bytes(p.all_resident_device_bytes));

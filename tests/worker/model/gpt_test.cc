@@ -116,41 +116,61 @@ TEST(Gpt, InitializationIsIndependentOfChunking) {
   }
 }
 
+// In every precision (16-bit runs keep their activations in 16 bits).
 TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
   Config c = MakeConfig({});
-  for (bool recompute : {false, true}) {
-    ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
-    const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 4, 8, recompute);
-    Arena arena("activations", size_t(bytes));
-    auto gpt = Gpt::Create(c.model.gpt, store, arena, 4, 8, recompute);
-    ASSERT_TRUE(gpt.ok()) << gpt.status().message();
-    EXPECT_EQ(int64_t(arena.used_bytes()), bytes);
-    Arena small("activations", size_t(bytes) - 64);
-    EXPECT_FALSE(Gpt::Create(c.model.gpt, store, small, 4, 8, recompute).ok());
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    const ComputeSpec compute{ComputeDevice::kCpu, precision};
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(testing::Message() << PrecisionName(precision) << " recompute " << recompute);
+      ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
+      const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 4, 8, recompute, compute);
+      Arena arena("activations", size_t(bytes));
+      auto gpt = Gpt::Create(c.model.gpt, store, arena, 4, 8, recompute, MakeCpuModelKernels(precision));
+      ASSERT_TRUE(gpt.ok()) << gpt.status().message();
+      EXPECT_EQ(int64_t(arena.used_bytes()), bytes);
+      Arena small("activations", size_t(bytes) - 64);
+      EXPECT_FALSE(Gpt::Create(c.model.gpt, store, small, 4, 8, recompute, MakeCpuModelKernels(precision)).ok());
+    }
+    EXPECT_LT(Gpt::ActivationBytes(c.model.gpt, 4, 8, true, compute),
+              Gpt::ActivationBytes(c.model.gpt, 4, 8, false, compute));
   }
-  EXPECT_LT(Gpt::ActivationBytes(MakeConfig({}).model.gpt, 4, 8, true),
-            Gpt::ActivationBytes(MakeConfig({}).model.gpt, 4, 8, false));
 }
 
 // Attention keeps no T×T matrix: activations grow linearly with the sequence
-// (doubling T doubles them, within 5%), with and without recomputation, and
-// the arena hands out exactly what the plan says at each length.
+// (doubling T doubles them, within 5%), with and without recomputation, in
+// fp32 and 16 bits, and the arena hands out exactly what the plan says at
+// each length. 16-bit runs keep every activation a layer keeps in 16 bits:
+// they save exactly half of those bytes (the fp32 workspaces and statistics
+// stay).
 TEST(Gpt, ActivationBytesAreLinearInTheSequenceLength) {
-  for (bool recompute : {false, true}) {
-    int64_t previous = 0;
-    for (int64_t T : {256, 512, 1024, 2048}) {
-      Config c = MakeConfig({"model.max_seq_len=2048", "model.n_embd=64", "model.n_head=4", "model.n_layer=3",
-                             "model.vocab_size=512"});
-      const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute);
-      if (previous > 0) {
-        EXPECT_NEAR(double(bytes) / double(previous), 2.0, 0.1) << "T " << T << " recompute " << recompute;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const ComputeSpec compute{ComputeDevice::kCpu, precision};
+    for (bool recompute : {false, true}) {
+      int64_t previous = 0;
+      for (int64_t T : {256, 512, 1024, 2048}) {
+        SCOPED_TRACE(testing::Message() << PrecisionName(precision) << " recompute " << recompute << " T " << T);
+        Config c = MakeConfig({"model.max_seq_len=2048", "model.n_embd=64", "model.n_head=4", "model.n_layer=3",
+                               "model.vocab_size=512"});
+        const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute, compute);
+        if (previous > 0) EXPECT_NEAR(double(bytes) / double(previous), 2.0, 0.1);
+        previous = bytes;
+        if (precision != Precision::kFp32) {
+          // Half of each kept activation's 4 bytes: per block kept ln_1, qkv (3),
+          // attention's output, the attention residual, ln_2 and the MLP's
+          // pre-activation (4): 11 values per token and channel; the L + 1 block
+          // inputs, ln_f and the shared GELU output (4). Arena rounding aside.
+          const int64_t fp32 = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute, {ComputeDevice::kCpu});
+          const int64_t L = c.model.gpt.n_layer, kept = recompute ? 1 : L;
+          const int64_t halved = 2 * 2 * T * c.model.gpt.n_embd * (11 * kept + (L + 1) + 1 + 4);
+          EXPECT_NEAR(double(fp32 - bytes), double(halved), 0.01 * double(halved));
+        }
+        ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
+        Arena arena("activations", size_t(bytes));
+        auto gpt = Gpt::Create(c.model.gpt, store, arena, 2, T, recompute, MakeCpuModelKernels(precision));
+        ASSERT_TRUE(gpt.ok()) << gpt.status().message();
+        EXPECT_EQ(int64_t(arena.peak_bytes()), bytes);
       }
-      previous = bytes;
-      ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
-      Arena arena("activations", size_t(bytes));
-      auto gpt = Gpt::Create(c.model.gpt, store, arena, 2, T, recompute);
-      ASSERT_TRUE(gpt.ok()) << gpt.status().message();
-      EXPECT_EQ(int64_t(arena.peak_bytes()), bytes);
     }
   }
 }

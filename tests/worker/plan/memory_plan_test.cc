@@ -22,6 +22,14 @@ TEST(MemoryPlan, CountsEveryKindAndTier) {
   for (const KindPlan& k : p->kinds) EXPECT_EQ(k.bytes, int64_t(p->num_chunks) * p->chunk_bytes);
   EXPECT_EQ(p->model_bytes, 4 * int64_t(p->num_chunks) * p->chunk_bytes);
   EXPECT_EQ(p->activation_bytes, Gpt::ActivationBytes(c.model.gpt, 2, 32, false));
+  EXPECT_EQ(p->activation_format, "fp32");
+  // A 16-bit run plans its activations in 16 bits.
+  auto half = PlanMemory(Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32, precision: bf16}\n"));
+  ASSERT_TRUE(half.ok()) << half.status().message();
+  EXPECT_EQ(half->activation_format, "bf16");
+  EXPECT_EQ(half->activation_bytes,
+            Gpt::ActivationBytes(c.model.gpt, 2, 32, false, {ComputeDevice::kCpu, Precision::kBf16}));
+  EXPECT_LT(half->activation_bytes, p->activation_bytes);
   EXPECT_EQ(p->max_chunks_per_moment >= 2 && p->max_chunks_per_moment <= 4, true);
   EXPECT_EQ(p->min_device_bytes, p->activation_bytes + p->max_chunks_per_moment * p->chunk_bytes);
   EXPECT_EQ(p->all_resident_device_bytes, p->activation_bytes + p->model_bytes);
