@@ -29,6 +29,8 @@ constexpr const char* kUsage =
     "  --workers N                     jobs reconciled in parallel (default 4)\n"
     "  --metrics-address A             address of /metrics, /healthz, /readyz (default 0.0.0.0)\n"
     "  --metrics-port P                their port (default 8080; 0 picks one)\n"
+    "  --metrics-legacy-names          also serve each series under its old name, pstar_operator_*\n"
+    "                                  (deprecated: the names are patrickstar_operator_*)\n"
     "  --leader-elect                  hold a Lease before reconciling (for several replicas)\n"
     "  --leader-election-namespace NS  the Lease's namespace (default: the pod's, else pstar)\n"
     "  --leader-election-id NAME       the Lease's name (default pstar-operator)\n"
@@ -51,7 +53,7 @@ struct Flags {
   std::string kubeconfig, ns, metrics_address = "0.0.0.0", lease_ns, lease_id = "pstar-operator", identity;
   int workers = 4, metrics_port = 8080, sync_timeout = 120, burst = 100, progress_interval = 30;
   double qps = 50;
-  bool leader_elect = false, node_check = true;
+  bool leader_elect = false, node_check = true, legacy_metric_names = false;
   OperatorDefaults defaults;
 };
 
@@ -96,6 +98,7 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     else if (name == "--workers") s = take_int(1, 256, &f.workers);
     else if (name == "--metrics-address") s = take_str(&f.metrics_address);
     else if (name == "--metrics-port") s = take_int(0, 65535, &f.metrics_port);
+    else if (name == "--metrics-legacy-names") f.legacy_metric_names = true;
     else if (name == "--leader-elect") f.leader_elect = true;
     else if (name == "--leader-election-namespace") s = take_str(&f.lease_ns);
     else if (name == "--leader-election-id") s = take_str(&f.lease_id);
@@ -203,6 +206,7 @@ int Run(int argc, char** argv) {
 
   OperatorMetricsOptions metrics_options;
   metrics_options.bind_address = flags->metrics_address;
+  metrics_options.legacy_names = flags->legacy_metric_names;
   metrics_options.port = flags->metrics_port;
   std::atomic<JobReconciler*> live{nullptr};
   metrics_options.snapshot = [&] {

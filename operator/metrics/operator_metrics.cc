@@ -55,20 +55,20 @@ class OperatorMetrics::SnapshotCollector : public prometheus::Collectable {
     if (!snapshot_) return {};
     const OperatorSnapshot s = snapshot_();
     std::vector<MetricFamily> out;
-    MetricFamily depth = Family("pstar_operator_workqueue_depth", "Jobs waiting in the work queue.", MetricType::Gauge);
+    MetricFamily depth = Family("patrickstar_operator_workqueue_depth", "Jobs waiting in the work queue.", MetricType::Gauge);
     depth.metric.push_back(Sample({}, double(s.queue_depth), MetricType::Gauge));
     out.push_back(std::move(depth));
-    MetricFamily jobs = Family("pstar_operator_jobs", "PatrickStarJobs by status.phase.", MetricType::Gauge);
+    MetricFamily jobs = Family("patrickstar_operator_jobs", "PatrickStarJobs by status.phase.", MetricType::Gauge);
     std::map<std::string, int64_t> phases = s.jobs_by_phase;
     for (const char* p : kPhases) phases.emplace(p, 0);
     for (const auto& [phase, n] : phases) jobs.metric.push_back(Sample({{"phase", phase}}, double(n), MetricType::Gauge));
     out.push_back(std::move(jobs));
     // Per job: only the current phase has a series (value 1), so each job
     // costs one series here and one for its restarts.
-    MetricFamily job_phase = Family("pstar_operator_job_phase",
+    MetricFamily job_phase = Family("patrickstar_operator_job_phase",
                                     "1 for each PatrickStarJob's current status.phase, by namespace and name.",
                                     MetricType::Gauge);
-    MetricFamily job_restarts = Family("pstar_operator_job_restarts",
+    MetricFamily job_restarts = Family("patrickstar_operator_job_restarts",
                                        "Each PatrickStarJob's gang restarts (status.restarts), by namespace and name.",
                                        MetricType::Gauge);
     for (const JobSnapshot& j : s.jobs) {
@@ -78,20 +78,20 @@ class OperatorMetrics::SnapshotCollector : public prometheus::Collectable {
     }
     out.push_back(std::move(job_phase));
     out.push_back(std::move(job_restarts));
-    MetricFamily watches = Family("pstar_operator_watch_restarts_total",
+    MetricFamily watches = Family("patrickstar_operator_watch_restarts_total",
                                   "Watch streams restarted after they ended or failed, by resource.",
                                   MetricType::Counter);
     for (const auto& [r, n] : s.watch_restarts) watches.metric.push_back(Sample({{"resource", r}}, double(n), MetricType::Counter));
     out.push_back(std::move(watches));
-    MetricFamily relists = Family("pstar_operator_relists_total",
+    MetricFamily relists = Family("patrickstar_operator_relists_total",
                                   "Full relists after a watch's resourceVersion expired (410), by resource.",
                                   MetricType::Counter);
     for (const auto& [r, n] : s.relists) relists.metric.push_back(Sample({{"resource", r}}, double(n), MetricType::Counter));
     out.push_back(std::move(relists));
-    MetricFamily leader = Family("pstar_operator_leader", "1 while this replica holds the leader lease.", MetricType::Gauge);
+    MetricFamily leader = Family("patrickstar_operator_leader", "1 while this replica holds the leader lease.", MetricType::Gauge);
     leader.metric.push_back(Sample({}, s.leader ? 1 : 0, MetricType::Gauge));
     out.push_back(std::move(leader));
-    MetricFamily info = Family("pstar_operator_build_info", "The operator's version.", MetricType::Gauge);
+    MetricFamily info = Family("patrickstar_operator_build_info", "The operator's version.", MetricType::Gauge);
     info.metric.push_back(Sample({{"version", kPstarVersion}}, 1, MetricType::Gauge));
     out.push_back(std::move(info));
     // The standard process series, as the workers export them.
@@ -107,30 +107,31 @@ Result<std::unique_ptr<OperatorMetrics>> OperatorMetrics::Start(OperatorMetricsO
   auto m = std::unique_ptr<OperatorMetrics>(new OperatorMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
   m->reconciles_ = &prometheus::BuildCounter()
-                        .Name("pstar_operator_reconciles_total")
+                        .Name("patrickstar_operator_reconciles_total")
                         .Help("Reconciles of PatrickStarJobs, by result (success, requeue, error).")
                         .Register(*m->registry_);
   for (const char* r : {"success", "requeue", "error"}) m->reconciles_->Add({{"result", r}});
   m->api_errors_ = &prometheus::BuildCounter()
-                        .Name("pstar_operator_api_errors_total")
+                        .Name("patrickstar_operator_api_errors_total")
                         .Help("Kubernetes API calls that failed, by verb and resource.")
                         .Register(*m->registry_);
   m->events_ = &prometheus::BuildCounter()
-                    .Name("pstar_operator_events_total")
+                    .Name("patrickstar_operator_events_total")
                     .Help("Kubernetes Events recorded for jobs, by type (Normal, Warning).")
                     .Register(*m->registry_);
   m->restarts_ = &prometheus::BuildCounter()
-                      .Name("pstar_operator_gang_restarts_total")
+                      .Name("patrickstar_operator_gang_restarts_total")
                       .Help("Gang restarts: every pod of a job deleted and recreated after a rank failed.")
                       .Register(*m->registry_)
                       .Add({});
   m->durations_ = &prometheus::BuildHistogram()
-                       .Name("pstar_operator_reconcile_duration_seconds")
+                       .Name("patrickstar_operator_reconcile_duration_seconds")
                        .Help("Time one reconcile of one job took.")
                        .Register(*m->registry_)
                        .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                                         0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
   m->collector_ = std::make_shared<SnapshotCollector>(std::move(options.snapshot));
+  m->legacy_names_ = options.legacy_names;
   const OperatorMetrics* raw = m.get();
   auto probe = [](std::function<bool()> check, std::string what) {
     return [check = std::move(check), what = std::move(what)] {
@@ -167,6 +168,17 @@ void OperatorMetrics::RecordEvent(const std::string& type) { events_->Add({{"typ
 std::string OperatorMetrics::Render() const {
   std::vector<MetricFamily> families = registry_->Collect();
   for (MetricFamily& f : collector_->Collect()) families.push_back(std::move(f));
+  if (legacy_names_) {
+    const std::string prefix = "patrickstar_operator_";
+    const size_t count = families.size();
+    for (size_t i = 0; i < count; ++i) {
+      if (families[i].name.compare(0, prefix.size(), prefix) != 0) continue;
+      MetricFamily old = families[i];
+      old.name = "pstar_operator_" + old.name.substr(prefix.size());
+      old.help = "Deprecated name of " + families[i].name + ". " + old.help;
+      families.push_back(std::move(old));
+    }
+  }
   return prometheus::TextSerializer().Serialize(families);
 }
 

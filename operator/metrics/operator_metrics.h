@@ -51,6 +51,11 @@ struct OperatorMetricsOptions {
   std::function<OperatorSnapshot()> snapshot;
   std::function<bool()> healthy;  // /healthz
   std::function<bool()> ready;    // /readyz
+  // Also serve every series under its name before the one prefix of both
+  // binaries (pstar_operator_* for patrickstar_operator_*), so dashboards
+  // and alerts written against the old names keep working while they move.
+  // Deprecated: to be removed.
+  bool legacy_names = false;
 };
 
 class OperatorMetrics {
@@ -77,6 +82,7 @@ class OperatorMetrics {
   class SnapshotCollector;
   OperatorMetrics() = default;
 
+  bool legacy_names_ = false;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<SnapshotCollector> collector_;
   prometheus::Family<prometheus::Counter>* reconciles_ = nullptr;

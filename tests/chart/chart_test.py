@@ -302,7 +302,7 @@ class TemplatesTest(unittest.TestCase):
         (sm,) = manifests("servicemonitor.yaml")
         (endpoint,) = sm["spec"]["endpoints"]
         self.assertEqual(endpoint["port"], "metrics")
-        # pstar_operator_job_* carry the job's namespace, not the operator's.
+        # patrickstar_operator_job_* carry the job's namespace, not the operator's.
         self.assertTrue(endpoint["honorLabels"])
 
     def test_dashboard_config_maps(self):

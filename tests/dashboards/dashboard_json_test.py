@@ -22,11 +22,11 @@ BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__rang
 WORKER_FILTERS = ('namespace="$namespace"', 'job="$job"', 'rank=~"$rank"')
 # The operator's per-job series name the PatrickStarJob in `name` (its `job`
 # label, if any, is Prometheus' scrape job); the job's variables pick it.
-PER_JOB_OPERATOR_SERIES = ("pstar_operator_job_phase", "pstar_operator_job_restarts")
+PER_JOB_OPERATOR_SERIES = ("patrickstar_operator_job_phase", "patrickstar_operator_job_restarts")
 PER_JOB_OPERATOR_FILTERS = ('namespace="$namespace"', 'name="$job"')
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
-METRIC = re.compile(r"\b((?:patrickstar|pstar_operator)_[a-zA-Z0-9_]+)")
+METRIC = re.compile(r"\b(patrickstar_[a-zA-Z0-9_]+)")
 
 
 def load(path):
@@ -152,7 +152,7 @@ class DashboardJsonTest(unittest.TestCase):
     def test_panels_query_through_the_variables(self):
         documented = documented_series()
         self.assertIn("patrickstar_chunk_resident_bytes", documented)
-        self.assertIn("pstar_operator_jobs", documented)
+        self.assertIn("patrickstar_operator_jobs", documented)
         for name in PER_JOB_OPERATOR_SERIES:
             self.assertIn(name, documented)
         for path in DASHBOARDS:
@@ -184,7 +184,8 @@ class DashboardJsonTest(unittest.TestCase):
                             self.assertIsNotNone(base_series(name, documented),
                                                  "%s is not documented in docs/metrics.md or docs/operator.md"
                                                  % name)
-                            if name.startswith("patrickstar_"):
+                            # Worker series (the operator's, patrickstar_operator_*, are not per rank).
+                            if name.startswith("patrickstar_") and not name.startswith("patrickstar_operator_"):
                                 for sel in selectors(expr, name):
                                     for f in WORKER_FILTERS:
                                         self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
@@ -201,7 +202,7 @@ class DashboardJsonTest(unittest.TestCase):
                 for name in PER_JOB_OPERATOR_SERIES:
                     if name in t.get("expr", ""):
                         used.add(name)
-                        if name == "pstar_operator_job_phase":
+                        if name == "patrickstar_operator_job_phase":
                             # Only the phase the job is in now, not every phase it had in the range.
                             self.assertTrue(t.get("instant"), p["title"])
         self.assertEqual(used, set(PER_JOB_OPERATOR_SERIES))

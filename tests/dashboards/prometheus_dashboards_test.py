@@ -396,8 +396,8 @@ class PrometheusDashboardsTest(unittest.TestCase):
             "d2h bytes/s": 'sum(rate(patrickstar_chunk_moved_bytes_total{%s, direction="d2h"}[5s]))' % sel,
             "all_gather bytes/s": 'sum(rate(patrickstar_collective_bytes_total{%s, op="all_gather"}[5s]))' % sel,
             "device resident bytes": 'sum(patrickstar_chunk_resident_bytes{%s, tier="device"})' % sel,
-            "operator jobs": "sum(pstar_operator_jobs)",
-            "operator reconciles": "sum(pstar_operator_reconciles_total)",
+            "operator jobs": "sum(patrickstar_operator_jobs)",
+            "operator reconciles": "sum(patrickstar_operator_reconciles_total)",
         }
         for what, expr in positive.items():
             with self.subTest(value=what):
@@ -407,14 +407,14 @@ class PrometheusDashboardsTest(unittest.TestCase):
         # The operator's per-job series: one phase (the current one) and the
         # restarts of the job the variables selected; none for other names.
         op_sel = 'namespace="%s", name="%s"' % (JOB_NAMESPACE, JOB_NAME)
-        phases = self.prometheus.query("pstar_operator_job_phase{%s}" % op_sel)
+        phases = self.prometheus.query("patrickstar_operator_job_phase{%s}" % op_sel)
         self.assertEqual(len(phases), 1, phases)
         self.assertEqual(float(phases[0]["value"][1]), 1)
         self.assertIn(phases[0]["metric"]["phase"], ("Pending", "Created", "Running"))
-        restarts = self.prometheus.query("pstar_operator_job_restarts{%s}" % op_sel)
+        restarts = self.prometheus.query("patrickstar_operator_job_restarts{%s}" % op_sel)
         self.assertEqual(len(restarts), 1, restarts)
         self.assertEqual(float(restarts[0]["value"][1]), 0)
-        self.assertEqual(self.prometheus.query('pstar_operator_job_phase{name!="%s"}' % JOB_NAME), [])
+        self.assertEqual(self.prometheus.query('patrickstar_operator_job_phase{name!="%s"}' % JOB_NAME), [])
         # Chunks stay within the device tier's budget.
         over = self.prometheus.query(
             'sum by (rank) (patrickstar_chunk_resident_bytes{%s, tier="device"}) > '

@@ -276,14 +276,14 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
                         kNs);
 
   const std::string metrics = op.Metrics();
-  EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;
-  EXPECT_GT(Series(metrics, "pstar_operator_reconciles_total{result=\"success\"}"), 0) << metrics;
+  EXPECT_EQ(Series(metrics, "patrickstar_operator_jobs{phase=\"Succeeded\"}"), 1) << metrics;
+  EXPECT_GT(Series(metrics, "patrickstar_operator_reconciles_total{result=\"success\"}"), 0) << metrics;
   // Per job: one phase series, the current one, and the restarts.
-  EXPECT_EQ(Series(metrics, "pstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Succeeded\"}"), 1)
+  EXPECT_EQ(Series(metrics, "patrickstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Succeeded\"}"), 1)
       << metrics;
-  EXPECT_EQ(Series(metrics, "pstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Running\"}"), -1)
+  EXPECT_EQ(Series(metrics, "patrickstar_operator_job_phase{name=\"tiny\",namespace=\"default\",phase=\"Running\"}"), -1)
       << metrics;
-  EXPECT_EQ(Series(metrics, "pstar_operator_job_restarts{name=\"tiny\",namespace=\"default\"}"), 0) << metrics;
+  EXPECT_EQ(Series(metrics, "patrickstar_operator_job_restarts{name=\"tiny\",namespace=\"default\"}"), 0) << metrics;
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
 }
@@ -376,9 +376,9 @@ TEST_F(OperatorE2e, AKilledRankRestartsTheGangWhichResumesFromItsCheckpoint) {
   EXPECT_TRUE(WaitFor(count_exits, seconds(30))) << events.body.dump();
   EXPECT_EQ(failed_exits, 1) << events.body.dump();
   EXPECT_EQ(clean_exits, 2) << events.body.dump();
-  EXPECT_NE(op.Metrics().find("pstar_operator_gang_restarts_total 1"), std::string::npos) << op.Metrics();
+  EXPECT_NE(op.Metrics().find("patrickstar_operator_gang_restarts_total 1"), std::string::npos) << op.Metrics();
   EXPECT_TRUE(WaitFor(
-      [&] { return Series(op.Metrics(), "pstar_operator_job_restarts{name=\"resumer\",namespace=\"default\"}") == 1; },
+      [&] { return Series(op.Metrics(), "patrickstar_operator_job_restarts{name=\"resumer\",namespace=\"default\"}") == 1; },
       seconds(10)))
       << op.Metrics();
 
@@ -455,7 +455,7 @@ TEST_F(OperatorE2e, ConvergesThroughConflictsServerErrorsDroppedWatchesAndExpire
   // Expire every resourceVersion the watches hold, then cut them: they must
   // relist. (A bookmark that lands between the two carries a fresh version;
   // then the next round does it.)
-  auto relists = [&] { return Series(op.Metrics(), "pstar_operator_relists_total{resource=\"patrickstarjobs\"}"); };
+  auto relists = [&] { return Series(op.Metrics(), "patrickstar_operator_relists_total{resource=\"patrickstarjobs\"}"); };
   for (int round = 0; round < 10 && relists() <= 0; ++round) {
     ASSERT_TRUE(server_->Compact().ok());
     ASSERT_TRUE(server_->DropWatches().ok());
@@ -474,10 +474,10 @@ TEST_F(OperatorE2e, ConvergesThroughConflictsServerErrorsDroppedWatchesAndExpire
   }
   EXPECT_EQ(Pods().size(), 32u);
   const std::string metrics = op.Metrics();
-  EXPECT_GT(Series(metrics, "pstar_operator_api_errors_total{resource=\"pods\",verb=\"create\"}"), 0) << metrics;
-  EXPECT_GT(Series(metrics, "pstar_operator_watch_restarts_total{resource=\"pods\"}"), 0) << metrics;
+  EXPECT_GT(Series(metrics, "patrickstar_operator_api_errors_total{resource=\"pods\",verb=\"create\"}"), 0) << metrics;
+  EXPECT_GT(Series(metrics, "patrickstar_operator_watch_restarts_total{resource=\"pods\"}"), 0) << metrics;
   EXPECT_GT(relists(), 0) << metrics;
-  EXPECT_EQ(Series(metrics, "pstar_operator_jobs{phase=\"Created\"}"), 16) << metrics;
+  EXPECT_EQ(Series(metrics, "patrickstar_operator_jobs{phase=\"Created\"}"), 16) << metrics;
 }
 
 TEST_F(OperatorE2e, InvalidJobsFailWithAClearMessageAndOthersGoOn) {
@@ -702,17 +702,17 @@ TEST_F(OperatorE2e, AStandbyReplicaTakesOverWhenTheLeaderStops) {
   StartServer(/*kubelet=*/false);
   const std::vector<std::string> flags = {"--leader-elect", "--leader-election-namespace", "default"};
   OperatorProcess a(*server_, flags);
-  ASSERT_TRUE(WaitFor([&] { return Series(a.Metrics(), "pstar_operator_leader") == 1; }, seconds(30)));
+  ASSERT_TRUE(WaitFor([&] { return Series(a.Metrics(), "patrickstar_operator_leader") == 1; }, seconds(30)));
   OperatorProcess b(*server_, flags);
   std::this_thread::sleep_for(seconds(3));
-  EXPECT_EQ(Series(b.Metrics(), "pstar_operator_leader"), 0);
+  EXPECT_EQ(Series(b.Metrics(), "patrickstar_operator_leader"), 0);
   EXPECT_EQ(HttpGet(b.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");  // standing by
   Create(TinyJob("led-1", 10));
   ASSERT_TRUE(WaitForCreated("led-1", seconds(60)));
 
   a.process().Signal(SIGTERM);  // releases the lease
   EXPECT_EQ(a.process().Wait().exit_code, 0);
-  ASSERT_TRUE(WaitFor([&] { return Series(b.Metrics(), "pstar_operator_leader") == 1; }, seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return Series(b.Metrics(), "patrickstar_operator_leader") == 1; }, seconds(20)));
   Create(TinyJob("led-2", 10));
   ASSERT_TRUE(WaitForCreated("led-2", seconds(60))) << Describe("led-2");
   ExpectModelsRoundTrip({op::Leases()}, "default");
