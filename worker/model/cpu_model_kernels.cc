@@ -180,10 +180,10 @@ class CpuModelKernels final : public ModelKernels {
 
  private:
   bool bf16() const { return precision_ == Precision::kBf16; }
-  // Whether a ActTensor is 16-bit; it must be in the run's format.
+  // Whether an ActTensor is 16-bit; it must be in the run's format.
   bool Is16(ActTensor x) const {
     const bool half = precision_ != Precision::kFp32;
-    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("a ActTensor not in the run's format");
+    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("an ActTensor not in the run's format");
     return half;
   }
   // An fp32 run's output (a 16-bit one only in a 16-bit run).

@@ -106,11 +106,11 @@ class CudaModelKernels final : public ModelKernels {
                       int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kEncoder));
     if (precision_ == Precision::kFp32) {
-      return kc::EncoderForward(Out<float>(out), tokens, wte.f32, wpe.f32, B, T, C, stream_);
+      return kc::EncoderForward(As<float>(out), tokens, wte.f32, wpe.f32, B, T, C, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::EncoderForward(Out<H>(out), tokens, Half<H>(wte), Half<H>(wpe), B, T, C, stream_);
+      kc::EncoderForward(As<H>(out), tokens, Half<H>(wte), Half<H>(wpe), B, T, C, stream_);
     });
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -125,12 +125,12 @@ class CudaModelKernels final : public ModelKernels {
                                 Param weight, Param bias, int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     if (precision_ == Precision::kFp32) {
-      return kc::ResidualLayerNormForward(Out<float>(res), Out<float>(out), mean, rstd, Out<float>(a), b, weight.f32,
+      return kc::ResidualLayerNormForward(As<float>(res), As<float>(out), mean, rstd, As<float>(a), b, weight.f32,
                                           bias.f32, N, C, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::ResidualLayerNormForward(Out<H>(res), Out<H>(out), mean, rstd, Out<H>(a), b, Half<H>(weight),
+      kc::ResidualLayerNormForward(As<H>(res), As<H>(out), mean, rstd, As<H>(a), b, Half<H>(weight),
                                    Half<H>(bias), N, C, stream_);
     });
   }
@@ -138,11 +138,11 @@ class CudaModelKernels final : public ModelKernels {
                         int64_t N, int64_t C) override {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     if (precision_ == Precision::kFp32) {
-      return kc::LayerNormForward(Out<float>(out), mean, rstd, Out<float>(inp), weight.f32, bias.f32, N, C, stream_);
+      return kc::LayerNormForward(As<float>(out), mean, rstd, As<float>(inp), weight.f32, bias.f32, N, C, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::LayerNormForward(Out<H>(out), mean, rstd, Out<H>(inp), Half<H>(weight), Half<H>(bias), N, C, stream_);
+      kc::LayerNormForward(As<H>(out), mean, rstd, As<H>(inp), Half<H>(weight), Half<H>(bias), N, C, stream_);
     });
   }
   // The gradients are fp32: the 16-bit weight is widened, the 16-bit input
@@ -155,12 +155,12 @@ class CudaModelKernels final : public ModelKernels {
     Need(offset, "LayerNormBackward");
     const float* w = Wide(weight, C, offset, "LayerNormBackward");
     if (precision_ == Precision::kFp32) {
-      return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, Out<float>(inp), w, mean, rstd, N, C,
+      return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, As<float>(inp), w, mean, rstd, N, C,
                                    stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, Out<H>(inp), w, mean, rstd, N, C, stream_);
+      kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, As<H>(inp), w, mean, rstd, N, C, stream_);
     });
   }
   // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:
@@ -171,13 +171,13 @@ class CudaModelKernels final : public ModelKernels {
                      int64_t OC) override {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     if (precision_ == Precision::kFp32) {
-      return kc::MatmulForward(blas_, Out<float>(out), Out<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
+      return kc::MatmulForward(blas_, As<float>(out), As<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
       if (out.f32 != nullptr) return MixedForward<H>(out.f32, inp, weight, bias, N, C, OC);
       const H* b = bias.empty() ? nullptr : Half<H>(bias);
-      kc::MatmulForward(blas_, Out<H>(out), Out<H>(inp), Half<H>(weight), b, N, C, OC, stream_);
+      kc::MatmulForward(blas_, As<H>(out), As<H>(inp), Half<H>(weight), b, N, C, OC, stream_);
     });
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
@@ -185,7 +185,7 @@ class CudaModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     switch (precision_) {
       case Precision::kFp32:
-        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, Out<float>(inp), weight.f32, N, C, OC,
+        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, As<float>(inp), weight.f32, N, C, OC,
                                   stream_);
       case Precision::kBf16: return MixedBackward<kc::bf16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
       case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -197,11 +197,11 @@ class CudaModelKernels final : public ModelKernels {
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionForward(Out<float>(out), lse, Out<float>(qkv), B, T, C, NH, stream_);
+      return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionForward(Out<H>(out), lse, Out<H>(qkv), B, T, C, NH, stream_);
+      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_);
     });
   }
   void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
@@ -210,35 +210,35 @@ class CudaModelKernels final : public ModelKernels {
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionBackward(dqkv, s, dout, Out<float>(qkv), Out<float>(out), lse, B, T, C, NH, stream_);
+      return kc::AttentionBackward(dqkv, s, dout, As<float>(qkv), As<float>(out), lse, B, T, C, NH, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionBackward(dqkv, s, dout, Out<H>(qkv), Out<H>(out), lse, B, T, C, NH, stream_);
+      kc::AttentionBackward(dqkv, s, dout, As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_);
     });
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    if (precision_ == Precision::kFp32) return kc::GeluForward(Out<float>(out), Out<float>(inp), n, stream_);
+    if (precision_ == Precision::kFp32) return kc::GeluForward(As<float>(out), As<float>(inp), n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::GeluForward(Out<H>(out), Out<H>(inp), n, stream_);
+      kc::GeluForward(As<H>(out), As<H>(inp), n, stream_);
     });
   }
   void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    if (precision_ == Precision::kFp32) return kc::GeluBackward(dinp, Out<float>(inp), dout, n, stream_);
+    if (precision_ == Precision::kFp32) return kc::GeluBackward(dinp, As<float>(inp), dout, n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::GeluBackward(dinp, Out<H>(inp), dout, n, stream_);
+      kc::GeluBackward(dinp, As<H>(inp), dout, n, stream_);
     });
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));
-    if (precision_ == Precision::kFp32) return kc::ResidualForward(Out<float>(out), Out<float>(a), b, n, stream_);
+    if (precision_ == Precision::kFp32) return kc::ResidualForward(As<float>(out), As<float>(a), b, n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::ResidualForward(Out<H>(out), Out<H>(a), b, n, stream_);
+      kc::ResidualForward(As<H>(out), As<H>(a), b, n, stream_);
     });
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
@@ -285,13 +285,13 @@ class CudaModelKernels final : public ModelKernels {
     }
     return reinterpret_cast<const T*>(p.h16);
   }
-  // A ActTensor as T, the run's format (float, or its 16-bit type): a
+  // An ActTensor as T, the run's format (float, or its 16-bit type): a
   // 16-bit precision takes 16-bit ActTensors only.
   template <typename T>
-  T* Out(ActTensor x) const {
+  T* As(ActTensor x) const {
     const bool half = !std::is_same_v<T, float>;
     if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) {
-      std::fprintf(stderr, "pstar: internal error: a ActTensor not in the run's format on the GPU\n");
+      std::fprintf(stderr, "pstar: internal error: an ActTensor not in the run's format on the GPU\n");
       std::abort();
     }
     if constexpr (std::is_same_v<T, float>) {
@@ -317,7 +317,7 @@ class CudaModelKernels final : public ModelKernels {
   void MixedForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
     int64_t offset = 0;
     const float* b = Wide(bias, OC, offset, "MatmulForward");
-    kc::MatmulForwardMixed<T>(blas_, out, Out<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
+    kc::MatmulForwardMixed<T>(blas_, out, As<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
   template <typename T>
   void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp, Param weight,
@@ -325,7 +325,7 @@ class CudaModelKernels final : public ModelKernels {
     int64_t offset = 0;
     T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");
     kc::Convert<T, float>(dout_low, dout, N * OC, stream_);
-    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, Out<T>(inp), Half<T>(weight), N, C,
+    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, As<T>(inp), Half<T>(weight), N, C,
                                OC, stream_);
   }
   // The planner's KernelScratchBytes must cover every kernel's need.

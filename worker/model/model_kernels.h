@@ -156,7 +156,7 @@ class ModelKernels {
                               int64_t C) = 0;
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                                int64_t T, int64_t C) = 0;
-  // A ActTensor is in the run's format: fp32, or 16 bits in a 16-bit run.
+  // An ActTensor is in the run's format: fp32, or 16 bits in a 16-bit run.
   virtual void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight,
                                 Param bias, int64_t N, int64_t C) = 0;
   // res = a + b and LayerNormForward of it in one pass (kernels/layernorm.h);
