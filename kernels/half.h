@@ -69,4 +69,23 @@ inline uint16_t FloatToBFloat16(float f) {
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// The conversions as function objects, one type each, for kernels templated
+// on how they load and store elements: each instantiation then inlines its
+// own conversion (a function pointer would be one shared, indirect call).
+struct KeepFloat {
+  float operator()(float x) const { return x; }
+};
+struct WidenBf16 {
+  float operator()(uint16_t h) const { return BFloat16ToFloat(h); }
+};
+struct WidenHalf {
+  float operator()(uint16_t h) const { return HalfToFloat(h); }
+};
+struct NarrowBf16 {
+  uint16_t operator()(float x) const { return FloatToBFloat16(x); }
+};
+struct NarrowHalf {
+  uint16_t operator()(float x) const { return FloatToHalf(x); }
+};
+
 }  // namespace pstar::kernels

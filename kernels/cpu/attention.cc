@@ -52,8 +52,6 @@ void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, fl
   }
 }
 
-float Keep(float x) { return x; }
-
 // qkv and out of element A (float, or a 16-bit format), read through `load`
 // and written through `store`.
 template <typename A, typename Load, typename Store>
@@ -184,24 +182,24 @@ void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const 
 
 void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  Forward(out, lse, qkv, B, T, C, NH, Keep, Keep);
+  Forward(out, lse, qkv, B, T, C, NH, KeepFloat{}, KeepFloat{});
 }
 
 void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, BFloat16ToFloat, FloatToBFloat16);
-  Forward(out, lse, qkv, B, T, C, NH, HalfToFloat, FloatToHalf);
+  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, WidenBf16{}, NarrowBf16{});
+  Forward(out, lse, qkv, B, T, C, NH, WidenHalf{}, NarrowHalf{});
 }
 
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                        int64_t B, int64_t T, int64_t C, int64_t NH) {
-  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, Keep);
+  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, KeepFloat{});
 }
 
 void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  if (bf16) return Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, BFloat16ToFloat);
-  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, HalfToFloat);
+  if (bf16) return Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, WidenBf16{});
+  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, WidenHalf{});
 }
 
 }  // namespace pstar::kernels::cpu

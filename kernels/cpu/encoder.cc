@@ -24,25 +24,23 @@ void EncoderForwardRows(O* out, const int32_t* tokens, const W* wte, const W* wp
   }
 }
 
-float Keep(float x) { return x; }
-
 }  // namespace
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C) {
-  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, Keep);
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, KeepFloat{}, KeepFloat{});
 }
 
 void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
                     int64_t B, int64_t T, int64_t C) {
-  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, BFloat16ToFloat, FloatToBFloat16);
-  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, HalfToFloat, FloatToHalf);
+  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, WidenBf16{}, NarrowBf16{});
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, WidenHalf{}, NarrowHalf{});
 }
 
 void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                     int64_t T, int64_t C) {
-  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, FloatToBFloat16);
-  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, Keep, FloatToHalf);
+  if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, KeepFloat{}, NarrowBf16{});
+  EncoderForwardRows(out, tokens, wte, wpe, B, T, C, KeepFloat{}, NarrowHalf{});
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

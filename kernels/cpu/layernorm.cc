@@ -79,8 +79,6 @@ void ResidualLayerNormRows(T* res, T* out, float* mean, float* rstd, const T* a,
   }
 }
 
-float Keep(float x) { return x; }
-
 // The backward pass over inp of element I, read through `load`.
 template <typename I, typename Load>
 void LayerNormBackwardRows(float* dinp, float* dweight, float* dbias, const float* dout, const I* inp,
@@ -117,37 +115,37 @@ void LayerNormBackwardRows(float* dinp, float* dweight, float* dbias, const floa
 
 void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
                               const float* weight, const float* bias, int64_t N, int64_t C) {
-  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, Keep, Keep);
+  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, KeepFloat{}, KeepFloat{});
 }
 
 void ResidualLayerNormForward(uint16_t* res, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
                               const float* b, bool bf16, const float* weight, const float* bias, int64_t N, int64_t C) {
   if (bf16) {
-    return ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, BFloat16ToFloat, FloatToBFloat16);
+    return ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, WidenBf16{}, NarrowBf16{});
   }
-  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, HalfToFloat, FloatToHalf);
+  ResidualLayerNormRows(res, out, mean, rstd, a, b, weight, bias, N, C, WidenHalf{}, NarrowHalf{});
 }
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int64_t N, int64_t C) {
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, Keep, Keep);
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, KeepFloat{}, KeepFloat{});
 }
 
 void LayerNormForward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, bool bf16, const float* weight,
                       const float* bias, int64_t N, int64_t C) {
-  if (bf16) return LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, BFloat16ToFloat, FloatToBFloat16);
-  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, HalfToFloat, FloatToHalf);
+  if (bf16) return LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, WidenBf16{}, NarrowBf16{});
+  LayerNormRows(out, mean, rstd, inp, weight, bias, N, C, WidenHalf{}, NarrowHalf{});
 }
 
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, Keep);
+  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, KeepFloat{});
 }
 
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp, bool bf16,
                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  if (bf16) return LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, BFloat16ToFloat);
-  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, HalfToFloat);
+  if (bf16) return LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, WidenBf16{});
+  LayerNormBackwardRows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, WidenHalf{});
 }
 
 }  // namespace pstar::kernels::cpu

@@ -316,9 +316,9 @@ void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, i
 namespace {
 
 // The linear layer for operands of type T and outputs, bias and gradients of
-// type TO (T itself, or fp32 for mixed precision). As the CPU kernel, the
-// bias goes into out first and the GEMM adds to it, so bias + x.w is rounded
-// once. The bias gradient sums `dout`; the GEMMs read `dout_gemm` (dout
+// type TO (T itself, or fp32 for mixed precision). The bias is the GEMM's
+// epilogue, or, where that is not offered, goes into out first and the GEMM
+// adds to it: either way bias + x.w is rounded once, as on the CPU. The bias gradient sums `dout`; the GEMMs read `dout_gemm` (dout
 // itself, or its 16-bit copy).
 template <typename T, typename TO>
 void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, const TO* bias, int64_t N,

@@ -92,7 +92,7 @@ class CpuModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
-    if (Is16(res) && Is16(out) && Is16(a)) {
+    if (Is16(res, out, a)) {
       return k::ResidualLayerNormForward(res.h16, out.h16, mean, rstd, a.h16, b, bf16(), w, bi, N, C);
     }
     k::ResidualLayerNormForward(res.f32, out.f32, mean, rstd, a.f32, b, w, bi, N, C);
@@ -102,7 +102,7 @@ class CpuModelKernels final : public ModelKernels {
     NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
-    if (Is16(out) && Is16(inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
+    if (Is16(out, inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
     k::LayerNormForward(out.f32, mean, rstd, inp.f32, w, bi, N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
@@ -143,18 +143,18 @@ class CpuModelKernels final : public ModelKernels {
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    if (Is16(out) && Is16(qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
+    if (Is16(out, qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
     k::AttentionForward(out.f32, lse, qkv.f32, B, T, C, NH);
   }
   void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
     NvtxRange range(OpFamilyName(OpFamily::kAttention));
-    if (Is16(out) && Is16(qkv)) return k::AttentionBackward(dqkv, dout, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
+    if (Is16(out, qkv)) return k::AttentionBackward(dqkv, dout, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
     k::AttentionBackward(dqkv, dout, qkv.f32, out.f32, lse, B, T, C, NH);
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kGelu));
-    if (Is16(out) && Is16(inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);
+    if (Is16(out, inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);
     k::GeluForward(out.f32, inp.f32, n);
   }
   void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
@@ -164,7 +164,7 @@ class CpuModelKernels final : public ModelKernels {
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     NvtxRange range(OpFamilyName(OpFamily::kResidual));
-    if (Is16(out) && Is16(a)) return k::ResidualForward(out.h16, a.h16, b, bf16(), n);
+    if (Is16(out, a)) return k::ResidualForward(out.h16, a.h16, b, bf16(), n);
     k::ResidualForward(out.f32, a.f32, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
@@ -180,10 +180,14 @@ class CpuModelKernels final : public ModelKernels {
 
  private:
   bool bf16() const { return precision_ == Precision::kBf16; }
-  // Whether an ActTensor is 16-bit; it must be in the run's format.
-  bool Is16(ActTensor x) const {
+  // Whether the run's ActTensors are 16-bit; each given must be in the
+  // run's format (every one is checked).
+  template <typename... More>
+  bool Is16(ActTensor x, More... more) const {
     const bool half = precision_ != Precision::kFp32;
-    if ((x.h16 != nullptr) != half || (x.f32 != nullptr) == half) Misuse("an ActTensor not in the run's format");
+    for (const ActTensor& t : {x, more...}) {
+      if ((t.h16 != nullptr) != half || (t.f32 != nullptr) == half) Misuse("an ActTensor not in the run's format");
+    }
     return half;
   }
   // An fp32 run's output (a 16-bit one only in a 16-bit run).

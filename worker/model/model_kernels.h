@@ -195,12 +195,14 @@ class ModelKernels {
 // and the loss scaler run, and are tested, on any machine. 16-bit params and
 // ActTensors are widened as they are read; fp32 params in a 16-bit precision
 // are rounded where the GPU would multiply them in 16 bits. A 16-bit
-// precision takes 16-bit ActTensors only, an fp32 one fp32 only.
+// precision takes 16-bit ActTensors only, an fp32 one fp32 only (except
+// MatmulForward's output, fp32 in any run where it is a workspace).
 std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision = Precision::kFp32);
 
 // The CUDA kernels on `compute_stream` (a cudaStream_t) of the current
 // device; 16-bit linear layers run on the tensor cores, and a 16-bit
-// precision takes 16-bit params and ActTensors only. Fails in a build without CUDA.
+// precision takes 16-bit params and ActTensors only (MatmulForward's output
+// as above). Fails in a build without CUDA.
 Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
                                                            Precision precision = Precision::kFp32);
 

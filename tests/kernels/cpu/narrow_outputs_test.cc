@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -57,7 +58,10 @@ class NarrowOutputs : public testing::TestWithParam<bool> {
     for (size_t i = 0; i < h.size(); ++i) x[i] = Widen(bf16(), h[i]);
     return x;
   }
-  std::mt19937_64 rng_{std::random_device{}()};
+  const uint64_t seed_ = std::random_device{}();
+  // Every failure names the seed, so its shapes and values can be replayed.
+  testing::ScopedTrace seed_trace_{__FILE__, __LINE__, "seed " + std::to_string(seed_)};
+  std::mt19937_64 rng_{seed_};
   int64_t Pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
 };
 
