@@ -194,6 +194,27 @@ class DashboardJsonTest(unittest.TestCase):
                                     for f in PER_JOB_OPERATOR_FILTERS:
                                         self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
 
+    def test_restarts_are_annotated(self):
+        """Both dashboards mark gang restarts (the operator's count of them)
+        and rank restarts (a worker process's start time changing), each
+        through the dashboard's variables."""
+        for path in DASHBOARDS:
+            d = load(path)
+            with self.subTest(dashboard=os.path.basename(path)):
+                queries = {a["name"]: a for a in d["annotations"]["list"] if "expr" in a}
+                self.assertEqual(set(queries), {"Gang restarts", "Rank restarts"})
+                for a in queries.values():
+                    self.assertEqual(a.get("datasource"), DATASOURCE)
+                    self.assertTrue(a.get("enable"))
+                gang = queries["Gang restarts"]["expr"]
+                self.assertIn("patrickstar_operator_job_restarts{", gang)
+                for f in PER_JOB_OPERATOR_FILTERS:
+                    self.assertIn(f, gang)
+                rank = queries["Rank restarts"]["expr"]
+                self.assertIn("process_start_time_seconds{", rank)
+                for f in WORKER_FILTERS:
+                    self.assertIn(f, rank)
+
     def test_job_overview_shows_the_selected_jobs_phase_and_restarts(self):
         d = load(os.path.join(REPO, "dashboards", "pstar-job-overview.json"))
         used = set()

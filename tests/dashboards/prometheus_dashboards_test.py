@@ -355,6 +355,21 @@ class PrometheusDashboardsTest(unittest.TestCase):
                     self.fail("%s: %s" % (where, e))
                 if not result:
                     failures.append("%s: %s" % (where, expr))
+        # Annotation queries fire only on events (a restart), so what is
+        # checked is that their series, with the dashboard's filters, exist.
+        for a in dashboard.get("annotations", {}).get("list", []):
+            if "expr" not in a:
+                continue
+            selector = re.search(r"[a-z_]+\{[^}]*\}", a["expr"])
+            self.assertIsNotNone(selector, a["name"])
+            expr = substitute(selector.group(0), values, multi)
+            where = "%s / annotation %r" % (dashboard["uid"], a["name"])
+            try:
+                result = self.prometheus.query(expr)
+            except AssertionError as e:
+                self.fail("%s: %s" % (where, e))
+            if not result:
+                failures.append("%s: %s" % (where, expr))
         return failures
 
     def evaluate_all(self):
