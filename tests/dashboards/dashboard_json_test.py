@@ -19,11 +19,11 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Variables Grafana itself defines.
 BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__all"}
 # The selector every worker series must carry, so that the job's variables pick the data.
-WORKER_FILTERS = ('namespace="$namespace"', 'job="$job"', 'rank=~"$rank"')
+WORKER_FILTERS = ('cluster=~"$cluster"', 'namespace="$namespace"', 'job="$job"', 'rank=~"$rank"')
 # The operator's per-job series name the PatrickStarJob in `name` (its `job`
 # label, if any, is Prometheus' scrape job); the job's variables pick it.
 PER_JOB_OPERATOR_SERIES = ("patrickstar_operator_job_phase", "patrickstar_operator_job_restarts")
-PER_JOB_OPERATOR_FILTERS = ('namespace="$namespace"', 'name="$job"')
+PER_JOB_OPERATOR_FILTERS = ('cluster=~"$cluster"', 'namespace="$namespace"', 'name="$job"')
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 METRIC = re.compile(r"\b(patrickstar_[a-zA-Z0-9_]+)")
@@ -102,10 +102,19 @@ class DashboardJsonTest(unittest.TestCase):
             variables = d["templating"]["list"]
             names = [v["name"] for v in variables]
             with self.subTest(dashboard=os.path.basename(path)):
-                self.assertEqual(names, ["datasource", "namespace", "job", "rank"])
+                self.assertEqual(names, ["datasource", "cluster", "namespace", "job", "rank"])
                 ds = variables[0]
                 self.assertEqual(ds["type"], "datasource")
                 self.assertEqual(ds["query"], "prometheus")
+                # One Prometheus without a cluster label, or a global view over
+                # several: "All" (the default) is a regex that also matches
+                # series without the label.
+                cluster = variables[1]
+                self.assertTrue(cluster.get("includeAll"))
+                self.assertEqual(cluster.get("allValue"), ".*")
+                self.assertEqual(cluster["current"].get("value"), "$__all")
+                rank = variables[4]
+                self.assertTrue(rank.get("includeAll") and rank.get("multi"), "rank offers All")
             defined = set()
             for v in variables:
                 with self.subTest(dashboard=os.path.basename(path), variable=v["name"]):
