@@ -27,6 +27,11 @@ PER_JOB_OPERATOR_FILTERS = ('cluster=~"$cluster"', 'namespace="$namespace"', 'na
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 METRIC = re.compile(r"\b(patrickstar_[a-zA-Z0-9_]+)")
+# Series of the cluster's own exporters the dashboards read, by their real
+# names, and how they must select the job's worker containers (the
+# operator names pods <job>-node-<i>, the container "worker").
+EXTERNAL_SERIES = re.compile(r"\b((?:container|kube_pod_container)_[a-z_]+|DCGM_FI_[A-Z_]+)\b")
+POD_FILTERS = ('cluster=~"$cluster"', 'namespace="$namespace"', 'pod=~"$job-node-[0-9]+"', 'container="worker"')
 
 
 def load(path):
@@ -160,6 +165,8 @@ class DashboardJsonTest(unittest.TestCase):
 
     def test_panels_query_through_the_variables(self):
         documented = documented_series()
+        with open(os.path.join(REPO, "docs", "monitoring.md"), encoding="utf-8") as f:
+            monitoring_doc = f.read()
         self.assertIn("patrickstar_chunk_resident_bytes", documented)
         self.assertIn("patrickstar_operator_jobs", documented)
         for name in PER_JOB_OPERATOR_SERIES:
@@ -188,6 +195,17 @@ class DashboardJsonTest(unittest.TestCase):
                         for ref in VARIABLE_REF.findall(expr):
                             self.assertIn(ref[0] or ref[1], defined, "undefined variable in %s" % expr)
                         metrics = METRIC.findall(expr)
+                        external = EXTERNAL_SERIES.findall(expr)
+                        if external:
+                            # The cluster's exporters (cAdvisor, kube-state-metrics, DCGM):
+                            # the job's worker containers, picked by pod name.
+                            self.assertFalse(metrics, "one panel query, one source: %s" % expr)
+                            for name in external:
+                                self.assertIn(name, monitoring_doc, "%s is not in docs/monitoring.md" % name)
+                                for sel in selectors(expr, name):
+                                    for f in POD_FILTERS:
+                                        self.assertIn(f, sel, "%s without %s in %s" % (name, f, expr))
+                            continue
                         self.assertTrue(metrics, "no PatrickStar series in %s" % expr)
                         for name in metrics:
                             self.assertIsNotNone(base_series(name, documented),

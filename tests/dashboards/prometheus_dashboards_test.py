@@ -12,6 +12,7 @@ import argparse
 import ctypes
 import glob
 import http.client
+import http.server
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.parse
@@ -104,6 +106,54 @@ def free_port(consecutive=1):
             _handed_out.update(range(port, port + consecutive))
             return port
     raise RuntimeError("no free port")
+
+
+def start_cluster_exporter_fixture(namespace, pod):
+    """A /metrics endpoint serving what cAdvisor (through the kubelet),
+    kube-state-metrics and NVIDIA's DCGM exporter (with its pod mapping)
+    serve for one worker pod: the real series names and labels, plausible
+    values, a CPU counter that grows. Returns the running server."""
+    started = time.time()
+    pod_labels = 'namespace="%s",pod="%s",container="worker"' % (namespace, pod)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            cpu = 1.5 * (time.time() - started)
+            lines = [
+                "# TYPE container_memory_working_set_bytes gauge",
+                'container_memory_working_set_bytes{%s,id="/kubepods/x",image="pstar"} 1.2e+08' % pod_labels,
+                "# TYPE container_cpu_usage_seconds_total counter",
+                'container_cpu_usage_seconds_total{%s,cpu="total",id="/kubepods/x"} %f' % (pod_labels, cpu),
+                "# TYPE kube_pod_container_resource_limits gauge",
+                'kube_pod_container_resource_limits{%s,node="n1",resource="memory",unit="byte"} 5e+08' % pod_labels,
+                'kube_pod_container_resource_limits{%s,node="n1",resource="cpu",unit="core"} 2' % pod_labels,
+                "# TYPE kube_pod_container_status_restarts_total counter",
+                'kube_pod_container_status_restarts_total{%s,uid="u1"} 1' % pod_labels,
+                "# TYPE kube_pod_container_status_last_terminated_reason gauge",
+                'kube_pod_container_status_last_terminated_reason{%s,reason="OOMKilled",uid="u1"} 1' % pod_labels,
+                "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+                'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-0",device="nvidia0",modelName="H100",Hostname="n1",%s} 87'
+                % pod_labels,
+                "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge",
+                'DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-0",device="nvidia0",modelName="H100",Hostname="n1",%s} '
+                "2.1e+09" % pod_labels,
+                "# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge",
+                'DCGM_FI_PROF_PCIE_RX_BYTES{gpu="0",UUID="GPU-0",device="nvidia0",modelName="H100",Hostname="n1",%s} '
+                "9.5e+09" % pod_labels,
+            ]
+            body = ("\n".join(lines) + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def http_request(port, method, path, body=None, timeout=10):
@@ -224,6 +274,8 @@ class PrometheusDashboardsTest(unittest.TestCase):
     def tearDownClass(cls):
         for p in reversed(cls.processes):
             p.stop()
+        if getattr(cls, "fixture", None) is not None:
+            cls.fixture.shutdown()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
@@ -292,7 +344,12 @@ class PrometheusDashboardsTest(unittest.TestCase):
             argv += ["--set", s]
         cls.train = cls.spawn("train", argv, env)
 
-        # Prometheus, scraping both every second.
+        # The cluster's exporters, as a fixture: cAdvisor, kube-state-metrics
+        # and DCGM series with their real names and labels for the job's pod,
+        # so the dashboards' pod panels are evaluated too.
+        cls.fixture = start_cluster_exporter_fixture(JOB_NAMESPACE, JOB_NAME + "-node-0")
+
+        # Prometheus, scraping every second.
         cls.prom_port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -304,6 +361,10 @@ class PrometheusDashboardsTest(unittest.TestCase):
                      "labels": {"job": JOB_NAME, "namespace": JOB_NAMESPACE}}]},
                 {"job_name": "pstar-operator", "static_configs": [
                     {"targets": ["127.0.0.1:%d" % cls.operator_port]}]},
+                # As a kubelet's cAdvisor endpoint or kube-state-metrics are
+                # scraped: their namespace and pod labels are kept.
+                {"job_name": "cluster-exporters", "honor_labels": True, "static_configs": [
+                    {"targets": ["127.0.0.1:%d" % cls.fixture.server_port]}]},
             ],
         }
         config_path = os.path.join(cls.dir, "prometheus.yml")
