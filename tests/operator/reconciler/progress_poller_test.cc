@@ -215,11 +215,18 @@ TEST(ProgressPollerTest, KeepsTheLastGoodReadingWhateverTheEndpointDoes) {
   poller.Track("ml/j", "127.0.0.1", e.port());
   ASSERT_TRUE(WaitFor([&] { return poller.Latest("ml/j").has_value(); }, milliseconds(5000)));
   EXPECT_EQ(poller.Latest("ml/j")->step, 10);
-  EXPECT_EQ(changes.load(), 1);
+  // A change is reported just after its reading is stored: wait for it.
+  ASSERT_TRUE(WaitFor([&] { return changes.load() >= 1; }, milliseconds(5000)));
   e.Set(FakeEndpoint::Mode::kGood, Exposition(20, 4.0));
   ASSERT_TRUE(WaitFor([&] { return poller.Latest("ml/j")->step == 20; }, milliseconds(5000)));
   EXPECT_GT(poller.Latest("ml/j")->steps_per_second, 0) << "a rate from two readings";
+  // Stop the good readings and let the last one's report land (two more
+  // reads: the poller reports before it reads again) before counting.
+  e.Set(FakeEndpoint::Mode::kGarbage);
+  const int settle = e.requests();
+  ASSERT_TRUE(WaitFor([&] { return e.requests() >= settle + 2; }, milliseconds(5000)));
   const int before = changes.load();
+  EXPECT_GE(before, 2) << "the first reading and the new step were reported";
   for (auto mode : {FakeEndpoint::Mode::kGarbage, FakeEndpoint::Mode::kClose, FakeEndpoint::Mode::kStall,
                     FakeEndpoint::Mode::kHuge, FakeEndpoint::Mode::kNotFound}) {
     e.Set(mode);
