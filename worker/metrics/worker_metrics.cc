@@ -159,6 +159,53 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                             &evictions, &prefetches, &hits}) {
       out.push_back(std::move(*f));
     }
+    for (MetricFamily& f : CollectStep(*c)) out.push_back(std::move(f));
+    return out;
+  }
+
+  // The last whole step's residency and movement; none before a step ends.
+  std::vector<MetricFamily> CollectStep(const RuntimeCounters& c) const {
+    if (c.steps_recorded.load(std::memory_order_acquire) == 0) return {};
+    MetricFamily resident = Family("patrickstar_chunk_step_resident_bytes",
+                                   "Bytes of chunk copies on each tier at the end of each phase of the last step, "
+                                   "by state kind.",
+                                   MetricType::Gauge);
+    MetricFamily moved = Family("patrickstar_chunk_step_moved_bytes",
+                                "Bytes each phase of the last step copied between the tiers, by direction and "
+                                "state kind.",
+                                MetricType::Gauge);
+    for (int p = 0; p < kNumStepPhases; ++p) {
+      const char* phase = StepPhaseName(static_cast<StepPhase>(p));
+      for (int t = 0; t < kNumTiers; ++t) {
+        for (int k = 0; k < kNumStateKinds; ++k) {
+          Labels labels = TierLabels(static_cast<Tier>(t));
+          labels["kind"] = StateKindName(static_cast<StateKind>(k));
+          labels["phase"] = phase;
+          resident.metric.push_back(
+              Sample(labels, Load(c.step_resident_bytes[size_t(p)][size_t(t)][size_t(k)]), MetricType::Gauge));
+        }
+      }
+      for (int d = 0; d < kNumDirections; ++d) {
+        for (int k = 0; k < kNumStateKinds; ++k) {
+          const Labels labels = {{"direction", DirectionName(static_cast<Direction>(d))},
+                                 {"kind", StateKindName(static_cast<StateKind>(k))},
+                                 {"phase", phase}};
+          moved.metric.push_back(
+              Sample(labels, Load(c.step_moved_bytes[size_t(p)][size_t(d)][size_t(k)]), MetricType::Gauge));
+        }
+      }
+    }
+    MetricFamily peak = Family("patrickstar_chunk_step_peak_bytes",
+                               "Most bytes of chunk copies each tier held at once during the last step.",
+                               MetricType::Gauge);
+    for (int t = 0; t < kNumTiers; ++t) {
+      peak.metric.push_back(Sample(TierLabels(static_cast<Tier>(t)), Load(c.step_peak_bytes[size_t(t)]),
+                                   MetricType::Gauge));
+    }
+    std::vector<MetricFamily> out;
+    out.push_back(std::move(resident));
+    out.push_back(std::move(moved));
+    out.push_back(std::move(peak));
     return out;
   }
 

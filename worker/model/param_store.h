@@ -110,6 +110,7 @@ class ParamStore {
 
   // Step boundaries for the chunk trace.
   void BeginStep() { chunks_->BeginStep(); }
+  void EndPhase(StepPhase phase) { chunks_->EndPhase(phase); }
   void EndStep();
 
   TensorState state(TensorId id) const { return states_[size_t(id)]; }

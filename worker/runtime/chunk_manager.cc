@@ -391,7 +391,9 @@ void ChunkManager::CountMoved(int32_t index, Direction direction, int64_t bytes)
 void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
   const size_t kind = size_t(KeyOf(index).kind);
   const int64_t device_bytes = HalfParam(index) ? pools_.back().stride : chunk_bytes_;
-  counters_.resident_bytes[int(tier)][kind] += sign * (tier == Tier::kHost ? HomeBytes(index) : device_bytes);
+  const int64_t delta = sign * (tier == Tier::kHost ? HomeBytes(index) : device_bytes);
+  counters_.resident_bytes[int(tier)][kind] += delta;
+  step_residency_.OnResidencyChange(tier, delta);
   counters_.resident_chunks[int(tier)][kind] += sign;
 }
 
@@ -901,12 +903,14 @@ void ChunkManager::Flush(StateKind kind) {
 void ChunkManager::BeginStep() {
   moment_ = 0;
   step_moments_.clear();
+  step_residency_.BeginStep(counters_);
 }
 
 void ChunkManager::EndStep() {
   FlushHostWindow();
   if (!trace_valid_ || moment_ != int64_t(trace_.size())) AdoptTrace();
   PrefetchStepStart();
+  step_residency_.EndStep(&counters_);
 }
 
 void ChunkManager::PrefetchStepStart() {

@@ -28,6 +28,7 @@
 #include "worker/dist/communicator.h"
 #include "worker/runtime/device_backend.h"
 #include "worker/runtime/runtime_counters.h"
+#include "worker/runtime/step_residency.h"
 
 namespace pstar {
 
@@ -221,6 +222,9 @@ class ChunkManager {
   // current, and their copies overlap whatever runs until that step starts.
   void BeginStep();
   void EndStep();
+  // Marks the end of a phase of the step for the step-aligned residency
+  // series (EndStep ends the optimizer phase).
+  void EndPhase(StepPhase phase) { step_residency_.EndPhase(phase, counters_); }
   bool trace_valid() const { return trace_valid_; }
   int64_t trace_recordings() const { return trace_recordings_; }
   int64_t trace_moments() const { return int64_t(trace_.size()); }
@@ -406,6 +410,7 @@ class ChunkManager {
   int64_t moment_ = 0;  // moment index within the step
 
   RuntimeCounters counters_;
+  StepResidency step_residency_;
   std::function<void(const ChunkManager&)> observer_;
   MoveObserver* move_observer_ = nullptr;
   int64_t BeginMove(Direction d) { return move_observer_ != nullptr ? move_observer_->BeginMove(d) : -1; }

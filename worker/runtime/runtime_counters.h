@@ -33,6 +33,21 @@ enum class Direction : int { kHostToDevice = 0, kDeviceToHost = 1 };
 inline constexpr int kNumDirections = 2;
 inline const char* DirectionName(Direction d) { return d == Direction::kHostToDevice ? "h2d" : "d2h"; }
 
+// The phases of a training step, in order; with gradient accumulation the
+// forward and backward phases repeat, and the backward one ends with the
+// gradients' flush to their homes. The optimizer phase runs from there to the
+// step's end (gradient norm, Adam, the next step's first prefetches).
+enum class StepPhase : int { kForward = 0, kBackward = 1, kOptimizer = 2 };
+inline constexpr int kNumStepPhases = 3;
+inline const char* StepPhaseName(StepPhase p) {
+  switch (p) {
+    case StepPhase::kForward: return "forward";
+    case StepPhase::kBackward: return "backward";
+    case StepPhase::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
 struct RuntimeCounters {
   using Counter = std::atomic<int64_t>;
 
@@ -53,6 +68,15 @@ struct RuntimeCounters {
   // Chunks brought to the device ahead of use, and accesses that found one there.
   Counter prefetches{0};
   Counter prefetch_hits{0};
+
+  // The last whole step (StepResidency publishes them when a step ends):
+  // chunk bytes on each tier, by kind, at the end of each phase; bytes each
+  // phase copied between the tiers, by kind; the most chunk bytes each tier
+  // held at once; and how many steps were published.
+  std::array<std::array<std::array<Counter, kNumStateKinds>, kNumTiers>, kNumStepPhases> step_resident_bytes{};
+  std::array<std::array<std::array<Counter, kNumStateKinds>, kNumDirections>, kNumStepPhases> step_moved_bytes{};
+  std::array<Counter, kNumTiers> step_peak_bytes{};
+  Counter steps_recorded{0};
 };
 
 }  // namespace pstar

@@ -364,12 +364,15 @@ Result<StepStats> Trainer::Step() {
     {
       NvtxRange range("forward");
       model_->Forward(tokens_.data(), targets_.data());
+      store_->EndPhase(StepPhase::kForward);
     }
     NvtxRange range("backward");
     model_->Backward(scale / float(accum));
+    store_->EndPhase(StepPhase::kBackward);
   }
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
+  store_->EndPhase(StepPhase::kBackward);
   double loss = model_->TakeLoss();  // the mean over the step's micro-batches
   if (world_ > 1) {
     NvtxRange range("all_reduce");

@@ -380,6 +380,42 @@ TEST(WorkerMetrics, ChunkSeriesAreReadAtScrapeTime) {
   EXPECT_EQ(e.Get("patrickstar_chunk_moves_total", h2d), 8);
 }
 
+// The step-aligned series appear once a step has been published, with every
+// phase x tier x kind (residency) and phase x direction x kind (moves).
+TEST(WorkerMetrics, StepSeriesAppearOnceAStepIsPublished) {
+  RuntimeCounters counters;  // outlives the metrics
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  Fill(counters);
+  metrics->AttachRuntimeCounters(&counters);
+  Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_resident_bytes"), 0) << "no step has ended";
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_peak_bytes"), 0);
+
+  const int fwd = int(StepPhase::kForward), bwd = int(StepPhase::kBackward);
+  counters.step_resident_bytes[fwd][int(Tier::kDevice)][int(StateKind::kParam)] = 8192;
+  counters.step_moved_bytes[bwd][int(Direction::kDeviceToHost)][int(StateKind::kGrad)] = 2048;
+  counters.step_peak_bytes[int(Tier::kDevice)] = 12288;
+  counters.steps_recorded = 1;
+  e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.type["patrickstar_chunk_step_resident_bytes"], "gauge");
+  EXPECT_EQ(e.type["patrickstar_chunk_step_moved_bytes"], "gauge");
+  EXPECT_EQ(e.type["patrickstar_chunk_step_peak_bytes"], "gauge");
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_resident_bytes"), kNumStepPhases * kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_moved_bytes"), kNumStepPhases * kNumDirections * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_peak_bytes"), kNumTiers);
+  EXPECT_EQ(e.Get("patrickstar_chunk_step_resident_bytes",
+                  With({{"tier", "device"}, {"kind", "param"}, {"phase", "forward"}})),
+            8192);
+  EXPECT_EQ(e.Get("patrickstar_chunk_step_resident_bytes",
+                  With({{"tier", "device"}, {"kind", "param"}, {"phase", "optimizer"}})),
+            0);
+  EXPECT_EQ(e.Get("patrickstar_chunk_step_moved_bytes",
+                  With({{"direction", "d2h"}, {"kind", "grad"}, {"phase", "backward"}})),
+            2048);
+  EXPECT_EQ(e.Get("patrickstar_chunk_step_peak_bytes", With({{"tier", "device"}})), 12288);
+}
+
 TEST(WorkerMetrics, ExpositionPassesPromtool) {
   ASSERT_TRUE(std::filesystem::exists(kPromtool))
       << kPromtool << " is missing: install Debian's prometheus package "
@@ -388,6 +424,7 @@ TEST(WorkerMetrics, ExpositionPassesPromtool) {
   std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);
   Fill(counters);
+  counters.steps_recorded = 1;  // the step-aligned series too
   metrics->AttachRuntimeCounters(&counters);
   metrics->RecordStep(0.02, 512, 4.5, 1e-3, 2.0, 1.0, 0.1);
   metrics->RecordSkippedStep();

@@ -147,6 +147,67 @@ TEST(ChunkTraining, PrefetchHitsWhenTheTraceIsValid) {
   EXPECT_GT(r.prefetch_hits, 0);
 }
 
+// The step-aligned series describe each whole step: the phases' moves add up to
+// the step's, the optimizer phase's residency is where the step left the
+// chunks, and the peak is at least every residency the step passed through.
+TEST(ChunkTraining, TheStepSeriesDescribeTheLastWholeStep) {
+  auto data = RandomTokens(3000, 40, 13);
+  const std::vector<std::string> base = {"default_chunk_size=1024", "train.grad_accum_steps=2",
+                                         "runtime.prefetch_depth=2"};
+  std::vector<std::string> overrides = base;
+  overrides.push_back(Set("runtime.device_memory", Budget(MakeConfig(base), 0.0)));
+  auto t = Trainer::Create(MakeConfig(overrides), data);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ChunkManager& chunks = (*t)->store().chunks();
+  const RuntimeCounters& c = chunks.counters();
+  auto device_chunk_bytes = [&c] {
+    int64_t sum = 0;
+    for (int k = 0; k < kNumStateKinds; ++k) sum += c.resident_bytes[int(Tier::kDevice)][size_t(k)];
+    return sum;
+  };
+  int64_t observed_peak = 0;
+  chunks.SetMomentObserver([&](const ChunkManager&) { observed_peak = std::max(observed_peak, device_chunk_bytes()); });
+  EXPECT_EQ(c.steps_recorded, 0);
+  for (int64_t s = 0; s < 3; ++s) {
+    std::array<std::array<int64_t, kNumStateKinds>, kNumDirections> before{};
+    for (int d = 0; d < kNumDirections; ++d) {
+      for (int k = 0; k < kNumStateKinds; ++k) before[size_t(d)][size_t(k)] = c.moved_kind_bytes[size_t(d)][size_t(k)];
+    }
+    observed_peak = device_chunk_bytes();
+    ASSERT_TRUE((*t)->Step().ok());
+    EXPECT_EQ(c.steps_recorded, s + 1);
+    for (int d = 0; d < kNumDirections; ++d) {
+      for (int k = 0; k < kNumStateKinds; ++k) {
+        int64_t phases = 0;
+        for (int p = 0; p < kNumStepPhases; ++p) phases += c.step_moved_bytes[size_t(p)][size_t(d)][size_t(k)];
+        EXPECT_EQ(phases, c.moved_kind_bytes[size_t(d)][size_t(k)] - before[size_t(d)][size_t(k)])
+            << "step " << s << " " << DirectionName(Direction(d)) << " " << StateKindName(StateKind(k));
+      }
+    }
+    int64_t phase_max = 0;
+    for (int p = 0; p < kNumStepPhases; ++p) {
+      int64_t on_device = 0;
+      for (int k = 0; k < kNumStateKinds; ++k) on_device += c.step_resident_bytes[size_t(p)][int(Tier::kDevice)][size_t(k)];
+      phase_max = std::max(phase_max, on_device);
+    }
+    for (int t_ = 0; t_ < kNumTiers; ++t_) {
+      for (int k = 0; k < kNumStateKinds; ++k) {
+        EXPECT_EQ(c.step_resident_bytes[int(StepPhase::kOptimizer)][size_t(t_)][size_t(k)],
+                  c.resident_bytes[size_t(t_)][size_t(k)])
+            << "step " << s << " tier " << TierName(Tier(t_)) << " " << StateKindName(StateKind(k));
+      }
+    }
+    const int64_t peak = c.step_peak_bytes[int(Tier::kDevice)];
+    EXPECT_GE(peak, phase_max) << "step " << s;
+    EXPECT_GE(peak, observed_peak) << "step " << s;
+    EXPECT_LE(peak, chunks.device_capacity_bytes() - chunks.non_model_bytes()) << "step " << s;
+    // At this budget params stream in during the forward and gradients go home in the backward.
+    const size_t h2d = size_t(Direction::kHostToDevice), d2h = size_t(Direction::kDeviceToHost);
+    EXPECT_GT(c.step_moved_bytes[int(StepPhase::kForward)][h2d][int(StateKind::kParam)], 0) << "step " << s;
+    EXPECT_GT(c.step_moved_bytes[int(StepPhase::kBackward)][d2h][int(StateKind::kGrad)], 0) << "step " << s;
+  }
+}
+
 TEST(ChunkTraining, OptMovesNoMoreThanLruOnTheRecordedTrace) {
   auto data = RandomTokens(3000, 40, 10);
   int strictly_fewer = 0;
