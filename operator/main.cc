@@ -40,6 +40,10 @@ constexpr const char* kUsage =
     "  --cluster-domain DOMAIN         cluster DNS domain (default cluster.local)\n"
     "  --pstar-command CMD             the worker command in pods (default pstar)\n"
     "  --no-node-check                 do not list nodes to check that pods fit\n"
+    "  --gang-scheduler NAME           none (default), volcano, scheduler-plugins or kueue: place each job's\n"
+    "                                  pods together, while the cluster serves that scheduler's API\n"
+    "  --gang-scheduler-name NAME      the pods' schedulerName with it (default: volcano,\n"
+    "                                  scheduler-plugins-scheduler; kueue: the default scheduler)\n"
     "  --qps Q --burst B               client-side API rate limit (default 50, 100)\n"
     "  --sync-timeout SECONDS          how long the caches may take to fill (default 120)\n"
     "  --progress-interval SECONDS     how often status.progress is read from rank 0 (default 30; 0: never)\n"
@@ -108,6 +112,19 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     else if (name == "--cluster-domain") s = take_str(&f.defaults.cluster_domain);
     else if (name == "--pstar-command") s = take_str(&f.defaults.pstar_command);
     else if (name == "--no-node-check") f.node_check = false;
+    else if (name == "--gang-scheduler") {
+      std::string scheduler;
+      s = take_str(&scheduler);
+      if (s.ok()) {
+        Result<GangScheduler> parsed = ParseGangScheduler(scheduler);
+        if (parsed.ok()) {
+          f.defaults.gang.scheduler = *parsed;
+        } else {
+          s = parsed.status();
+        }
+      }
+    }
+    else if (name == "--gang-scheduler-name") s = take_str(&f.defaults.gang.scheduler_name);
     else if (name == "--network-policy") f.defaults.network_policy.enabled = true;
     else if (name == "--progress-interval") s = take_int(0, 86400, &f.progress_interval);
     else if (name == "--monitoring-namespace") s = take_str(&f.defaults.network_policy.monitoring_namespace);

@@ -264,4 +264,115 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(metadata)}, {"spec", std::move(pod_spec)}};
 }
 
+Result<GangScheduler> ParseGangScheduler(const std::string& name) {
+  if (name == "none" || name.empty()) return GangScheduler::kNone;
+  if (name == "volcano") return GangScheduler::kVolcano;
+  if (name == "scheduler-plugins") return GangScheduler::kSchedulerPlugins;
+  if (name == "kueue") return GangScheduler::kKueue;
+  return Status::InvalidArgument("gang scheduler '" + name +
+                                 "' is not one of none, volcano, scheduler-plugins, kueue");
+}
+
+const char* GangSchedulerName(GangScheduler scheduler) {
+  switch (scheduler) {
+    case GangScheduler::kNone: return "none";
+    case GangScheduler::kVolcano: return "volcano";
+    case GangScheduler::kSchedulerPlugins: return "scheduler-plugins";
+    case GangScheduler::kKueue: return "kueue";
+  }
+  return "none";
+}
+
+std::string GangApiGroupVersion(GangScheduler scheduler) {
+  switch (scheduler) {
+    case GangScheduler::kNone: return "";
+    case GangScheduler::kVolcano: return "scheduling.volcano.sh/v1beta1";
+    case GangScheduler::kSchedulerPlugins: return "scheduling.x-k8s.io/v1alpha1";
+    case GangScheduler::kKueue: return "kueue.x-k8s.io/v1beta1";
+  }
+  return "";
+}
+
+std::string PodGroupName(const JobSpec& spec) { return spec.name; }
+
+std::string KueuePodGroupName(const JobSpec& spec, int attempt) {
+  return spec.name + "-" + std::to_string(attempt);
+}
+
+namespace {
+
+int32_t MinMember(const JobSpec& spec) {
+  return spec.run_policy.min_available > 0 ? spec.run_policy.min_available : spec.num_nodes;
+}
+
+// What `members` pods request together: memory from the sizing, the user's
+// other requests (cpu, ...), and a GPU per rank on cuda jobs.
+// A total that overflows is left out (the scheduler then does not pre-check it).
+Json GangRequests(const JobSpec& spec, const PodSizing& sizing, int32_t members) {
+  Json total = Json::object();
+  int64_t product = 0;
+  if (!__builtin_mul_overflow(sizing.request_bytes, int64_t(members), &product)) {
+    total["memory"] = FormatBytesQuantity(product);
+  }
+  Json requests;
+  if (spec.overrides.resources.is_object()) requests = spec.overrides.resources.value("requests", Json());
+  if (requests.is_object()) {
+    for (auto it = requests.begin(); it != requests.end(); ++it) {
+      if (it.key() == "memory" || it.key() == "nvidia.com/gpu") continue;
+      const std::string text = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+      const bool cpu = it.key() == "cpu";
+      Result<int64_t> one = cpu ? ParseCpuMillis(text) : ParseQuantity(text);
+      if (!one.ok() || __builtin_mul_overflow(*one, int64_t(members), &product)) continue;
+      total[it.key()] = cpu ? std::to_string(product) + "m" : std::to_string(product);
+    }
+  }
+  if (spec.device == JobDevice::kCuda) total["nvidia.com/gpu"] = std::to_string(int64_t(spec.nproc_per_node) * members);
+  return total;
+}
+
+}  // namespace
+
+Json DesiredPodGroup(const JobSpec& spec, const PodSizing& sizing, const GangSchedulingOptions& gang) {
+  const int32_t members = MinMember(spec);
+  Json group_spec = {{"minMember", members}, {"minResources", GangRequests(spec, sizing, members)}};
+  if (gang.scheduler == GangScheduler::kVolcano) {
+    if (!spec.run_policy.queue.empty()) group_spec["queue"] = spec.run_policy.queue;
+    if (!spec.overrides.priority_class_name.empty()) group_spec["priorityClassName"] = spec.overrides.priority_class_name;
+  }
+  return {{"apiVersion", GangApiGroupVersion(gang.scheduler)},
+          {"kind", "PodGroup"},
+          {"metadata", Metadata(spec, PodGroupName(spec), JobLabels(spec))},
+          {"spec", std::move(group_spec)}};
+}
+
+void ApplyGangScheduling(const JobSpec& spec, const GangSchedulingOptions& gang, int attempt, Json* pod) {
+  Json& metadata = (*pod)["metadata"];
+  Json& pod_spec = (*pod)["spec"];
+  auto scheduler_name = [&](const char* usual) {
+    if (!spec.overrides.scheduler_name.empty()) return;  // the job's own choice
+    pod_spec["schedulerName"] = gang.scheduler_name.empty() ? usual : gang.scheduler_name;
+  };
+  switch (gang.scheduler) {
+    case GangScheduler::kNone:
+      return;
+    case GangScheduler::kVolcano:
+      metadata["annotations"][kVolcanoGroupAnnotation] = PodGroupName(spec);
+      scheduler_name("volcano");
+      return;
+    case GangScheduler::kSchedulerPlugins:
+      metadata["labels"][kCoschedulingGroupLabel] = PodGroupName(spec);
+      scheduler_name("scheduler-plugins-scheduler");
+      return;
+    case GangScheduler::kKueue:
+      metadata["labels"][kKueueQueueLabel] = spec.run_policy.queue.empty() ? "default" : spec.run_policy.queue;
+      metadata["labels"][kKueuePodGroupLabel] = KueuePodGroupName(spec, attempt);
+      metadata["annotations"][kKueueTotalCountAnnotation] = std::to_string(spec.num_nodes);
+      pod_spec["schedulingGates"] = Json::array({{{"name", kKueueAdmissionGate}}});
+      if (!gang.scheduler_name.empty() && spec.overrides.scheduler_name.empty()) {
+        pod_spec["schedulerName"] = gang.scheduler_name;
+      }
+      return;
+  }
+}
+
 }  // namespace pstar::op

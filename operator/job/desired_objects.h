@@ -47,6 +47,42 @@ struct NetworkPolicyOptions {
   std::map<std::string, std::string> operator_pod_labels;  // selects the operator's pods there
 };
 
+// Gang scheduling (--gang-scheduler): who places a job's pods all at once.
+//   kVolcano           a scheduling.volcano.sh/v1beta1 PodGroup; pods go to
+//                      the Volcano scheduler with the group annotation.
+//   kSchedulerPlugins  a scheduling.x-k8s.io/v1alpha1 PodGroup (the
+//                      coscheduling plugin); pods carry its pod-group label and
+//                      go to the scheduler running that plugin.
+//   kKueue             Kueue's pod-group integration: pods are created gated
+//                      (kueue.x-k8s.io/admission) with the group's name and
+//                      size; Kueue admits the whole group and lifts the gates.
+// Each applies only while the cluster serves its API (the reconciler looks);
+// otherwise pods are scheduled one by one, as with kNone.
+enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins, kKueue };
+
+struct GangSchedulingOptions {
+  GangScheduler scheduler = GangScheduler::kNone;
+  // The pods' schedulerName; "" = the scheduler's usual one ("volcano",
+  // "scheduler-plugins-scheduler"; Kueue pods keep the default scheduler).
+  // A job's own spec.template.spec.schedulerName wins.
+  std::string scheduler_name;
+};
+
+// "none", "volcano", "scheduler-plugins" or "kueue".
+Result<GangScheduler> ParseGangScheduler(const std::string& name);
+const char* GangSchedulerName(GangScheduler scheduler);
+// The API group/version the scheduler's objects need served ("" for kNone).
+std::string GangApiGroupVersion(GangScheduler scheduler);
+
+// Kueue's names for its pod-group integration.
+inline constexpr const char* kKueueQueueLabel = "kueue.x-k8s.io/queue-name";
+inline constexpr const char* kKueuePodGroupLabel = "kueue.x-k8s.io/pod-group-name";
+inline constexpr const char* kKueueTotalCountAnnotation = "kueue.x-k8s.io/pod-group-total-count";
+inline constexpr const char* kKueueAdmissionGate = "kueue.x-k8s.io/admission";
+// Volcano's pod annotation naming the group, and scheduler-plugins' label.
+inline constexpr const char* kVolcanoGroupAnnotation = "scheduling.k8s.io/group-name";
+inline constexpr const char* kCoschedulingGroupLabel = "scheduling.x-k8s.io/pod-group";
+
 struct OperatorDefaults {
   std::string worker_image = "ghcr.io/patrickstar-k8s/pstar-worker:0.1.0";
   // The image of `device: cpu` jobs that name none (a build without CUDA);
@@ -55,6 +91,7 @@ struct OperatorDefaults {
   std::string cluster_domain = "cluster.local";
   std::string pstar_command = "pstar";  // the worker binary in the image
   NetworkPolicyOptions network_policy;
+  GangSchedulingOptions gang;
 };
 
 // The key of the store token in the job's Secret.
@@ -90,5 +127,19 @@ Json DesiredNetworkPolicy(const JobSpec& spec, const NetworkPolicyOptions& optio
 // The pod of node `node_index` (0..numNodes-1) in gang attempt `attempt` (0 first).
 Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, int attempt,
                 const OperatorDefaults& defaults = {});
+
+// The job's PodGroup (<job>, one for every attempt) for kVolcano and
+// kSchedulerPlugins: minMember from schedulingPolicy.minAvailable (default
+// every pod), minResources the requests of that many pods, and for Volcano
+// the queue and priority class.
+std::string PodGroupName(const JobSpec& spec);
+Json DesiredPodGroup(const JobSpec& spec, const PodSizing& sizing, const GangSchedulingOptions& gang);
+// Kueue's pod group of one gang attempt: <job>-<attempt>, so a restarted gang
+// is a new workload rather than a replacement of finished pods.
+std::string KueuePodGroupName(const JobSpec& spec, int attempt);
+// Makes `pod` (a DesiredPod of gang attempt `attempt`) part of its gang for
+// the scheduler. Not part of the pod's spec hash: a scheduler installed or
+// removed later does not restart running gangs.
+void ApplyGangScheduling(const JobSpec& spec, const GangSchedulingOptions& gang, int attempt, Json* pod);
 
 }  // namespace pstar::op

@@ -346,6 +346,7 @@ Status ParseRunPolicy(const Fields& spec, RunPolicy* r) {
   PSTAR_ASSIGN_OR_RETURN(Fields sched, f.Child("schedulingPolicy"));
   PSTAR_RETURN_IF_ERROR(sched.String("priorityClass", &r->priority_class));
   PSTAR_RETURN_IF_ERROR(sched.String("queue", &r->queue));
+  PSTAR_RETURN_IF_ERROR(sched.Int32("minAvailable", 1, kMax32, &r->min_available));
   if (!IsLabelValue(r->queue)) {
     return Invalid(sched.Path("queue"), "'" + r->queue + "' is not a valid label value (at most 63 of A-Z a-z 0-9 . _ -)");
   }
@@ -498,6 +499,7 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "runPolicy.permanentExitCodes",
       "runPolicy.schedulingPolicy.priorityClass",
       "runPolicy.schedulingPolicy.queue",
+      "runPolicy.schedulingPolicy.minAvailable",
       "env",
       "template.metadata.labels",
       "template.metadata.annotations",
@@ -611,6 +613,11 @@ Result<JobSpec> ParseJob(const Json& job) {
   PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
   PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
 
+  if (s.run_policy.min_available > s.num_nodes) {
+    return Status::InvalidArgument("spec.runPolicy.schedulingPolicy.minAvailable must be at most numNodes (" +
+                                   std::to_string(s.num_nodes) + "), got " +
+                                   std::to_string(s.run_policy.min_available));
+  }
   // One priority class, from either place.
   PodOverrides& o = s.overrides;
   const std::string& policy_class = s.run_policy.priority_class;

@@ -69,7 +69,10 @@ struct RunPolicy {
   // code restarts the gang. 2 is pstar's exit code for bad input.
   std::vector<int32_t> permanent_exit_codes = {2};
   std::string priority_class;  // schedulingPolicy.priorityClass
-  std::string queue;           // schedulingPolicy.queue (a label for batch schedulers)
+  std::string queue;           // schedulingPolicy.queue (the batch scheduler's queue)
+  // schedulingPolicy.minAvailable: pods the gang scheduler must place
+  // together; 0 = every pod (numNodes).
+  int32_t min_available = 0;
 };
 
 // How the pod's host memory is sized from the memory plan.

@@ -36,6 +36,14 @@ const ResourceRef& NetworkPolicies() {
   static const ResourceRef r{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true};
   return r;
 }
+const ResourceRef& VolcanoPodGroups() {
+  static const ResourceRef r{"scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", true};
+  return r;
+}
+const ResourceRef& CoschedulingPodGroups() {
+  static const ResourceRef r{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", true};
+  return r;
+}
 const ResourceRef& Events() {
   static const ResourceRef r{"", "v1", "events", "Event", true};
   return r;

@@ -34,5 +34,7 @@ const ResourceRef& Events();
 const ResourceRef& Nodes();             // cluster-scoped
 const ResourceRef& Leases();            // coordination.k8s.io/v1
 const ResourceRef& PatrickStarJobs();   // patrickstar.io/v1alpha1
+const ResourceRef& VolcanoPodGroups();       // scheduling.volcano.sh/v1beta1
+const ResourceRef& CoschedulingPodGroups();  // scheduling.x-k8s.io/v1alpha1 (scheduler-plugins)
 
 }  // namespace pstar::op

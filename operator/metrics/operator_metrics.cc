@@ -84,7 +84,7 @@ class OperatorMetrics::SnapshotCollector : public prometheus::Collectable {
     for (const auto& [r, n] : s.watch_restarts) watches.metric.push_back(Sample({{"resource", r}}, double(n), MetricType::Counter));
     out.push_back(std::move(watches));
     MetricFamily relists = Family("patrickstar_operator_relists_total",
-                                  "Full relists after a watch's resourceVersion expired (410), by resource.",
+                                  "Lists after the first (a watch's resourceVersion expired, or a failed list retried), by resource.",
                                   MetricType::Counter);
     for (const auto& [r, n] : s.relists) relists.metric.push_back(Sample({{"resource", r}}, double(n), MetricType::Counter));
     out.push_back(std::move(relists));

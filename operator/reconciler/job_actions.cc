@@ -559,10 +559,26 @@ JobActions Decider::Run() {
       st_.Set("Schedulable", true, fit.reason, fit.message);
     }
   }
+  // Gang scheduling: the PodGroup goes before a new gang's pods (it is
+  // made once per job and kept across attempts: 409 on a later gang).
+  const GangSchedulingOptions& gang_options = defaults_.gang;
+  const bool gang_scheduled = gang_options.scheduler != GangScheduler::kNone && o_.gang_api_served;
+  if (gang.empty() && gang_options.scheduler != GangScheduler::kNone) {
+    if (!gang_scheduled) {
+      a_.events.push_back({"Warning", "GangSchedulingUnavailable",
+                           std::string("the cluster does not serve ") + GangApiGroupVersion(gang_options.scheduler) +
+                               " (" + GangSchedulerName(gang_options.scheduler) +
+                               "): the pods are scheduled one by one"});
+    } else if (gang_options.scheduler != GangScheduler::kKueue) {
+      a_.create.push_back(DesiredPodGroup(*spec, *sizing, gang_options));
+    }
+  }
   int missing = 0;
   for (int i = 0; i < spec->num_nodes; ++i) {
     if (!gang.count(i)) {
-      a_.create.push_back(PodWithHash(*spec, *sizing, i, int(restarts)));
+      Json pod = PodWithHash(*spec, *sizing, i, int(restarts));
+      if (gang_scheduled) ApplyGangScheduling(*spec, gang_options, int(restarts), &pod);
+      a_.create.push_back(std::move(pod));
       ++missing;
     }
   }

@@ -46,6 +46,9 @@ struct JobObservation {
   // The training progress last read from rank 0 (ProgressStatus), or null.
   Json progress;
   std::vector<Json> nodes;  // every Node (empty: not known, fit unchecked)
+  // Whether the cluster serves the API of the operator's gang scheduler
+  // (OperatorDefaults::gang); without it pods are scheduled one by one.
+  bool gang_api_served = false;
   WallTime now;
   std::shared_ptr<const JobPlan> plan;  // null: computed from `job`, unless pending
   // The plan is being made elsewhere (JobPlanner): nothing is decided yet.
@@ -63,7 +66,7 @@ struct JobActions {
   // was stale, and nothing else is done before the job is read again.
   std::optional<Json> status;
   std::vector<std::string> delete_pods;
-  std::vector<Json> create;  // Service, ConfigMap, Secret, NetworkPolicy and Pods, in that order
+  std::vector<Json> create;  // Service, ConfigMap, Secret, NetworkPolicy, PodGroup and Pods, in that order
   std::vector<Json> replace; // objects to update (PUT with their resourceVersion)
   bool delete_job = false;   // ttlSecondsAfterFinished has passed
   std::vector<JobEvent> events;

@@ -26,6 +26,10 @@ const ResourceRef& RefFor(const Json& object) {
   if (kind == "ConfigMap") return ConfigMaps();
   if (kind == "Secret") return Secrets();
   if (kind == "NetworkPolicy") return NetworkPolicies();
+  if (kind == "PodGroup") {
+    return object.value("apiVersion", "") == VolcanoPodGroups().api_version() ? VolcanoPodGroups()
+                                                                               : CoschedulingPodGroups();
+  }
   return Pods();
 }
 
@@ -233,6 +237,30 @@ void JobReconciler::RunWorker() {
   }
 }
 
+bool JobReconciler::GangApiServed() {
+  const GangScheduler scheduler = options_.defaults.gang.scheduler;
+  if (scheduler == GangScheduler::kNone) return false;
+  std::lock_guard<std::mutex> lock(gang_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (gang_checked_ && now - gang_checked_at_ < kGangApiRecheck) return gang_api_served_;
+  // The group/version's resource list: served when it lists the resource the
+  // scheduler's objects (or, for Kueue, its workloads) live in.
+  const std::string wanted = scheduler == GangScheduler::kKueue ? "workloads" : "podgroups";
+  ApiResponse r = client_.Raw("GET", "/apis/" + GangApiGroupVersion(scheduler));
+  if (r.ok() || r.not_found()) {
+    bool served = false;
+    if (r.ok() && r.body.is_object() && r.body.contains("resources") && r.body["resources"].is_array()) {
+      for (const Json& resource : r.body["resources"]) {
+        if (resource.is_object() && resource.value("name", "") == wanted) served = true;
+      }
+    }
+    gang_api_served_ = served;
+    gang_checked_ = true;
+    gang_checked_at_ = now;
+  }  // any other answer says nothing: keep what was known (or "not served" at first)
+  return gang_api_served_;
+}
+
 JobObservation JobReconciler::Observe(const Json& job) {
   JobObservation o;
   o.job = job;
@@ -259,6 +287,7 @@ JobObservation JobReconciler::Observe(const Json& job) {
   if (nodes_) {
     for (const auto& node : nodes_->List()) o.nodes.push_back(*node);
   }
+  o.gang_api_served = GangApiServed();
   o.now = std::chrono::system_clock::now();
   o.plan = planner_->Find(ObjectKey(job), job);
   o.plan_pending = o.plan == nullptr;

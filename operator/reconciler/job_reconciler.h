@@ -72,6 +72,10 @@ class JobReconciler {
   // ExitedWithCode, with the exit code and the container's reason (OOMKilled).
   void RecordPodExit(const Json& before, const Json& after);
   JobObservation Observe(const Json& job);
+  // Whether the cluster serves the gang scheduler's API, looked up at most
+  // once per kGangApiRecheck (a scheduler installed later is picked up).
+  bool GangApiServed();
+  static constexpr std::chrono::seconds kGangApiRecheck{30};
   void RecordEvents(const Json& job, const std::vector<JobEvent>& events);
   Status ApiFailure(const std::string& verb, const ResourceRef& ref, const ApiResponse& response);
 
@@ -96,6 +100,10 @@ class JobReconciler {
   std::map<std::string, std::string> create_failures_;
   std::map<std::string, std::string> reported_refusals_;
   std::atomic<uint64_t> event_seq_{0};
+  std::mutex gang_mu_;
+  bool gang_checked_ = false;
+  bool gang_api_served_ = false;
+  std::chrono::steady_clock::time_point gang_checked_at_;
   std::unique_ptr<JobPlanner> planner_;  // declared last: their threads call into the queue
   std::unique_ptr<ProgressPoller> progress_;
 };

@@ -379,6 +379,9 @@ class RbacTest(unittest.TestCase):
             ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
             ("", "secrets"): {"get", "list", "watch", "create", "delete"},
             ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "delete"},
+            # Each only with its operator.gangScheduler (test_gang_rules_follow_the_scheduler).
+            ("scheduling.volcano.sh", "podgroups"): {"get", "create"},
+            ("scheduling.x-k8s.io", "podgroups"): {"get", "create"},
             ("", "events"): {"create", "patch"},
         },
         "nodes": {("", "nodes"): {"get", "list", "watch"}},
@@ -417,6 +420,12 @@ class RbacTest(unittest.TestCase):
         for rule in role["rules"]:
             if set(rule["verbs"]) & {"get", "update"}:
                 self.assertIn("resourceNames", rule)
+
+    def test_gang_rules_follow_the_scheduler(self):
+        self.assertIn('{{- if eq .Values.operator.gangScheduler "volcano" }}\n  - apiGroups: [scheduling.volcano.sh]',
+                      self.text)
+        self.assertIn('{{- else if eq .Values.operator.gangScheduler "scheduler-plugins" }}\n'
+                      '  - apiGroups: [scheduling.x-k8s.io]', self.text)
 
     def test_scope_follows_watch_namespace(self):
         self.assertIn('ternary "Role" "ClusterRole" (ne $watchNs "")', self.text)

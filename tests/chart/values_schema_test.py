@@ -107,6 +107,7 @@ class ValuesSchemaTest(unittest.TestCase):
             ("worker.image.repository", "", "worker.image.repository", "is too short"),
             ("worker.command", "", "worker.command", "is too short"),
             ("crds.install", "true", "crds.install", "is not of type 'boolean'"),
+            ("operator.gangScheduler", "slurm", "operator.gangScheduler", "is not one of"),
             ("dashboards.labels", {"grafana_dashboard": 1}, "dashboards.labels.grafana_dashboard",
              "is not of type 'string'"),
         ]
@@ -120,7 +121,8 @@ class ValuesSchemaTest(unittest.TestCase):
         for dotted, value in [("operator.workers", 16), ("operator.image.digest", "sha256:" + "a" * 64),
                               ("operator.watchNamespace", "research"), ("metrics.serviceMonitor.interval", "1m30s"),
                               ("operator.resources.limits.cpu", 2), ("operator.resources.requests.memory", "1.5Gi"),
-                              ("networkPolicy.enabled", False), ("operator.tolerations",
+                              ("networkPolicy.enabled", False), ("operator.gangScheduler", "kueue"),
+                              ("operator.tolerations",
                                                                  [{"key": "gpu", "operator": "Exists"}])]:
             with self.subTest(value=dotted):
                 self.assertEqual(self.errors(with_value(self.values, dotted, value)), [])

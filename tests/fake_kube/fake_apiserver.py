@@ -2,7 +2,8 @@
 """A loopback fake Kubernetes API server for tests (see README.md).
 
 Usage: fake_apiserver.py [--port N] [--port-file F] [--tls-dir D] [--token T]
-                         [--kubeconfig-out K] [--kubelet --bin-dir B --work-dir W --node NAME:MEM:CPU[:GPU]]"""
+                         [--kubeconfig-out K] [--kubelet --bin-dir B --work-dir W --node NAME:MEM:CPU[:GPU]]
+                         [--gang-scheduler volcano|scheduler-plugins|kueue ...]"""
 
 import argparse
 import base64
@@ -16,6 +17,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gang  # noqa: E402
 import http_api  # noqa: E402
 from kubelet import Kubelet, make_node  # noqa: E402
 from registry import Registry  # noqa: E402
@@ -94,10 +96,13 @@ def main(argv=None):
     ap.add_argument("--node", action="append", type=parse_node, default=[])
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
     ap.add_argument("--event-history", type=int, default=10000)
+    ap.add_argument("--gang-scheduler", action="append", default=[],
+                    help="serve this gang scheduler's API and play its part: volcano, scheduler-plugins, kueue")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
 
     registry = Registry()
+    gang.register(registry, args.gang_scheduler)
     store = Store(registry, args.event_history)
     ns_type = registry.lookup("", "v1", "namespaces")
     for ns in INITIAL_NAMESPACES:
@@ -106,7 +111,7 @@ def main(argv=None):
     kubelet = None
     if args.kubelet:
         work_dir = args.work_dir or tempfile.mkdtemp(prefix="fake-kubelet-")
-        kubelet = Kubelet(store, args.bin_dir, work_dir)
+        kubelet = Kubelet(store, args.bin_dir, work_dir, args.gang_scheduler)
         node_type = registry.lookup("", "v1", "nodes")
         for name, mem, cpu, gpu in args.node or [("node-1", "64Gi", "16", None)]:
             store.create(node_type, None, make_node(name, mem, cpu, gpu))

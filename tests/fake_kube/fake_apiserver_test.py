@@ -572,6 +572,82 @@ class KubeletTest(ServerTestCase):
         wait_for(lambda: not alive(info["children"][0]), what="the child killed with the group")
 
 
+class GangSchedulerTest(ServerTestCase):
+    """The gang schedulers the server plays: served APIs, and pods placed only as whole groups."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="fake-kube-gang-")
+        cls.s = Server("--kubelet", "--work-dir", cls.work, "--gang-scheduler", "volcano",
+                       "--gang-scheduler", "kueue")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+        super().tearDownClass()
+
+    PODS = "/api/v1/namespaces/default/pods"
+
+    def pod(self, name, metadata=None, **spec):
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": dict({"name": name}, **(metadata or {})),
+                "spec": dict({"restartPolicy": "Never",
+                              "containers": [{"name": "main", "image": "none", "command": ["true"]}]}, **spec)}
+        return self.s.ok("POST", self.PODS, body)
+
+    def scheduled(self, name):
+        p = self.s.ok("GET", self.PODS + "/" + name)
+        cond = [c for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
+        return p, (cond[0] if cond else None)
+
+    def test_discovery_serves_only_the_chosen_schedulers(self):
+        self.assertEqual(self.s.req("GET", "/apis/scheduling.volcano.sh/v1beta1")[0], 200)
+        self.assertEqual(self.s.req("GET", "/apis/kueue.x-k8s.io/v1beta1")[0], 200)
+        self.assertEqual(self.s.req("GET", "/apis/scheduling.x-k8s.io/v1alpha1")[0], 404)
+
+    def test_volcano_places_a_group_only_at_min_member(self):
+        volcano = {"annotations": {"scheduling.k8s.io/group-name": "g"}}
+        self.pod("v0", volcano, schedulerName="volcano")
+        _, cond = wait_for(lambda: (lambda r: r if r[1] else None)(self.scheduled("v0")), what="a decision")
+        self.assertEqual((cond["status"], cond["reason"]), ("False", "Unschedulable"))
+        self.assertIn("pod group g does not exist", cond["message"])
+        self.s.ok("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups",
+                  {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "g"},
+                   "spec": {"minMember": 2}})
+        wait_for(lambda: "has 1 of its minMember 2" in (self.scheduled("v0")[1] or {}).get("message", ""),
+                 what="waiting for the second member")
+        self.assertFalse(self.scheduled("v0")[0]["spec"].get("nodeName"))
+        self.pod("v1", volcano, schedulerName="volcano")
+        for name in ("v0", "v1"):
+            wait_for(lambda: self.scheduled(name)[0]["spec"].get("nodeName"), what=name + " placed")
+        # A scheduler the server does not play never places its pods.
+        self.pod("sp", {"labels": {"scheduling.x-k8s.io/pod-group": "g"}}, schedulerName="scheduler-plugins-scheduler")
+        _, cond = wait_for(lambda: (lambda r: r if r[1] else None)(self.scheduled("sp")), what="a decision")
+        self.assertIn("no scheduler named scheduler-plugins-scheduler", cond["message"])
+
+    def test_kueue_admits_a_complete_group_with_its_queue(self):
+        def member(name):
+            return self.pod(name, {"labels": {"kueue.x-k8s.io/queue-name": "lq",
+                                              "kueue.x-k8s.io/pod-group-name": "kg"},
+                                   "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"}},
+                            schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+        member("k0")
+        _, cond = wait_for(lambda: (lambda r: r if r[1] else None)(self.scheduled("k0")), what="a decision")
+        self.assertEqual(cond["reason"], "SchedulingGated")
+        member("k1")  # the group is whole, but its LocalQueue does not exist
+        time.sleep(1.0)
+        for name in ("k0", "k1"):
+            self.assertTrue(self.scheduled(name)[0]["spec"].get("schedulingGates"), name)
+        self.s.ok("POST", "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues",
+                  {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "lq"},
+                   "spec": {"clusterQueue": "cq"}})
+        for name in ("k0", "k1"):
+            wait_for(lambda: self.scheduled(name)[0]["spec"].get("nodeName"), what=name + " admitted and placed")
+            self.assertNotIn("schedulingGates", self.scheduled(name)[0]["spec"])
+        wl = self.s.ok("GET", "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads/kg")
+        self.assertEqual(wl["spec"]["podSets"][0]["count"], 2)
+        self.assertEqual(wl["status"]["conditions"][0]["type"], "Admitted")
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_kills_pod_processes(self):
         s = Server("--kubelet")

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 
+from gang import GangSchedulers
 from store import now_rfc3339
 
 _DNS_RE = re.compile(r"(?<![-a-z0-9.])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\.([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\."
@@ -110,8 +111,9 @@ def make_node(name, memory, cpu, gpu=None):
 
 
 class Kubelet:
-    def __init__(self, store, bin_dir, work_dir):
+    def __init__(self, store, bin_dir, work_dir, gang_schedulers=()):
         self.store = store
+        self.gang = GangSchedulers(store, gang_schedulers)
         self.bin_dir = os.path.abspath(bin_dir) if bin_dir else None
         self.work_dir = os.path.abspath(work_dir)
         self.lock = threading.Lock()
@@ -131,7 +133,8 @@ class Kubelet:
     # ---- hooks called under the store lock -------------------------------
 
     def _on_event(self, ev):
-        if ev.skey in ("/pods", "/nodes", "/configmaps", "/secrets"):
+        if ev.skey in ("/pods", "/nodes", "/configmaps", "/secrets", "scheduling.volcano.sh/podgroups",
+                       "scheduling.x-k8s.io/podgroups", "kueue.x-k8s.io/localqueues"):
             self.wake.set()
 
     def _pod_busy(self, pod):
@@ -240,6 +243,7 @@ class Kubelet:
         present = set()
         usage = None
         self._dns_index = None
+        self.gang.admit_kueue_groups(pods)
         for pod in pods:
             meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
             uid = meta["uid"]
@@ -258,7 +262,14 @@ class Kubelet:
             if status.get("phase") in ("Succeeded", "Failed") or proc:
                 continue
             node = spec.get("nodeName")
+            if not node and spec.get("schedulingGates"):
+                self._mark_unschedulable(pod, "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+                continue
             if not node:
+                may, why = self.gang.may_place(pod, pods)
+                if not may:
+                    self._mark_unschedulable(pod, "Unschedulable", why)
+                    continue
                 if usage is None:
                     usage = self._usage(pods)
                 self._schedule(pod, nodes, usage)
@@ -321,18 +332,22 @@ class Kubelet:
             return
         msg = "0/%d nodes are available: %s." % (len(nodes), ", ".join(
             "%d %s" % (n, r) for r, n in sorted(reasons.items())) or "no nodes registered")
+        self._mark_unschedulable(pod, "Unschedulable", msg)
+
+    def _mark_unschedulable(self, pod, reason, msg):
+        """Pending with PodScheduled False (reason, msg), written only when it changes."""
         meta = pod["metadata"]
 
         def unschedulable(p):
             conds = (p.get("status") or {}).get("conditions") or []
             for c in conds:
-                if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" \
+                if c.get("type") == "PodScheduled" and c.get("reason") == reason \
                         and c.get("message") == msg:
                     return None
             st = p.setdefault("status", {})
             st["phase"] = "Pending"
             st["conditions"] = [c for c in conds if c.get("type") != "PodScheduled"] + [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg,
+                {"type": "PodScheduled", "status": "False", "reason": reason, "message": msg,
                  "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]
             return p
         self.store.mutate("/pods", meta.get("namespace"), meta["name"], unschedulable, meta["uid"])

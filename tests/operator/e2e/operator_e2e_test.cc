@@ -79,9 +79,11 @@ double Series(const std::string& text, const std::string& series) {
 
 class OperatorE2e : public ::testing::Test {
  protected:
-  void StartServer(bool kubelet, std::vector<std::string> nodes = {"node-1:16Gi:8"}) {
+  void StartServer(bool kubelet, std::vector<std::string> nodes = {"node-1:16Gi:8"},
+                   std::vector<std::string> extra_args = {}) {
     FakeApiServerOptions o;
     o.kubelet = kubelet;
+    o.extra_args = std::move(extra_args);
     o.bin_dir = BinDir();
     o.nodes = std::move(nodes);
     auto s = FakeApiServer::Start(o);
@@ -286,6 +288,104 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   EXPECT_EQ(Series(metrics, "patrickstar_operator_job_restarts{name=\"tiny\",namespace=\"default\"}"), 0) << metrics;
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/readyz").status_line, "HTTP/1.1 200 OK");
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
+}
+
+// Gang scheduling with a PodGroup: the operator makes the group before the
+// pods, the pods name it and go to its scheduler, which (the fake server plays
+// it) places them only once minMember of them wait; the gang trains.
+TEST_F(OperatorE2e, PodGroupSchedulersPlaceTheGangTogether) {
+  struct Case {
+    std::string scheduler, group_path, scheduler_name;
+  };
+  for (const Case& c : {Case{"volcano", "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/", "volcano"},
+                        Case{"scheduler-plugins", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/",
+                             "scheduler-plugins-scheduler"}}) {
+    SCOPED_TRACE(c.scheduler);
+    StartServer(/*kubelet=*/true, {"node-1:16Gi:8"}, {"--gang-scheduler", c.scheduler});
+    OperatorProcess op(*server_, {"--gang-scheduler", c.scheduler});
+    const std::string name = "gang-" + c.scheduler;
+    Json job = TinyJob(name, 6);
+    job["spec"]["runPolicy"]["schedulingPolicy"] = {{"queue", "research"}};
+    Create(job);
+    ASSERT_TRUE(WaitForPhase(name, "Succeeded", seconds(180))) << Describe(name);
+    ApiResponse group = server_->Get(c.group_path + name);
+    ASSERT_TRUE(group.ok()) << group.error;
+    EXPECT_EQ(group.body["spec"]["minMember"], 2);
+    EXPECT_TRUE(group.body["spec"]["minResources"]["memory"].is_string()) << group.body.dump();
+    EXPECT_EQ(group.body["metadata"]["ownerReferences"][0]["uid"], Job(name)["metadata"]["uid"]);
+    if (c.scheduler == "volcano") EXPECT_EQ(group.body["spec"]["queue"], "research");
+    const std::vector<Json> pods = Pods("patrickstar.io/job-name=" + name);
+    ASSERT_EQ(pods.size(), 2u);
+    for (const Json& pod : pods) EXPECT_EQ(pod["spec"]["schedulerName"], c.scheduler_name) << pod.dump();
+  }
+}
+
+// Kueue's pod groups: the gang's pods are created gated, wait while their
+// LocalQueue does not exist, and are admitted and ungated all together once
+// it does (the fake server plays Kueue).
+TEST_F(OperatorE2e, KueueAdmitsTheWholeGangAndLiftsTheGates) {
+  StartServer(/*kubelet=*/true, {"node-1:16Gi:8"}, {"--gang-scheduler", "kueue"});
+  OperatorProcess op(*server_, {"--gang-scheduler", "kueue"});
+  Json job = TinyJob("queued", 6);
+  job["spec"]["runPolicy"]["schedulingPolicy"] = {{"queue", "team-a"}};
+  Create(job);
+  auto gated = [&] {
+    const std::vector<Json> pods = Pods("patrickstar.io/job-name=queued");
+    if (pods.size() != 2) return false;
+    for (const Json& pod : pods) {
+      bool waiting = false;
+      for (const Json& c : pod["status"].value("conditions", Json::array())) {
+        waiting = waiting || (c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated");
+      }
+      if (!waiting) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitFor(gated, seconds(60))) << Describe("queued");
+  for (const Json& pod : Pods("patrickstar.io/job-name=queued")) {
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"], "queued-0");
+    EXPECT_EQ(pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"], "2");
+    EXPECT_EQ(pod["spec"]["schedulingGates"][0]["name"], "kueue.x-k8s.io/admission");
+  }
+  EXPECT_NE(Phase("queued"), "Running");
+
+  const Json queue = {{"apiVersion", "kueue.x-k8s.io/v1beta1"},
+                      {"kind", "LocalQueue"},
+                      {"metadata", {{"name", "team-a"}, {"namespace", kNs}}},
+                      {"spec", {{"clusterQueue", "cluster-queue"}}}};
+  ApiResponse made = server_->Post("/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues", queue);
+  ASSERT_TRUE(made.ok()) << made.error;
+  ASSERT_TRUE(WaitForPhase("queued", "Succeeded", seconds(180))) << Describe("queued");
+  ApiResponse workload = server_->Get("/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads/queued-0");
+  ASSERT_TRUE(workload.ok()) << workload.error;
+  EXPECT_EQ(workload.body["spec"]["podSets"][0]["count"], 2);
+  for (const Json& pod : Pods("patrickstar.io/job-name=queued")) {
+    EXPECT_FALSE(pod["spec"].contains("schedulingGates")) << pod.dump();
+  }
+}
+
+// A gang scheduler whose API the cluster does not serve: no PodGroup, pods
+// for the default scheduler, and a warning saying so; the job still trains.
+TEST_F(OperatorE2e, AGangSchedulerTheClusterDoesNotServeFallsBackWithAWarning) {
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_, {"--gang-scheduler", "volcano"});
+  Create(TinyJob("plain", 4));
+  ASSERT_TRUE(WaitForPhase("plain", "Succeeded", seconds(180))) << Describe("plain");
+  for (const Json& pod : Pods("patrickstar.io/job-name=plain")) {
+    EXPECT_EQ(pod["spec"].value("schedulerName", ""), "default-scheduler") << pod.dump();  // the API's default
+    EXPECT_FALSE(pod["metadata"].value("annotations", Json::object()).contains("scheduling.k8s.io/group-name"));
+  }
+  ApiResponse events = server_->client().List(op::Events(), kNs, {});
+  ASSERT_TRUE(events.ok()) << events.error;
+  bool warned = false;
+  for (const Json& e : events.body["items"]) {
+    if (e.value("reason", "") == "GangSchedulingUnavailable") {
+      warned = true;
+      EXPECT_NE(e.value("message", "").find("scheduling.volcano.sh/v1beta1"), std::string::npos) << e.dump();
+    }
+  }
+  EXPECT_TRUE(warned) << events.body.dump();
 }
 
 // status.progress follows rank 0's metrics, and kubectl get shows it.

@@ -375,3 +375,84 @@ TEST(DesiredPodTest, Deterministic) {
 
 }  // namespace
 }  // namespace pstar::op
+
+namespace pstar::op {
+namespace {
+
+// The PodGroup asks for what minMember pods request together.
+TEST(GangSchedulingTest, PodGroupsCarryMinMemberAndTheGangsRequests) {
+  Json job = test::FullJob();
+  job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "research";
+  job["spec"]["runPolicy"]["schedulingPolicy"].erase("minAvailable");  // default: every pod
+  const JobSpec spec = MustParse(job);
+  const PodSizing sizing = MustSize(spec);
+  const int n = spec.num_nodes;
+  ASSERT_GT(n, 1);
+  const Json volcano = DesiredPodGroup(spec, sizing, {GangScheduler::kVolcano, ""});
+  EXPECT_EQ(volcano["apiVersion"], "scheduling.volcano.sh/v1beta1");
+  EXPECT_EQ(volcano["kind"], "PodGroup");
+  EXPECT_EQ(volcano["metadata"]["name"], spec.name);
+  EXPECT_EQ(volcano["metadata"]["ownerReferences"][0]["uid"], spec.uid);
+  EXPECT_EQ(volcano["spec"]["minMember"], n);
+  EXPECT_EQ(volcano["spec"]["queue"], "research");
+  EXPECT_EQ(volcano["spec"]["minResources"]["memory"], FormatBytesQuantity(sizing.request_bytes * n));
+  EXPECT_EQ(volcano["spec"]["minResources"]["cpu"], std::to_string(8000 * n) + "m");
+  EXPECT_EQ(volcano["spec"]["minResources"]["nvidia.com/gpu"], std::to_string(4 * n));
+
+  job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] = 1;
+  const JobSpec one = MustParse(job);
+  const Json plugins = DesiredPodGroup(one, sizing, {GangScheduler::kSchedulerPlugins, ""});
+  EXPECT_EQ(plugins["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ(plugins["spec"]["minMember"], 1);
+  EXPECT_FALSE(plugins["spec"].contains("queue")) << "a Volcano field";
+  EXPECT_EQ(plugins["spec"]["minResources"]["nvidia.com/gpu"], "4");
+}
+
+TEST(GangSchedulingTest, PodsNameTheirGroupAndScheduler) {
+  Json job = test::MinimalJob();
+  job["spec"]["numNodes"] = 3;
+  const JobSpec spec = MustParse(job);
+  const PodSizing sizing = MustSize(spec);
+  const Json plain = DesiredPod(spec, sizing, 1, 2);
+
+  Json volcano = plain;
+  ApplyGangScheduling(spec, {GangScheduler::kVolcano, ""}, 2, &volcano);
+  EXPECT_EQ(volcano["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(volcano["metadata"]["annotations"][kVolcanoGroupAnnotation], PodGroupName(spec));
+
+  Json plugins = plain;
+  ApplyGangScheduling(spec, {GangScheduler::kSchedulerPlugins, "my-coscheduler"}, 2, &plugins);
+  EXPECT_EQ(plugins["spec"]["schedulerName"], "my-coscheduler");
+  EXPECT_EQ(plugins["metadata"]["labels"][kCoschedulingGroupLabel], PodGroupName(spec));
+
+  Json kueue = plain;
+  ApplyGangScheduling(spec, {GangScheduler::kKueue, ""}, 2, &kueue);
+  EXPECT_FALSE(kueue["spec"].contains("schedulerName"));
+  EXPECT_EQ(kueue["metadata"]["labels"][kKueueQueueLabel], "default");
+  EXPECT_EQ(kueue["metadata"]["labels"][kKueuePodGroupLabel], spec.name + "-2");
+  EXPECT_EQ(kueue["metadata"]["annotations"][kKueueTotalCountAnnotation], "3");
+  EXPECT_EQ(kueue["spec"]["schedulingGates"], Json::parse(R"([{"name": "kueue.x-k8s.io/admission"}])"));
+
+  Json none = plain;
+  ApplyGangScheduling(spec, {GangScheduler::kNone, "ignored"}, 2, &none);
+  EXPECT_EQ(none, plain);
+
+  // The job's own scheduler wins.
+  job["spec"]["template"]["spec"]["schedulerName"] = "team-scheduler";
+  const JobSpec own = MustParse(job);
+  Json mine = DesiredPod(own, sizing, 0, 0);
+  ApplyGangScheduling(own, {GangScheduler::kVolcano, ""}, 0, &mine);
+  EXPECT_EQ(mine["spec"]["schedulerName"], "team-scheduler");
+}
+
+TEST(GangSchedulingTest, SchedulerNamesParse) {
+  for (GangScheduler s : {GangScheduler::kNone, GangScheduler::kVolcano, GangScheduler::kSchedulerPlugins,
+                          GangScheduler::kKueue}) {
+    EXPECT_EQ(*ParseGangScheduler(GangSchedulerName(s)), s);
+  }
+  EXPECT_FALSE(ParseGangScheduler("slurm").ok());
+  EXPECT_EQ(GangApiGroupVersion(GangScheduler::kKueue), "kueue.x-k8s.io/v1beta1");
+}
+
+}  // namespace
+}  // namespace pstar::op

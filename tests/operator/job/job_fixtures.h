@@ -51,7 +51,7 @@ inline Json FullJob() {
       "runPolicy": {"backoffLimit": 5, "activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": 600,
                     "cleanPodPolicy": "All", "suspend": false, "restartPolicy": "OnFailure",
                     "permanentExitCodes": [2, 3, 127],
-                    "schedulingPolicy": {"priorityClass": "high", "queue": "research-gpu"}},
+                    "schedulingPolicy": {"priorityClass": "high", "queue": "research-gpu", "minAvailable": 2}},
       "env": [{"name": "HF_HOME", "value": "/cache/hf"},
               {"name": "RUN_ID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.uid"}}}],
       "template": {

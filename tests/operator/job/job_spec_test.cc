@@ -214,6 +214,14 @@ TEST(ParseJobTest, UnknownFieldsAreNamed) {
   job["spec"]["runPolicy"] = {{"schedulingPolicy", {{"queueName", "q"}}}};
   EXPECT_EQ(ErrorOf(job).rfind("spec.runPolicy.schedulingPolicy: unknown field queueName", 0), 0u);
   job = MinimalJob();
+  job["spec"]["numNodes"] = 2;
+  job["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 3}}}};
+  EXPECT_EQ(ErrorOf(job), "spec.runPolicy.schedulingPolicy.minAvailable must be at most numNodes (2), got 3");
+  job["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 0}}}};
+  EXPECT_NE(ErrorOf(job).find("spec.runPolicy.schedulingPolicy.minAvailable"), std::string::npos) << ErrorOf(job);
+  job["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 2}}}};
+  EXPECT_EQ(MustParse(job).run_policy.min_available, 2);
+  job = MinimalJob();
   job["spec"]["template"] = {{"spec", {{"nodeSelectors", {{"a", "b"}}}}}};
   EXPECT_EQ(ErrorOf(job).rfind("spec.template.spec: unknown field nodeSelectors", 0), 0u);
   job = MinimalJob();
