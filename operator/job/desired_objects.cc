@@ -220,6 +220,9 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
                        {"protocol", "TCP"}});
     }
   }
+  if (o.ports.is_array()) {
+    for (const Json& p : o.ports) ports.push_back(p);
+  }
 
   Json mounts = Json::array();
   mounts.push_back({{"name", kConfigVolume}, {"mountPath", kConfigDir}, {"readOnly", true}});
@@ -244,13 +247,34 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
                     {"resources", Resources(spec, sizing)},
                     {"volumeMounts", std::move(mounts)}};
   if (!spec.image_pull_policy.empty()) container["imagePullPolicy"] = spec.image_pull_policy;
-  if (o.security_context.is_object()) container["securityContext"] = o.security_context;
+  // What a Pod Security "restricted" namespace requires of a container, under
+  // the user's own settings (theirs win key by key: an image that must run
+  // as root says runAsNonRoot: false).
+  Json security = {{"allowPrivilegeEscalation", false},
+                   {"capabilities", {{"drop", Json::array({"ALL"})}}},
+                   {"runAsNonRoot", true},
+                   {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+  if (o.security_context.is_object()) {
+    for (auto it = o.security_context.begin(); it != o.security_context.end(); ++it) security[it.key()] = it.value();
+  }
+  container["securityContext"] = std::move(security);
+  // The rest of the worker container as the template gives it (the image and
+  // pull policy from there when spec.image names none).
+  for (auto it = o.worker_fields.begin(); it != o.worker_fields.end(); ++it) {
+    if (it.key() == "image" && !spec.image.empty()) continue;
+    if (it.key() == "imagePullPolicy" && !spec.image_pull_policy.empty()) continue;
+    if (it.key() == "image" || it.key() == "imagePullPolicy" || !container.contains(it.key())) {
+      container[it.key()] = it.value();
+    }
+  }
 
+  Json containers = Json::array({std::move(container)});
+  for (const Json& sidecar : o.sidecars) containers.push_back(sidecar);
   Json pod_spec = {{"restartPolicy", "Never"},
                    {"hostname", PodName(spec, node_index)},
                    {"subdomain", ServiceName(spec)},
                    {"terminationGracePeriodSeconds", o.termination_grace_period_seconds},
-                   {"containers", Json::array({std::move(container)})},
+                   {"containers", std::move(containers)},
                    {"volumes", std::move(volumes)}};
   if (o.node_selector.is_object()) pod_spec["nodeSelector"] = o.node_selector;
   if (o.tolerations.is_array()) pod_spec["tolerations"] = o.tolerations;
@@ -260,6 +284,7 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   if (!o.priority_class_name.empty()) pod_spec["priorityClassName"] = o.priority_class_name;
   if (!o.scheduler_name.empty()) pod_spec["schedulerName"] = o.scheduler_name;
   if (o.pod_security_context.is_object()) pod_spec["securityContext"] = o.pod_security_context;
+  for (auto it = o.pod_fields.begin(); it != o.pod_fields.end(); ++it) pod_spec[it.key()] = it.value();
 
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(metadata)}, {"spec", std::move(pod_spec)}};
 }
@@ -367,7 +392,9 @@ void ApplyGangScheduling(const JobSpec& spec, const GangSchedulingOptions& gang,
       metadata["labels"][kKueueQueueLabel] = spec.run_policy.queue.empty() ? "default" : spec.run_policy.queue;
       metadata["labels"][kKueuePodGroupLabel] = KueuePodGroupName(spec, attempt);
       metadata["annotations"][kKueueTotalCountAnnotation] = std::to_string(spec.num_nodes);
-      pod_spec["schedulingGates"] = Json::array({{{"name", kKueueAdmissionGate}}});
+      // After the job's own gates, if any.
+      if (!pod_spec["schedulingGates"].is_array()) pod_spec["schedulingGates"] = Json::array();
+      pod_spec["schedulingGates"].push_back({{"name", kKueueAdmissionGate}});
       if (!gang.scheduler_name.empty() && spec.overrides.scheduler_name.empty()) {
         pod_spec["schedulerName"] = gang.scheduler_name;
       }

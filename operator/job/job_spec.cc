@@ -174,6 +174,16 @@ Status CheckKnownKeys(const Json& object, const std::string& table_prefix, const
     const std::string rest = p.substr(table_prefix.size());
     allowed.insert(rest.substr(0, rest.find('.')));
   }
+  if (table_prefix == "template.spec.") {
+    for (const std::string& name : PodSpecPassThroughFields()) allowed.insert(name);
+    for (const char* owned : {"hostname", "subdomain", "restartPolicy", "ephemeralContainers"}) {
+      if (object.contains(owned)) {
+        return Status::InvalidArgument(path + "." + owned +
+                                       " is set by the operator (pods <job>-node-<i> in the job's Service, "
+                                       "restartPolicy Never: the operator restarts the gang)");
+      }
+    }
+  }
   std::string unknown;
   int count = 0;
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -414,6 +424,112 @@ Status ParseResources(const Fields& container, PodOverrides* o) {
   return Status::Ok();
 }
 
+// The JSON type each passed-through field must have.
+enum class PassType { kBool, kString, kInt, kObject, kArray };
+
+const std::vector<std::pair<std::string, PassType>>& PodSpecPassThroughTypes() {
+  static const std::vector<std::pair<std::string, PassType>> kFields = {
+      {"activeDeadlineSeconds", PassType::kInt},    {"automountServiceAccountToken", PassType::kBool},
+      {"dnsConfig", PassType::kObject},             {"dnsPolicy", PassType::kString},
+      {"enableServiceLinks", PassType::kBool},      {"hostAliases", PassType::kArray},
+      {"hostIPC", PassType::kBool},                 {"hostNetwork", PassType::kBool},
+      {"hostPID", PassType::kBool},                 {"hostUsers", PassType::kBool},
+      {"initContainers", PassType::kArray},         {"nodeName", PassType::kString},
+      {"os", PassType::kObject},                    {"overhead", PassType::kObject},
+      {"preemptionPolicy", PassType::kString},      {"priority", PassType::kInt},
+      {"readinessGates", PassType::kArray},         {"resourceClaims", PassType::kArray},
+      {"resources", PassType::kObject},             {"runtimeClassName", PassType::kString},
+      {"schedulingGates", PassType::kArray},        {"setHostnameAsFQDN", PassType::kBool},
+      {"shareProcessNamespace", PassType::kBool},   {"topologySpreadConstraints", PassType::kArray},
+  };
+  return kFields;
+}
+
+// Container fields passed through on the worker container as given.
+const std::vector<std::pair<std::string, PassType>>& WorkerPassThroughTypes() {
+  static const std::vector<std::pair<std::string, PassType>> kFields = {
+      {"envFrom", PassType::kArray},       {"lifecycle", PassType::kObject},
+      {"livenessProbe", PassType::kObject}, {"readinessProbe", PassType::kObject},
+      {"startupProbe", PassType::kObject},  {"resizePolicy", PassType::kArray},
+      {"stdin", PassType::kBool},           {"stdinOnce", PassType::kBool},
+      {"tty", PassType::kBool},             {"terminationMessagePath", PassType::kString},
+      {"terminationMessagePolicy", PassType::kString}, {"volumeDevices", PassType::kArray},
+      {"workingDir", PassType::kString},
+  };
+  return kFields;
+}
+
+Status CheckPassType(const Json& v, PassType type, const std::string& path) {
+  bool ok = false;
+  const char* want = "";
+  switch (type) {
+    case PassType::kBool: ok = v.is_boolean(); want = "true or false"; break;
+    case PassType::kString: ok = v.is_string(); want = "a string"; break;
+    case PassType::kInt: ok = v.is_number_integer(); want = "an integer"; break;
+    case PassType::kObject: ok = v.is_object(); want = "an object"; break;
+    case PassType::kArray: ok = v.is_array(); want = "an array"; break;
+  }
+  if (!ok) return Invalid(path, std::string("must be ") + want + ", got " + Describe(v));
+  if (type == PassType::kArray) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_object()) {
+        return Invalid(path + "[" + std::to_string(i) + "]", "must be an object, got " + Describe(v[i]));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The worker container's fields, from spec.template.spec.containers[worker]
+// or the older spec.template.container (both: an error).
+Status ParseWorkerContainer(const Json& container, const std::string& path, const std::string& spec_image,
+                            PodOverrides* o, std::set<std::string>* env_names) {
+  o->worker_path = path;
+  static const std::set<std::string> kRead = {"name",           "image",     "imagePullPolicy", "volumeMounts",
+                                              "securityContext", "resources", "env",            "ports"};
+  for (auto it = container.begin(); it != container.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "command" || key == "args") {
+      return Invalid(path + "." + key, "is set by the operator (pstar launch ... -- train); put the worker's "
+                                       "settings in spec.config");
+    }
+    if (kRead.count(key)) continue;
+    const auto& pass = WorkerPassThroughTypes();
+    auto found = std::find_if(pass.begin(), pass.end(), [&](const auto& f) { return f.first == key; });
+    if (found == pass.end()) return Invalid(path, "has unknown field " + key);
+    if (it.value().is_null()) continue;
+    PSTAR_RETURN_IF_ERROR(CheckPassType(it.value(), found->second, path + "." + key));
+    o->worker_fields[key] = it.value();
+  }
+  Fields c(&container, path);
+  std::string image;
+  PSTAR_RETURN_IF_ERROR(c.String("image", &image));
+  if (!image.empty() && !spec_image.empty() && image != spec_image) {
+    return Invalid(path + ".image", "'" + image + "' conflicts with spec.image '" + spec_image + "'");
+  }
+  if (!image.empty()) o->worker_fields["image"] = image;
+  std::string pull_policy;
+  PSTAR_RETURN_IF_ERROR(c.Enum("imagePullPolicy", {"Always", "IfNotPresent", "Never"}, &pull_policy));
+  if (!pull_policy.empty()) o->worker_fields["imagePullPolicy"] = pull_policy;
+  PSTAR_RETURN_IF_ERROR(c.ObjectArray("volumeMounts", &o->volume_mounts));
+  PSTAR_RETURN_IF_ERROR(CheckVolumeMounts(o->volume_mounts, c.Path("volumeMounts")));
+  PSTAR_RETURN_IF_ERROR(c.Object("securityContext", &o->security_context));
+  PSTAR_RETURN_IF_ERROR(ParseResources(c, o));
+  PSTAR_RETURN_IF_ERROR(c.ObjectArray("env", &o->env));
+  if (o->env.is_array()) PSTAR_RETURN_IF_ERROR(CheckEnv(o->env, c.Path("env"), env_names));
+  PSTAR_RETURN_IF_ERROR(c.ObjectArray("ports", &o->ports));
+  if (o->ports.is_array()) {
+    for (size_t i = 0; i < o->ports.size(); ++i) {
+      const std::string name = o->ports[i].value("name", "");
+      if (name == "rdzv" || name.rfind("metrics-", 0) == 0) {
+        return Invalid(c.Path("ports") + "[" + std::to_string(i) + "].name",
+                       "'" + name + "' is the operator's (rdzv, metrics-<local rank>)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseTemplate(const Fields& spec, PodOverrides* o, std::set<std::string>* env_names) {
   PSTAR_ASSIGN_OR_RETURN(Fields t, spec.Child("template"));
   PSTAR_ASSIGN_OR_RETURN(Fields meta, t.Child("metadata"));
@@ -441,14 +557,61 @@ Status ParseTemplate(const Fields& spec, PodOverrides* o, std::set<std::string>*
   PSTAR_RETURN_IF_ERROR(
       pod.Int32("terminationGracePeriodSeconds", 0, 7 * 24 * 3600, &o->termination_grace_period_seconds));
   PSTAR_RETURN_IF_ERROR(pod.Object("securityContext", &o->pod_security_context));
+  for (const auto& [name, type] : PodSpecPassThroughTypes()) {
+    const Json* v = pod.Get(name);
+    if (v == nullptr) continue;
+    PSTAR_RETURN_IF_ERROR(CheckPassType(*v, type, pod.Path(name)));
+    o->pod_fields[name] = *v;
+  }
 
-  PSTAR_ASSIGN_OR_RETURN(Fields c, t.Child("container"));
-  PSTAR_RETURN_IF_ERROR(c.ObjectArray("volumeMounts", &o->volume_mounts));
-  PSTAR_RETURN_IF_ERROR(CheckVolumeMounts(o->volume_mounts, c.Path("volumeMounts")));
-  PSTAR_RETURN_IF_ERROR(c.Object("securityContext", &o->security_context));
-  PSTAR_RETURN_IF_ERROR(ParseResources(c, o));
-  PSTAR_RETURN_IF_ERROR(c.ObjectArray("env", &o->env));
-  if (o->env.is_array()) PSTAR_RETURN_IF_ERROR(CheckEnv(o->env, c.Path("env"), env_names));
+  // The worker container: containers[name=worker] (a PodTemplateSpec, as in
+  // a PyTorchJob), or the older `container` object; other containers are
+  // sidecars, passed through.
+  std::string spec_image;
+  PSTAR_RETURN_IF_ERROR(spec.String("image", &spec_image));
+  Json containers;
+  PSTAR_RETURN_IF_ERROR(pod.ObjectArray("containers", &containers));
+  const Json* worker = nullptr;
+  std::string worker_path;
+  std::set<std::string> names;
+  if (containers.is_array()) {
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const std::string at = pod.Path("containers") + "[" + std::to_string(i) + "]";
+      const Json& c = containers[i];
+      auto name = c.find("name");
+      if (name == c.end() || !name->is_string() || name->get<std::string>().empty()) {
+        return Invalid(at + ".name", "is required");
+      }
+      if (!names.insert(name->get<std::string>()).second) {
+        return Invalid(at + ".name", "'" + name->get<std::string>() + "' is used twice");
+      }
+      if (*name == kWorkerContainerName) {
+        worker = &c;
+        worker_path = at;
+      } else {
+        auto image = c.find("image");
+        if (image == c.end() || !image->is_string() || image->get<std::string>().empty()) {
+          return Invalid(at + ".image", "is required (a sidecar runs its own image)");
+        }
+        o->sidecars.push_back(c);
+      }
+    }
+  }
+  const Json* old = t.Get("container");
+  if (old != nullptr && !old->is_object()) return Invalid(t.Path("container"), "must be an object, got " + Describe(*old));
+  if (old != nullptr && worker != nullptr) {
+    return Invalid(t.Path("container"), "and " + worker_path + " (the worker container) are two forms of one thing: "
+                                        "keep spec.template.spec.containers[name=worker]");
+  }
+  if (worker != nullptr) return ParseWorkerContainer(*worker, worker_path, spec_image, o, env_names);
+  if (old != nullptr) {
+    // The form before spec.template became a PodTemplateSpec: the same
+    // fields (CheckAllKnownKeys allowed only env, resources, securityContext
+    // and volumeMounts there).
+    Json converted = *old;
+    converted["name"] = kWorkerContainerName;
+    return ParseWorkerContainer(converted, t.Path("container"), spec_image, o, env_names);
+  }
   return Status::Ok();
 }
 
@@ -513,12 +676,22 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "template.spec.schedulerName",
       "template.spec.terminationGracePeriodSeconds",
       "template.spec.securityContext",
+      "template.spec.containers",
       "template.container.volumeMounts",
       "template.container.securityContext",
       "template.container.resources",
       "template.container.env",
   };
   return kPaths;
+}
+
+const std::vector<std::string>& PodSpecPassThroughFields() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const auto& [name, type] : PodSpecPassThroughTypes()) names.push_back(name);
+    return names;
+  }();
+  return kNames;
 }
 
 int MaxJobNameLength(int32_t num_nodes) {
@@ -636,9 +809,9 @@ Result<JobSpec> ParseJob(const Json& job) {
     return Status::Ok();
   };
   PSTAR_RETURN_IF_ERROR(agree(s.host_memory.request_bytes, o.memory_request_bytes, "spec.hostMemory.request",
-                              "spec.template.container.resources.requests.memory"));
+                              o.worker_path + ".resources.requests.memory"));
   PSTAR_RETURN_IF_ERROR(agree(s.host_memory.limit_bytes, o.memory_limit_bytes, "spec.hostMemory.limit",
-                              "spec.template.container.resources.limits.memory"));
+                              o.worker_path + ".resources.limits.memory"));
   const int64_t request = std::max(s.host_memory.request_bytes, o.memory_request_bytes);
   const int64_t limit = std::max(s.host_memory.limit_bytes, o.memory_limit_bytes);
   if (request > 0 && limit > 0 && limit < request) {
@@ -655,7 +828,7 @@ Result<JobSpec> ParseJob(const Json& job) {
       if (gpu == sec->end()) continue;
       const std::string value = gpu->is_string() ? gpu->get<std::string>() : gpu->dump();
       if (value != std::to_string(s.nproc_per_node)) {
-        return Status::InvalidArgument(std::string("spec.template.container.resources.") + section +
+        return Status::InvalidArgument(o.worker_path + ".resources." + section +
                                        ".nvidia.com/gpu is " + value + ", but a cuda job gets one GPU per rank (" +
                                        std::to_string(s.nproc_per_node) + "); leave it to the operator");
       }

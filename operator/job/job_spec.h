@@ -45,7 +45,21 @@ struct PodOverrides {
   // this much, and less than the computed need is a sizing error.
   int64_t memory_request_bytes = 0;   // resources.requests.memory
   int64_t memory_limit_bytes = 0;     // resources.limits.memory
+  // The rest of a PodTemplateSpec, passed through as given:
+  Json pod_fields = Json::object();     // other PodSpec fields (hostNetwork, initContainers, ...)
+  Json worker_fields = Json::object();  // the worker container's other fields (envFrom, probes, ...)
+  Json ports;                           // the worker container's extra ports (array) or null
+  Json sidecars = Json::array();        // containers other than the worker, as given
+  // Where the worker container's fields were given, for messages.
+  std::string worker_path = "spec.template.spec.containers[name=worker]";
 };
+
+// The name of the container that runs pstar in spec.template.spec.containers.
+inline constexpr const char* kWorkerContainerName = "worker";
+
+// PodSpec fields of spec.template.spec passed into every pod as given (the
+// API server validates them), beside those the operator reads itself.
+const std::vector<std::string>& PodSpecPassThroughFields();
 
 struct NcclSpec {
   std::string socket_ifname;  // NCCL_SOCKET_IFNAME

@@ -243,12 +243,12 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
   };
   if (fixed_request > 0 && fixed_request < s.need_bytes) {
     return too_small("memory", request_from_host_memory ? "spec.hostMemory.request"
-                                                        : "spec.template.container.resources.requests.memory",
+                                                        : spec.overrides.worker_path + ".resources.requests.memory",
                      fixed_request);
   }
   if (fixed_limit > 0 && fixed_limit < s.need_bytes) {
     return too_small("memory", spec.host_memory.limit_bytes > 0 ? "spec.hostMemory.limit"
-                                                                : "spec.template.container.resources.limits.memory",
+                                                                : spec.overrides.worker_path + ".resources.limits.memory",
                      fixed_limit);
   }
   s.request_fixed = fixed_request > 0;

@@ -266,7 +266,15 @@ class Decider {
     // The store token's env entry is left out: it names the Secret, not
     // anything of the spec, and pods made before it existed must not restart.
     Json hashed = pod;
-    Json& env = hashed["spec"]["containers"][0]["env"];
+    // Nor the restricted securityContext default (only what the job sets):
+    // an operator that starts adding it restarts no running gang.
+    Json& worker = hashed["spec"]["containers"][0];
+    if (spec.overrides.security_context.is_object()) {
+      worker["securityContext"] = spec.overrides.security_context;
+    } else {
+      worker.erase("securityContext");
+    }
+    Json& env = worker["env"];
     for (auto it = env.begin(); it != env.end(); ++it) {
       if (it->value("name", "") == "PSTAR_STORE_TOKEN") {
         env.erase(it);

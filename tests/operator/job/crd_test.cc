@@ -83,7 +83,8 @@ TEST(CrdTest, SpecFieldsMatchTheParser) {
   const YAML::Node spec_schema = VersionSchema(LoadCrd())["properties"]["spec"];
   std::set<std::string> schema_fields;
   CollectLeaves(spec_schema, "", &schema_fields);
-  const std::set<std::string> parser_fields(JobSpecFieldPaths().begin(), JobSpecFieldPaths().end());
+  std::set<std::string> parser_fields(JobSpecFieldPaths().begin(), JobSpecFieldPaths().end());
+  for (const std::string& f : PodSpecPassThroughFields()) parser_fields.insert("template.spec." + f);
   for (const std::string& f : parser_fields) EXPECT_TRUE(schema_fields.count(f)) << "not in the CRD: spec." << f;
   for (const std::string& f : schema_fields) EXPECT_TRUE(parser_fields.count(f)) << "not in the parser: spec." << f;
   EXPECT_EQ(spec_schema["required"].as<std::vector<std::string>>(), std::vector<std::string>{"config"});

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "operator/job/yaml_emit.h"
@@ -452,6 +454,116 @@ TEST(GangSchedulingTest, SchedulerNamesParse) {
   }
   EXPECT_FALSE(ParseGangScheduler("slurm").ok());
   EXPECT_EQ(GangApiGroupVersion(GangScheduler::kKueue), "kueue.x-k8s.io/v1beta1");
+}
+
+}  // namespace
+}  // namespace pstar::op
+
+namespace pstar::op {
+namespace {
+
+// The older spec.template.container and the PodTemplateSpec form with the same
+// fields give identical pods.
+TEST(PodTemplateTest, TheOlderContainerFormGivesTheSamePods) {
+  const Json old_form = test::FullJob();
+  Json new_form = old_form;
+  Json worker = new_form["spec"]["template"]["container"];
+  worker["name"] = "worker";
+  new_form["spec"]["template"].erase("container");
+  new_form["spec"]["template"]["spec"]["containers"] = Json::array({worker});
+  const JobSpec a = MustParse(old_form), b = MustParse(new_form);
+  const PodSizing sa = MustSize(a), sb = MustSize(b);
+  EXPECT_EQ(sa.request_bytes, sb.request_bytes);
+  for (int i = 0; i < a.num_nodes; ++i) EXPECT_EQ(DesiredPod(a, sa, i, 1), DesiredPod(b, sb, i, 1)) << i;
+}
+
+// Every PodSpec field the operator does not own, the worker container's other
+// fields, extra ports and sidecars reach the pods as given.
+TEST(PodTemplateTest, EveryOtherFieldPassesThrough) {
+  Json job = test::MinimalJob();
+  Json pod_spec = Json::object();
+  const Json sample_json = Json::parse(R"({
+      "activeDeadlineSeconds": 3600,
+      "automountServiceAccountToken": false,
+      "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
+      "dnsPolicy": "ClusterFirstWithHostNet",
+      "enableServiceLinks": false,
+      "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["store"]}],
+      "hostIPC": false,
+      "hostNetwork": true,
+      "hostPID": false,
+      "hostUsers": true,
+      "initContainers": [{"name": "fetch", "image": "busybox:1.36", "command": ["true"]}],
+      "nodeName": "node-7",
+      "os": {"name": "linux"},
+      "overhead": {"cpu": "250m"},
+      "preemptionPolicy": "Never",
+      "priority": 1000,
+      "readinessGates": [{"conditionType": "example.com/ready"}],
+      "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-claim"}],
+      "resources": {"limits": {"cpu": "4"}},
+      "runtimeClassName": "nvidia",
+      "schedulingGates": [{"name": "example.com/wait"}],
+      "setHostnameAsFQDN": false,
+      "shareProcessNamespace": true,
+      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]
+  })");
+  std::map<std::string, Json> samples;
+  for (auto it = sample_json.begin(); it != sample_json.end(); ++it) samples[it.key()] = it.value();
+  ASSERT_EQ(samples.size(), PodSpecPassThroughFields().size());
+  for (const std::string& f : PodSpecPassThroughFields()) {
+    ASSERT_TRUE(samples.count(f)) << "no sample for " << f;
+    pod_spec[f] = samples.at(f);
+  }
+  const Json sidecar = Json::parse(R"({"name": "log-shipper", "image": "fluent-bit:3", "args": ["-c", "/etc/fb.conf"]})");
+  pod_spec["containers"] = Json::array({Json::parse(R"({
+      "name": "worker",
+      "image": "registry.example.com/pstar-worker:custom",
+      "envFrom": [{"secretRef": {"name": "hf-token"}}],
+      "livenessProbe": {"tcpSocket": {"port": "rdzv"}},
+      "workingDir": "/work",
+      "ports": [{"name": "debug", "containerPort": 5678}]
+  })"), sidecar});
+  job["spec"]["template"] = Json::object();
+  job["spec"]["template"]["spec"] = pod_spec;
+  const JobSpec spec = MustParse(job);
+  const Json pod = DesiredPod(spec, MustSize(spec), 0, 0);
+  for (const std::string& f : PodSpecPassThroughFields()) EXPECT_EQ(pod["spec"][f], samples.at(f)) << f;
+  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
+  const Json& w = pod["spec"]["containers"][0];
+  EXPECT_EQ(w["name"], "worker");
+  EXPECT_EQ(w["image"], "registry.example.com/pstar-worker:custom") << "the template's image, as spec.image names none";
+  EXPECT_EQ(w["command"], Json::array({"pstar"}));
+  EXPECT_EQ(w["envFrom"][0]["secretRef"]["name"], "hf-token");
+  EXPECT_EQ(w["livenessProbe"]["tcpSocket"]["port"], "rdzv");
+  EXPECT_EQ(w["workingDir"], "/work");
+  EXPECT_EQ(w["ports"][0]["name"], "rdzv");
+  EXPECT_EQ(w["ports"].back()["name"], "debug");
+  EXPECT_EQ(pod["spec"]["containers"][1], sidecar);
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["hostname"], PodName(spec, 0));
+  // Kueue's gate goes after the job's own.
+  Json gated = pod;
+  ApplyGangScheduling(spec, {GangScheduler::kKueue, ""}, 0, &gated);
+  EXPECT_EQ(gated["spec"]["schedulingGates"],
+            Json::parse(R"([{"name": "example.com/wait"}, {"name": "kueue.x-k8s.io/admission"}])"));
+}
+
+// The worker container meets Pod Security "restricted" unless the job says
+// otherwise, key by key.
+TEST(PodTemplateTest, TheWorkerIsRestrictedByDefault) {
+  const JobSpec plain = MustParse(test::MinimalJob());
+  const Json restricted = Json::parse(R"({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                          "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})");
+  EXPECT_EQ(DesiredPod(plain, MustSize(plain), 0, 0)["spec"]["containers"][0]["securityContext"], restricted);
+  Json job = test::MinimalJob();
+  job["spec"]["template"]["spec"]["containers"] =
+      Json::parse(R"([{"name": "worker", "securityContext": {"runAsNonRoot": false, "runAsUser": 0}}])");
+  const JobSpec root = MustParse(job);
+  Json want = restricted;
+  want["runAsNonRoot"] = false;
+  want["runAsUser"] = 0;
+  EXPECT_EQ(DesiredPod(root, MustSize(root), 0, 0)["spec"]["containers"][0]["securityContext"], want);
 }
 
 }  // namespace
