@@ -113,6 +113,7 @@ bool Informer::DoList() {
     std::unique_lock<std::shared_mutex> lock(cache_mu_);
     std::set<std::string> seen;
     for (auto& item : listed->first) {
+      if (options_.transform) options_.transform(&item);
       auto obj = std::make_shared<const Json>(std::move(item));
       std::string key = ObjectKey(*obj);
       seen.insert(key);
@@ -155,7 +156,9 @@ bool Informer::ApplyEvent(const WatchEvent& event, Delta* delta) {
   }
   if (event.type != "ADDED" && event.type != "MODIFIED") return false;
   if (it != cache_.end() && ResourceVersion(*it->second) == rv) return false;  // nothing new
-  auto obj = std::make_shared<const Json>(event.object);
+  Json object = event.object;
+  if (options_.transform) options_.transform(&object);
+  auto obj = std::make_shared<const Json>(std::move(object));
   *delta = it == cache_.end() ? Delta{Delta::kAdd, nullptr, obj} : Delta{Delta::kUpdate, it->second, obj};
   InsertLocked(key, obj);
   return true;

@@ -49,6 +49,10 @@ struct InformerOptions {
   int max_watch_timeout_seconds = 600;
   std::chrono::milliseconds initial_backoff{500};
   std::chrono::milliseconds max_backoff{30000};
+  // Applied to every object before it is cached and handed to the handlers:
+  // drops what the controller never reads (a pod's spec, a Secret's data),
+  // so the cache of thousands of objects stays small. Null: kept whole.
+  std::function<void(Json*)> transform;
 };
 
 class Informer {

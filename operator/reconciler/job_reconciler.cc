@@ -78,10 +78,29 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
   child_handlers.on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueOwner(*o); };
   child_handlers.on_delete = [this](const ObjectPtr& o) { EnqueueOwner(*o); };
 
-  auto informer = [&](const ResourceRef& ref, const std::string& selector, InformerHandlers handlers) {
+  // What the cache of each child keeps: the reconciler reads pods' metadata
+  // and status, and only whether a Service, Secret or NetworkPolicy exists
+  // (ConfigMaps are compared and updated, so they stay whole). Server-side
+  // apply's managedFields are dropped everywhere.
+  auto metadata_only = [](const char* keep) {
+    return [keep](Json* object) {
+      for (auto it = object->begin(); it != object->end();) {
+        const std::string& key = it.key();
+        if (key == "metadata" || key == "apiVersion" || key == "kind" || (keep != nullptr && key == keep)) {
+          ++it;
+        } else {
+          it = object->erase(it);
+        }
+      }
+      if (object->contains("metadata") && (*object)["metadata"].is_object()) (*object)["metadata"].erase("managedFields");
+    };
+  };
+  auto informer = [&](const ResourceRef& ref, const std::string& selector, InformerHandlers handlers,
+                      std::function<void(Json*)> transform = nullptr) {
     InformerOptions o;
     o.label_selector = selector;
     o.index_label = kJobNameLabel;
+    o.transform = std::move(transform);
     auto i = std::make_unique<Informer>(client_, ref, ref.namespaced ? options_.watch_namespace : "", o);
     i->AddHandlers(std::move(handlers));
     return i;
@@ -92,12 +111,12 @@ JobReconciler::JobReconciler(KubeClient& client, ReconcilerOptions options, Oper
     RecordPodExit(*before, *after);  // first: the reconcile it triggers may end the job
     EnqueueOwner(*after);
   };
-  pods_ = informer(Pods(), kManagedSelector, pod_handlers);
-  services_ = informer(Services(), kManagedSelector, child_handlers);
+  pods_ = informer(Pods(), kManagedSelector, pod_handlers, metadata_only("status"));
+  services_ = informer(Services(), kManagedSelector, child_handlers, metadata_only(nullptr));
   config_maps_ = informer(ConfigMaps(), kManagedSelector, child_handlers);
-  secrets_ = informer(Secrets(), kManagedSelector, child_handlers);
+  secrets_ = informer(Secrets(), kManagedSelector, child_handlers, metadata_only(nullptr));
   if (options_.defaults.network_policy.enabled) {
-    network_policies_ = informer(NetworkPolicies(), kManagedSelector, child_handlers);
+    network_policies_ = informer(NetworkPolicies(), kManagedSelector, child_handlers, metadata_only(nullptr));
   }
   if (options_.watch_nodes) nodes_ = informer(Nodes(), "", {});
 }

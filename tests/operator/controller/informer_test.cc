@@ -138,6 +138,44 @@ TEST_F(InformerTest, SyncsAndDeliversEvents) {
   EXPECT_LT(Clock::now() - stop_at, milliseconds(1500));
 }
 
+// The transform shapes what is cached and delivered, from the list and the watch alike.
+TEST_F(InformerTest, TheTransformShapesEveryCachedObject) {
+  Json listed = ConfigMap("listed", "j");
+  listed["data"] = {{"big", std::string(4096, 'x')}};
+  ASSERT_TRUE(c().Create(ConfigMaps(), "default", listed).ok());
+  InformerOptions o = TestOptions();
+  o.transform = [](Json* object) {
+    object->erase("data");
+    (*object)["metadata"]["annotations"]["transformed"] = "yes";
+  };
+  Informer informer(c(), ConfigMaps(), "default", o);
+  std::mutex mu;
+  std::vector<Json> delivered;
+  informer.AddHandlers({[&](const ObjectPtr& obj) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          delivered.push_back(*obj);
+                        },
+                        nullptr, nullptr});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+  Json watched = ConfigMap("watched", "j");
+  watched["data"] = {{"big", std::string(4096, 'y')}};
+  ASSERT_TRUE(c().Create(ConfigMaps(), "default", watched).ok());
+  ASSERT_TRUE(Eventually([&] { return informer.Size() == 2; }));
+  for (const char* name : {"listed", "watched"}) {
+    ObjectPtr cached = informer.Get("default", name);
+    ASSERT_NE(cached, nullptr) << name;
+    EXPECT_FALSE(cached->contains("data")) << name;
+    EXPECT_EQ((*cached)["metadata"]["annotations"]["transformed"], "yes") << name;
+  }
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return delivered.size() == 2;
+  }));
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Json& obj : delivered) EXPECT_FALSE(obj.contains("data")) << obj.dump();
+}
+
 TEST_F(InformerTest, ConvergesAfterDroppedWatches) {
   Informer informer(c(), ConfigMaps(), "default", TestOptions());
   Recorder rec;
