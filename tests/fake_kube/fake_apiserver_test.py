@@ -648,6 +648,66 @@ class GangSchedulerTest(ServerTestCase):
         self.assertEqual(wl["status"]["conditions"][0]["type"], "Admitted")
 
 
+class PodSecurityTest(ServerTestCase):
+    """Namespaces labelled pod-security.kubernetes.io/enforce refuse pods that violate the level."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server()
+
+    def namespace(self, name, level):
+        self.s.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": name, "labels": {
+                                                     "pod-security.kubernetes.io/enforce": level}}})
+
+    @staticmethod
+    def pod(name, sc=None, pod_sc=None, **spec):
+        c = {"name": "main", "image": "none", "command": ["true"]}
+        if sc is not None:
+            c["securityContext"] = sc
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": dict({"restartPolicy": "Never", "containers": [c]}, **spec)}
+        if pod_sc is not None:
+            body["spec"]["securityContext"] = pod_sc
+        return body
+
+    RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                  "seccompProfile": {"type": "RuntimeDefault"}}
+
+    def test_restricted_refuses_each_violation_and_admits_a_compliant_pod(self):
+        self.namespace("locked", "restricted")
+        path = "/api/v1/namespaces/locked/pods"
+        code, body = self.s.req("POST", path, self.pod("bare"))
+        self.assertEqual(code, 403)
+        self.assertEqual(body["reason"], "Forbidden")
+        for control in ("allowPrivilegeEscalation != false", "unrestricted capabilities", "runAsNonRoot != true",
+                        "seccompProfile"):
+            self.assertIn(control, body["message"])
+        self.assertTrue(body["message"].startswith('pods "bare" is forbidden: violates PodSecurity "restricted:latest"'))
+        self.assertEqual(self.s.req("POST", path, self.pod("ok", self.RESTRICTED))[0], 201)
+        # Pod-level settings count for every container.
+        pod_level = dict(self.RESTRICTED)
+        run_as = {"runAsNonRoot": pod_level.pop("runAsNonRoot"), "seccompProfile": pod_level.pop("seccompProfile")}
+        self.assertEqual(self.s.req("POST", path, self.pod("pod-level", pod_level, run_as))[0], 201)
+        code, body = self.s.req("POST", path, self.pod("root", dict(self.RESTRICTED, runAsNonRoot=False)))
+        self.assertEqual(code, 403)
+        self.assertIn("runAsNonRoot != true", body["message"])
+        code, body = self.s.req("POST", path, self.pod("host", self.RESTRICTED, hostNetwork=True,
+                                                       volumes=[{"name": "h", "hostPath": {"path": "/"}}]))
+        self.assertEqual(code, 403)
+        self.assertIn("host namespaces (hostNetwork=true)", body["message"])
+        self.assertIn('hostPath volumes (volume "h")', body["message"])
+
+    def test_baseline_and_unlabelled_namespaces(self):
+        self.namespace("base", "baseline")
+        self.assertEqual(self.s.req("POST", "/api/v1/namespaces/base/pods", self.pod("plain"))[0], 201)
+        code, body = self.s.req("POST", "/api/v1/namespaces/base/pods", self.pod("priv", {"privileged": True}))
+        self.assertEqual(code, 403)
+        self.assertIn('violates PodSecurity "baseline:latest": privileged', body["message"])
+        self.assertEqual(self.s.req("POST", "/api/v1/namespaces/default/pods", self.pod("anything",
+                                                                                       {"privileged": True}))[0], 201)
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_kills_pod_processes(self):
         s = Server("--kubelet")

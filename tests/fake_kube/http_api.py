@@ -15,6 +15,7 @@ import yaml
 
 import discovery
 import patch as patch_mod
+import pod_security
 import tables
 from errors import ApiError
 from selection import Selection
@@ -402,6 +403,10 @@ class Handler(BaseHTTPRequestHandler):
         obj = self._parse_body()
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the request body must be an object")
+        if rtype.skey == "/pods":
+            refused = pod_security.admit(self.app.store, ns, obj)
+            if refused:
+                raise ApiError(403, "Forbidden", refused)
         new, warnings = self.app.store.create(rtype, ns, obj, params.get("fieldValidation"),
                                               params.get("dryRun") == "All")
         self._send_obj(201, rtype, new, warnings)

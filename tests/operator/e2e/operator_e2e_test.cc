@@ -388,6 +388,52 @@ TEST_F(OperatorE2e, AGangSchedulerTheClusterDoesNotServeFallsBackWithAWarning) {
   EXPECT_TRUE(warned) << events.body.dump();
 }
 
+// A namespace enforcing Pod Security "restricted" (the fake server admits
+// pods as the API server does): a job's pods pass with the operator's
+// defaults; a job that asks to run as root is refused, and says so.
+TEST_F(OperatorE2e, PodsPassPodSecurityRestrictedUnlessTheJobAsksForRoot) {
+  StartServer(/*kubelet=*/true);
+  const std::string ns = "secure";
+  ApiResponse made = server_->Post("/api/v1/namespaces",
+                                   {{"apiVersion", "v1"},
+                                    {"kind", "Namespace"},
+                                    {"metadata", {{"name", ns}, {"labels", {{"pod-security.kubernetes.io/enforce", "restricted"}}}}}});
+  ASSERT_TRUE(made.ok()) << made.error;
+  OperatorProcess op(*server_);
+  auto job_in_ns = [&](const std::string& name) {
+    Json job = TinyJob(name, 4);
+    job["metadata"]["namespace"] = ns;
+    return job;
+  };
+  auto get = [&](const std::string& name) {
+    ApiResponse r = server_->client().Get(op::PatrickStarJobs(), ns, name);
+    Json job = r.ok() ? r.body : Json::object();
+    if (!job.contains("status") || !job["status"].is_object()) job["status"] = Json::object();
+    return job;
+  };
+  Json root = job_in_ns("as-root");
+  root["spec"]["template"]["spec"]["containers"] =
+      Json::parse(R"([{"name": "worker", "securityContext": {"runAsNonRoot": false, "runAsUser": 0}}])");
+  ASSERT_TRUE(server_->client().Create(op::PatrickStarJobs(), ns, job_in_ns("confined")).ok());
+  ASSERT_TRUE(server_->client().Create(op::PatrickStarJobs(), ns, root).ok());
+
+  ASSERT_TRUE(WaitFor([&] { return get("confined")["status"].value("phase", "") == "Succeeded"; }, seconds(180)))
+      << get("confined").dump(1) << server_->Output();
+  Json refused;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const Json& c : get("as-root")["status"].value("conditions", Json::array())) {
+          if (c["type"] == "Created" && c.value("reason", "") == "CreateFailed") refused = c;
+        }
+        return !refused.is_null();
+      },
+      seconds(60)))
+      << get("as-root").dump(1);
+  EXPECT_NE(refused.value("message", "").find("violates PodSecurity \"restricted:latest\""), std::string::npos)
+      << refused.dump();
+  EXPECT_NE(refused.value("message", "").find("runAsNonRoot != true"), std::string::npos) << refused.dump();
+}
+
 // status.progress follows rank 0's metrics, and kubectl get shows it.
 TEST_F(OperatorE2e, StatusShowsTrainingProgressReadFromRankZero) {
   StartServer(/*kubelet=*/true);
