@@ -34,26 +34,45 @@ if ! wanted="$(versions)"; then
 fi
 
 # Only what is not already there, then nothing else: stale versions go.
-keep=()
-fetch=()
-while IFS='=' read -r p v; do
-  file="$(ls "$out/${p}_"*.deb 2>/dev/null | head -1 || true)"
-  if [ -n "$file" ] && [ "$(dpkg-deb -f "$file" Version 2>/dev/null)" = "$v" ]; then
-    keep+=("$(basename "$file")")
-  else
-    rm -f "$out/${p}_"*.deb
-    fetch+=("$p=$v")
+fetch_missing() {
+  local p v file fetch=()
+  while IFS='=' read -r p v; do
+    file="$(ls "$out/${p}_"*.deb 2>/dev/null | head -1 || true)"
+    if [ -z "$file" ] || [ "$(dpkg-deb -f "$file" Version 2>/dev/null)" != "$v" ]; then
+      rm -f "$out/${p}_"*.deb
+      fetch+=("$p=$v")
+    fi
+  done <<< "$wanted"
+  if [ "${#fetch[@]}" -gt 0 ]; then
+    # apt's sandbox user may not write here: download as this user.
+    (cd "$out" && apt-get download -q -o APT::Sandbox::User=root "${fetch[@]}" >/dev/null)
   fi
-done <<< "$wanted"
-if [ "${#fetch[@]}" -gt 0 ]; then
-  # apt's sandbox user may not write here: download as this user.
-  (cd "$out" && apt-get download -q -o APT::Sandbox::User=root "${fetch[@]}" >/dev/null)
+}
+# The packages of $wanted that are not there as exactly one file of exactly
+# that version.
+missing() {
+  local p v files
+  while IFS='=' read -r p v; do
+    files=("$out/${p}_"*.deb)
+    if [ "${#files[@]}" -ne 1 ] || [ ! -f "${files[0]}" ] || [ "$(dpkg-deb -f "${files[0]}" Version 2>/dev/null)" != "$v" ]; then
+      echo "$p=$v"
+    fi
+  done <<< "$wanted"
+}
+fetch_missing
+if [ -n "$(missing)" ]; then
+  # The package lists changed under this run (a periodic apt update): take
+  # the versions again, once.
+  wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
+  fetch_missing
 fi
 for f in "$out"/*.deb; do
+  [ -f "$f" ] || continue
   p="$(dpkg-deb -f "$f" Package)"
   printf '%s\n' "${packages[@]}" | grep -qx "$p" || rm -f "$f"  # no longer listed
 done
-
+absent="$(missing)"
+[ -z "$absent" ] || { echo "gpu-prepare: not downloaded into $out: $(echo $absent)" >&2; exit 1; }
 count="$(ls "$out"/*.deb | wc -l)"
 [ "$count" -eq "${#packages[@]}" ] || { echo "gpu-prepare: $count .deb files for ${#packages[@]} packages" >&2; exit 1; }
 (cd "$out" && sha256sum ./*.deb | sed 's| \./| |' > MANIFEST)
