@@ -60,7 +60,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.parameters = g.NumParameters();  // as users count them: no vocabulary padding
   p.tensors = layout->num_tensors();
   p.chunk_elems = layout->chunk_elems();
-  p.chunk_bytes = ChunkManager::SlotBytes(layout->chunk_elems() * int64_t(sizeof(float)));
+  p.chunk_bytes = TierLayout::SlotBytes(layout->chunk_elems() * int64_t(sizeof(float)));
   p.num_chunks = layout->num_chunks();
   p.padding_elems = layout->padded_elements() - layout->num_elements();
   for (int k = 0; k < kNumStateKinds; ++k) {
@@ -105,29 +105,29 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   }
 
   const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
-  p.min_device_bytes = ChunkManager::MinDeviceBytes(chunk_bytes, r);
+  p.min_device_bytes = TierLayout::MinDeviceBytes(chunk_bytes, r);
   ChunkRuntimeOptions all = r;
   all.device_capacity_bytes = 0;
-  p.all_resident_device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, all);
-  p.device_bytes = ChunkManager::DeviceCapacity(p.num_chunks, chunk_bytes, r);
-  const ChunkManager::TierSlots slots = ChunkManager::LayOutSlots(p.num_chunks, chunk_bytes, r);
+  p.all_resident_device_bytes = TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, all);
+  p.device_bytes = TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, r);
+  const TierLayout::TierSlots slots = TierLayout::LayOutSlots(p.num_chunks, chunk_bytes, r);
   p.device_adam_chunks = slots.device_adam_chunks;
-  p.device_home_bytes = ChunkManager::HomedKinds(r) * int64_t(p.device_adam_chunks) * p.chunk_bytes;
-  p.device_slots = slots.full + ChunkManager::HomedKinds(r) * p.device_adam_chunks;
+  p.device_home_bytes = TierLayout::HomedKinds(r) * int64_t(p.device_adam_chunks) * p.chunk_bytes;
+  p.device_slots = slots.full + TierLayout::HomedKinds(r) * p.device_adam_chunks;
   p.device_param_slots = slots.half;
 
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).
   p.device_is_host_memory = device == ComputeDevice::kCpu;
   p.host_chunk_bytes =
-      ChunkManager::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
+      TierLayout::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
   // Plus, with 16-bit gradient homes, the shard the host widens one into.
   // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
   // into, and with chunks homed in GPU memory the one-chunk buffer the host
   // reads and writes those through (checkpoints, initialization).
   p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0) +
-                          ChunkManager::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory) +
+                          TierLayout::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory) +
                           (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0);
   p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
                      (p.device_is_host_memory ? p.device_bytes : 0);

@@ -41,7 +41,7 @@ TEST(MemoryPlan, CountsEveryKindAndTier) {
   auto short_two = PlanMemory(c);
   ASSERT_TRUE(short_two.ok());
   const int64_t n = p->num_chunks;
-  const int64_t spare = 4 * n - 2 - ChunkManager::StreamingReserve(p->num_chunks, short_two->runtime);
+  const int64_t spare = 4 * n - 2 - TierLayout::StreamingReserve(p->num_chunks, short_two->runtime);
   EXPECT_EQ(short_two->device_adam_chunks, std::min<int64_t>(int64_t(double(spare) * 0.8) / 2, n));
   EXPECT_EQ(short_two->device_home_bytes, 2 * short_two->device_adam_chunks * p->chunk_bytes);
   EXPECT_EQ(short_two->host_chunk_bytes, (4 * n - 2 * short_two->device_adam_chunks) * p->chunk_bytes);

@@ -61,15 +61,15 @@ TEST(ChunkManagerHalfParams, TheTierSplitsIntoHalfSizeParamSlotsChunkSlotsAndHom
   const int64_t half = kChunkBytes / 2, full = kChunkBytes;
   // Room for everything: 4 param copies, 4 grads, and every master and moment homed.
   ChunkRuntimeOptions all = HalfOptions(0, true);
-  EXPECT_EQ(ChunkManager::DeviceCapacity(4, kChunkBytes, all), 128 + 4 * half + 4 * full + 12 * full);
-  ChunkManager::TierSlots t = ChunkManager::LayOutSlots(4, kChunkBytes, all);
+  EXPECT_EQ(TierLayout::DeviceCapacity(4, kChunkBytes, all), 128 + 4 * half + 4 * full + 12 * full);
+  TierLayout::TierSlots t = TierLayout::LayOutSlots(4, kChunkBytes, all);
   EXPECT_EQ(t.half, 4);
   EXPECT_EQ(t.full, 4);
   EXPECT_EQ(t.device_adam_chunks, 4);
   // The minimum: one param copy and one grad, nothing homed.
   ChunkRuntimeOptions least = HalfOptions(128 + half + full, true);
-  EXPECT_EQ(ChunkManager::MinDeviceBytes(kChunkBytes, least), 128 + half + full);
-  t = ChunkManager::LayOutSlots(4, kChunkBytes, least);
+  EXPECT_EQ(TierLayout::MinDeviceBytes(kChunkBytes, least), 128 + half + full);
+  t = TierLayout::LayOutSlots(4, kChunkBytes, least);
   EXPECT_EQ(t.half, 1);
   EXPECT_EQ(t.full, 1);
   EXPECT_EQ(t.device_adam_chunks, 0);
@@ -78,16 +78,16 @@ TEST(ChunkManagerHalfParams, TheTierSplitsIntoHalfSizeParamSlotsChunkSlotsAndHom
   ChunkRuntimeOptions some = HalfOptions(128 + 2 * (half + full) + 7 * full + half, true);
   some.prefetch_depth = 1;
   some.margin_use_ratio = 0.9;
-  t = ChunkManager::LayOutSlots(4, kChunkBytes, some);
+  t = TierLayout::LayOutSlots(4, kChunkBytes, some);
   EXPECT_EQ(t.device_adam_chunks, 2);  // 7.5 full slots x 0.9 = 6.75: two chunks of three
   EXPECT_EQ(t.half, 3);                // the last 1.5 slots: one more of each
   EXPECT_EQ(t.full, 3);
   // Masters of homed chunks take no host memory; grads stay fp32 here.
-  EXPECT_EQ(ChunkManager::HostHomeBytes(4, kChunkBytes, 2, some), (2 + 4 + 2 * 2) * kChunkBytes);
+  EXPECT_EQ(TierLayout::HostHomeBytes(4, kChunkBytes, 2, some), (2 + 4 + 2 * 2) * kChunkBytes);
   // Without hybrid Adam the room beyond the reserve streams.
   ChunkRuntimeOptions plain = some;
   plain.hybrid_adam = false;
-  t = ChunkManager::LayOutSlots(4, kChunkBytes, plain);
+  t = TierLayout::LayOutSlots(4, kChunkBytes, plain);
   EXPECT_EQ(t.device_adam_chunks, 0);
   EXPECT_EQ(t.half, 4);
   EXPECT_EQ(t.full, 4);
@@ -195,7 +195,7 @@ TEST(ChunkManagerHalfParams, OnASeparateMemoryDeviceHostWritesToHomedMastersLand
   ASSERT_TRUE(made.ok()) << made.status().message();
   ChunkManager& m = **made;
   ASSERT_EQ(m.device_adam_chunks(), 2);
-  EXPECT_EQ(ChunkManager::ParamStagingBytes(kChunkBytes, o, false), kChunkBytes);
+  EXPECT_EQ(TierLayout::ParamStagingBytes(kChunkBytes, o, false), kChunkBytes);
   WriteMasters(m, 4);  // chunks 0 and 1 through the window, 2 and 3 on the host
   for (int round = 0; round < 2; ++round) {
     for (int32_t c = 0; c < 4; ++c) ExpectNarrowedCopy(m, c);
@@ -214,8 +214,8 @@ TEST(ChunkManagerHalfParams, ALargeChunkGoesUpInPiecesThroughTwoSmallBuffers) {
   // while the pinned staging stays two pieces whatever the chunk size.
   const int64_t bytes = int64_t{40} << 20, n = bytes / 4;
   ChunkRuntimeOptions o = HalfOptions(0, false);
-  EXPECT_EQ(ChunkManager::ParamStagingBytes(bytes, o, false), int64_t{32} << 20);
-  EXPECT_EQ(ChunkManager::ParamStagingBytes(bytes, o, true), 0);
+  EXPECT_EQ(TierLayout::ParamStagingBytes(bytes, o, false), int64_t{32} << 20);
+  EXPECT_EQ(TierLayout::ParamStagingBytes(bytes, o, true), 0);
   auto made = ChunkManager::Create(1, bytes, std::make_unique<SeparateMemoryBackend>(), o);
   ASSERT_TRUE(made.ok()) << made.status().message();
   ChunkManager& m = **made;

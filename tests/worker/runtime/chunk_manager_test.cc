@@ -216,8 +216,8 @@ TEST(ChunkManager, ALargerBudgetThanEverythingIsClampedToEverything) {
   ChunkRuntimeOptions o;
   o.non_model_bytes = 128;
   o.device_capacity_bytes = int64_t(64) << 30;
-  EXPECT_EQ(ChunkManager::DeviceCapacity(3, kChunkBytes, o), 128 + 4 * 3 * kChunkBytes);
-  EXPECT_EQ(ChunkManager::DeviceSlots(3, kChunkBytes, o), 12);
+  EXPECT_EQ(TierLayout::DeviceCapacity(3, kChunkBytes, o), 128 + 4 * 3 * kChunkBytes);
+  EXPECT_EQ(TierLayout::DeviceSlots(3, kChunkBytes, o), 12);
 }
 
 TEST(ChunkManagerDeathTest, MisuseAbortsWithTheReason) {
@@ -390,8 +390,8 @@ TEST(ChunkManager, SixteenBitGradientHomesAreExactAndMoveHalfTheBytes) {
     o.hybrid_adam = false;
     o.min_chunks_per_moment = 1;
     o.prefetch_depth = 0;
-    o.device_capacity_bytes = ChunkManager::MinDeviceBytes(kChunkBytes, o) + kChunkBytes;  // two slots
-    EXPECT_EQ(ChunkManager::StagingBytes(kChunkBytes, o), kChunkBytes);
+    o.device_capacity_bytes = TierLayout::MinDeviceBytes(kChunkBytes, o) + kChunkBytes;  // two slots
+    EXPECT_EQ(TierLayout::StagingBytes(kChunkBytes, o), kChunkBytes);
     auto made = ChunkManager::Create(4, kChunkBytes, MakeCpuBackend(), o);
     ASSERT_TRUE(made.ok()) << made.status().message();
     ChunkManager& m = **made;
@@ -453,23 +453,23 @@ TEST(ChunkManager, HybridAdamHomesMomentsBeyondTheStreamingReserve) {
   ChunkRuntimeOptions o;
   o.min_chunks_per_moment = 4;
   o.prefetch_depth = 1;
-  EXPECT_EQ(ChunkManager::StreamingReserve(10, o), 8);  // this moment's chunks and the next one's
-  EXPECT_EQ(ChunkManager::StreamingReserve(3, o), 6);   // never more than every param and grad chunk
+  EXPECT_EQ(TierLayout::StreamingReserve(10, o), 8);  // this moment's chunks and the next one's
+  EXPECT_EQ(TierLayout::StreamingReserve(3, o), 6);   // never more than every param and grad chunk
   o.margin_use_ratio = 1.0;
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 9, o), 0);    // one spare slot: no chunk's two moments
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 10, o), 1);
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 19, o), 5);   // params and grads stream, 5 chunks' moments stay
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 9);
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // everything fits
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 9, o), 0);    // one spare slot: no chunk's two moments
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 10, o), 1);
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 19, o), 5);   // params and grads stream, 5 chunks' moments stay
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 26, o), 9);
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 40, o), 10);  // everything fits
   o.margin_use_ratio = 0.5;
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 26, o), 4);
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 38, o), 7);   // the margin holds back part of the room
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 10);  // room for everything: no margin needed
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 26, o), 4);
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 38, o), 7);   // the margin holds back part of the room
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 40, o), 10);  // room for everything: no margin needed
   o.hybrid_adam = false;
-  EXPECT_EQ(ChunkManager::DeviceAdamChunks(10, 40, o), 0);
-  EXPECT_EQ(ChunkManager::HostHomeBytes(10, 256, 3, o), (40 - 6) * 256);
+  EXPECT_EQ(TierLayout::DeviceAdamChunks(10, 40, o), 0);
+  EXPECT_EQ(TierLayout::HostHomeBytes(10, 256, 3, o), (40 - 6) * 256);
   o.grad_home = HalfFormat::kBf16;
-  EXPECT_EQ(ChunkManager::HostHomeBytes(10, 256, 3, o), (30 - 6) * 256 + 10 * 128);  // gradients at half size
+  EXPECT_EQ(TierLayout::HostHomeBytes(10, 256, 3, o), (30 - 6) * 256 + 10 * 128);  // gradients at half size
 }
 
 TEST(ChunkManager, MomentsHomedOnTheDeviceNeverMoveAndTakeNoHostMemory) {

@@ -258,7 +258,7 @@ TEST(MixedPrecision, SixteenBitGradientsTrainAndAreBitIdenticalForEveryBudget) {
     EXPECT_EQ(plan->param_device, precision);
     EXPECT_EQ(plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes / 2);
     EXPECT_EQ(wide_plan->host_chunk_bytes - plan->host_chunk_bytes, int64_t(plan->num_chunks) * plan->chunk_bytes / 2);
-    EXPECT_EQ(plan->min_device_bytes - wide_plan->min_device_bytes, ChunkManager::StagingBytes(plan->chunk_bytes, plan->runtime));
+    EXPECT_EQ(plan->min_device_bytes - wide_plan->min_device_bytes, TierLayout::StagingBytes(plan->chunk_bytes, plan->runtime));
     // Budgets where gradients are written home and read back, with and
     // without moments homed on the device.
     for (int64_t budget : {plan->activation_bytes + plan->model_bytes / 2, plan->min_device_bytes}) {

@@ -1,0 +1,84 @@
+#include "worker/runtime/chunk_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+namespace pstar {
+namespace {
+
+// Records one step of the given moments.
+void Step(ChunkTrace& t, const std::vector<std::vector<int32_t>>& moments) {
+  t.BeginStep();
+  for (const auto& m : moments) {
+    t.Observe(m);
+    t.Advance();
+  }
+  t.EndStep();
+}
+
+TEST(ChunkTrace, TheFirstStepIsAdoptedAndARepeatKeepsIt) {
+  ChunkTrace t(8);
+  EXPECT_FALSE(t.valid());
+  Step(t, {{0, 1}, {2}, {1, 3}});
+  EXPECT_TRUE(t.valid());
+  EXPECT_EQ(t.size(), 3);
+  EXPECT_EQ(t.recordings(), 1);
+  Step(t, {{0, 1}, {2}, {1, 3}});
+  EXPECT_TRUE(t.valid());
+  EXPECT_EQ(t.recordings(), 1);
+}
+
+TEST(ChunkTrace, AChangedMomentInvalidatesUntilTheStepIsAdopted) {
+  ChunkTrace t(8);
+  Step(t, {{0}, {1}, {2}});
+  t.BeginStep();
+  t.Observe({0});
+  t.Advance();
+  EXPECT_TRUE(t.valid());
+  t.Observe({4});
+  EXPECT_FALSE(t.valid());
+  t.Advance();
+  t.EndStep();
+  EXPECT_TRUE(t.valid());
+  EXPECT_EQ(t.recordings(), 2);
+  EXPECT_EQ(t.size(), 2);
+  EXPECT_EQ(t.MomentAt(1), std::vector<int32_t>{4});
+  // A longer step than the trace: the extra moment invalidates it.
+  t.BeginStep();
+  for (auto m : {0, 4, 5}) {
+    t.Observe({m});
+    t.Advance();
+  }
+  EXPECT_FALSE(t.valid());
+  t.EndStep();
+  EXPECT_EQ(t.size(), 3);
+  // A shorter one is adopted at its end.
+  Step(t, {{0}});
+  EXPECT_EQ(t.size(), 1);
+  EXPECT_EQ(t.recordings(), 4);
+}
+
+TEST(ChunkTrace, NextUseDistanceWrapsIntoTheNextStep) {
+  ChunkTrace t(8);
+  Step(t, {{0}, {1}, {2}, {0}});
+  t.BeginStep();
+  t.Observe({0});  // serving moment 0
+  EXPECT_EQ(t.NextUseDistance(1), 1);
+  EXPECT_EQ(t.NextUseDistance(2), 2);
+  EXPECT_EQ(t.NextUseDistance(0), 3);
+  EXPECT_EQ(t.NextUseDistance(7), std::numeric_limits<int64_t>::max());
+  t.Advance();
+  t.Observe({1});
+  t.Advance();
+  t.Observe({2});
+  t.Advance();
+  t.Observe({0});  // moment 3: chunk 1's next use is moment 1 of the next step
+  EXPECT_EQ(t.NextUseDistance(1), 4 - 3 + 1);
+  t.set_moment(-1);  // before the next step
+  EXPECT_EQ(t.NextUseDistance(0), 1);
+}
+
+}  // namespace
+}  // namespace pstar

@@ -1,0 +1,67 @@
+#include "worker/runtime/host_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "worker/runtime/tier_layout.h"
+
+namespace pstar {
+namespace {
+
+ChunkPlacement Placement(int32_t n, int32_t homed, bool half_params, bool half_grads) {
+  ChunkPlacement p;
+  p.num_chunks = n;
+  p.device_adam_chunks = homed;
+  p.half_params = half_params;
+  p.half_grads = half_grads;
+  return p;
+}
+
+TEST(ChunkPlacement, HomesEveryChunkOnceAndStreamsWhatIsNotHomedOnTheDevice) {
+  const ChunkPlacement p = Placement(5, 2, true, false);
+  for (int32_t i = 0; i < p.total(); ++i) {
+    const ChunkKey k = p.KeyOf(i);
+    EXPECT_EQ(p.Index(k), i);
+    const bool moment = k.kind == StateKind::kExpAvg || k.kind == StateKind::kExpAvgSq;
+    EXPECT_EQ(p.DeviceHomed(i), k.chunk < 2 && (moment || k.kind == StateKind::kParam)) << i;
+    EXPECT_EQ(p.HalfParam(i), k.kind == StateKind::kParam);
+    EXPECT_EQ(p.Streams(i), !p.DeviceHomed(i) || k.kind == StateKind::kParam);
+  }
+  const ChunkPlacement fp32 = Placement(5, 2, false, true);
+  EXPECT_FALSE(fp32.DeviceHomed(fp32.Index({StateKind::kParam, 0})));
+  EXPECT_TRUE(fp32.HalfHomed(fp32.Index({StateKind::kGrad, 4})));
+  EXPECT_FALSE(fp32.HalfHomed(fp32.Index({StateKind::kExpAvg, 4})));
+}
+
+// Every host home lies inside the block, aligned as its kind needs, and no two overlap.
+void ExpectDisjointHomes(const ChunkPlacement& p, int64_t shard, const ChunkRuntimeOptions& o) {
+  auto host = HostTier::Create(*MakeCpuBackend(), p, shard, o);
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  EXPECT_EQ(host->bytes(), TierLayout::HostHomeBytes(p.num_chunks, shard, p.device_adam_chunks, o));
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (int32_t i = 0; i < p.total(); ++i) {
+    if (p.DeviceHomed(i)) continue;
+    const int64_t at = host->Home(i) - host->Home(p.Index({StateKind::kGrad, 0}));
+    spans.push_back({at, at + host->HomeBytes(i)});
+    EXPECT_EQ(host->HomeBytes(i), p.HalfHomed(i) ? shard / 2 : shard);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first);
+}
+
+TEST(HostTier, HomesAreDisjointAndFillTheLayoutsBytes) {
+  ChunkRuntimeOptions o;
+  ExpectDisjointHomes(Placement(4, 0, false, false), 256, o);
+  ExpectDisjointHomes(Placement(4, 1, false, false), 256, o);
+  o.grad_home = HalfFormat::kBf16;
+  ExpectDisjointHomes(Placement(3, 1, false, true), 192, o);
+  o.grad_home.reset();
+  o.param_device = HalfFormat::kBf16;
+  ExpectDisjointHomes(Placement(4, 2, true, false), 256, o);
+}
+
+}  // namespace
+}  // namespace pstar

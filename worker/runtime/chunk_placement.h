@@ -1,0 +1,49 @@
+// ChunkPlacement: where each chunk's home is and in what form, as fixed at
+// start-up. Chunks are numbered kind-major (index = kind * num_chunks +
+// chunk). The optimizer moments of the first device_adam_chunks chunks (and,
+// with 16-bit params, their fp32 masters) are homed on the device; every
+// other chunk is homed on the host, gradients in 16 bits with half_grads.
+// With 16-bit params, a param chunk's device copy is a read-only 16-bit
+// narrowing of its master that streams through half-size slots.
+#pragma once
+
+#include <cstdint>
+
+#include "worker/runtime/runtime_counters.h"
+
+namespace pstar {
+
+struct ChunkKey {
+  StateKind kind;
+  int32_t chunk;
+};
+
+struct ChunkPlacement {
+  int32_t num_chunks = 0;
+  int32_t device_adam_chunks = 0;
+  bool half_params = false;  // params stream to the device in 16 bits
+  bool half_grads = false;   // gradients are homed on the host in 16 bits
+
+  int32_t total() const { return kNumStateKinds * num_chunks; }
+  int32_t Index(ChunkKey key) const { return int32_t(key.kind) * num_chunks + key.chunk; }
+  ChunkKey KeyOf(int32_t index) const { return {StateKind(index / num_chunks), index % num_chunks}; }
+  StateKind KindOf(int32_t index) const { return StateKind(index / num_chunks); }
+
+  // Whether the chunk's optimizer update runs on the device (hybrid Adam).
+  bool DeviceAdam(int32_t chunk) const { return chunk < device_adam_chunks; }
+  // Moments of device-Adam chunks, and with half_params their masters.
+  bool DeviceHomed(int32_t index) const {
+    return DeviceAdam(index % num_chunks) && (index >= 2 * num_chunks || (half_params && index < num_chunks));
+  }
+  // Whether a 16-bit param copy: read-only, in the half-slot pool.
+  bool HalfParam(int32_t index) const { return half_params && index < num_chunks; }
+  // Whether the chunk's device copies stream through slots: everything not
+  // homed on the device, and every 16-bit param copy.
+  bool Streams(int32_t index) const { return !DeviceHomed(index) || HalfParam(index); }
+  // Whether the chunk's host home is 16-bit.
+  bool HalfHomed(int32_t index) const { return half_grads && index >= num_chunks && index < 2 * num_chunks; }
+  // The slot pool a streaming copy takes: 0 chunk-sized, 1 half-size.
+  int PoolOf(int32_t index) const { return HalfParam(index) ? 1 : 0; }
+};
+
+}  // namespace pstar

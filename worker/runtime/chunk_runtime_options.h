@@ -1,0 +1,54 @@
+// ChunkRuntimeOptions: what a run asks of the chunk runtime (the device
+// budget, eviction, prefetch, where the optimizer moments live, 16-bit homes
+// and copies). The planner sets them; every unit of the runtime reads them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "worker/runtime/half_format.h"
+
+namespace pstar {
+
+enum class EvictionPolicy { kOpt, kLru };
+const char* EvictionPolicyName(EvictionPolicy policy);
+
+struct ChunkRuntimeOptions {
+  // The whole device tier; 0 = exactly the non-model bytes plus every chunk of
+  // every kind (the tier is never made larger than that).
+  int64_t device_capacity_bytes = 0;
+  // Activations and workspaces, carved at the start of the device block.
+  int64_t non_model_bytes = 0;
+  // The most chunks one moment pins; the budget must hold at least this many.
+  int32_t min_chunks_per_moment = 1;
+  EvictionPolicy eviction = EvictionPolicy::kOpt;
+  // Moments of lookahead for prefetch; 0 = off.
+  int32_t prefetch_depth = 2;
+  // Home the optimizer moments of some chunks on the device, in the room the
+  // tier has beyond the slots params and grads stream through; this fraction
+  // of that room is used (all of it when the tier holds every chunk). Off (as
+  // the planner sets it for N > 1 ranks), the moments never reach the device
+  // and the tier keeps no room for them.
+  bool hybrid_adam = true;
+  double margin_use_ratio = 0.8;
+  // Gradients homed on the host in 16 bits of this format instead of fp32
+  // (one rank only). Their device copies stay fp32; every value must already
+  // be one the format holds (the model rounds gradients after each op), so
+  // the narrowing copies home and the widening ones back are exact. The
+  // device tier keeps a staging area of one chunk for the conversions.
+  std::optional<HalfFormat> grad_home;
+  // Params stream to the device in 16 bits of this format (bf16 and fp16
+  // runs). Their homes hold the fp32 master, which the optimizer updates and
+  // checkpoints save, narrowed on its way to the device: half the bytes
+  // cross the bus and a device copy takes a half-size slot (a pool of its
+  // own). Device param copies are read-only. A chunk whose Adam runs on the
+  // device (hybrid Adam) homes its master there too, beside its moments, and
+  // its param copy is narrowed on the device.
+  std::optional<HalfFormat> param_device;
+  // With param_device: the most param chunks, and grad chunks, one moment
+  // pins (what each pool must hold); 0 = min_chunks_per_moment.
+  int32_t min_param_chunks_per_moment = 0;
+  int32_t min_grad_chunks_per_moment = 0;
+};
+
+}  // namespace pstar

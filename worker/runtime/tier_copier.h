@@ -1,0 +1,93 @@
+// TierCopier: the copies between a chunk's host home and its device slot, in
+// every form the runtime uses: plain, 16-bit (gradients widened up and
+// narrowed home, params narrowed from their fp32 master on the host or on
+// the device) and, with N ranks, each rank's shard all-gathered into the
+// slot and the ranks' partial gradients reduce-scattered into the home
+// shards. Copies are queued on the copy streams in order with the slot's
+// events; each move is told to the move observer and counted. The chunk
+// manager decides what moves and when; this unit knows how.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/core/status.h"
+#include "worker/dist/communicator.h"
+#include "worker/runtime/chunk_placement.h"
+#include "worker/runtime/chunk_runtime_options.h"
+#include "worker/runtime/device_backend.h"
+#include "worker/runtime/device_tier.h"
+#include "worker/runtime/host_tier.h"
+#include "worker/runtime/runtime_counters.h"
+
+namespace pstar {
+
+// Watches the copies between the tiers (the training profiler). BeginMove is
+// called just before a copy of `direction` is issued on its copy stream (with
+// N ranks: before the copy and collective that make up the move), EndMove
+// just after, with the token BeginMove returned and the bytes this rank moved.
+class MoveObserver {
+ public:
+  virtual ~MoveObserver() = default;
+  virtual int64_t BeginMove(Direction direction) = 0;
+  virtual void EndMove(int64_t token, Direction direction, int64_t bytes) = 0;
+};
+
+class TierCopier {
+ public:
+  // `backend`, `comm` (null for one rank) and `counters` must outlive it;
+  // `chunk_bytes` is the slot stride.
+  static Result<std::unique_ptr<TierCopier>> Create(DeviceBackend& backend, Communicator* comm,
+                                                    const ChunkPlacement& placement, int64_t chunk_bytes,
+                                                    const ChunkRuntimeOptions& options, RuntimeCounters* counters);
+
+  // The chunk's home into `slot` (whose earlier users the h2d stream already
+  // waits for): copied, widened from 16 bits, or (N ranks) its shard
+  // gathered with every rank's.
+  void LoadHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host);
+  // A 16-bit param copy into `slot`: the master narrowed on the device (homed
+  // there) or on the host (then copied up, half the bytes moved).
+  void LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host);
+  // The device copy in `slot` home: copied, narrowed to 16 bits, or (N
+  // ranks, gradients) reduce-scattered and added to the home shard, which
+  // `home_zero` says holds zeros (then the sum replaces it, and it is reset).
+  void WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host, bool& home_zero);
+  // The end of the last copy into the chunk's host home (d2h stream): the
+  // host touches the home, and a load copies from it, only after it.
+  Event& home_written(int32_t index) { return *home_written_[size_t(index)]; }
+
+  void SetMoveObserver(MoveObserver* observer) { move_observer_ = observer; }
+
+ private:
+  TierCopier(DeviceBackend& backend, Communicator* comm, const ChunkPlacement& placement, int64_t chunk_bytes,
+             const ChunkRuntimeOptions& options, RuntimeCounters* counters);
+  int64_t BeginMove(Direction d) { return move_observer_ != nullptr ? move_observer_->BeginMove(d) : -1; }
+  void EndMove(int64_t token, Direction d, int64_t bytes) {
+    if (move_observer_ != nullptr) move_observer_->EndMove(token, d, bytes);
+  }
+  void CountMove(int32_t index, Direction direction, int64_t bytes);
+  // A failed collective ends the process (the design's lost-peer rule).
+  void CheckCollective(const Status& status) const;
+
+  DeviceBackend& backend_;
+  Communicator* comm_;
+  const ChunkPlacement placement_;
+  const int64_t chunk_bytes_;
+  const int world_, rank_;
+  const int64_t shard_bytes_;
+  const ChunkRuntimeOptions options_;
+  RuntimeCounters* counters_;
+  MoveObserver* move_observer_ = nullptr;
+  std::vector<std::unique_ptr<Event>> home_written_;
+  // One shard of host memory (pinned on a GPU) for reduce-scatter results, with N > 1 ranks.
+  MemoryBlock scratch_;
+  // Pinned host buffers params are narrowed into before they go up (GPU,
+  // half_params), used in turn; each waits for its last copy before reuse.
+  MemoryBlock param_staging_;
+  std::unique_ptr<Event> param_staged_[2];
+  int param_staging_next_ = 0;
+  std::unique_ptr<Event> compute_done_;
+};
+
+}  // namespace pstar
