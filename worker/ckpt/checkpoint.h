@@ -30,18 +30,25 @@ struct OwnedRange {
   std::string tensor;
   int64_t begin = 0, end = 0;
   float* data = nullptr;
-  // `data` is a device pointer, reached only through the DeviceCopier given
-  // to the save or load; it is never dereferenced on the host.
+  // The range is not in host memory the host may address (in device memory,
+  // or homed on disk): it is reached only through the DeviceCopier given to
+  // the save or load, and `data` (a device pointer, or null) is never
+  // dereferenced on the host.
   bool on_device = false;
+  // Where the copier finds it: the chunk holding it, and the offset of its
+  // first float in this rank's shard of that chunk.
+  int32_t chunk = -1;
+  int64_t chunk_offset = 0;
 };
 
-// Copies between host memory and device memory the host cannot address.
-// Synchronous: the bytes are in place when a call returns.
+// Copies between host memory and the ranges the host cannot address, `offset`
+// bytes into the range. Synchronous: the bytes are in place when a call
+// returns.
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
-  virtual Status ToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
-  virtual Status ToDevice(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual Status ToHost(void* host_dst, const OwnedRange& src, int64_t offset, size_t bytes) = 0;
+  virtual Status ToDevice(const OwnedRange& dst, int64_t offset, const void* host_src, size_t bytes) = 0;
 };
 
 // Everything besides tensors a resume needs (same on every rank).

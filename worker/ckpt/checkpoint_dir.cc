@@ -154,8 +154,9 @@ std::string ManifestChecksum(const Json& body) { return FormatCrc64(Crc64::Of(bo
 struct CopyOp {
   int64_t offset;  // in the file
   int64_t bytes;
-  char* dest;
-  bool on_device;  // `dest` is reached only through the DeviceCopier
+  char* dest;                    // host ranges
+  const OwnedRange* range;       // ranges reached through the DeviceCopier, or null
+  int64_t range_offset;          // of the first byte, in `range`
 };
 
 // Reads `path` whole in blocks, checking its size and CRC against the
@@ -185,13 +186,12 @@ Status ReadVerifyAndCopy(const std::string& path, const ManifestFile& expect, st
       const int64_t lo = std::max(ops[i].offset, pos);
       const int64_t hi = std::min(ops[i].offset + ops[i].bytes, end);
       if (lo >= hi) continue;
-      char* dest = ops[i].dest + (lo - ops[i].offset);
       const char* src = buf.data() + (lo - pos);
-      if (!ops[i].on_device) {
-        std::memcpy(dest, src, size_t(hi - lo));
+      if (ops[i].range == nullptr) {
+        std::memcpy(ops[i].dest + (lo - ops[i].offset), src, size_t(hi - lo));
         continue;
       }
-      Status copied = device->ToDevice(dest, src, size_t(hi - lo));
+      Status copied = device->ToDevice(*ops[i].range, ops[i].range_offset + (lo - ops[i].offset), src, size_t(hi - lo));
       if (!copied.ok()) {
         ::close(fd);
         return Status::Internal(path + ": copying into device memory failed: " + copied.message());
@@ -262,7 +262,9 @@ Status CheckOwnedRanges(const std::vector<OwnedRange>& ranges, const DeviceCopie
     const std::string what = std::string(StateKindName(r.kind)) + "/" + r.tensor + " " + RangeText(r.begin, r.end);
     if (r.tensor.empty()) return Status::InvalidArgument("owned range with no tensor name");
     if (r.begin < 0 || r.end < r.begin) return Status::InvalidArgument("owned range " + what + " is malformed");
-    if (r.end > r.begin && r.data == nullptr) return Status::InvalidArgument("owned range " + what + " has no data");
+    if (r.end > r.begin && r.data == nullptr && !r.on_device) {
+      return Status::InvalidArgument("owned range " + what + " has no data");
+    }
     if (r.on_device && device == nullptr) {
       return Status::InvalidArgument("owned range " + what + " is in device memory, but no device copier was given");
     }
@@ -361,9 +363,8 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
       writer.AddView(name, Dtype::kF32, {r.end - r.begin}, r.data);
       continue;
     }
-    const char* src = reinterpret_cast<const char*>(r.data);
-    writer.AddFetched(name, Dtype::kF32, {r.end - r.begin}, [device, src](char* dst, int64_t offset, int64_t bytes) {
-      return device->ToHost(dst, src + offset, size_t(bytes));
+    writer.AddFetched(name, Dtype::kF32, {r.end - r.begin}, [device, &r](char* dst, int64_t offset, int64_t bytes) {
+      return device->ToHost(dst, r, offset, size_t(bytes));
     });
   }
   FileDigest digest;
@@ -596,8 +597,13 @@ Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::
       for (const Piece& p : it->second) {
         const int64_t lo = std::max(r.begin, p.begin), hi = std::min(r.end, p.end);
         if (lo >= hi) continue;
-        ops[size_t(p.file)].push_back({p.offset + (lo - p.begin) * kFloatBytes, (hi - lo) * kFloatBytes,
-                                       reinterpret_cast<char*>(r.data + (lo - r.begin)), r.on_device});
+        if (r.on_device) {
+          ops[size_t(p.file)].push_back(
+              {p.offset + (lo - p.begin) * kFloatBytes, (hi - lo) * kFloatBytes, nullptr, &r, (lo - r.begin) * kFloatBytes});
+        } else {
+          ops[size_t(p.file)].push_back({p.offset + (lo - p.begin) * kFloatBytes, (hi - lo) * kFloatBytes,
+                                         reinterpret_cast<char*>(r.data + (lo - r.begin)), nullptr, 0});
+        }
         covered.push_back({lo, hi});
       }
     }

@@ -188,6 +188,12 @@ int TrainCommand(const std::vector<std::string>& args) {
               chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
               FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
               omp_get_max_threads());
+  if (const DiskTier* disk = chunks.disk(); disk != nullptr) {
+    std::printf("disk tier: Adam moments of %d/%d chunks in %s, %s (%s), %s of host windows\n",
+                chunks.disk_moment_chunks(), chunks.num_chunks(), disk->path().c_str(),
+                FormatBytes(plan.disk_bytes).c_str(), disk->direct() ? "O_DIRECT" : "buffered: no O_DIRECT here",
+                FormatBytes(disk->host_bytes()).c_str());
+  }
   std::printf("data: %lld tokens (tokenizer %s) | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",
               (long long)(*data)->size(), c.data.tokenizer.c_str(), env->world_size, (long long)c.train.batch_size,
               (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,

@@ -319,7 +319,12 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   r.host_memory = ReadBytes(s, "host_memory", r.host_memory);
   s.Read("eviction", r.eviction);
   s.Read("prefetch_depth", r.prefetch_depth);
+  s.Read("nvme_path", r.nvme_path);
+  r.nvme_memory = ReadBytes(s, "nvme_memory", r.nvme_memory);
   s.CheckNoUnknownKeys();
+  if (r.nvme_memory > 0 && r.nvme_path.empty()) {
+    Fail(s.Key("nvme_memory"), "is set but runtime.nvme_path (the disk tier's directory) is not");
+  }
   if (r.device != "cpu" && r.device != "cuda") {
     Fail(s.Key("device"), "must be cpu or cuda, got '" + r.device + "'");
   }
@@ -617,6 +622,8 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "host_memory" << YAML::Value << c.runtime.host_memory;
   e << YAML::Key << "eviction" << YAML::Value << c.runtime.eviction;
   e << YAML::Key << "prefetch_depth" << YAML::Value << c.runtime.prefetch_depth;
+  e << YAML::Key << "nvme_path" << YAML::Value << c.runtime.nvme_path;
+  e << YAML::Key << "nvme_memory" << YAML::Value << c.runtime.nvme_memory;
   e << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;

@@ -94,6 +94,11 @@ struct RuntimeSection {
   int64_t host_memory = 0;    // host budget; 0 = the cgroup v2 limit, else physical RAM
   std::string eviction = "opt";  // "opt" (farthest next use, from the trace) or "lru"
   int64_t prefetch_depth = 2;    // moments of lookahead; 0 = off
+  // The disk tier (docs/config.md): a directory on a local disk where the
+  // optimizer moments the host budget cannot hold are homed; empty = none.
+  std::string nvme_path;
+  // Bytes the disk tier may take there; 0 = the free space less a margin.
+  int64_t nvme_memory = 0;
 };
 
 // Sharded checkpoints (docs/checkpoints.md).

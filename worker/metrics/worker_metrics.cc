@@ -105,6 +105,7 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     MetricFamily chunks = Family("patrickstar_chunk_resident_chunks",
                                  "Chunk copies held on each tier, by state kind.", MetricType::Gauge);
     for (int t = 0; t < kNumTiers; ++t) {
+      if (!Exported(static_cast<Tier>(t), *c)) continue;
       for (int k = 0; k < kNumStateKinds; ++k) {
         Labels labels = TierLabels(static_cast<Tier>(t));
         labels["kind"] = StateKindName(static_cast<StateKind>(k));
@@ -117,6 +118,7 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                                     "Bytes of activations and workspaces held on each tier.",
                                     MetricType::Gauge);
     for (int t = 0; t < kNumTiers; ++t) {
+      if (static_cast<Tier>(t) == Tier::kDisk) continue;  // activations never go to disk
       non_model.metric.push_back(Sample(TierLabels(static_cast<Tier>(t)), Load(c->non_model_bytes[t]),
                                         MetricType::Gauge));
     }
@@ -159,6 +161,24 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                             &evictions, &prefetches, &hits}) {
       out.push_back(std::move(*f));
     }
+    if (Load(c->disk_tier) != 0) {
+      const Labels disk = TierLabels(Tier::kDisk);
+      MetricFamily read = Family("patrickstar_chunk_tier_read_bytes_total",
+                                 "Bytes of chunk homes read from the disk tier into host windows.",
+                                 MetricType::Counter);
+      read.metric.push_back(Sample(disk, Load(c->disk_read_bytes), MetricType::Counter));
+      MetricFamily written = Family("patrickstar_chunk_tier_written_bytes_total",
+                                    "Bytes of chunk homes written from host windows to the disk tier.",
+                                    MetricType::Counter);
+      written.metric.push_back(Sample(disk, Load(c->disk_written_bytes), MetricType::Counter));
+      MetricFamily wait = Family("patrickstar_chunk_tier_wait_seconds_total",
+                                 "Seconds the training thread waited for the disk tier's reads and writes.",
+                                 MetricType::Counter);
+      wait.metric.push_back(Sample(disk, Load(c->disk_wait_ns) * 1e-9, MetricType::Counter));
+      out.push_back(std::move(read));
+      out.push_back(std::move(written));
+      out.push_back(std::move(wait));
+    }
     for (MetricFamily& f : CollectStep(*c)) out.push_back(std::move(f));
     return out;
   }
@@ -177,6 +197,7 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     for (int p = 0; p < kNumStepPhases; ++p) {
       const char* phase = StepPhaseName(static_cast<StepPhase>(p));
       for (int t = 0; t < kNumTiers; ++t) {
+        if (!Exported(static_cast<Tier>(t), c)) continue;
         for (int k = 0; k < kNumStateKinds; ++k) {
           Labels labels = TierLabels(static_cast<Tier>(t));
           labels["kind"] = StateKindName(static_cast<StateKind>(k));
@@ -199,6 +220,7 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
                                "Most bytes of chunk copies each tier held at once during the last step.",
                                MetricType::Gauge);
     for (int t = 0; t < kNumTiers; ++t) {
+      if (!Exported(static_cast<Tier>(t), c)) continue;
       peak.metric.push_back(Sample(TierLabels(static_cast<Tier>(t)), Load(c.step_peak_bytes[size_t(t)]),
                                    MetricType::Gauge));
     }
@@ -225,6 +247,9 @@ class WorkerMetrics::RuntimeCollector : public prometheus::Collectable {
     }
     return m;
   }
+
+  // Whether a tier's series are exported: the disk tier's only where the job has one.
+  static bool Exported(Tier tier, const RuntimeCounters& c) { return tier != Tier::kDisk || Load(c.disk_tier) != 0; }
 
   // The tier of a series: `tier`, and with the deprecated option `device` too.
   Labels TierLabels(Tier tier) const {

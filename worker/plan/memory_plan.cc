@@ -7,6 +7,7 @@
 #include "worker/model/gpt.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/param_store.h"
+#include "worker/runtime/disk_tier.h"
 
 namespace pstar {
 
@@ -119,18 +120,51 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).
   p.device_is_host_memory = device == ComputeDevice::kCpu;
-  p.host_chunk_bytes =
-      TierLayout::HostHomeBytes(p.num_chunks, p.chunk_bytes / world_size, p.device_adam_chunks, r);
   p.host_data_bytes = DataBytes(c);
-  // Plus, with 16-bit gradient homes, the shard the host widens one into.
-  // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
-  // into, and with chunks homed in GPU memory the one-chunk buffer the host
-  // reads and writes those through (checkpoints, initialization).
-  p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? p.chunk_bytes / world_size : 0) +
-                          TierLayout::ParamStagingBytes(p.chunk_bytes / world_size, r, p.device_is_host_memory) +
-                          (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0);
-  p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
-                     (p.device_is_host_memory ? p.device_bytes : 0);
+  const int64_t shard = p.chunk_bytes / world_size;
+  auto plan_host = [&] {
+    p.host_chunk_bytes = TierLayout::HostHomeBytes(p.num_chunks, shard, p.device_adam_chunks, r);
+    // Plus, with 16-bit gradient homes, the shard the host widens one into.
+    // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
+    // into, and with chunks homed in GPU memory the one-chunk buffer the host
+    // reads and writes those through (checkpoints, initialization). Plus the
+    // disk tier's windows.
+    p.disk_window_bytes = TierLayout::DiskWindowBytes(shard, r);
+    p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? shard : 0) +
+                            TierLayout::ParamStagingBytes(shard, r, p.device_is_host_memory) +
+                            (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0) +
+                            p.disk_window_bytes;
+    p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
+                       (p.device_is_host_memory ? p.device_bytes : 0);
+  };
+  plan_host();
+  if (!c.runtime.nvme_path.empty()) {
+    // The disk tier homes the optimizer moments (touched once a step, by the
+    // optimizer) of the last chunks that update on the host: as many as a
+    // configured host budget needs, or all of them where the budget is left
+    // to detection (a pod's memory request then drops by all of them).
+    const int32_t host_updated = p.num_chunks - p.device_adam_chunks;
+    r.disk_path = c.runtime.nvme_path;
+    r.disk_moment_chunks = host_updated;
+    if (c.runtime.host_memory > 0) {
+      for (int32_t k = 0; k <= host_updated; ++k) {
+        r.disk_moment_chunks = k;
+        plan_host();
+        if (p.min_host_bytes <= c.runtime.host_memory) break;
+      }
+    }
+    plan_host();
+    p.disk_moment_chunks = r.disk_moment_chunks;
+    p.disk_bytes = TierLayout::DiskBytes(shard, r);
+    p.disk_file = r.disk_moment_chunks > 0 ? DiskTier::FilePath(r.disk_path, 0) : "";
+    if (c.runtime.nvme_memory > 0 && p.disk_bytes > c.runtime.nvme_memory) {
+      return Status::ResourceExhausted(
+          "runtime.nvme_memory: the disk tier needs " + std::to_string(p.disk_bytes) + " bytes (" +
+          FormatBytes(p.disk_bytes) + ": the moments of " + std::to_string(p.disk_moment_chunks) +
+          " chunks), " + std::to_string(c.runtime.nvme_memory) + " bytes (" + FormatBytes(c.runtime.nvme_memory) +
+          ") allowed");
+    }
+  }
   return p;
 }
 
@@ -170,6 +204,12 @@ std::string FormatPlan(const MemoryPlan& p) {
   add("host: overhead", bytes(p.host_overhead_bytes));
   if (p.device_is_host_memory) add("host: emulated device", bytes(p.device_bytes));
   add("host: minimum", bytes(p.min_host_bytes));
+  if (p.disk_moment_chunks > 0) {
+    add("disk: homed Adam moments", bytes(p.disk_bytes) + ", " + std::to_string(p.disk_moment_chunks) + " of " +
+                                        std::to_string(p.num_chunks) + " chunks, in " + p.disk_file +
+                                        (p.world_size > 1 ? " (one file per rank)" : ""));
+    add("disk: host windows", bytes(p.disk_window_bytes) + " (counted in host: overhead)");
+  }
   return out;
 }
 

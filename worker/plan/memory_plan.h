@@ -50,6 +50,14 @@ struct MemoryPlan {
   int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
   int64_t min_host_bytes = 0;         // everything the host must hold
 
+  // The disk tier (runtime.nvme_path): the moments of this many chunks are
+  // homed in disk_file (rank 0's; one per rank), disk_bytes per rank, used
+  // through disk_window_bytes of host windows (in host_overhead_bytes).
+  int32_t disk_moment_chunks = 0;
+  int64_t disk_bytes = 0;
+  int64_t disk_window_bytes = 0;
+  std::string disk_file;
+
   ChunkRuntimeOptions runtime;        // what the chunk runtime is created with
 };
 

@@ -80,12 +80,34 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   placement.device_adam_chunks = slots.device_adam_chunks;
   placement.half_params = options.param_device.has_value();
   placement.half_grads = options.grad_home.has_value();
+  placement.disk_chunks = options.disk_moment_chunks;
+  if (options.disk_moment_chunks < 0 || options.disk_moment_chunks > num_chunks - slots.device_adam_chunks) {
+    return Status::InvalidArgument("disk tier: the moments of " + std::to_string(options.disk_moment_chunks) +
+                                   " chunks cannot be homed on disk: " +
+                                   std::to_string(num_chunks - slots.device_adam_chunks) +
+                                   " chunks update on the host");
+  }
+  if (options.disk_moment_chunks > 0 && options.disk_path.empty()) {
+    return Status::InvalidArgument("disk tier: moments homed on disk need a directory (runtime.nvme_path)");
+  }
 
   auto m = std::unique_ptr<ChunkManager>(new ChunkManager(placement, stride, std::move(backend), options, comm));
   DeviceBackend& b = *m->backend_;
   PSTAR_ASSIGN_OR_RETURN(m->device_, DeviceTier::Create(b, placement, chunk_bytes, slots, options, capacity));
   PSTAR_ASSIGN_OR_RETURN(m->host_, HostTier::Create(b, placement, m->shard_bytes_, options));
   PSTAR_ASSIGN_OR_RETURN(m->copier_, TierCopier::Create(b, comm, placement, stride, options, &m->counters_));
+  if (placement.disk_chunks > 0) {
+    DiskTier::Shape shape;
+    shape.directory = options.disk_path;
+    shape.rank = m->rank_;
+    shape.home_bytes = m->shard_bytes_;
+    shape.homes = 2 * placement.disk_chunks;
+    shape.windows = TierLayout::DiskWindows(options);
+    shape.io_threads = std::max(1, options.disk_io_threads);
+    PSTAR_ASSIGN_OR_RETURN(m->disk_, DiskTier::Create(shape));
+    m->disk_->SetCounters(&m->counters_);
+    m->counters_.disk_tier = 1;
+  }
   if (options.grad_home.has_value()) m->widen_buffer_.resize(size_t(m->shard_bytes_) / sizeof(float));
   m->states_.assign(size_t(placement.total()), ChunkState{});
   for (int32_t i = num_chunks; i < placement.total(); ++i) {
@@ -99,8 +121,12 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   const int32_t homed = placement.device_adam_chunks;
   for (int k = 0; k < kNumStateKinds; ++k) {
     const int32_t on_device = placement.DeviceHomed(k * num_chunks) ? homed : 0;
-    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(num_chunks - on_device) * m->host_.HomeBytes(k * num_chunks);
-    c.resident_chunks[int(Tier::kHost)][size_t(k)] = num_chunks - on_device;
+    const int32_t on_disk = placement.DiskHomed((k + 1) * num_chunks - 1) ? placement.disk_chunks : 0;
+    const int32_t on_host = num_chunks - on_device - on_disk;
+    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(on_host) * m->host_.HomeBytes(k * num_chunks);
+    c.resident_chunks[int(Tier::kHost)][size_t(k)] = on_host;
+    c.resident_bytes[int(Tier::kDisk)][size_t(k)] = int64_t(on_disk) * m->shard_bytes_;
+    c.resident_chunks[int(Tier::kDisk)][size_t(k)] = on_disk;
     c.resident_bytes[int(Tier::kDevice)][size_t(k)] = int64_t(on_device) * stride;
     c.resident_chunks[int(Tier::kDevice)][size_t(k)] = on_device;
   }
@@ -164,6 +190,7 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
       if (Index(accesses[j].key) == i) RuntimeBug("chunk listed twice in one moment");
     }
     if (placement_.HalfParam(i) && accesses[k].writes) RuntimeBug("a 16-bit param copy is read-only on the device");
+    if (placement_.DiskHomed(i)) RuntimeBug("an op on a chunk homed on disk");
     if (!placement_.Streams(i)) {
       ++states_[size_t(i)].pins;
       continue;
@@ -359,6 +386,22 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
   }
 }
 
+float* ChunkManager::OpenOnDisk(int32_t index, bool write) {
+  const int32_t chunk = index % num_chunks_;
+  if (chunk != disk_open_chunk_) {
+    disk_->UnpinAll();  // the last chunk's windows are done with: written behind
+    disk_open_chunk_ = chunk;
+  }
+  ChunkState& st = states_[size_t(index)];
+  float* window = disk_->Open(placement_.DiskHome(index), st.zero, write);
+  st.zero = false;
+  // Host sweeps go in chunk order: the same kind's next chunks are read ahead.
+  for (int32_t ahead = 1; ahead <= options_.disk_read_ahead && chunk + ahead < num_chunks_; ++ahead) {
+    if (!states_[size_t(index + ahead)].zero) disk_->ReadAhead(placement_.DiskHome(index + ahead));
+  }
+  return window;
+}
+
 const uint16_t* ChunkManager::HalfHostRead(ChunkKey key) {
   FlushHostWindow();
   const int32_t i = Index(key);
@@ -373,6 +416,7 @@ const float* ChunkManager::HostRead(ChunkKey key) {
   FlushHostWindow();
   const int32_t i = Index(key);
   if (placement_.DeviceHomed(i)) return HostReadableHome(i);
+  if (placement_.DiskHomed(i)) return OpenOnDisk(i, /*write=*/false);
   MakeHomeCurrent(i);
   if (placement_.HalfHomed(i)) {
     // Widened into the one-shard buffer, exactly (the values are 16-bit ones).
@@ -396,6 +440,7 @@ float* ChunkManager::HostWrite(ChunkKey key) {
     host_window_index_ = i;
     return window;
   }
+  if (placement_.DiskHomed(i)) return OpenOnDisk(i, /*write=*/true);
   if (placement_.HalfHomed(i)) {
     RuntimeBug(std::string("host write to a chunk homed in 16 bits (") + StateKindName(key.kind) + ")");
   }
@@ -412,6 +457,7 @@ ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   FlushHostWindow();
   const int32_t i = Index(key);
   if (placement_.DeviceHomed(i)) return {device_.Home(i), true};
+  if (placement_.DiskHomed(i)) return {OpenOnDisk(i, /*write=*/false), false};
   const ChunkState& st = states_[size_t(i)];
   // A 16-bit param copy is not the param: its master is.
   if (st.zero || AccumulatesHome(i) || placement_.HalfParam(i)) return {HostRead(key), false};
@@ -473,6 +519,10 @@ void ChunkManager::BeginStep() {
 
 void ChunkManager::EndStep() {
   FlushHostWindow();
+  if (disk_ != nullptr) {
+    disk_->UnpinAll();  // the optimizer's last chunk, written behind
+    disk_open_chunk_ = -1;
+  }
   trace_.EndStep();
   // The params of the next step's first moments: after the optimizer they
   // are current, and their copies overlap whatever runs until it starts.

@@ -37,6 +37,7 @@
 #include "worker/runtime/chunk_trace.h"
 #include "worker/runtime/device_backend.h"
 #include "worker/runtime/device_tier.h"
+#include "worker/runtime/disk_tier.h"
 #include "worker/runtime/eviction.h"
 #include "worker/runtime/host_tier.h"
 #include "worker/runtime/runtime_counters.h"
@@ -87,6 +88,15 @@ class ChunkManager {
 
   // Whether the chunk's home is on the device (moments under hybrid Adam).
   bool DeviceHomed(ChunkKey key) const { return placement_.DeviceHomed(Index(key)); }
+  // Whether the chunk's home is on disk (moments of the last chunks, with a
+  // disk tier). The host reaches it through HostRead, HostWrite, Current and
+  // Peek, which return a window: valid until the next of those calls for a
+  // disk-homed chunk of another chunk number, or EndStep (the optimizer's
+  // update of one chunk holds all its kinds at once). Ops never use it.
+  bool DiskHomed(ChunkKey key) const { return placement_.DiskHomed(Index(key)); }
+  int32_t disk_moment_chunks() const { return placement_.disk_chunks; }
+  // The disk tier, or null without one.
+  const DiskTier* disk() const { return disk_.get(); }
   // A device-homed chunk's only copy, at any time (checkpoints copy it
   // through the backend; on the CPU backend the host may also read it).
   // Callers may write it: a 16-bit param copy of it is dropped.
@@ -205,6 +215,9 @@ class ChunkManager {
   // The host-readable copy of a device-homed chunk: its home on the CPU
   // backend, else a copy in peek_buffer_.
   float* HostReadableHome(int32_t index);
+  // A disk-homed chunk in a host window (pinned as DiskHomed says), reading
+  // ahead the same kind's next chunks.
+  float* OpenOnDisk(int32_t index, bool write);
   // A GPU host write to a device-homed chunk goes through peek_buffer_ and is
   // copied into its home at the next call into the manager (this flush).
   void FlushHostWindow();
@@ -238,6 +251,8 @@ class ChunkManager {
   DeviceTier device_;
   HostTier host_;
   std::unique_ptr<TierCopier> copier_;
+  std::unique_ptr<DiskTier> disk_;
+  int32_t disk_open_chunk_ = -1;  // the chunk whose disk windows are pinned, or -1
   ChunkTrace trace_;
   std::vector<ChunkState> states_;
   std::unique_ptr<Event> compute_done_;

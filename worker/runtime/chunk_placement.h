@@ -3,6 +3,7 @@
 // chunk). The optimizer moments of the first device_adam_chunks chunks (and,
 // with 16-bit params, their fp32 masters) are homed on the device; every
 // other chunk is homed on the host, gradients in 16 bits with half_grads.
+// The moments of the last disk_chunks chunks are homed on disk instead.
 // With 16-bit params, a param chunk's device copy is a read-only 16-bit
 // narrowing of its master that streams through half-size slots.
 #pragma once
@@ -23,6 +24,7 @@ struct ChunkPlacement {
   int32_t device_adam_chunks = 0;
   bool half_params = false;  // params stream to the device in 16 bits
   bool half_grads = false;   // gradients are homed on the host in 16 bits
+  int32_t disk_chunks = 0;   // the last chunks, whose moments are homed on disk
 
   int32_t total() const { return kNumStateKinds * num_chunks; }
   int32_t Index(ChunkKey key) const { return int32_t(key.kind) * num_chunks + key.chunk; }
@@ -35,11 +37,19 @@ struct ChunkPlacement {
   bool DeviceHomed(int32_t index) const {
     return DeviceAdam(index % num_chunks) && (index >= 2 * num_chunks || (half_params && index < num_chunks));
   }
+  // Moments of the last disk_chunks chunks, and their number in the disk
+  // tier (exp_avg's, then exp_avg_sq's).
+  bool DiskHomed(int32_t index) const {
+    return index >= 2 * num_chunks && index % num_chunks >= num_chunks - disk_chunks;
+  }
+  int32_t DiskHome(int32_t index) const {
+    return (index / num_chunks - 2) * disk_chunks + index % num_chunks - (num_chunks - disk_chunks);
+  }
   // Whether a 16-bit param copy: read-only, in the half-slot pool.
   bool HalfParam(int32_t index) const { return half_params && index < num_chunks; }
   // Whether the chunk's device copies stream through slots: everything not
   // homed on the device, and every 16-bit param copy.
-  bool Streams(int32_t index) const { return !DeviceHomed(index) || HalfParam(index); }
+  bool Streams(int32_t index) const { return (!DeviceHomed(index) && !DiskHomed(index)) || HalfParam(index); }
   // Whether the chunk's host home is 16-bit.
   bool HalfHomed(int32_t index) const { return half_grads && index >= num_chunks && index < 2 * num_chunks; }
   // The slot pool a streaming copy takes: 0 chunk-sized, 1 half-size.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "worker/runtime/half_format.h"
 
@@ -49,6 +50,16 @@ struct ChunkRuntimeOptions {
   // pins (what each pool must hold); 0 = min_chunks_per_moment.
   int32_t min_param_chunks_per_moment = 0;
   int32_t min_grad_chunks_per_moment = 0;
+  // The disk tier: the optimizer moments of the last disk_moment_chunks
+  // chunks (never device-Adam ones) are homed in one file per rank under
+  // disk_path instead of host memory. The host reads and writes them
+  // through a pool of aligned windows; reads run disk_read_ahead chunks
+  // ahead of a sweep over the chunks (the optimizer's, a checkpoint's), and
+  // writes run behind it, on disk_io_threads threads.
+  std::string disk_path;
+  int32_t disk_moment_chunks = 0;
+  int32_t disk_read_ahead = 2;
+  int32_t disk_io_threads = 2;
 };
 
 }  // namespace pstar

@@ -19,6 +19,7 @@ Result<HostTier> HostTier::Create(DeviceBackend& backend, const ChunkPlacement& 
 std::byte* HostTier::Home(int32_t index) const {
   const ChunkPlacement& p = placement_;
   if (p.DeviceHomed(index)) RuntimeBug("host copy of a chunk homed on the device");
+  if (p.DiskHomed(index)) RuntimeBug("host copy of a chunk homed on disk");
   const int64_t n = p.num_chunks, chunk = index % p.num_chunks, homed = p.device_adam_chunks;
   const int64_t grad_bytes = HomeBytes(int32_t(n));
   // Masters homed on the device (16-bit params) have no host param home.
@@ -27,7 +28,7 @@ std::byte* HostTier::Home(int32_t index) const {
   if (index < n) return block_.data() + (chunk - first_param) * shard_bytes_;
   if (index < 2 * n) return block_.data() + params + chunk * grad_bytes;
   const int64_t kind = index / n - 2;
-  const int64_t slot = kind * (n - homed) + (chunk - homed);
+  const int64_t slot = kind * (n - homed - p.disk_chunks) + (chunk - homed);
   // The moments start on a cache line (16-bit gradients may end mid-line).
   return block_.data() + params + TierLayout::Align(n * grad_bytes) + slot * shard_bytes_;
 }

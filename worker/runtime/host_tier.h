@@ -2,8 +2,8 @@
 // block from the backend (pinned on a GPU). With N ranks each home is this
 // rank's shard. In order: params (fp32; with 16-bit params the fp32 masters,
 // less those homed on the device), grads (fp32, or 16-bit with half_grads),
-// then each moment kind less its device-homed chunks, starting on a cache
-// line.
+// then each moment kind less its device- and disk-homed chunks, starting on
+// a cache line.
 #pragma once
 
 #include <cstddef>

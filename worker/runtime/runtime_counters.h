@@ -9,11 +9,19 @@
 
 namespace pstar {
 
-// The two memory tiers: the compute device (GPU memory, or its emulation in
-// host RAM on the CPU backend) and the host, which holds every chunk's home copy.
-enum class Tier : int { kDevice = 0, kHost = 1 };
-inline constexpr int kNumTiers = 2;
-inline const char* TierName(Tier t) { return t == Tier::kDevice ? "device" : "host"; }
+// The memory tiers: the compute device (GPU memory, or its emulation in host
+// RAM on the CPU backend), the host, which holds the home copy of most
+// chunks, and a local disk (the disk tier, where a job has one).
+enum class Tier : int { kDevice = 0, kHost = 1, kDisk = 2 };
+inline constexpr int kNumTiers = 3;
+inline const char* TierName(Tier t) {
+  switch (t) {
+    case Tier::kDevice: return "device";
+    case Tier::kHost: return "host";
+    case Tier::kDisk: return "disk";
+  }
+  return "?";
+}
 
 // The kinds of per-tensor state, all sharing one chunk layout.
 enum class StateKind : int { kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3 };
@@ -68,6 +76,12 @@ struct RuntimeCounters {
   // Chunks brought to the device ahead of use, and accesses that found one there.
   Counter prefetches{0};
   Counter prefetch_hits{0};
+  // The disk tier: 1 where the job has one (its series are exported only
+  // then); bytes read and written, and nanoseconds the host waited for them.
+  Counter disk_tier{0};
+  Counter disk_read_bytes{0};
+  Counter disk_written_bytes{0};
+  Counter disk_wait_ns{0};
 
   // The last whole step (StepResidency publishes them when a step ends):
   // chunk bytes on each tier, by kind, at the end of each phase; bytes each

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
@@ -35,17 +36,29 @@ Status CheckComputeDevice(const std::string& device, int local_rank) {
 
 namespace {
 
-// Checkpoint copies of chunks homed on the device: through the backend's copy
-// streams, after every queued op (Adam writes the moments on the compute
-// stream), and finished before the call returns.
+// Checkpoint copies of chunks the host does not hold. Those homed on the
+// device: through the backend's copy streams, after every queued op (Adam
+// writes the moments on the compute stream), and finished before the call
+// returns. Those homed on disk: through the disk tier's windows, a chunk at a
+// time in the order the checkpoint asks (reads ahead, writes behind).
 class HomedChunkCopier final : public DeviceCopier {
  public:
   explicit HomedChunkCopier(ChunkManager& chunks) : chunks_(chunks), done_(chunks.backend().CreateEvent()) {}
-  Status ToHost(void* host_dst, const void* device_src, size_t bytes) override {
-    return Copy(host_dst, device_src, bytes, StreamKind::kDeviceToHost);
+  Status ToHost(void* host_dst, const OwnedRange& src, int64_t offset, size_t bytes) override {
+    if (chunks_.DiskHomed({src.kind, src.chunk})) {
+      const float* window = chunks_.HostRead({src.kind, src.chunk}) + src.chunk_offset;
+      std::memcpy(host_dst, reinterpret_cast<const char*>(window) + offset, bytes);
+      return Status::Ok();
+    }
+    return Copy(host_dst, reinterpret_cast<const char*>(src.data) + offset, bytes, StreamKind::kDeviceToHost);
   }
-  Status ToDevice(void* device_dst, const void* host_src, size_t bytes) override {
-    return Copy(device_dst, host_src, bytes, StreamKind::kHostToDevice);
+  Status ToDevice(const OwnedRange& dst, int64_t offset, const void* host_src, size_t bytes) override {
+    if (chunks_.DiskHomed({dst.kind, dst.chunk})) {
+      float* window = chunks_.HostWrite({dst.kind, dst.chunk}) + dst.chunk_offset;
+      std::memcpy(reinterpret_cast<char*>(window) + offset, host_src, bytes);
+      return Status::Ok();
+    }
+    return Copy(reinterpret_cast<char*>(dst.data) + offset, host_src, bytes, StreamKind::kHostToDevice);
   }
 
  private:
@@ -177,6 +190,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
         " bytes (" + FormatBytes(t->host_budget_.bytes) + ", " + t->host_budget_.source + ")");
   }
 
+  if (plan.disk_moment_chunks > 0) {
+    // Every local rank keeps its own file in the one directory.
+    PSTAR_RETURN_IF_ERROR(DiskTier::CheckRoom(config.runtime.nvme_path, plan.disk_bytes * std::max(1, local_ranks),
+                                              config.runtime.nvme_memory));
+  }
+
   PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, BuildJobLayout(config, t->world_));
   auto store = ParamStore::Create(std::move(layout), std::move(backend).value(), plan.runtime, comm);
   if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
@@ -240,14 +259,16 @@ std::vector<OwnedRange> Trainer::CheckpointRanges() {
   ChunkManager& chunks = store_->chunks();
   for (StateKind kind : {StateKind::kParam, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
     for (int32_t c = 0; c < layout.num_chunks(); ++c) {
+      const bool on_disk = chunks.DiskHomed({kind, c});
       const bool homed = chunks.DeviceHomed({kind, c});
-      float* shard = homed ? chunks.DeviceHome({kind, c}) : store_->HostShard(kind, c);
+      float* shard = on_disk ? nullptr : homed ? chunks.DeviceHome({kind, c}) : store_->HostShard(kind, c);
       for (TensorId id : layout.chunk_tensors(c)) {
         // Padding rows are not saved: they are zero, and stay zero.
         const ParamStore::Slice s = store_->OwnedSlice(id);
         const int64_t end = std::min(s.end, layout.spec(id).visible_numel());
         if (s.begin >= end) continue;
-        ranges.push_back({kind, layout.spec(id).name, s.begin, end, shard + s.shard_offset, homed});
+        ranges.push_back({kind, layout.spec(id).name, s.begin, end, on_disk ? nullptr : shard + s.shard_offset,
+                          homed || on_disk, c, s.shard_offset});
       }
     }
   }

@@ -629,7 +629,8 @@ class FakeDevice final : public DeviceCopier {
   }
   void Clear() { std::fill(backing_.begin(), backing_.end(), '\0'); }
 
-  Status ToHost(void* host_dst, const void* device_src, size_t bytes) override {
+  Status ToHost(void* host_dst, const OwnedRange& src, int64_t offset, size_t bytes) override {
+    const char* device_src = reinterpret_cast<const char*>(src.data) + offset;
     ++to_host_calls;
     to_host_bytes += int64_t(bytes);
     max_copy_bytes = std::max(max_copy_bytes, int64_t(bytes));
@@ -637,10 +638,11 @@ class FakeDevice final : public DeviceCopier {
       return Status::Internal("fake device: copy to host failed");
     }
     PSTAR_RETURN_IF_ERROR(Check(host_dst, device_src, bytes));
-    std::memcpy(host_dst, backing_.data() + (static_cast<const char*>(device_src) - base_), bytes);
+    std::memcpy(host_dst, backing_.data() + (device_src - base_), bytes);
     return Status::Ok();
   }
-  Status ToDevice(void* device_dst, const void* host_src, size_t bytes) override {
+  Status ToDevice(const OwnedRange& dst, int64_t offset, const void* host_src, size_t bytes) override {
+    char* device_dst = reinterpret_cast<char*>(dst.data) + offset;
     ++to_device_calls;
     to_device_bytes += int64_t(bytes);
     max_copy_bytes = std::max(max_copy_bytes, int64_t(bytes));
@@ -648,7 +650,7 @@ class FakeDevice final : public DeviceCopier {
       return Status::Internal("fake device: copy to device failed");
     }
     PSTAR_RETURN_IF_ERROR(Check(host_src, device_dst, bytes));
-    std::memcpy(backing_.data() + (static_cast<char*>(device_dst) - base_), host_src, bytes);
+    std::memcpy(backing_.data() + (device_dst - base_), host_src, bytes);
     return Status::Ok();
   }
 

@@ -220,9 +220,10 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   }
   EXPECT_GT(ours, 40);
 
-  // Chunk residency: every tier x kind, zeros included.
-  EXPECT_EQ(e.Count("patrickstar_chunk_resident_bytes"), kNumTiers * kNumStateKinds);
-  EXPECT_EQ(e.Count("patrickstar_chunk_resident_chunks"), kNumTiers * kNumStateKinds);
+  // Chunk residency: every tier x kind, zeros included (no disk tier here).
+  EXPECT_EQ(e.Count("patrickstar_chunk_resident_bytes"), (kNumTiers - 1) * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_resident_chunks"), (kNumTiers - 1) * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_tier_read_bytes_total"), 0);
   EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "device"}, {"kind", "param"}})), 4096);
   EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"tier", "device"}, {"kind", "param"}})), 2);
   EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "host"}, {"kind", "exp_avg_sq"}})), 1 << 20);
@@ -401,9 +402,9 @@ TEST(WorkerMetrics, StepSeriesAppearOnceAStepIsPublished) {
   EXPECT_EQ(e.type["patrickstar_chunk_step_resident_bytes"], "gauge");
   EXPECT_EQ(e.type["patrickstar_chunk_step_moved_bytes"], "gauge");
   EXPECT_EQ(e.type["patrickstar_chunk_step_peak_bytes"], "gauge");
-  EXPECT_EQ(e.Count("patrickstar_chunk_step_resident_bytes"), kNumStepPhases * kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_resident_bytes"), kNumStepPhases * (kNumTiers - 1) * kNumStateKinds);
   EXPECT_EQ(e.Count("patrickstar_chunk_step_moved_bytes"), kNumStepPhases * kNumDirections * kNumStateKinds);
-  EXPECT_EQ(e.Count("patrickstar_chunk_step_peak_bytes"), kNumTiers);
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_peak_bytes"), kNumTiers - 1);
   EXPECT_EQ(e.Get("patrickstar_chunk_step_resident_bytes",
                   With({{"tier", "device"}, {"kind", "param"}, {"phase", "forward"}})),
             8192);
@@ -414,6 +415,34 @@ TEST(WorkerMetrics, StepSeriesAppearOnceAStepIsPublished) {
                   With({{"direction", "d2h"}, {"kind", "grad"}, {"phase", "backward"}})),
             2048);
   EXPECT_EQ(e.Get("patrickstar_chunk_step_peak_bytes", With({{"tier", "device"}})), 12288);
+}
+
+TEST(WorkerMetrics, TheDiskTierJoinsTheTierSeriesOnlyWhereThereIsOne) {
+  RuntimeCounters counters;  // outlives the metrics
+  std::unique_ptr<WorkerMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  Fill(counters);
+  counters.disk_tier = 1;
+  counters.resident_bytes[int(Tier::kDisk)][int(StateKind::kExpAvg)] = 3 << 20;
+  counters.resident_chunks[int(Tier::kDisk)][int(StateKind::kExpAvg)] = 3;
+  counters.disk_read_bytes = 6 << 20;
+  counters.disk_written_bytes = 5 << 20;
+  counters.disk_wait_ns = 1'500'000'000;
+  counters.step_peak_bytes[int(Tier::kDisk)] = 3 << 20;
+  counters.steps_recorded = 1;
+  metrics->AttachRuntimeCounters(&counters);
+  Exposition e = Parse(HttpGet(metrics->port(), "/metrics").body);
+  EXPECT_EQ(e.Count("patrickstar_chunk_resident_bytes"), kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "disk"}, {"kind", "exp_avg"}})), 3 << 20);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_chunks", With({{"tier", "disk"}, {"kind", "exp_avg"}})), 3);
+  EXPECT_EQ(e.Get("patrickstar_chunk_resident_bytes", With({{"tier", "disk"}, {"kind", "param"}})), 0);
+  EXPECT_EQ(e.Count("patrickstar_non_model_bytes"), kNumTiers - 1) << "no activations on disk";
+  EXPECT_EQ(e.Count("patrickstar_chunk_step_resident_bytes"), kNumStepPhases * kNumTiers * kNumStateKinds);
+  EXPECT_EQ(e.Get("patrickstar_chunk_step_peak_bytes", With({{"tier", "disk"}})), 3 << 20);
+  EXPECT_EQ(e.type["patrickstar_chunk_tier_read_bytes_total"], "counter");
+  EXPECT_EQ(e.Get("patrickstar_chunk_tier_read_bytes_total", With({{"tier", "disk"}})), 6 << 20);
+  EXPECT_EQ(e.Get("patrickstar_chunk_tier_written_bytes_total", With({{"tier", "disk"}})), 5 << 20);
+  EXPECT_EQ(e.Get("patrickstar_chunk_tier_wait_seconds_total", With({{"tier", "disk"}})), 1.5);
 }
 
 TEST(WorkerMetrics, ExpositionPassesPromtool) {
