@@ -41,6 +41,7 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"host_overhead_bytes", p.host_overhead_bytes},
           {"min_host_bytes", p.min_host_bytes},
           {"disk_moment_chunks", p.disk_moment_chunks},
+          {"disk_master_chunks", p.disk_master_chunks},
           {"disk_bytes", p.disk_bytes},
           {"disk_window_bytes", p.disk_window_bytes},
           {"disk_file", p.disk_file}};

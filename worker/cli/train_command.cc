@@ -189,8 +189,12 @@ int TrainCommand(const std::vector<std::string>& args) {
               FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
               omp_get_max_threads());
   if (const DiskTier* disk = chunks.disk(); disk != nullptr) {
-    std::printf("disk tier: Adam moments of %d/%d chunks in %s, %s (%s), %s of host windows\n",
-                chunks.disk_moment_chunks(), chunks.num_chunks(), disk->path().c_str(),
+    std::printf("disk tier: Adam moments of %d/%d chunks%s in %s, %s (%s), %s of host windows\n",
+                chunks.disk_moment_chunks(), chunks.num_chunks(),
+                chunks.disk_master_chunks() > 0
+                    ? (", fp32 masters of " + std::to_string(chunks.disk_master_chunks())).c_str()
+                    : "",
+                disk->path().c_str(),
                 FormatBytes(plan.disk_bytes).c_str(), disk->direct() ? "O_DIRECT" : "buffered: no O_DIRECT here",
                 FormatBytes(disk->host_bytes()).c_str());
   }

@@ -139,29 +139,38 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   };
   plan_host();
   if (!c.runtime.nvme_path.empty()) {
-    // The disk tier homes the optimizer moments (touched once a step, by the
-    // optimizer) of the last chunks that update on the host: as many as a
+    // The disk tier homes what is touched least often, of the last chunks
+    // that update on the host: their optimizer moments (once a step, by the
+    // optimizer), then in 16-bit runs their fp32 masters (the same, a 16-bit
+    // home staying on the host for the forward and backward). As many as a
     // configured host budget needs, or all of them where the budget is left
     // to detection (a pod's memory request then drops by all of them).
     const int32_t host_updated = p.num_chunks - p.device_adam_chunks;
+    const int32_t masters = r.param_device.has_value() ? host_updated : 0;
     r.disk_path = c.runtime.nvme_path;
     r.disk_moment_chunks = host_updated;
+    r.disk_master_chunks = masters;
     if (c.runtime.host_memory > 0) {
-      for (int32_t k = 0; k <= host_updated; ++k) {
-        r.disk_moment_chunks = k;
+      auto fits = [&](int32_t moments, int32_t on_disk_masters) {
+        r.disk_moment_chunks = moments;
+        r.disk_master_chunks = on_disk_masters;
         plan_host();
-        if (p.min_host_bytes <= c.runtime.host_memory) break;
-      }
+        return p.min_host_bytes <= c.runtime.host_memory;
+      };
+      bool done = false;
+      for (int32_t k = 0; k <= host_updated && !done; ++k) done = fits(k, 0);
+      for (int32_t k = 1; k <= masters && !done; ++k) done = fits(host_updated, k);
     }
     plan_host();
     p.disk_moment_chunks = r.disk_moment_chunks;
+    p.disk_master_chunks = r.disk_master_chunks;
     p.disk_bytes = TierLayout::DiskBytes(shard, r);
     p.disk_file = r.disk_moment_chunks > 0 ? DiskTier::FilePath(r.disk_path, 0) : "";
     if (c.runtime.nvme_memory > 0 && p.disk_bytes > c.runtime.nvme_memory) {
       return Status::ResourceExhausted(
           "runtime.nvme_memory: the disk tier needs " + std::to_string(p.disk_bytes) + " bytes (" +
           FormatBytes(p.disk_bytes) + ": the moments of " + std::to_string(p.disk_moment_chunks) +
-          " chunks), " + std::to_string(c.runtime.nvme_memory) + " bytes (" + FormatBytes(c.runtime.nvme_memory) +
+          " chunks and the masters of " + std::to_string(p.disk_master_chunks) + "), " + std::to_string(c.runtime.nvme_memory) + " bytes (" + FormatBytes(c.runtime.nvme_memory) +
           ") allowed");
     }
   }
@@ -206,8 +215,12 @@ std::string FormatPlan(const MemoryPlan& p) {
   add("host: minimum", bytes(p.min_host_bytes));
   if (p.disk_moment_chunks > 0) {
     add("disk: homed Adam moments", bytes(p.disk_bytes) + ", " + std::to_string(p.disk_moment_chunks) + " of " +
-                                        std::to_string(p.num_chunks) + " chunks, in " + p.disk_file +
-                                        (p.world_size > 1 ? " (one file per rank)" : ""));
+                                        std::to_string(p.num_chunks) + " chunks" +
+                                        (p.disk_master_chunks > 0 ? " and the fp32 masters of " +
+                                                                        std::to_string(p.disk_master_chunks) +
+                                                                        " (16-bit param homes on the host)"
+                                                                  : std::string()) +
+                                        ", in " + p.disk_file + (p.world_size > 1 ? " (one file per rank)" : ""));
     add("disk: host windows", bytes(p.disk_window_bytes) + " (counted in host: overhead)");
   }
   return out;

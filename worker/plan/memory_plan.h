@@ -50,10 +50,11 @@ struct MemoryPlan {
   int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
   int64_t min_host_bytes = 0;         // everything the host must hold
 
-  // The disk tier (runtime.nvme_path): the moments of this many chunks are
-  // homed in disk_file (rank 0's; one per rank), disk_bytes per rank, used
+  // The disk tier (runtime.nvme_path): the moments (and masters) of this many
+  // chunks are homed in disk_file (rank 0's; one per rank), disk_bytes per rank, used
   // through disk_window_bytes of host windows (in host_overhead_bytes).
   int32_t disk_moment_chunks = 0;
+  int32_t disk_master_chunks = 0;  // 16-bit runs: chunks whose fp32 masters are there too
   int64_t disk_bytes = 0;
   int64_t disk_window_bytes = 0;
   std::string disk_file;

@@ -81,6 +81,12 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   placement.half_params = options.param_device.has_value();
   placement.half_grads = options.grad_home.has_value();
   placement.disk_chunks = options.disk_moment_chunks;
+  placement.disk_master_chunks = options.param_device.has_value() ? options.disk_master_chunks : 0;
+  if (placement.disk_master_chunks < 0 || placement.disk_master_chunks > placement.disk_chunks) {
+    return Status::InvalidArgument("disk tier: the masters of " + std::to_string(placement.disk_master_chunks) +
+                                   " chunks go to disk only with their moments (" +
+                                   std::to_string(placement.disk_chunks) + " chunks' moments there)");
+  }
   if (options.disk_moment_chunks < 0 || options.disk_moment_chunks > num_chunks - slots.device_adam_chunks) {
     return Status::InvalidArgument("disk tier: the moments of " + std::to_string(options.disk_moment_chunks) +
                                    " chunks cannot be homed on disk: " +
@@ -101,7 +107,7 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     shape.directory = options.disk_path;
     shape.rank = m->rank_;
     shape.home_bytes = m->shard_bytes_;
-    shape.homes = 2 * placement.disk_chunks;
+    shape.homes = 2 * placement.disk_chunks + placement.disk_master_chunks;
     shape.windows = TierLayout::DiskWindows(options);
     shape.io_threads = std::max(1, options.disk_io_threads);
     PSTAR_ASSIGN_OR_RETURN(m->disk_, DiskTier::Create(shape));
@@ -118,12 +124,24 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   m->compute_done_ = b.CreateEvent();
 
   RuntimeCounters& c = m->counters_;
-  const int32_t homed = placement.device_adam_chunks;
   for (int k = 0; k < kNumStateKinds; ++k) {
-    const int32_t on_device = placement.DeviceHomed(k * num_chunks) ? homed : 0;
-    const int32_t on_disk = placement.DiskHomed((k + 1) * num_chunks - 1) ? placement.disk_chunks : 0;
-    const int32_t on_host = num_chunks - on_device - on_disk;
-    c.resident_bytes[int(Tier::kHost)][size_t(k)] = int64_t(on_host) * m->host_.HomeBytes(k * num_chunks);
+    // Each chunk's home: on the device, on disk (a param whose master is
+    // there keeps a 16-bit home on the host too), or on the host.
+    int32_t on_device = 0, on_disk = 0, on_host = 0;
+    int64_t host_bytes = 0;
+    for (int32_t chunk = 0; chunk < num_chunks; ++chunk) {
+      const int32_t i = k * num_chunks + chunk;
+      if (placement.DeviceHomed(i)) {
+        ++on_device;
+      } else if (placement.DiskHomed(i)) {
+        ++on_disk;
+        if (placement.HalfParam(i)) ++on_host, host_bytes += m->shard_bytes_ / 2;
+      } else {
+        ++on_host;
+        host_bytes += m->host_.HomeBytes(i);
+      }
+    }
+    c.resident_bytes[int(Tier::kHost)][size_t(k)] = host_bytes;
     c.resident_chunks[int(Tier::kHost)][size_t(k)] = on_host;
     c.resident_bytes[int(Tier::kDisk)][size_t(k)] = int64_t(on_disk) * m->shard_bytes_;
     c.resident_chunks[int(Tier::kDisk)][size_t(k)] = on_disk;
@@ -179,6 +197,7 @@ void ChunkManager::UpdateResidency(int32_t index, Tier tier, int sign) {
 
 void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   FlushHostWindow();
+  CloseDiskChunk();  // masters written on the host (init, a checkpoint) reach their 16-bit homes
   ++tick_;
   // The chunks that stream through slots; device-homed ones are always there
   // and stay out of the trace.
@@ -190,7 +209,7 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
       if (Index(accesses[j].key) == i) RuntimeBug("chunk listed twice in one moment");
     }
     if (placement_.HalfParam(i) && accesses[k].writes) RuntimeBug("a 16-bit param copy is read-only on the device");
-    if (placement_.DiskHomed(i)) RuntimeBug("an op on a chunk homed on disk");
+    if (placement_.DiskHomed(i) && !placement_.HalfParam(i)) RuntimeBug("an op on a chunk homed on disk");
     if (!placement_.Streams(i)) {
       ++states_[size_t(i)].pins;
       continue;
@@ -386,15 +405,36 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
   }
 }
 
+void ChunkManager::CloseDiskChunk() {
+  if (disk_ == nullptr || disk_open_chunk_ < 0) return;
+  // Masters the host wrote: their 16-bit homes, what streams, narrowed now.
+  for (int32_t index : disk_written_masters_) {
+    const float* master = disk_->Open(placement_.DiskHome(index), false, false);
+    NarrowToHalf(host_.HalfParamHome(index), master, shard_bytes_ / int64_t(sizeof(float)), *options_.param_device);
+  }
+  disk_written_masters_.clear();
+  disk_->UnpinAll();  // the chunk's windows are done with: written behind
+  disk_open_chunk_ = -1;
+}
+
 float* ChunkManager::OpenOnDisk(int32_t index, bool write) {
   const int32_t chunk = index % num_chunks_;
   if (chunk != disk_open_chunk_) {
-    disk_->UnpinAll();  // the last chunk's windows are done with: written behind
+    CloseDiskChunk();
     disk_open_chunk_ = chunk;
   }
   ChunkState& st = states_[size_t(index)];
   float* window = disk_->Open(placement_.DiskHome(index), st.zero, write);
   st.zero = false;
+  if (write && placement_.HalfParam(index) &&
+      std::find(disk_written_masters_.begin(), disk_written_masters_.end(), index) == disk_written_masters_.end()) {
+    // The 16-bit copy on the device, if any, is stale once the master changes.
+    if (st.slot >= 0) {
+      if (st.pins > 0) RuntimeBug("host write to a chunk pinned on the device");
+      DropDeviceCopy(index);
+    }
+    disk_written_masters_.push_back(index);
+  }
   // Host sweeps go in chunk order: the same kind's next chunks are read ahead.
   for (int32_t ahead = 1; ahead <= options_.disk_read_ahead && chunk + ahead < num_chunks_; ++ahead) {
     if (!states_[size_t(index + ahead)].zero) disk_->ReadAhead(placement_.DiskHome(index + ahead));
@@ -519,10 +559,7 @@ void ChunkManager::BeginStep() {
 
 void ChunkManager::EndStep() {
   FlushHostWindow();
-  if (disk_ != nullptr) {
-    disk_->UnpinAll();  // the optimizer's last chunk, written behind
-    disk_open_chunk_ = -1;
-  }
+  CloseDiskChunk();  // the optimizer's last chunk, written behind
   trace_.EndStep();
   // The params of the next step's first moments: after the optimizer they
   // are current, and their copies overlap whatever runs until it starts.

@@ -95,6 +95,7 @@ class ChunkManager {
   // update of one chunk holds all its kinds at once). Ops never use it.
   bool DiskHomed(ChunkKey key) const { return placement_.DiskHomed(Index(key)); }
   int32_t disk_moment_chunks() const { return placement_.disk_chunks; }
+  int32_t disk_master_chunks() const { return placement_.disk_master_chunks; }
   // The disk tier, or null without one.
   const DiskTier* disk() const { return disk_.get(); }
   // A device-homed chunk's only copy, at any time (checkpoints copy it
@@ -218,6 +219,9 @@ class ChunkManager {
   // A disk-homed chunk in a host window (pinned as DiskHomed says), reading
   // ahead the same kind's next chunks.
   float* OpenOnDisk(int32_t index, bool write);
+  // Done with the chunk whose disk windows are pinned: the masters written
+  // narrowed into their 16-bit homes, the windows unpinned (written behind).
+  void CloseDiskChunk();
   // A GPU host write to a device-homed chunk goes through peek_buffer_ and is
   // copied into its home at the next call into the manager (this flush).
   void FlushHostWindow();
@@ -253,6 +257,7 @@ class ChunkManager {
   std::unique_ptr<TierCopier> copier_;
   std::unique_ptr<DiskTier> disk_;
   int32_t disk_open_chunk_ = -1;  // the chunk whose disk windows are pinned, or -1
+  std::vector<int32_t> disk_written_masters_;  // of that chunk, opened for writing
   ChunkTrace trace_;
   std::vector<ChunkState> states_;
   std::unique_ptr<Event> compute_done_;

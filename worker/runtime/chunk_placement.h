@@ -3,7 +3,9 @@
 // chunk). The optimizer moments of the first device_adam_chunks chunks (and,
 // with 16-bit params, their fp32 masters) are homed on the device; every
 // other chunk is homed on the host, gradients in 16 bits with half_grads.
-// The moments of the last disk_chunks chunks are homed on disk instead.
+// The moments of the last disk_chunks chunks are homed on disk instead, and
+// with 16-bit params the masters of the last disk_master_chunks; those params
+// keep a 16-bit home on the host, which is what streams.
 // With 16-bit params, a param chunk's device copy is a read-only 16-bit
 // narrowing of its master that streams through half-size slots.
 #pragma once
@@ -25,6 +27,7 @@ struct ChunkPlacement {
   bool half_params = false;  // params stream to the device in 16 bits
   bool half_grads = false;   // gradients are homed on the host in 16 bits
   int32_t disk_chunks = 0;   // the last chunks, whose moments are homed on disk
+  int32_t disk_master_chunks = 0;  // the last chunks, whose fp32 masters are (half_params)
 
   int32_t total() const { return kNumStateKinds * num_chunks; }
   int32_t Index(ChunkKey key) const { return int32_t(key.kind) * num_chunks + key.chunk; }
@@ -37,12 +40,15 @@ struct ChunkPlacement {
   bool DeviceHomed(int32_t index) const {
     return DeviceAdam(index % num_chunks) && (index >= 2 * num_chunks || (half_params && index < num_chunks));
   }
-  // Moments of the last disk_chunks chunks, and their number in the disk
-  // tier (exp_avg's, then exp_avg_sq's).
+  // Moments of the last disk_chunks chunks and masters of the last
+  // disk_master_chunks, and their number in the disk tier (exp_avg's,
+  // exp_avg_sq's, then the masters).
   bool DiskHomed(int32_t index) const {
+    if (index < num_chunks) return index >= num_chunks - disk_master_chunks;
     return index >= 2 * num_chunks && index % num_chunks >= num_chunks - disk_chunks;
   }
   int32_t DiskHome(int32_t index) const {
+    if (index < num_chunks) return 2 * disk_chunks + index - (num_chunks - disk_master_chunks);
     return (index / num_chunks - 2) * disk_chunks + index % num_chunks - (num_chunks - disk_chunks);
   }
   // Whether a 16-bit param copy: read-only, in the half-slot pool.

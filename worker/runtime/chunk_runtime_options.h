@@ -56,8 +56,13 @@ struct ChunkRuntimeOptions {
   // through a pool of aligned windows; reads run disk_read_ahead chunks
   // ahead of a sweep over the chunks (the optimizer's, a checkpoint's), and
   // writes run behind it, on disk_io_threads threads.
+  // With param_device, the fp32 masters of the last disk_master_chunks chunks
+  // (at most disk_moment_chunks) go there too; the host then keeps a 16-bit
+  // param home for each, narrowed from the master after every update, which
+  // is what streams to the device: a param fetch never reads the disk.
   std::string disk_path;
   int32_t disk_moment_chunks = 0;
+  int32_t disk_master_chunks = 0;
   int32_t disk_read_ahead = 2;
   int32_t disk_io_threads = 2;
 };

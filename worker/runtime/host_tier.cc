@@ -22,9 +22,10 @@ std::byte* HostTier::Home(int32_t index) const {
   if (p.DiskHomed(index)) RuntimeBug("host copy of a chunk homed on disk");
   const int64_t n = p.num_chunks, chunk = index % p.num_chunks, homed = p.device_adam_chunks;
   const int64_t grad_bytes = HomeBytes(int32_t(n));
-  // Masters homed on the device (16-bit params) have no host param home.
+  // Masters homed on the device or on disk (16-bit params) have no host
+  // param home.
   const int64_t first_param = p.half_params ? homed : 0;
-  const int64_t params = (n - first_param) * shard_bytes_;
+  const int64_t params = (n - first_param - p.disk_master_chunks) * shard_bytes_;
   if (index < n) return block_.data() + (chunk - first_param) * shard_bytes_;
   if (index < 2 * n) return block_.data() + params + chunk * grad_bytes;
   const int64_t kind = index / n - 2;
@@ -39,5 +40,15 @@ float* HostTier::Fp32Home(int32_t index) const {
 }
 
 uint16_t* HostTier::HalfHome(int32_t index) const { return reinterpret_cast<uint16_t*>(Home(index)); }
+
+uint16_t* HostTier::HalfParamHome(int32_t index) const {
+  const ChunkPlacement& p = placement_;
+  const int64_t n = p.num_chunks, first = n - p.disk_master_chunks;
+  if (index >= n || index < first) RuntimeBug("16-bit param home of a param whose master is not on disk");
+  const int64_t params = (n - (p.half_params ? p.device_adam_chunks : 0) - p.disk_master_chunks) * shard_bytes_;
+  const int64_t moments = 2 * (n - p.device_adam_chunks - p.disk_chunks) * shard_bytes_;
+  return reinterpret_cast<uint16_t*>(block_.data() + params + TierLayout::Align(n * HomeBytes(int32_t(n))) + moments +
+                                     (index - first) * TierLayout::Align(shard_bytes_ / 2));
+}
 
 }  // namespace pstar

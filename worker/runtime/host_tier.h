@@ -3,7 +3,8 @@
 // rank's shard. In order: params (fp32; with 16-bit params the fp32 masters,
 // less those homed on the device), grads (fp32, or 16-bit with half_grads),
 // then each moment kind less its device- and disk-homed chunks, starting on
-// a cache line.
+// a cache line, then the 16-bit param homes of the chunks whose masters are
+// on disk.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,9 @@ class HostTier {
   // The home as fp32 (not a 16-bit home), or as 16-bit values (one).
   float* Fp32Home(int32_t index) const;
   uint16_t* HalfHome(int32_t index) const;
+  // The 16-bit home of a param whose fp32 master is on disk: its master
+  // narrowed, what streams to the device.
+  uint16_t* HalfParamHome(int32_t index) const;
   int64_t bytes() const { return int64_t(block_.bytes()); }
 
  private:

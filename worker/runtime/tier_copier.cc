@@ -118,10 +118,28 @@ void TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, 
                     StreamKind::kHostToDevice);
     return;
   }
-  // The master is on the host: narrowed there (into the slot where the device
-  // is host memory, else into a pinned buffer copied up), half its bytes moved.
   const int64_t shard = shard_bytes_ / int64_t(sizeof(float));
   uint16_t* own = dst + int64_t(rank_) * shard;
+  if (placement_.DiskHomed(index)) {
+    // The master is on disk: its 16-bit host home (narrowed after each
+    // update) goes up as it is, half the master's bytes.
+    const int64_t move = BeginMove(Direction::kHostToDevice);
+    backend_.Copy(own, host.HalfParamHome(index), size_t(shard_bytes_ / 2), StreamKind::kHostToDevice);
+    if (world_ > 1) {
+      // The gather reads this rank's part on this thread: it must have landed.
+      backend_.Record(*compute_done_, StreamKind::kHostToDevice);
+      backend_.Synchronize(*compute_done_);
+      backend_.Synchronize(*device.events(slot).computed);
+      NvtxRange gather("all_gather");
+      CheckCollective(
+          comm_->AllGather(reinterpret_cast<const float*>(own), reinterpret_cast<float*>(dst), shard / 2));
+    }
+    EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
+    CountMove(index, Direction::kHostToDevice, shard_bytes_ / 2);
+    return;
+  }
+  // The master is on the host: narrowed there (into the slot where the device
+  // is host memory, else into a pinned buffer copied up), half its bytes moved.
   const float* master = host.Fp32Home(index);
   const int64_t move = BeginMove(Direction::kHostToDevice);
   if (backend_.device_is_host_memory()) {

@@ -130,10 +130,12 @@ TierLayout::TierSlots TierLayout::LayOutSlots(int32_t num_chunks, int64_t chunk_
 int64_t TierLayout::HostHomeBytes(int32_t num_chunks, int64_t shard_bytes, int32_t device_adam_chunks,
                                   const ChunkRuntimeOptions& options) {
   const int64_t n = num_chunks, homed = device_adam_chunks, on_disk = options.disk_moment_chunks;
+  const int64_t masters_on_disk = options.param_device.has_value() ? options.disk_master_chunks : 0;
   const int64_t grads = Align(n * (options.grad_home.has_value() ? shard_bytes / 2 : shard_bytes));
-  // fp32 param homes (the masters with 16-bit params, less those on the device).
-  const int64_t params = options.param_device.has_value() ? n - homed : n;
-  return (params + 2 * (n - homed - on_disk)) * shard_bytes + grads;
+  // fp32 param homes (the masters with 16-bit params, less those on the
+  // device or on disk, which have a 16-bit home instead).
+  const int64_t params = options.param_device.has_value() ? n - homed - masters_on_disk : n;
+  return (params + 2 * (n - homed - on_disk)) * shard_bytes + grads + masters_on_disk * Align(shard_bytes / 2);
 }
 
 int64_t TierLayout::DiskHomeStride(int64_t shard_bytes) {
@@ -142,12 +144,13 @@ int64_t TierLayout::DiskHomeStride(int64_t shard_bytes) {
 }
 
 int64_t TierLayout::DiskBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options) {
-  return 2 * int64_t(options.disk_moment_chunks) * DiskHomeStride(shard_bytes);
+  return (2 * int64_t(options.disk_moment_chunks) + options.disk_master_chunks) * DiskHomeStride(shard_bytes);
 }
 
 int32_t TierLayout::DiskWindows(const ChunkRuntimeOptions& options) {
   if (options.disk_moment_chunks <= 0) return 0;
-  return 2 * (1 + std::max(0, options.disk_read_ahead)) + 2;
+  const int32_t kinds = options.disk_master_chunks > 0 ? 3 : 2;  // the moments, and the master
+  return kinds * (1 + std::max(0, options.disk_read_ahead)) + kinds;
 }
 
 int64_t TierLayout::DiskWindowBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options) {

@@ -61,9 +61,9 @@ class TierLayout {
   // Bytes the device tier needs at least: non-model, staging, and the chunks one moment pins.
   static int64_t MinDeviceBytes(int64_t chunk_bytes, const ChunkRuntimeOptions& options);
   // The disk tier (disk_moment_chunks > 0): the bytes of one rank's file
-  // (every disk home on a 4 KiB boundary), its host windows (each pinned
-  // chunk's two moments, those read ahead, and two written behind) and their
-  // bytes.
+  // (every disk home on a 4 KiB boundary), its host windows (each disk-homed
+  // kind of the pinned chunk, of each chunk read ahead, and of the one written
+  // behind) and their bytes.
   static int64_t DiskHomeStride(int64_t shard_bytes);
   static int64_t DiskBytes(int64_t shard_bytes, const ChunkRuntimeOptions& options);
   static int32_t DiskWindows(const ChunkRuntimeOptions& options);

@@ -36,20 +36,30 @@ TEST(ChunkPlacement, HomesEveryChunkOnceAndStreamsWhatIsNotHomedOnTheDevice) {
   EXPECT_FALSE(fp32.HalfHomed(fp32.Index({StateKind::kExpAvg, 4})));
 }
 
-// Every host home lies inside the block, aligned as its kind needs, and no two overlap.
+// Every host home lies inside the block and no two overlap; homes on the
+// device or on disk take none (a param whose master is on disk has a 16-bit
+// home instead).
 void ExpectDisjointHomes(const ChunkPlacement& p, int64_t shard, const ChunkRuntimeOptions& o) {
   auto host = HostTier::Create(*MakeCpuBackend(), p, shard, o);
   ASSERT_TRUE(host.ok()) << host.status().message();
   EXPECT_EQ(host->bytes(), TierLayout::HostHomeBytes(p.num_chunks, shard, p.device_adam_chunks, o));
-  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::vector<std::pair<const std::byte*, const std::byte*>> spans;
   for (int32_t i = 0; i < p.total(); ++i) {
     if (p.DeviceHomed(i)) continue;
-    const int64_t at = host->Home(i) - host->Home(p.Index({StateKind::kGrad, 0}));
-    spans.push_back({at, at + host->HomeBytes(i)});
+    if (p.DiskHomed(i)) {
+      if (!p.HalfParam(i)) continue;
+      const auto* half = reinterpret_cast<const std::byte*>(host->HalfParamHome(i));
+      spans.push_back({half, half + shard / 2});
+      continue;
+    }
+    spans.push_back({host->Home(i), host->Home(i) + host->HomeBytes(i)});
     EXPECT_EQ(host->HomeBytes(i), p.HalfHomed(i) ? shard / 2 : shard);
   }
+  ASSERT_FALSE(spans.empty());
   std::sort(spans.begin(), spans.end());
-  for (size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first);
+  for (size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first) << k;
+  // The first home starts the block; the last ends within it.
+  EXPECT_LE(spans.back().second - spans.front().first, host->bytes());
 }
 
 TEST(HostTier, HomesAreDisjointAndFillTheLayoutsBytes) {
@@ -61,6 +71,23 @@ TEST(HostTier, HomesAreDisjointAndFillTheLayoutsBytes) {
   o.grad_home.reset();
   o.param_device = HalfFormat::kBf16;
   ExpectDisjointHomes(Placement(4, 2, true, false), 256, o);
+}
+
+TEST(HostTier, DiskHomesTakeNoHostBytesButMastersLeaveA16BitHome) {
+  ChunkRuntimeOptions o;
+  ChunkPlacement p = Placement(6, 1, false, false);
+  p.disk_chunks = o.disk_moment_chunks = 3;
+  ExpectDisjointHomes(p, 256, o);
+  EXPECT_EQ(TierLayout::HostHomeBytes(6, 256, 1, o), (6 + 6 + 2 * (6 - 1 - 3)) * 256);
+  o.param_device = HalfFormat::kFp16;
+  p.half_params = true;
+  p.disk_master_chunks = o.disk_master_chunks = 2;
+  ExpectDisjointHomes(p, 256, o);
+  // Masters: 6 - 1 on the device - 2 on disk; 2 homes of 128 bytes instead.
+  EXPECT_EQ(TierLayout::HostHomeBytes(6, 256, 1, o), (3 + 6 + 2 * 2) * 256 + 2 * 128);
+  o.grad_home = HalfFormat::kFp16;
+  p.half_grads = true;
+  ExpectDisjointHomes(p, 192, o);
 }
 
 }  // namespace

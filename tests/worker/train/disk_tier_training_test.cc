@@ -29,7 +29,7 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 struct RankRun {
   std::vector<float> losses;
   std::vector<std::vector<float>> shards;  // owned floats per (kind, chunk): param, exp_avg, exp_avg_sq
-  int32_t num_chunks = 0, disk_chunks = 0, device_adam_chunks = 0;
+  int32_t num_chunks = 0, disk_chunks = 0, disk_masters = 0, device_adam_chunks = 0;
   int64_t disk_read = 0, disk_written = 0;
   std::string disk_path;
   std::string error;
@@ -74,6 +74,7 @@ std::vector<RankRun> TrainRanks(int world, const std::vector<std::string>& overr
     ChunkManager& chunks = store.chunks();
     r.num_chunks = chunks.num_chunks();
     r.disk_chunks = chunks.disk_moment_chunks();
+    r.disk_masters = chunks.disk_master_chunks();
     r.device_adam_chunks = chunks.device_adam_chunks();
     if (chunks.disk() != nullptr) {
       r.disk_read = chunks.disk()->read_bytes();
@@ -183,6 +184,50 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
   }
 }
 
+// 16-bit runs: the fp32 masters follow the moments to disk, and their 16-bit
+// homes on the host are what streams; every split gives the same bits.
+TEST(DiskTierTraining, SixteenBitMastersOnDiskAreBitIdenticalForEverySplit) {
+  test::TempDir dir("disk-training-masters");
+  auto data = test::RandomTokens(3000, 40, 36);
+  for (const char* precision : {"bf16", "fp16"}) {
+    const std::vector<std::string> base = {"default_chunk_size=1024", "train.steps=5",
+                                           std::string("train.precision=") + precision,
+                                           "optimizer.params.use_hybrid_adam=false"};
+    const auto want = TrainRanks(1, base, data, 0, 5, false);
+    std::vector<std::string> all = base;
+    all.push_back("runtime.nvme_path=" + dir.path());
+    const auto got = TrainRanks(1, all, data, 0, 5, false);
+    ExpectBitIdentical(want, got, std::string(precision) + ", masters and moments on disk");
+    EXPECT_EQ(got[0].disk_chunks, got[0].num_chunks);
+    EXPECT_EQ(got[0].disk_masters, got[0].num_chunks);
+    // A host budget between "every moment on disk" and "every master too":
+    // some masters stay on the host.
+    auto plan_all = PlanMemory(test::TinyGptConfig(all));
+    ASSERT_TRUE(plan_all.ok()) << plan_all.status().message();
+    int64_t budget = plan_all->min_host_bytes;
+    std::vector<std::string> some;
+    for (int tries = 0; tries < 64; ++tries, budget += 1024) {
+      some = all;
+      some.push_back(Set("runtime.host_memory", budget));
+      auto plan = PlanMemory(test::TinyGptConfig(some));
+      ASSERT_TRUE(plan.ok());
+      if (plan->disk_master_chunks > 0 && plan->disk_master_chunks < plan->disk_moment_chunks) break;
+    }
+    const auto partial = TrainRanks(1, some, data, 0, 5, false);
+    ExpectBitIdentical(want, partial, std::string(precision) + ", some masters on disk");
+    EXPECT_GT(partial[0].disk_masters, 0) << precision;
+    EXPECT_LT(partial[0].disk_masters, partial[0].disk_chunks) << precision;
+  }
+  // Two ZeRO ranks: each gathers the others' 16-bit shards from their homes.
+  const std::vector<std::string> two = {"default_chunk_size=1024", "train.steps=4", "train.batch_size=2",
+                                        "train.precision=bf16"};
+  std::vector<std::string> two_disk = two;
+  two_disk.push_back("runtime.nvme_path=" + dir.path());
+  const auto got = TrainRanks(2, two_disk, data, 0, 4, false);
+  ExpectBitIdentical(TrainRanks(2, two, data, 0, 4, false), got, "two ranks, bf16");
+  for (const RankRun& r : got) EXPECT_EQ(r.disk_masters, r.num_chunks);
+}
+
 TEST(DiskTierTraining, TwoZeroRanksAreBitIdenticalWithMomentsOnDisk) {
   test::TempDir dir("disk-training-zero");
   auto data = test::RandomTokens(3000, 40, 32);
@@ -202,7 +247,9 @@ TEST(DiskTierTraining, TwoZeroRanksAreBitIdenticalWithMomentsOnDisk) {
 TEST(DiskTierTraining, CheckpointsMoveBetweenRunsWithAndWithoutTheTier) {
   test::TempDir disk("disk-training-ckpt-nvme");
   auto data = test::RandomTokens(3000, 40, 33);
-  const std::vector<std::string> base = {"default_chunk_size=1024", "optimizer.params.use_hybrid_adam=false"};
+  for (const char* precision : {"fp32", "bf16"}) {
+  const std::vector<std::string> base = {"default_chunk_size=1024", "optimizer.params.use_hybrid_adam=false",
+                                         std::string("train.precision=") + precision};
   const std::string nvme = "runtime.nvme_path=" + disk.path();
   const auto whole = TrainRanks(1, base, data, 0, 6, false);
   for (bool disk_first : {true, false}) {
@@ -213,12 +260,14 @@ TEST(DiskTierTraining, CheckpointsMoveBetweenRunsWithAndWithoutTheTier) {
     (disk_first ? first : second).push_back(nvme);
     const auto head = TrainRanks(1, first, data, 0, 3, true);
     const auto tail = TrainRanks(1, second, data, 3, 6, false);
-    const std::string what = disk_first ? "saved with the tier, resumed without" : "saved without, resumed with";
+    const std::string what = std::string(precision) + (disk_first ? ": saved with the tier, resumed without"
+                                                                  : ": saved without, resumed with");
     ASSERT_EQ(tail[0].losses.size(), 3u) << what;
     std::vector<RankRun> joined = tail;
     joined[0].losses.insert(joined[0].losses.begin(), head[0].losses.begin(), head[0].losses.end());
     ExpectBitIdentical(whole, joined, what);
     EXPECT_GT((disk_first ? head : tail)[0].disk_chunks, 0) << what;
+  }
   }
 }
 
