@@ -225,6 +225,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   // Chunk traffic, totals and per step after the first (warm-up) step.
   int64_t moved_at_warmup[kNumDirections] = {0, 0};
   int64_t param_h2d_at_warmup = 0;
+  int64_t disk_read_at_warmup = 0, disk_written_at_warmup = 0;
   std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
   auto later_steps = [](int64_t steps) { return steps > 1 ? steps - 1 : int64_t{1}; };
   auto print_chunk_summary = [&](int64_t steps) {
@@ -242,6 +243,13 @@ int TrainCommand(const std::vector<std::string>& args) {
                 (long long)((param_h2d - param_h2d_at_warmup) / later), (long long)evictions,
                 (long long)rc.prefetches.load(), (long long)rc.prefetch_hits.load(),
                 (long long)chunks.peak_device_bytes(), (long long)chunks.trace_recordings());
+    if (chunks.disk() != nullptr) {
+      std::printf("disk: read_bytes=%lld written_bytes=%lld read_bytes_per_step=%lld written_bytes_per_step=%lld "
+                  "wait_s=%.3f\n",
+                  (long long)rc.disk_read_bytes.load(), (long long)rc.disk_written_bytes.load(),
+                  (long long)((rc.disk_read_bytes - disk_read_at_warmup) / later),
+                  (long long)((rc.disk_written_bytes - disk_written_at_warmup) / later), double(rc.disk_wait_ns) * 1e-9);
+    }
     if (env->world_size > 1) {
       // Bytes this rank sent per step after the warm-up step, against what
       // ZeRO-3 moves with ring collectives: each param chunk gathered for every
@@ -274,6 +282,8 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (s == first_step) {
       for (int d = 0; d < kNumDirections; ++d) moved_at_warmup[d] = chunks.counters().moved_bytes[size_t(d)];
       param_h2d_at_warmup = chunks.counters().moved_kind_bytes[0][size_t(StateKind::kParam)];
+      disk_read_at_warmup = chunks.counters().disk_read_bytes;
+      disk_written_at_warmup = chunks.counters().disk_written_bytes;
       for (int op = 0; op < kNumCollectiveOps; ++op) comm_at_warmup[size_t(op)] = (*comm)->counters().bytes[size_t(op)];
     }
     // A stop signal may reach the ranks at different steps; they agree on it

@@ -41,15 +41,19 @@ struct ChunkPlacement {
     return DeviceAdam(index % num_chunks) && (index >= 2 * num_chunks || (half_params && index < num_chunks));
   }
   // Moments of the last disk_chunks chunks and masters of the last
-  // disk_master_chunks, and their number in the disk tier (exp_avg's,
-  // exp_avg_sq's, then the masters).
+  // disk_master_chunks, and their number in the disk tier: chunk by chunk
+  // (its master, then exp_avg, then exp_avg_sq), so that a sweep over the
+  // chunks reads and writes the file front to back.
   bool DiskHomed(int32_t index) const {
     if (index < num_chunks) return index >= num_chunks - disk_master_chunks;
     return index >= 2 * num_chunks && index % num_chunks >= num_chunks - disk_chunks;
   }
   int32_t DiskHome(int32_t index) const {
-    if (index < num_chunks) return 2 * disk_chunks + index - (num_chunks - disk_master_chunks);
-    return (index / num_chunks - 2) * disk_chunks + index % num_chunks - (num_chunks - disk_chunks);
+    const int32_t chunk = index % num_chunks - (num_chunks - disk_chunks);  // among the disk chunks
+    const int32_t two = disk_chunks - disk_master_chunks;  // the first ones home only their moments
+    const int32_t kind = index / num_chunks;  // 0 (the master), 2 or 3
+    if (chunk < two) return 2 * chunk + (kind - 2);
+    return 2 * two + 3 * (chunk - two) + (kind == 0 ? 0 : kind - 1);
   }
   // Whether a 16-bit param copy: read-only, in the half-slot pool.
   bool HalfParam(int32_t index) const { return half_params && index < num_chunks; }

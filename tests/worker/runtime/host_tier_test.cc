@@ -36,6 +36,33 @@ TEST(ChunkPlacement, HomesEveryChunkOnceAndStreamsWhatIsNotHomedOnTheDevice) {
   EXPECT_FALSE(fp32.HalfHomed(fp32.Index({StateKind::kExpAvg, 4})));
 }
 
+TEST(ChunkPlacement, DiskHomesNumberEveryDiskChunkOnceChunkByChunk) {
+  ChunkPlacement p = Placement(7, 1, true, false);
+  p.disk_chunks = 5;
+  p.disk_master_chunks = 3;
+  std::vector<int32_t> seen(size_t(2 * 5 + 3), -1);
+  int32_t last_chunk = -1, last_home = -1;
+  for (int32_t chunk = 0; chunk < p.num_chunks; ++chunk) {
+    for (StateKind kind : {StateKind::kParam, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
+      const int32_t i = p.Index({kind, chunk});
+      const bool on_disk = kind == StateKind::kParam ? chunk >= 4 : chunk >= 2;
+      ASSERT_EQ(p.DiskHomed(i), on_disk) << chunk << " " << StateKindName(kind);
+      if (!on_disk) continue;
+      const int32_t h = p.DiskHome(i);
+      ASSERT_GE(h, 0);
+      ASSERT_LT(h, int32_t(seen.size()));
+      EXPECT_EQ(seen[size_t(h)], -1) << "home " << h << " taken twice";
+      seen[size_t(h)] = i;
+      // A sweep in chunk order, each chunk's master then its moments, walks the file forward.
+      if (chunk != last_chunk) EXPECT_GT(h, last_home) << chunk;
+      last_chunk = chunk;
+      last_home = std::max(last_home, h);
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), -1), 0);
+  EXPECT_FALSE(p.DiskHomed(p.Index({StateKind::kGrad, 6}))) << "gradients stream every step";
+}
+
 // Every host home lies inside the block and no two overlap; homes on the
 // device or on disk take none (a param whose master is on disk has a 16-bit
 // home instead).
