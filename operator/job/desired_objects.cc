@@ -37,6 +37,12 @@ Json Resources(const JobSpec& spec, const PodSizing& sizing) {
   }
   r["requests"]["memory"] = FormatBytesQuantity(sizing.request_bytes);
   r["limits"]["memory"] = FormatBytesQuantity(sizing.limit_bytes);
+  // A disk tier on an emptyDir lives on the node's ephemeral storage: the
+  // scheduler must find room for it (unless the template asks for some).
+  if (spec.disk_tier.enabled() && spec.disk_tier.volume_kind == "emptyDir" &&
+      !r["requests"].contains("ephemeral-storage")) {
+    r["requests"]["ephemeral-storage"] = FormatBytesQuantity(spec.disk_tier.size_bytes);
+  }
   if (spec.device == JobDevice::kCuda) {
     const std::string gpus = std::to_string(spec.nproc_per_node);
     r["limits"]["nvidia.com/gpu"] = gpus;
@@ -101,6 +107,12 @@ Json Args(const JobSpec& spec, const PodSizing& sizing) {
                "--config", kConfigPath,
                "--set", std::string("runtime.device=") + (spec.device == JobDevice::kCuda ? "cuda" : "cpu"),
                "--set", "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes)};
+  if (spec.disk_tier.enabled()) {
+    args.push_back("--set");
+    args.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
+    args.push_back("--set");
+    args.push_back("runtime.nvme_memory=" + std::to_string(spec.disk_tier.size_bytes / spec.nproc_per_node));
+  }
   if (spec.metrics_port > 0) {
     args.push_back("--set");
     args.push_back("metrics.port=" + std::to_string(spec.metrics_port));
@@ -230,6 +242,7 @@ Json DesiredPod(const JobSpec& spec, const PodSizing& sizing, int node_index, in
   if (o.volume_mounts.is_array()) {
     for (const Json& m : o.volume_mounts) mounts.push_back(m);
   }
+  if (spec.disk_tier.enabled()) mounts.push_back({{"name", spec.disk_tier.volume}, {"mountPath", spec.disk_tier.mount_path}});
   Json volumes = Json::array();
   volumes.push_back({{"name", kConfigVolume}, {"configMap", {{"name", ConfigMapName(spec)}}}});
   volumes.push_back(

@@ -321,6 +321,73 @@ Status ParseHostMemory(const Fields& spec, HostMemorySpec* m) {
   return Status::Ok();
 }
 
+Status ParseDiskTier(const Fields& spec, DiskTierSpec* d) {
+  PSTAR_ASSIGN_OR_RETURN(Fields f, spec.Child("diskTier"));
+  PSTAR_RETURN_IF_ERROR(f.String("volume", &d->volume));
+  PSTAR_RETURN_IF_ERROR(f.String("mountPath", &d->mount_path));
+  PSTAR_RETURN_IF_ERROR(f.Quantity("size", &d->size_bytes));
+  if (d->volume.empty()) {
+    if (d->size_bytes > 0) return Invalid(f.Path("volume"), "is required with spec.diskTier.size");
+    return Status::Ok();
+  }
+  if (d->size_bytes <= 0) {
+    return Invalid(f.Path("size"), "is required: the bytes the pod's ranks may take on the volume (e.g. 500Gi)");
+  }
+  const std::string& m = d->mount_path;
+  if (m.empty() || m[0] != '/' || m == "/" || m.find("..") != std::string::npos || m.rfind("/dev", 0) == 0 ||
+      m.rfind("/etc/pstar", 0) == 0) {
+    return Invalid(f.Path("mountPath"), "must be an absolute path of its own (not /, /dev or /etc/pstar), got '" + m +
+                                            "'");
+  }
+  return Status::Ok();
+}
+
+// The disk tier's volume is one of the template's: on node-local or per-pod
+// storage (emptyDir not in memory, a generic ephemeral volume, or hostPath),
+// mounted by the operator alone.
+Status CheckDiskTierVolume(DiskTierSpec* d, const PodOverrides& o) {
+  if (!d->enabled()) return Status::Ok();
+  const Json* volume = nullptr;
+  if (o.volumes.is_array()) {
+    for (const Json& v : o.volumes) {
+      if (v.is_object() && v.value("name", "") == d->volume) volume = &v;
+    }
+  }
+  if (volume == nullptr) {
+    return Invalid("spec.diskTier.volume", "'" + d->volume + "' is not a volume of spec.template.spec.volumes");
+  }
+  for (const char* kind : {"emptyDir", "ephemeral", "hostPath"}) {
+    if (volume->contains(kind)) d->volume_kind = kind;
+  }
+  if (d->volume_kind.empty()) {
+    return Invalid("spec.diskTier.volume", "'" + d->volume +
+                                               "' must be an emptyDir, a generic ephemeral volume or a hostPath "
+                                               "(local disk for scratch files)");
+  }
+  if (d->volume_kind == "emptyDir") {
+    const Json& e = (*volume)["emptyDir"];
+    if (e.is_object() && e.value("medium", "") == "Memory") {
+      return Invalid("spec.diskTier.volume", "'" + d->volume +
+                                                 "' is an emptyDir in memory: the disk tier is there to spare "
+                                                 "host memory; use a disk-backed volume");
+    }
+  }
+  if (o.volume_mounts.is_array()) {
+    for (const Json& mount : o.volume_mounts) {
+      if (mount.is_object() && mount.value("name", "") == d->volume) {
+        return Invalid(o.worker_path + ".volumeMounts", "mounts '" + d->volume +
+                                                             "', the disk tier's volume; spec.diskTier.mountPath "
+                                                             "mounts it");
+      }
+      if (mount.is_object() && mount.value("mountPath", "") == d->mount_path) {
+        return Invalid(o.worker_path + ".volumeMounts", "already mounts something at " + d->mount_path +
+                                                             " (spec.diskTier.mountPath)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseRunPolicy(const Fields& spec, RunPolicy* r) {
   PSTAR_ASSIGN_OR_RETURN(Fields f, spec.Child("runPolicy"));
   constexpr int64_t kMax32 = std::numeric_limits<int32_t>::max();
@@ -653,6 +720,9 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "hostMemory.limit",
       "hostMemory.headroomPercent",
       "hostMemory.shmSize",
+      "diskTier.volume",
+      "diskTier.mountPath",
+      "diskTier.size",
       "runPolicy.backoffLimit",
       "runPolicy.activeDeadlineSeconds",
       "runPolicy.ttlSecondsAfterFinished",
@@ -780,11 +850,18 @@ Result<JobSpec> ParseJob(const Json& job) {
   std::set<std::string> env_names;
   PSTAR_RETURN_IF_ERROR(ParseNccl(spec, &s.nccl, &env_names));
   PSTAR_RETURN_IF_ERROR(ParseHostMemory(spec, &s.host_memory));
+  PSTAR_RETURN_IF_ERROR(ParseDiskTier(spec, &s.disk_tier));
   PSTAR_RETURN_IF_ERROR(ParseRunPolicy(spec, &s.run_policy));
   PSTAR_RETURN_IF_ERROR(spec.ObjectArray("env", &s.env));
   if (s.env.is_null()) s.env = Json::array();
   PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
   PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
+  PSTAR_RETURN_IF_ERROR(CheckDiskTierVolume(&s.disk_tier, s.overrides));
+  if (s.disk_tier.enabled() && runtime != nullptr && runtime->is_object() &&
+      (runtime->contains("nvme_path") || runtime->contains("nvme_memory"))) {
+    return Invalid("spec.config.runtime.nvme_path",
+                   "is set but spec.diskTier sets it (and nvme_memory) for the pods: remove them from the config");
+  }
 
   if (s.run_policy.min_available > s.num_nodes) {
     return Status::InvalidArgument("spec.runPolicy.schedulingPolicy.minAvailable must be at most numNodes (" +

@@ -100,6 +100,18 @@ struct HostMemorySpec {
   int64_t shm_bytes = 0;
 };
 
+// The disk tier (the worker's runtime.nvme_path): one of the pod template's
+// volumes, mounted on the worker at mount_path; size_bytes is what the pod's
+// ranks may take there together.
+struct DiskTierSpec {
+  std::string volume;  // "" = no disk tier
+  std::string mount_path = "/var/lib/pstar/disk-tier";
+  int64_t size_bytes = 0;
+  // The volume's kind: "emptyDir", "ephemeral" or "hostPath".
+  std::string volume_kind;
+  bool enabled() const { return !volume.empty(); }
+};
+
 struct JobSpec {
   std::string name, ns, uid;
   int64_t generation = 0;
@@ -113,6 +125,7 @@ struct JobSpec {
   int32_t metrics_port = 9400;    // 0 = no metrics endpoint
   NcclSpec nccl;
   HostMemorySpec host_memory;
+  DiskTierSpec disk_tier;
   RunPolicy run_policy;
   Json env = Json::array();       // spec.env: the user's EnvVars, after the operator's
   PodOverrides overrides;

@@ -204,16 +204,33 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
   // runtime.device as the pods' args set it, so that what follows from it
   // (the precision, the kernels' scratch) is planned as the worker will.
   const std::string device = spec.device == JobDevice::kCuda ? "cuda" : "cpu";
-  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", {"runtime.device=" + device}));
+  std::vector<std::string> sets = {"runtime.device=" + device};
+  // With a disk tier the plan homes every moment (and 16-bit master) there
+  // that updates on the host: the pods' memory drops by them.
+  if (spec.disk_tier.enabled()) sets.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
+  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", sets));
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
   const MemoryPlan& plan = *planned;
+  if (spec.disk_tier.enabled()) {
+    const __int128 need = __int128(plan.disk_bytes) * spec.nproc_per_node;
+    if (need > spec.disk_tier.size_bytes) {
+      return Status::InvalidArgument(
+          "spec.diskTier.size " + FormatBytesQuantity(spec.disk_tier.size_bytes) + " (" +
+          HumanBytes(spec.disk_tier.size_bytes) + ") is below what the plan homes on disk for the pod's " +
+          std::to_string(spec.nproc_per_node) + (spec.nproc_per_node == 1 ? " rank: " : " ranks: ") +
+          HumanBytes(int64_t(need)) + " (" + std::to_string(plan.disk_moment_chunks) + " chunks' moments" +
+          (plan.disk_master_chunks > 0 ? " and " + std::to_string(plan.disk_master_chunks) + " masters" : "") +
+          " per rank)");
+    }
+  }
 
   PodSizing s;
   s.parameters = plan.parameters;
   s.model_bytes = plan.model_bytes;
   s.chunk_bytes = plan.chunk_bytes;
   s.num_chunks = plan.num_chunks;
+  s.disk_bytes_per_rank = plan.disk_bytes;
   // The plan counts the device tier into host memory on the CPU backend (an
   // emulated tier in RAM) and not on CUDA (GPU memory).
   const int64_t host = plan.min_host_bytes;

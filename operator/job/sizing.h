@@ -40,6 +40,8 @@ struct PodSizing {
   // Per rank: the device tier the config gets, and the least it can run in.
   int64_t device_bytes_per_rank = 0;
   int64_t min_device_bytes_per_rank = 0;
+  // Per rank: what the disk tier homes (spec.diskTier), 0 without one.
+  int64_t disk_bytes_per_rank = 0;
 
   // Per pod.
   int32_t ranks_per_pod = 1;

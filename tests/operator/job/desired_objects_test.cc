@@ -272,16 +272,22 @@ TEST(DesiredPodTest, VolumesAndMounts) {
   const PodSizing sizing = MustSize(spec);
   const Json pod = DesiredPod(spec, sizing, 0, 0);
   const Json& volumes = pod["spec"]["volumes"];
-  ASSERT_EQ(volumes.size(), 4u);
+  ASSERT_EQ(volumes.size(), 5u);
   EXPECT_EQ(volumes[0], Json::parse(R"({"name": "pstar-config", "configMap": {"name": "full-config"}})"));
   EXPECT_EQ(volumes[1], Json::parse(R"({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})"));
   EXPECT_EQ(volumes[2]["persistentVolumeClaim"]["claimName"], "ckpt-pvc");
   EXPECT_EQ(volumes[3]["name"], "cache");
   const Json& mounts = pod["spec"]["containers"][0]["volumeMounts"];
-  ASSERT_EQ(mounts.size(), 4u);
+  ASSERT_EQ(mounts.size(), 5u);
   EXPECT_EQ(mounts[0], Json::parse(R"({"name": "pstar-config", "mountPath": "/etc/pstar", "readOnly": true})"));
   EXPECT_EQ(mounts[1], Json::parse(R"({"name": "dshm", "mountPath": "/dev/shm"})"));
   EXPECT_EQ(mounts[2]["mountPath"], "/ckpt");
+  // The disk tier's volume, mounted where the worker is told to put it.
+  EXPECT_EQ(mounts[4], Json::parse(R"({"name": "nvme", "mountPath": "/nvme"})"));
+  const Json& args = pod["spec"]["containers"][0]["args"];
+  EXPECT_NE(std::find(args.begin(), args.end(), "runtime.nvme_path=/nvme"), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), "runtime.nvme_memory=" + std::to_string((int64_t(2) << 40) / 4)),
+            args.end());
   // The default shm size of a cpu job.
   const JobSpec cpu = MustParse(MinimalJob());
   EXPECT_EQ(DesiredPod(cpu, MustSize(cpu), 0, 0)["spec"]["volumes"][1]["emptyDir"]["sizeLimit"], "64Mi");

@@ -48,6 +48,7 @@ inline Json FullJob() {
       "nccl": {"socketIfname": "eth0", "ibDisable": true, "debug": "WARN",
                "env": {"NCCL_P2P_DISABLE": "1", "NCCL_ALGO": "Ring"}},
       "hostMemory": {"request": "40Gi", "limit": "48Gi", "headroomPercent": 25, "shmSize": "2Gi"},
+      "diskTier": {"volume": "nvme", "mountPath": "/nvme", "size": "2Ti"},
       "runPolicy": {"backoffLimit": 5, "activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": 600,
                     "cleanPodPolicy": "All", "suspend": false, "restartPolicy": "OnFailure",
                     "permanentExitCodes": [2, 3, 127],
@@ -63,7 +64,8 @@ inline Json FullJob() {
           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
               {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
           "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt-pvc"}},
-                      {"name": "cache", "emptyDir": {}}],
+                      {"name": "cache", "emptyDir": {}},
+                      {"name": "nvme", "hostPath": {"path": "/mnt/nvme0", "type": "Directory"}}],
           "imagePullSecrets": [{"name": "regcred"}],
           "serviceAccountName": "trainer",
           "priorityClassName": "high",

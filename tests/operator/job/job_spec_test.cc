@@ -54,6 +54,58 @@ TEST(ParseJobTest, MissingNamespaceIsDefault) {
   EXPECT_EQ(MustParse(job).ns, "default");
 }
 
+TEST(ParseJobTest, TheDiskTierNamesALocalVolumeOfTheTemplate) {
+  auto with = [](const Json& disk_tier, const Json& volumes, const Json& mounts = Json()) {
+    Json job = MinimalJob();
+    job["spec"]["diskTier"] = disk_tier;
+    job["spec"]["template"]["spec"]["volumes"] = volumes;
+    if (!mounts.is_null()) job["spec"]["template"]["container"]["volumeMounts"] = mounts;
+    return ParseJob(job);
+  };
+  const Json scratch = Json::parse(R"([{"name": "scratch", "emptyDir": {"sizeLimit": "100Gi"}}])");
+  auto ok = with(Json::parse(R"({"volume": "scratch", "size": "100Gi"})"), scratch);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->disk_tier.mount_path, "/var/lib/pstar/disk-tier");
+  EXPECT_EQ(ok->disk_tier.volume_kind, "emptyDir");
+  auto eph = with(Json::parse(R"({"volume": "e", "size": "1Ti", "mountPath": "/scratch"})"),
+                  Json::parse(R"([{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}])"));
+  ASSERT_TRUE(eph.ok()) << eph.status().message();
+  EXPECT_EQ(eph->disk_tier.volume_kind, "ephemeral");
+  struct Bad {
+    Json disk_tier, volumes, mounts;
+    std::string want;
+  };
+  const std::vector<Bad> bad = {
+      {Json::parse(R"({"volume": "missing", "size": "1Gi"})"), scratch, Json(), "spec.diskTier.volume 'missing' is not a volume"},
+      {Json::parse(R"({"volume": "scratch"})"), scratch, Json(), "spec.diskTier.size is required"},
+      {Json::parse(R"({"size": "1Gi"})"), scratch, Json(), "spec.diskTier.volume is required"},
+      {Json::parse(R"({"volume": "scratch", "size": "1Gi", "mountPath": "relative"})"), scratch, Json(),
+       "spec.diskTier.mountPath must be an absolute path"},
+      {Json::parse(R"({"volume": "scratch", "size": "1Gi", "mountPath": "/dev/shm/x"})"), scratch, Json(),
+       "spec.diskTier.mountPath"},
+      {Json::parse(R"({"volume": "m", "size": "1Gi"})"),
+       Json::parse(R"([{"name": "m", "emptyDir": {"medium": "Memory"}}])"), Json(), "an emptyDir in memory"},
+      {Json::parse(R"({"volume": "c", "size": "1Gi"})"),
+       Json::parse(R"([{"name": "c", "configMap": {"name": "x"}}])"), Json(), "must be an emptyDir, a generic ephemeral"},
+      {Json::parse(R"({"volume": "scratch", "size": "1Gi"})"), scratch,
+       Json::parse(R"([{"name": "scratch", "mountPath": "/elsewhere"}])"), "spec.diskTier.mountPath mounts it"},
+  };
+  for (const Bad& b : bad) {
+    auto r = with(b.disk_tier, b.volumes, b.mounts);
+    ASSERT_FALSE(r.ok()) << b.want;
+    EXPECT_NE(r.status().message().find(b.want), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  }
+  // The config may not set what spec.diskTier sets.
+  Json job = MinimalJob();
+  job["spec"]["diskTier"] = Json::parse(R"({"volume": "scratch", "size": "100Gi"})");
+  job["spec"]["template"]["spec"]["volumes"] = scratch;
+  job["spec"]["config"]["runtime"] = Json::parse(R"({"nvme_path": "/x"})");
+  auto clash = ParseJob(job);
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.status().message().find("spec.config.runtime.nvme_path"), std::string::npos);
+}
+
 TEST(ParseJobTest, FullJobReadsEveryField) {
   JobSpec s = MustParse(FullJob());
   EXPECT_EQ(s.num_nodes, 3);
@@ -90,8 +142,12 @@ TEST(ParseJobTest, FullJobReadsEveryField) {
   EXPECT_EQ(o.node_selector["gpu"], "a100");
   EXPECT_EQ(o.tolerations.size(), 1u);
   EXPECT_TRUE(o.affinity.contains("nodeAffinity"));
-  EXPECT_EQ(o.volumes.size(), 2u);
+  EXPECT_EQ(o.volumes.size(), 3u);
   EXPECT_EQ(o.volume_mounts.size(), 2u);
+  EXPECT_EQ(s.disk_tier.volume, "nvme");
+  EXPECT_EQ(s.disk_tier.mount_path, "/nvme");
+  EXPECT_EQ(s.disk_tier.size_bytes, int64_t(2) << 40);
+  EXPECT_EQ(s.disk_tier.volume_kind, "hostPath");
   EXPECT_EQ(o.image_pull_secrets[0]["name"], "regcred");
   EXPECT_EQ(o.service_account_name, "trainer");
   EXPECT_EQ(o.priority_class_name, "high");

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "operator/job/desired_objects.h"
 #include "tests/operator/job/job_fixtures.h"
 #include "worker/config/config.h"
 #include "worker/plan/memory_plan.h"
@@ -63,6 +64,34 @@ TEST(SizePodsTest, CpuJobFiguresFollowThePlan) {
             (s.limit_bytes - s.shm_bytes - s.launcher_overhead_bytes) / 2 / kMiB * kMiB);
   EXPECT_GE(s.worker_host_budget_bytes, s.host_bytes_per_rank);
   EXPECT_GE(s.worker_host_budget_bytes, plan.min_host_bytes);
+}
+
+TEST(SizePodsTest, ADiskTierTakesTheMomentsOutOfThePodsMemory) {
+  const JobSpec plain = MustParse(MinimalJob());  // cpu, 2 x 2: every update on the host
+  Json job = MinimalJob();
+  job["spec"]["diskTier"] = Json::parse(R"({"volume": "scratch", "size": "10Gi"})");
+  job["spec"]["template"]["spec"]["volumes"] = Json::parse(R"([{"name": "scratch", "emptyDir": {}}])");
+  const JobSpec disk = MustParse(job);
+  auto a = SizePods(plain);
+  auto b = SizePods(disk);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  const MemoryPlan p = PlanOf(plain);
+  // Both moments of every chunk shard leave each rank's host memory (less the windows they are read through).
+  const int64_t moments = 2 * int64_t(p.num_chunks) * p.chunk_bytes / plain.world_size();
+  EXPECT_EQ(a->disk_bytes_per_rank, 0);
+  EXPECT_GT(b->disk_bytes_per_rank, 0);
+  EXPECT_LT(b->host_bytes_per_rank, a->host_bytes_per_rank);
+  EXPECT_LE(b->host_bytes_per_rank, a->host_bytes_per_rank - moments + b->disk_bytes_per_rank / 2 + kMiB);
+  EXPECT_LT(b->request_bytes, a->request_bytes);
+  // The pod's ephemeral storage request covers the emptyDir, and the ranks are told where and how much.
+  const Json pod = DesiredPod(disk, *b, 0, 0);
+  EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"], "10Gi");
+  // Too small a size is refused with both numbers.
+  job["spec"]["diskTier"]["size"] = "4Ki";
+  auto small = SizePods(MustParse(job));
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("spec.diskTier.size 4Ki"), std::string::npos) << small.status().message();
+  EXPECT_NE(small.status().message().find("for the pod's 2 ranks"), std::string::npos) << small.status().message();
 }
 
 TEST(SizePodsTest, WorldSizeSplitsTheChunks) {
