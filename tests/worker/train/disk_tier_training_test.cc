@@ -341,5 +341,44 @@ TEST(DiskTierTraining, AFileDamagedUnderTheRunEndsItWithOneLineAndTheLastCheckpo
   }
 }
 
+// A disk that fills up mid-run (pwrite failing with ENOSPC, through an
+// LD_PRELOAD library, once a few steps' writes are in).
+TEST(DiskTierTraining, ADiskThatFillsMidRunEndsItWithOneLineAndTheLastCheckpointLoads) {
+  if (test::kAddressSanitizer) GTEST_SKIP() << "LD_PRELOAD beside the sanitizer runtime is not supported";
+  test::TempDir dir("disk-training-full");
+  const std::string nvme = dir.path() + "/nvme", ckpt = dir.path() + "/ckpt";
+  std::filesystem::create_directory(nvme);
+  const std::string config = dir.path() + "/job.yaml";
+  test::WriteText(config, std::string(test::kTinyGptJob) +
+                              "default_chunk_size: 1024\n"
+                              "runtime: {nvme_path: " + nvme + "}\n"
+                              "checkpoint: {dir: " + ckpt + ", every_steps: 1, keep: 0}\n");
+  auto plan = PlanMemory(test::TinyGptConfig({"default_chunk_size=1024", "optimizer.params.use_hybrid_adam=false",
+                                              "runtime.nvme_path=" + nvme}));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  // Every step writes every disk home once: the fifth step's writes fail.
+  const int64_t after = 4 * plan->disk_bytes + 1;
+  const test::ProcessResult r = [&] {
+    test::ChildProcess run({test::PstarBinary(), "train", "--config", config, "--set", "train.steps=50",
+                            "--set", "optimizer.params.use_hybrid_adam=false"},
+                           {std::string("LD_PRELOAD=") + PSTAR_ENOSPC_SHIM,
+                            "PSTAR_TEST_ENOSPC_AFTER_BYTES=" + std::to_string(after)});
+    return run.Wait();
+  }();
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("pstar: error: disk tier: disk full writing "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(nvme + "/pstar-chunks-rank0.bin"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  auto data = test::RandomTokens(3000, 40, 37);
+  auto t = Trainer::Create(test::TinyGptConfig({"default_chunk_size=1024", "checkpoint.dir=" + ckpt}), data);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  std::vector<std::string> warnings;
+  auto step = (*t)->Resume(&warnings);
+  ASSERT_TRUE(step.ok()) << step.status().message();
+  EXPECT_GE(*step, 3);
+  EXPECT_LE(*step, 5);
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
+}
+
 }  // namespace
 }  // namespace pstar
