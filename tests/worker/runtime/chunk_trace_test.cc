@@ -5,34 +5,26 @@
 #include <limits>
 #include <vector>
 
+#include "tests/worker/runtime/runtime_test_fixtures.h"
+
 namespace pstar {
 namespace {
-
-// Records one step of the given moments.
-void Step(ChunkTrace& t, const std::vector<std::vector<int32_t>>& moments) {
-  t.BeginStep();
-  for (const auto& m : moments) {
-    t.Observe(m);
-    t.Advance();
-  }
-  t.EndStep();
-}
 
 TEST(ChunkTrace, TheFirstStepIsAdoptedAndARepeatKeepsIt) {
   ChunkTrace t(8);
   EXPECT_FALSE(t.valid());
-  Step(t, {{0, 1}, {2}, {1, 3}});
+  test::RecordStep(t, {{0, 1}, {2}, {1, 3}});
   EXPECT_TRUE(t.valid());
   EXPECT_EQ(t.size(), 3);
   EXPECT_EQ(t.recordings(), 1);
-  Step(t, {{0, 1}, {2}, {1, 3}});
+  test::RecordStep(t, {{0, 1}, {2}, {1, 3}});
   EXPECT_TRUE(t.valid());
   EXPECT_EQ(t.recordings(), 1);
 }
 
 TEST(ChunkTrace, AChangedMomentInvalidatesUntilTheStepIsAdopted) {
   ChunkTrace t(8);
-  Step(t, {{0}, {1}, {2}});
+  test::RecordStep(t, {{0}, {1}, {2}});
   t.BeginStep();
   t.Observe({0});
   t.Advance();
@@ -55,14 +47,14 @@ TEST(ChunkTrace, AChangedMomentInvalidatesUntilTheStepIsAdopted) {
   t.EndStep();
   EXPECT_EQ(t.size(), 3);
   // A shorter one is adopted at its end.
-  Step(t, {{0}});
+  test::RecordStep(t, {{0}});
   EXPECT_EQ(t.size(), 1);
   EXPECT_EQ(t.recordings(), 4);
 }
 
 TEST(ChunkTrace, NextUseDistanceWrapsIntoTheNextStep) {
   ChunkTrace t(8);
-  Step(t, {{0}, {1}, {2}, {0}});
+  test::RecordStep(t, {{0}, {1}, {2}, {0}});
   t.BeginStep();
   t.Observe({0});  // serving moment 0
   EXPECT_EQ(t.NextUseDistance(1), 1);

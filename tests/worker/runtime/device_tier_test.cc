@@ -2,17 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/worker/runtime/runtime_test_fixtures.h"
+
 namespace pstar {
 namespace {
 
-ChunkPlacement Placement(int32_t n, int32_t homed, bool half_params, bool half_grads) {
-  ChunkPlacement p;
-  p.num_chunks = n;
-  p.device_adam_chunks = homed;
-  p.half_params = half_params;
-  p.half_grads = half_grads;
-  return p;
-}
+using test::Placement;
 
 TEST(DeviceTier, SlotsComeBackLastFreedFirstAndCountAgainstTheCapacity) {
   ChunkRuntimeOptions o;

@@ -4,22 +4,14 @@
 
 #include <vector>
 
+#include "tests/worker/runtime/runtime_test_fixtures.h"
+
 namespace pstar {
 namespace {
 
-// Records one step of the given moments.
-void Step(ChunkTrace& t, const std::vector<std::vector<int32_t>>& moments) {
-  t.BeginStep();
-  for (const auto& m : moments) {
-    t.Observe(m);
-    t.Advance();
-  }
-  t.EndStep();
-}
-
 TEST(Eviction, OptTakesTheFarthestNextUseAndLruTheOldest) {
   ChunkTrace t(8);
-  Step(t, {{0}, {1}, {2}, {3}});
+  test::RecordStep(t, {{0}, {1}, {2}, {3}});
   t.BeginStep();
   t.Observe({0});
   const std::vector<EvictionCandidate> c = {{1, false, 5}, {3, false, 1}, {2, false, 9}};

@@ -8,17 +8,12 @@
 
 #include "worker/runtime/tier_layout.h"
 
+#include "tests/worker/runtime/runtime_test_fixtures.h"
+
 namespace pstar {
 namespace {
 
-ChunkPlacement Placement(int32_t n, int32_t homed, bool half_params, bool half_grads) {
-  ChunkPlacement p;
-  p.num_chunks = n;
-  p.device_adam_chunks = homed;
-  p.half_params = half_params;
-  p.half_grads = half_grads;
-  return p;
-}
+using test::Placement;
 
 TEST(ChunkPlacement, HomesEveryChunkOnceAndStreamsWhatIsNotHomedOnTheDevice) {
   const ChunkPlacement p = Placement(5, 2, true, false);

@@ -5,22 +5,14 @@
 #include <utility>
 #include <vector>
 
+#include "tests/worker/runtime/runtime_test_fixtures.h"
+
 namespace pstar {
 namespace {
 
-// Records one step of the given moments.
-void Step(ChunkTrace& t, const std::vector<std::vector<int32_t>>& moments) {
-  t.BeginStep();
-  for (const auto& m : moments) {
-    t.Observe(m);
-    t.Advance();
-  }
-  t.EndStep();
-}
-
 TEST(Prefetch, WithinAStepLoadsTheNextMomentsNearestFirstAndStopsWithoutRoom) {
   ChunkTrace t(8);
-  Step(t, {{0}, {1, 2}, {3}, {4}});
+  test::RecordStep(t, {{0}, {1, 2}, {3}, {4}});
   t.BeginStep();
   t.Observe({0});
   std::vector<std::pair<int32_t, int64_t>> asked;
@@ -47,7 +39,7 @@ TEST(Prefetch, BetweenStepsSkipsGradientsAndCountsFromBeforeTheFirstMoment) {
   ChunkPlacement p;
   p.num_chunks = 2;  // index 2, 3 are gradients
   ChunkTrace t(p.total());
-  Step(t, {{0, 2}, {1, 3}, {1}});
+  test::RecordStep(t, {{0, 2}, {1, 3}, {1}});
   std::vector<std::pair<int32_t, int64_t>> asked;
   PrefetchNextStep(t, 2, p, [&](int32_t i, int64_t d) {
     asked.push_back({i, d});
