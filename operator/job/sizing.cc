@@ -279,6 +279,17 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
     }
     s.limit_bytes = std::max(RoundUp(int64_t(with_headroom), kSizingGranuleBytes), s.request_bytes);
   }
+  if (spec.disk_tier.enabled()) {
+    // With a disk tier the budget decides what the worker homes on disk (as
+    // much as it needs to fit), so it is the rank's share of the request, not
+    // of the limit: a planned request gives exactly the plan the pod was sized
+    // by (everything on disk that may go there), a larger fixed request keeps
+    // that much more in RAM. The limit's headroom stays headroom.
+    const int64_t per_rank = (s.request_bytes - s.shm_bytes - s.launcher_overhead_bytes) / spec.nproc_per_node;
+    s.worker_host_budget_bytes =
+        s.request_fixed ? std::max(per_rank / kSizingGranuleBytes * kSizingGranuleBytes, host) : host;
+    return s;
+  }
   const int64_t per_rank = (s.limit_bytes - s.shm_bytes - s.launcher_overhead_bytes) / spec.nproc_per_node;
   s.worker_host_budget_bytes = std::max(per_rank / kSizingGranuleBytes * kSizingGranuleBytes, s.host_bytes_per_rank);
   return s;
@@ -409,6 +420,8 @@ Json SizingStatus(const PodSizing& s) {
   j["launcherOverhead"] = StatusQuantity(s.launcher_overhead_bytes);
   j["deviceMemoryPerRank"] = StatusQuantity(s.device_bytes_per_rank);
   j["minDeviceMemoryPerRank"] = StatusQuantity(s.min_device_bytes_per_rank);
+  j["diskPerRank"] = StatusQuantity(s.disk_bytes_per_rank);
+  j["diskPerPod"] = StatusQuantity(s.disk_bytes_per_rank * s.ranks_per_pod);
   j["modelParameters"] = s.parameters;
   j["model"] = FormatParameters(s.parameters);
   j["modelBytes"] = StatusQuantity(s.model_bytes);

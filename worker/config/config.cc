@@ -303,6 +303,11 @@ void ParseMemTracer(Section s, MemTracerSection& m) {
 
 // Lookahead beyond a few thousand moments (a whole step of a large model) buys nothing.
 constexpr int64_t kMaxPrefetchDepth = 100000;
+// Each chunk read ahead holds a host window of one shard per kind on the
+// disk; past a few the windows cost more host memory than the overlap gains.
+constexpr int64_t kMaxDiskReadAhead = 16;
+// Past the drive's queue depth more threads only wait.
+constexpr int64_t kMaxDiskIoThreads = 64;
 
 int64_t ReadBytes(Section& s, const std::string& k, int64_t fallback) {
   YAML::Node n = s.Get(k);
@@ -321,9 +326,30 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   s.Read("prefetch_depth", r.prefetch_depth);
   s.Read("nvme_path", r.nvme_path);
   r.nvme_memory = ReadBytes(s, "nvme_memory", r.nvme_memory);
+  s.Read("nvme_read_ahead", r.nvme_read_ahead);
+  s.Read("nvme_io_threads", r.nvme_io_threads);
   s.CheckNoUnknownKeys();
   if (r.nvme_memory > 0 && r.nvme_path.empty()) {
     Fail(s.Key("nvme_memory"), "is set but runtime.nvme_path (the disk tier's directory) is not");
+  }
+  // A config written out with its defaults (--print-config) carries both
+  // settings; only a value other than the default asks for a disk tier.
+  const RuntimeSection defaults;
+  if (r.nvme_path.empty() && r.nvme_read_ahead != defaults.nvme_read_ahead) {
+    Fail(s.Key("nvme_read_ahead"), "is set but runtime.nvme_path (the disk tier's directory) is not");
+  }
+  if (r.nvme_path.empty() && r.nvme_io_threads != defaults.nvme_io_threads) {
+    Fail(s.Key("nvme_io_threads"), "is set but runtime.nvme_path (the disk tier's directory) is not");
+  }
+  RequireNonNegative(s.Key("nvme_read_ahead"), r.nvme_read_ahead);
+  if (r.nvme_read_ahead > kMaxDiskReadAhead) {
+    Fail(s.Key("nvme_read_ahead"), "must be at most " + std::to_string(kMaxDiskReadAhead) + ", got " +
+                                       std::to_string(r.nvme_read_ahead));
+  }
+  RequirePositive(s.Key("nvme_io_threads"), r.nvme_io_threads);
+  if (r.nvme_io_threads > kMaxDiskIoThreads) {
+    Fail(s.Key("nvme_io_threads"), "must be at most " + std::to_string(kMaxDiskIoThreads) + ", got " +
+                                       std::to_string(r.nvme_io_threads));
   }
   if (r.device != "cpu" && r.device != "cuda") {
     Fail(s.Key("device"), "must be cpu or cuda, got '" + r.device + "'");
@@ -624,6 +650,8 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "prefetch_depth" << YAML::Value << c.runtime.prefetch_depth;
   e << YAML::Key << "nvme_path" << YAML::Value << c.runtime.nvme_path;
   e << YAML::Key << "nvme_memory" << YAML::Value << c.runtime.nvme_memory;
+  e << YAML::Key << "nvme_read_ahead" << YAML::Value << c.runtime.nvme_read_ahead;
+  e << YAML::Key << "nvme_io_threads" << YAML::Value << c.runtime.nvme_io_threads;
   e << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;

@@ -99,6 +99,10 @@ struct RuntimeSection {
   std::string nvme_path;
   // Bytes the disk tier may take there; 0 = the free space less a margin.
   int64_t nvme_memory = 0;
+  // Chunks read ahead of the optimizer's sweep, and the I/O threads serving
+  // the disk tier's reads and writes.
+  int64_t nvme_read_ahead = 2;
+  int64_t nvme_io_threads = 2;
 };
 
 // Sharded checkpoints (docs/checkpoints.md).

@@ -148,6 +148,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
     const int32_t host_updated = p.num_chunks - p.device_adam_chunks;
     const int32_t masters = r.param_device.has_value() ? host_updated : 0;
     r.disk_path = c.runtime.nvme_path;
+    r.disk_read_ahead = int32_t(c.runtime.nvme_read_ahead);
+    r.disk_io_threads = int32_t(c.runtime.nvme_io_threads);
     r.disk_moment_chunks = host_updated;
     r.disk_master_chunks = masters;
     if (c.runtime.host_memory > 0) {

@@ -290,6 +290,53 @@ TEST_F(OperatorE2e, KubectlApplyTrainsAGangToSucceeded) {
   EXPECT_EQ(HttpGet(op.MetricsPort(), "/healthz").status_line, "HTTP/1.1 200 OK");
 }
 
+// A job with a disk tier: the operator mounts the named emptyDir, tells each
+// rank its path and share, requests the ephemeral storage, shows the bytes in
+// status; the ranks home their optimizer moments there and train to the end.
+TEST_F(OperatorE2e, ADiskTierJobHomesItsMomentsOnTheVolume) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl is not installed at " << kKubectl;
+  StartServer(/*kubelet=*/true);
+  OperatorProcess op(*server_);
+  Json job = TinyJob("disk", 6);
+  job["spec"]["config"]["optimizer"] = {{"params", {{"use_hybrid_adam", false}}}};  // every update on the host
+  job["spec"]["diskTier"] = {{"volume", "scratch"}, {"size", "64Mi"}};
+  job["spec"]["template"]["spec"]["volumes"] = Json::parse(R"([{"name": "scratch", "emptyDir": {}}])");
+  Create(job);
+  ASSERT_TRUE(WaitForPhase("disk", "Succeeded", seconds(180))) << Describe("disk");
+
+  const Json memory = Job("disk")["status"]["memory"];
+  ASSERT_TRUE(memory["diskPerPod"].is_string()) << memory.dump();
+  EXPECT_NE(memory["diskPerPod"], "0") << memory.dump();
+  EXPECT_EQ(memory["diskPerPod"], memory["diskPerRank"]) << "one rank per pod";
+  const std::vector<Json> pods = Pods("patrickstar.io/job-name=disk");
+  ASSERT_EQ(pods.size(), 2u) << Describe("disk");
+  for (const Json& pod : pods) {
+    const Json& worker = pod["spec"]["containers"][0];
+    EXPECT_EQ(worker["resources"]["requests"]["ephemeral-storage"], "64Mi") << pod.dump();
+    bool mounted = false;
+    for (const Json& m : worker["volumeMounts"]) {
+      mounted |= m["name"] == "scratch" && m["mountPath"] == "/var/lib/pstar/disk-tier";
+    }
+    EXPECT_TRUE(mounted) << worker.dump();
+  }
+  // Rank 0's start line names the tier, all its chunks' moments on it (the
+  // budget the operator passed is the plan the pod was sized by), and its
+  // summary counts the traffic.
+  ProcessResult logs = Kubectl({"logs", "disk-node-0"});
+  ASSERT_NE(logs.out.find("summary: steps=6"), std::string::npos) << logs.out << logs.err;
+  EXPECT_TRUE(std::regex_search(logs.out, std::regex(R"(disk tier: Adam moments of (\d+)/\1 chunks)"))) << logs.out;
+  std::smatch read;
+  ASSERT_TRUE(std::regex_search(logs.out, read, std::regex(R"(disk: read_bytes=(\d+))"))) << logs.out;
+  EXPECT_GT(std::stoll(read[1]), 0) << logs.out;
+  // kubectl get -o wide shows the disk column.
+  ProcessResult wide = Kubectl({"get", "psj", "disk", "-o", "wide"});
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  EXPECT_NE(wide.out.find("DISK"), std::string::npos) << wide.out;
+  EXPECT_NE(wide.out.find(memory["diskPerPod"].get<std::string>()), std::string::npos) << wide.out;
+  ProcessResult narrow = Kubectl({"get", "psj", "disk"});
+  EXPECT_EQ(narrow.out.find("DISK"), std::string::npos) << narrow.out;
+}
+
 // Gang scheduling with a PodGroup: the operator makes the group before the
 // pods, the pods name it and go to its scheduler, which (the fake server plays
 // it) places them only once minMember of them wait; the gang trains.

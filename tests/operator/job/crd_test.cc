@@ -204,7 +204,7 @@ TEST(CrdTest, StatusSchema) {
     }
     EXPECT_EQ(node["type"].as<std::string>(), column["type"].as<std::string>()) << path;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Ready", "Restarts", "Model", "Host-Mem", "Step", "Loss", "ETA", "Age"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Ready", "Restarts", "Model", "Host-Mem", "Disk", "Step", "Loss", "ETA", "Age"}));
 }
 
 }  // namespace

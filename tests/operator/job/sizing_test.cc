@@ -83,6 +83,31 @@ TEST(SizePodsTest, ADiskTierTakesTheMomentsOutOfThePodsMemory) {
   EXPECT_LT(b->host_bytes_per_rank, a->host_bytes_per_rank);
   EXPECT_LE(b->host_bytes_per_rank, a->host_bytes_per_rank - moments + b->disk_bytes_per_rank / 2 + kMiB);
   EXPECT_LT(b->request_bytes, a->request_bytes);
+  // The ranks' budget is the plan the pod was sized by, so they home on disk
+  // all of it; a larger fixed request keeps more in RAM.
+  auto disk_config = ParseConfig(disk.config.dump(), "test", {"runtime.nvme_path=" + disk.disk_tier.mount_path});
+  ASSERT_TRUE(disk_config.ok());
+  auto with_disk = PlanMemory(*disk_config, disk.world_size());
+  ASSERT_TRUE(with_disk.ok());
+  EXPECT_EQ(with_disk->disk_moment_chunks, with_disk->num_chunks);
+  EXPECT_EQ(b->worker_host_budget_bytes, with_disk->min_host_bytes);
+  // The worker, given that budget, plans the same: every moment on disk.
+  disk_config->runtime.host_memory = b->worker_host_budget_bytes;
+  auto worker_plan = PlanMemory(*disk_config, disk.world_size());
+  ASSERT_TRUE(worker_plan.ok());
+  EXPECT_EQ(worker_plan->disk_moment_chunks, with_disk->num_chunks);
+  EXPECT_LT(b->worker_host_budget_bytes, b->limit_bytes / 2);
+  {
+    Json more = job;
+    more["spec"]["hostMemory"] = {{"request", "8Gi"}};
+    auto c = SizePods(MustParse(more));
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->worker_host_budget_bytes, (c->request_bytes - c->shm_bytes - c->launcher_overhead_bytes) / 2 / kMiB * kMiB);
+  }
+  // status.memory shows what each rank and each pod homes on the volume.
+  EXPECT_EQ(SizingStatus(*a)["diskPerPod"], "0");
+  EXPECT_EQ(SizingStatus(*b)["diskPerRank"], StatusQuantity(b->disk_bytes_per_rank));
+  EXPECT_EQ(SizingStatus(*b)["diskPerPod"], StatusQuantity(2 * b->disk_bytes_per_rank));
   // The pod's ephemeral storage request covers the emptyDir, and the ranks are told where and how much.
   const Json pod = DesiredPod(disk, *b, 0, 0);
   EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"], "10Gi");
@@ -204,6 +229,8 @@ TEST(SizingStatusTest, QuantitiesAndCounts) {
   s.request_bytes = 37 * kGiB + 512 * kMiB;
   s.limit_bytes = 40 * kGiB;
   s.worker_host_budget_bytes = 19 * kGiB;
+  s.ranks_per_pod = 2;
+  s.disk_bytes_per_rank = 3 * kGiB;
   const Json j = SizingStatus(s);
   EXPECT_EQ(j["hostMemoryPerPod"], "38400Mi");
   EXPECT_EQ(j["hostMemoryLimitPerPod"], "40Gi");
@@ -218,7 +245,11 @@ TEST(SizingStatusTest, QuantitiesAndCounts) {
   EXPECT_EQ(j["modelBytes"], "4Gi");
   EXPECT_EQ(j["chunkBytes"], "32Mi");
   EXPECT_EQ(j["chunks"], 8);
-  EXPECT_EQ(j.size(), 13u);
+  EXPECT_EQ(j["diskPerRank"], "3Gi");
+  EXPECT_EQ(j["diskPerPod"], "6Gi");
+  EXPECT_EQ(j.size(), 15u);
+  // Without a disk tier both read 0.
+  EXPECT_EQ(SizingStatus(PodSizing{})["diskPerPod"], "0");
 }
 
 // One form for every byte count, odd ones included (a plan's device bytes,

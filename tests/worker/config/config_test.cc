@@ -164,6 +164,31 @@ TEST(Config, RuntimeAndMetricsSections) {
             std::string::npos);
   EXPECT_NE(ErrorOf(m + "runtime: {devise_memory: 1}\n").find("runtime.devise_memory: unknown key"),
             std::string::npos);
+  // The disk tier's settings.
+  auto disk = ParseConfig(m + "runtime: {nvme_path: /scratch, nvme_memory: 2GiB, nvme_read_ahead: 4, nvme_io_threads: 8}\n",
+                          "job.yaml");
+  ASSERT_TRUE(disk.ok()) << disk.status().message();
+  EXPECT_EQ(disk->runtime.nvme_path, "/scratch");
+  EXPECT_EQ(disk->runtime.nvme_memory, int64_t(2) << 30);
+  EXPECT_EQ(disk->runtime.nvme_read_ahead, 4);
+  EXPECT_EQ(disk->runtime.nvme_io_threads, 8);
+  ASSERT_TRUE(ParseConfig(m + "runtime: {nvme_read_ahead: 2, nvme_io_threads: 2}\n", "job.yaml").ok())
+      << "the defaults, as --print-config writes them";
+  for (const char* key : {"nvme_memory: 1GiB", "nvme_read_ahead: 1", "nvme_io_threads: 1"}) {
+    EXPECT_NE(ErrorOf(m + "runtime: {" + key + "}\n").find("is set but runtime.nvme_path (the disk tier's directory) is not"),
+              std::string::npos)
+        << key;
+  }
+  const std::string path = "runtime: {nvme_path: /scratch, ";
+  EXPECT_NE(ErrorOf(m + path + "nvme_read_ahead: -1}\n").find("runtime.nvme_read_ahead: must not be negative"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + path + "nvme_read_ahead: 17}\n").find("runtime.nvme_read_ahead: must be at most 16, got 17"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + path + "nvme_io_threads: 0}\n").find("runtime.nvme_io_threads: must be positive"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + path + "nvme_io_threads: 65}\n").find("runtime.nvme_io_threads: must be at most 64, got 65"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(m + path + "nvme_io_threads: two}\n").find("runtime.nvme_io_threads"), std::string::npos);
   EXPECT_NE(ErrorOf(m + "metrics: {port: 70000}\n").find("metrics.port: must be in [0, 65535]"),
             std::string::npos);
 }

@@ -145,7 +145,10 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
       {"a host budget spills some", {"optimizer.params.use_hybrid_adam=false", nvme, Set("runtime.host_memory", tight_host)}},
       {"device, host and disk", {nvme, "runtime.device_memory=" + std::to_string(int64_t(0))}},
       {"accumulation and no read-ahead depth", {"optimizer.params.use_hybrid_adam=false", nvme,
-                                                 "train.grad_accum_steps=2", "runtime.prefetch_depth=0"}},
+                                                 "train.grad_accum_steps=2", "runtime.prefetch_depth=0",
+                                                 "runtime.nvme_read_ahead=0", "runtime.nvme_io_threads=1"}},
+      {"a deep disk read-ahead on 5 threads", {"optimizer.params.use_hybrid_adam=false", nvme,
+                                               "runtime.nvme_read_ahead=6", "runtime.nvme_io_threads=5"}},
   };
   // A device budget that homes some moments on the device and leaves others.
   {
