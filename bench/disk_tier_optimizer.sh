@@ -14,21 +14,28 @@
 # every step reads and writes them all.
 #
 # Usage: bench/disk_tier_optimizer.sh [--dir DIR] [--layers L] [--width C] [--steps N]
+#                                     [--rounds R] [--read-ahead K] [--io-threads T]
 #   --dir   a directory on the disk to measure (default: a fresh one under
 #           $TMPDIR, else /var/tmp)
+#   --rounds  runs with the disk tier, each between two plain copies (3)
+#   --read-ahead, --io-threads  runtime.nvme_read_ahead and nvme_io_threads
+#           (default: the config's defaults)
 # Environment: PSTAR_BUILD_DIR (default build/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PSTAR_BUILD_DIR:-$root/build}"
 pstar="$build/bin/pstar" bench="$build/bin/disk_tier_bench"
 for b in "$pstar" "$bench"; do [ -x "$b" ] || { echo "disk_tier_optimizer.sh: $b is missing: build first" >&2; exit 2; }; done
-dir="" L=24 C=512 steps=5
+dir="" L=24 C=512 steps=5 rounds=3 tier=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dir) dir="$2"; shift ;;
     --layers) L="$2"; shift ;;
     --width) C="$2"; shift ;;
     --steps) steps="$2"; shift ;;
+    --rounds) rounds="$2"; shift ;;
+    --read-ahead) tier+=(--set "runtime.nvme_read_ahead=$2"); shift ;;
+    --io-threads) tier+=(--set "runtime.nvme_io_threads=$2"); shift ;;
     *) echo "disk_tier_optimizer.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -49,31 +56,40 @@ adam_per_step() {  # profile output -> seconds of the adam op per step
 }
 echo "disk: $dir on $(df --output=source,fstype "$dir" | tail -1 | tr -s ' ')"
 # A shared disk's rate drifts: the plain copy is measured just before and
-# just after the run with the disk tier, and the floor takes their mean.
+# just after each run with the disk tier, and its floor takes their mean.
 plain_rates() {  # GiB -> "read_bytes_per_s write_bytes_per_s"
   local p
   p="$("$bench" --dir "$dir" --gib "$1" --rounds 1 | grep '^plain:')"
   echo "$(sed -nE 's/.*read_bytes_per_s=([0-9.e+]+).*/\1/p' <<< "$p") $(sed -nE 's/.*write_bytes_per_s=([0-9.e+]+).*/\1/p' <<< "$p")"
 }
 ram_out="$("$pstar" train "${job[@]}" --profile)"
-probe="$("$pstar" plan "${job[@]}" --set "runtime.nvme_path=$dir" --json)"
+ram=$(adam_per_step <<< "$ram_out")
+probe="$("$pstar" plan "${job[@]}" --set "runtime.nvme_path=$dir" ${tier[@]+"${tier[@]}"} --json)"
 gib=$(awk -v b="$(sed -nE 's/.*"disk_bytes": ([0-9]+).*/\1/p' <<< "$probe")" \
       'BEGIN { g = 2 * b / 2^30; if (g < 0.25) g = 0.25; printf "%.2f", g }')
-read -r r1 w1 <<< "$(plain_rates "$gib")"
-disk_out="$("$pstar" train "${job[@]}" --set "runtime.nvme_path=$dir" --profile)"
-read -r r2 w2 <<< "$(plain_rates "$gib")"
-rbw=$(awk -v a="$r1" -v b="$r2" 'BEGIN { printf "%.6g", (a + b) / 2 }')
-wbw=$(awk -v a="$w1" -v b="$w2" 'BEGIN { printf "%.6g", (a + b) / 2 }')
-ram=$(adam_per_step <<< "$ram_out")
-disk=$(adam_per_step <<< "$disk_out")
-echo "$disk_out" | grep -E '^(model|disk tier):' || true
-line=$(grep '^disk:' <<< "$disk_out")
-read_b=$(sed -nE 's/.* read_bytes_per_step=([0-9]+).*/\1/p' <<< "$line")
-written_b=$(sed -nE 's/.* written_bytes_per_step=([0-9]+).*/\1/p' <<< "$line")
-echo "plain O_DIRECT before: read $r1 B/s, write $w1 B/s; after: read $r2 B/s, write $w2 B/s"
-awk -v ram="$ram" -v disk="$disk" -v r="$read_b" -v w="$written_b" -v rbw="$rbw" -v wbw="$wbw" 'BEGIN {
-  io = r / rbw + w / wbw; floor = (ram > io ? ram : io)
-  printf "adam in RAM: %.4f s/step\n", ram
-  printf "disk bytes per step: read %d, written %d; plain O_DIRECT read %.3g B/s, write %.3g B/s: I/O floor %.4f s/step\n", r, w, rbw, wbw, io
-  printf "adam with the disk tier: %.4f s/step = %.2f x max(floors)\n", disk, disk / floor
-  printf "target: <= 1.1 x max(floors): %s\n", (disk <= 1.1 * floor ? "met" : "NOT met") }'
+echo "adam in RAM: $ram s/step"
+# Rounds alternate the plain copy and the run with the disk tier; each run is
+# judged against the mean of the plain rates just before and just after it,
+# and the summary is the median of the rounds' ratios.
+read -r r_prev w_prev <<< "$(plain_rates "$gib")"
+ratios=()
+for ((round = 1; round <= rounds; ++round)); do
+  disk_out="$("$pstar" train "${job[@]}" --set "runtime.nvme_path=$dir" ${tier[@]+"${tier[@]}"} --profile)"
+  read -r r_next w_next <<< "$(plain_rates "$gib")"
+  [ "$round" -gt 1 ] || echo "$disk_out" | grep -E '^(model|disk tier):' || true
+  line=$(grep '^disk:' <<< "$disk_out")
+  read_b=$(sed -nE 's/.* read_bytes_per_step=([0-9]+).*/\1/p' <<< "$line")
+  written_b=$(sed -nE 's/.* written_bytes_per_step=([0-9]+).*/\1/p' <<< "$line")
+  disk=$(adam_per_step <<< "$disk_out")
+  ratio=$(awk -v ram="$ram" -v disk="$disk" -v r="$read_b" -v w="$written_b" \
+              -v rbw="$(awk -v a="$r_prev" -v b="$r_next" 'BEGIN { print (a + b) / 2 }')" \
+              -v wbw="$(awk -v a="$w_prev" -v b="$w_next" 'BEGIN { print (a + b) / 2 }')" -v round="$round" 'BEGIN {
+    io = r / rbw + w / wbw; floor = (ram > io ? ram : io)
+    printf "round %d: disk bytes per step read %d, written %d; plain O_DIRECT read %.3g B/s, write %.3g B/s: I/O floor %.4f s/step; adam with the disk tier %.4f s/step = %.2f x max(floors)\n", round, r, w, rbw, wbw, io, disk, disk / floor > "/dev/stderr"
+    printf "%.4f", disk / floor }')
+  ratios+=("$ratio")
+  r_prev=$r_next w_prev=$w_next
+done 2>&1
+median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+echo "rounds: ${ratios[*]}"
+awk -v m="$median" 'BEGIN { printf "median: %.2f x max(floors); target <= 1.1: %s\n", m, (m <= 1.1 ? "met" : "NOT met") }'
