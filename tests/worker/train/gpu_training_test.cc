@@ -3,7 +3,7 @@
 // device budget gives the same bits on the GPU as the all-resident run, and
 // a checkpoint saved or resumed with moments homed on the GPU continues it; the
 // gradient norm's sums are those of the CPU kernel wherever a gradient lies;
-// two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
+// a disk tier gives the bits of the run in memory; two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -265,6 +265,42 @@ TEST(GpuTraining, SixteenBitIsBitIdenticalForEveryDeviceBudget) {
         for (size_t i = 0; i < all.params.size(); ++i) {
           EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << what << " " << fraction << ": tensor " << i;
         }
+      }
+    }
+  }
+}
+
+// The disk tier on the GPU: moments (and in 16-bit runs the fp32 masters,
+// the host keeping the 16-bit param homes that the device copies read) homed
+// in a file give the bits of the run with everything in memory, alone and
+// beside moments homed on the GPU.
+TEST(GpuTraining, TheDiskTierIsBitIdenticalToTheRunInMemory) {
+  PSTAR_REQUIRE_GPUS(1);
+  auto data = test::RandomTokens(3000, 40, 16);
+  for (const char* precision : {"fp32", "bf16"}) {
+    const std::vector<std::string> base = {std::string("train.precision=") + precision, "default_chunk_size=1024",
+                                           "optimizer.params.use_hybrid_adam=false"};
+    const RunResult all = Train(GpuConfig(base), data);
+    test::TempDir dir("gpu-disk-tier");
+    std::vector<std::string> disk = base;
+    disk.push_back("runtime.nvme_path=" + dir.path());
+    // Hybrid Adam at a budget that homes some chunks' moments on the GPU.
+    const std::vector<std::string> hybrid = {base[0], base[1], "runtime.nvme_path=" + dir.path(),
+                                             "runtime.device_memory=" + std::to_string(Budget(GpuConfig(base), 0.6))};
+    for (const auto& [what, overrides] : {std::pair{"every host update on disk", disk},
+                                          std::pair{"GPU, host and disk", hybrid}}) {
+      const std::string label = std::string(precision) + ", " + what;
+      auto plan = PlanMemory(GpuConfig(overrides));
+      ASSERT_TRUE(plan.ok()) << plan.status().message();
+      ASSERT_GT(plan->disk_moment_chunks, 0) << label;
+      if (std::string(precision) == "bf16") EXPECT_EQ(plan->disk_master_chunks, plan->disk_moment_chunks) << label;
+      const RunResult r = Train(GpuConfig(overrides), data);
+      EXPECT_TRUE(SameBits(r.losses, all.losses)) << label;
+      ASSERT_EQ(r.params.size(), all.params.size()) << label;
+      for (size_t i = 0; i < all.params.size(); ++i) {
+        EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << label << ": tensor " << i;
+        EXPECT_TRUE(SameBits(r.exp_avg[i], all.exp_avg[i])) << label << ": exp_avg " << i;
+        EXPECT_TRUE(SameBits(r.exp_avg_sq[i], all.exp_avg_sq[i])) << label << ": exp_avg_sq " << i;
       }
     }
   }
