@@ -1,6 +1,9 @@
 // Causal self-attention on the GPU against the CPU kernels (the same
 // FlashAttention-2 blocking) on random inputs, for fp32, bf16 and fp16
-// (16-bit inputs rounded on the host first).
+// (16-bit inputs rounded on the host first). In bf16 and fp16 the head sizes
+// that are a multiple of 16 take the tensor-core forward (P rounded to the
+// element type before P·v, within the element type's tolerance), the others
+// the CUDA-core one.
 #include "kernels/cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -30,10 +33,12 @@ struct AttentionShape {
   int64_t B, T, C, NH;
 };
 // Odd sizes, a single position, T across and off the 64-position block, head
-// sizes 1 to the largest the kernels take (128).
-constexpr AttentionShape kShapes[] = {{2, 5, 12, 3},   {1, 1, 4, 1},    {2, 17, 64, 4},  {3, 33, 96, 2},
-                                      {1, 70, 24, 3},  {1, 64, 3, 3},   {2, 129, 128, 1}, {1, 200, 256, 4},
-                                      {1, 130, 96, 3}};
+// sizes 1 to the largest the kernels take (128), every multiple of 16 among
+// them (the tensor-core forward), over several key blocks.
+constexpr AttentionShape kShapes[] = {{2, 5, 12, 3},   {1, 1, 4, 1},     {2, 17, 64, 4},   {3, 33, 96, 2},
+                                      {1, 70, 24, 3},  {1, 64, 3, 3},    {2, 129, 128, 1}, {1, 200, 256, 4},
+                                      {1, 130, 96, 3}, {2, 65, 32, 2},   {1, 300, 512, 4}, {1, 190, 160, 2},
+                                      {1, 100, 224, 2}};
 
 testing::Message Describe(const AttentionShape& s) {
   return testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH;
