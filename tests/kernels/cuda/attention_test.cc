@@ -3,7 +3,8 @@
 // (16-bit inputs rounded on the host first). In bf16 and fp16 the head sizes
 // that are a multiple of 16 take the tensor-core forward (P rounded to the
 // element type before P·v, within the element type's tolerance), the others
-// the CUDA-core one.
+// the CUDA-core one; so does the backward, where dout, the probabilities and
+// their gradients are rounded to the element type for the products.
 #include "kernels/cuda/attention.h"
 
 #include <gtest/gtest.h>
