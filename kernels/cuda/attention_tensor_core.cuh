@@ -1,0 +1,392 @@
+// The tensor-core attention kernels (included by attention.cu inside its
+// anonymous namespace, and by a host test that runs them on an emulation of
+// threads, barriers and WMMA, so that their indexing, masking and
+// synchronization are checked without a GPU). Written against what both
+// provide: threadIdx, blockIdx, blockDim, __syncthreads, __syncwarp,
+// WarpSum, WarpMax, ToFloat, FromFloat, min, TensorCoreSharedMemory() (the
+// block's dynamic shared memory), nvcuda::wmma, and kBlock and kWarpSize.
+#pragma once
+
+// The tensor-core forward, for 16-bit elements and head sizes a multiple of
+// 16: the same blocking (a block of 64 queries per thread block, key blocks
+// of 64 up to the diagonal, the online softmax in fp32), with S = q k^T and
+// O += P v as WMMA 16x16x16 products accumulating in fp32. Each of 4 warps
+// owns 16 query rows; O lives in shared memory as fp32 so that a row's
+// rescaling is a plain multiply. P is rounded to the element type for P v
+// (as FlashAttention does), so the output differs from the CPU kernel's by
+// that rounding, within the element type's tolerance; the row statistics
+// and lse stay fp32. Head sizes that are not a multiple of 16, or whose tiles
+// do not fit the device's shared memory (128 on sm_86/sm_89), take the
+// CUDA-core kernels of attention.cu.
+namespace wmma = nvcuda::wmma;
+constexpr int kTcTile = 16;
+constexpr int kTcWarps = kBlock / kTcTile;
+constexpr int kTcPad = 8;       // 16-bit elements of row padding: WMMA's 16-byte ld rule, fewer bank conflicts
+constexpr int kTcFloatPad = 4;  // fp32 row padding (the same 16 bytes)
+constexpr int kTcLdS = kBlock + kTcFloatPad;
+constexpr int kTcLdP = kBlock + kTcPad;
+
+// The shared layout, in bytes: q, k and v tiles (elements of T), O and S
+// (fp32), P (T). Every part starts 32-byte aligned, as WMMA's loads require.
+size_t TensorCoreForwardSharedBytes(int hs, size_t elem) {
+  return 3 * size_t(kBlock) * size_t(hs + kTcPad) * elem + size_t(kBlock) * size_t(hs + kTcFloatPad) * 4 +
+         size_t(kBlock) * kTcLdS * 4 + size_t(kBlock) * kTcLdP * elem;
+}
+
+// rows x hs elements of a head (rows ld_src apart) into a tile ld apart; zeros past rows.
+template <typename T>
+__device__ void LoadTile16(T* tile, int ld, const T* src, int64_t ld_src, int rows, int hs) {
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
+    const int r = e / hs, d = e % hs;
+    tile[r * ld + d] = r < rows ? src[int64_t(r) * ld_src + d] : FromFloat<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kTcWarps * kWarpSize)
+    TensorCoreFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  unsigned char* tc_smem = TensorCoreSharedMemory();
+  const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
+  T* qs = reinterpret_cast<T*>(tc_smem);
+  T* ks = qs + kBlock * ld_t;
+  T* vs = ks + kBlock * ld_t;
+  float* os = reinterpret_cast<float*>(vs + kBlock * ld_t);
+  float* ss = os + kBlock * ld_o;
+  T* ps = reinterpret_cast<T*>(ss + kBlock * kTcLdS);
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTile16(qs, ld_t, q + r0 * C3, C3, rows, hs);
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) os[(e / hs) * ld_o + e % hs] = 0.0f;
+
+  T* qw = qs + warp * kTcTile * ld_t;
+  float* ow = os + warp * kTcTile * ld_o;
+  float* sw = ss + warp * kTcTile * kTcLdS;
+  T* pw = ps + warp * kTcTile * kTcLdP;
+  float m[kTcTile], l[kTcTile];
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+  }
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t c0 = j * kBlock;
+    const int cols = int(min(int64_t(kBlock), Tlen - c0));
+    __syncthreads();  // the previous key block is no longer read
+    LoadTile16(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
+    LoadTile16(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+    __syncthreads();
+    // S (16 x 64) = q (16 x hs) k^T (hs x 64); k's rows read as a column-major k^T.
+    for (int n = 0; n < kBlock; n += kTcTile) {
+      wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < hs; kk += kTcTile) {
+        wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, T, wmma::col_major> kt;
+        wmma::load_matrix_sync(a, qw + kk, unsigned(ld_t));
+        wmma::load_matrix_sync(kt, ks + n * ld_t + kk, unsigned(ld_t));
+        wmma::mma_sync(acc, a, kt, acc);
+      }
+      wmma::store_matrix_sync(sw + n, acc, unsigned(kTcLdS), wmma::mem_row_major);
+    }
+    __syncwarp();
+    // The online softmax of each row, two keys per lane; P rounded into pw.
+    float alpha[kTcTile];
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+      const int64_t t = r0 + warp * kTcTile + rr;
+      float s[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        s[half] = c < cols && c0 + c <= t ? sw[rr * kTcLdS + c] * scale : -INFINITY;
+      }
+      const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
+      const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
+      alpha[rr] = expf(m[rr] - mx);
+      l[rr] = l[rr] * alpha[rr] + WarpSum(p0 + p1);
+      m[rr] = mx;
+      pw[rr * kTcLdP + lane] = FromFloat<T>(p0);
+      pw[rr * kTcLdP + lane + kWarpSize] = FromFloat<T>(p1);
+    }
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+      for (int d = lane; d < hs; d += kWarpSize) ow[rr * ld_o + d] *= alpha[rr];
+    }
+    __syncwarp();
+    // O (16 x hs) += P (16 x 64) v (64 x hs).
+    for (int dt = 0; dt < hs; dt += kTcTile) {
+      wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
+      wmma::load_matrix_sync(acc, ow + dt, unsigned(ld_o), wmma::mem_row_major);
+      for (int kk = 0; kk < kBlock; kk += kTcTile) {
+        wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, T, wmma::row_major> v;
+        wmma::load_matrix_sync(a, pw + kk, unsigned(kTcLdP));
+        wmma::load_matrix_sync(v, vs + kk * ld_t + dt, unsigned(ld_t));
+        wmma::mma_sync(acc, a, v, acc);
+      }
+      wmma::store_matrix_sync(ow + dt, acc, unsigned(ld_o), wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    const int r = warp * kTcTile + rr;
+    if (r >= rows) continue;  // the whole warp
+    const int64_t t = r0 + r;
+    const float inv = 1.0f / l[rr];
+    T* o = out + (b * Tlen + t) * C + h * hs;
+    for (int d = lane; d < hs; d += kWarpSize) o[d] = FromFloat<T>(ow[rr * ld_o + d] * inv);
+    if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
+  }
+#endif
+}
+
+// The tensor-core backward, for 16-bit activations (A) and head sizes a
+// multiple of 16; the gradients (T) may be fp32. The same two passes as the
+// CUDA-core kernels of attention.cu, each product on the tensor cores: keys (4 warps of
+// 16 keys; per query block S^T = k q^T, P^T, dV += P^T dout, dP^T = v dout^T,
+// dS^T, dK += dS^T q) and queries (4 warps of 16 queries; S, P, dP, dS,
+// dQ += dS k). dout, P and dS are rounded to A for the products (as
+// FlashAttention does), everything accumulates in fp32, and the
+// probabilities of a warp's 16 rows stay in registers between the two
+// products that need them (two columns per lane).
+size_t TensorCoreBackwardKeysSharedBytes(int hs, size_t elem) {
+  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + 2 * size_t(kBlock) * 4 + size_t(kBlock) * kTcLdS * 4 +
+         size_t(kBlock) * kTcLdP * elem + 2 * size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
+}
+size_t TensorCoreBackwardQueriesSharedBytes(int hs, size_t elem) {
+  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + size_t(kBlock) * kTcLdS * 4 +
+         size_t(kBlock) * kTcLdP * elem + size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
+}
+
+// rows x hs elements (rows ld_src apart) into a tile of A, ld apart, rounded
+// to A where the source is wider; zeros past rows.
+template <typename A, typename S>
+__device__ void LoadTileAs(A* tile, int ld, const S* src, int64_t ld_src, int rows, int hs) {
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
+    const int r = e / hs, d = e % hs;
+    tile[r * ld + d] = FromFloat<A>(r < rows ? ToFloat(src[int64_t(r) * ld_src + d]) : 0.0f);
+  }
+}
+
+// out (16 x 64, fp32, ld kTcLdS) = a (16 x hs, row-major) b^T, b's 64 rows
+// read as a column-major b^T.
+template <typename A>
+__device__ void TileProductNT(float* out, const A* a, const A* b, int ld, int hs) {
+  for (int n = 0; n < kBlock; n += kTcTile) {
+    wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < hs; kk += kTcTile) {
+      wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, A, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, A, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, a + kk, unsigned(ld));
+      wmma::load_matrix_sync(fb, b + n * ld + kk, unsigned(ld));
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n, acc, unsigned(kTcLdS), wmma::mem_row_major);
+  }
+}
+
+// acc (16 x hs, fp32, ld ld_acc) += a (16 x 64, ld kTcLdP) b (64 x hs, ld ld_b).
+template <typename A>
+__device__ void TileProductAccumulate(float* acc_tile, int ld_acc, const A* a, const A* b, int ld_b, int hs) {
+  for (int dt = 0; dt < hs; dt += kTcTile) {
+    wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
+    wmma::load_matrix_sync(acc, acc_tile + dt, unsigned(ld_acc), wmma::mem_row_major);
+    for (int kk = 0; kk < kBlock; kk += kTcTile) {
+      wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, A, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, A, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, a + kk, unsigned(kTcLdP));
+      wmma::load_matrix_sync(fb, b + kk * ld_b + dt, unsigned(ld_b));
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(acc_tile + dt, acc, unsigned(ld_acc), wmma::mem_row_major);
+  }
+}
+
+template <typename T, typename A>
+__global__ void __launch_bounds__(kTcWarps * kWarpSize)
+    TensorCoreBackwardKeys(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                           int64_t C, int NH, int hs, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  unsigned char* tc_smem = TensorCoreSharedMemory();
+  const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
+  A* ks = reinterpret_cast<A*>(tc_smem);
+  A* vs = ks + kBlock * ld_t;
+  A* qs = vs + kBlock * ld_t;
+  A* dys = qs + kBlock * ld_t;
+  float* lse_s = reinterpret_cast<float*>(dys + kBlock * ld_t);
+  float* dsum_s = lse_s + kBlock;
+  float* ss = dsum_s + kBlock;
+  A* ps = reinterpret_cast<A*>(ss + kBlock * kTcLdS);
+  float* dks = reinterpret_cast<float*>(ps + kBlock * kTcLdP);
+  float* dvs = dks + kBlock * ld_o;
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t j = int64_t(blockIdx.y);
+  const int64_t c0 = j * kBlock, C3 = 3 * C;
+  const int cols = int(min(int64_t(kBlock), Tlen - c0));
+  const A* q = qkv + b * Tlen * C3 + h * hs;
+  const T* dy = dout + b * Tlen * C + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
+  LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
+    dks[(e / hs) * ld_o + e % hs] = 0.0f;
+    dvs[(e / hs) * ld_o + e % hs] = 0.0f;
+  }
+  const A* kw = ks + warp * kTcTile * ld_t;
+  const A* vw = vs + warp * kTcTile * ld_t;
+  float* sw = ss + warp * kTcTile * kTcLdS;
+  A* pw = ps + warp * kTcTile * kTcLdP;
+  float* dkw = dks + warp * kTcTile * ld_o;
+  float* dvw = dvs + warp * kTcTile * ld_o;
+  for (int64_t i = j; i < nb; ++i) {
+    const int64_t r0 = i * kBlock;
+    const int rows = int(min(int64_t(kBlock), Tlen - r0));
+    __syncthreads();
+    LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
+    LoadTileAs(dys, ld_t, dy + r0 * C, C, rows, hs);
+    for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
+      lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+      dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
+    }
+    __syncthreads();
+    // P^T (16 keys x 64 queries), kept in registers and rounded into pw.
+    TileProductNT(sw, kw, qs, ld_t, hs);
+    __syncwarp();
+    float p[kTcTile][2];
+#pragma unroll
+    for (int kk = 0; kk < kTcTile; ++kk) {
+      const int key = warp * kTcTile + kk;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = lane + half * kWarpSize;
+        const bool live = key < cols && r < rows && r0 + r >= c0 + key;
+        p[kk][half] = live ? expf(sw[kk * kTcLdS + r] * scale - lse_s[r]) : 0.0f;
+        pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half]);
+      }
+    }
+    __syncwarp();
+    TileProductAccumulate(dvw, ld_o, pw, dys, ld_t, hs);  // dV += P^T dout
+    // dP^T (16 x 64) = v dout^T, then dS^T = P^T (dP^T - D) scale into pw.
+    TileProductNT(sw, vw, dys, ld_t, hs);
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < kTcTile; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = lane + half * kWarpSize;
+        pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half] * (sw[kk * kTcLdS + r] - dsum_s[r]) * scale);
+      }
+    }
+    __syncwarp();
+    TileProductAccumulate(dkw, ld_o, pw, qs, ld_t, hs);  // dK += dS^T q
+    __syncwarp();
+  }
+  T* base = dqkv + b * Tlen * C3 + h * hs;
+#pragma unroll
+  for (int kk = 0; kk < kTcTile; ++kk) {
+    const int key = warp * kTcTile + kk;
+    if (key >= cols) continue;  // the whole warp
+    T* dk_row = base + C + (c0 + key) * C3;
+    T* dv_row = base + 2 * C + (c0 + key) * C3;
+    for (int d = lane; d < hs; d += kWarpSize) {
+      dk_row[d] = FromFloat<T>(dkw[kk * ld_o + d]);
+      dv_row[d] = FromFloat<T>(dvw[kk * ld_o + d]);
+    }
+  }
+#endif
+}
+
+template <typename T, typename A>
+__global__ void __launch_bounds__(kTcWarps * kWarpSize)
+    TensorCoreBackwardQueries(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum,
+                              int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  unsigned char* tc_smem = TensorCoreSharedMemory();
+  const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
+  A* qs = reinterpret_cast<A*>(tc_smem);
+  A* dys = qs + kBlock * ld_t;
+  A* ks = dys + kBlock * ld_t;
+  A* vs = ks + kBlock * ld_t;
+  float* ss = reinterpret_cast<float*>(vs + kBlock * ld_t);
+  A* ps = reinterpret_cast<A*>(ss + kBlock * kTcLdS);
+  float* dqs = reinterpret_cast<float*>(ps + kBlock * kTcLdP);
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const A* q = qkv + b * Tlen * C3 + h * hs;
+  const T* dy = dout + b * Tlen * C + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
+  LoadTileAs(dys, ld_t, dy + r0 * C, C, rows, hs);
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) dqs[(e / hs) * ld_o + e % hs] = 0.0f;
+  const A* qw = qs + warp * kTcTile * ld_t;
+  const A* dyw = dys + warp * kTcTile * ld_t;
+  float* sw = ss + warp * kTcTile * kTcLdS;
+  A* pw = ps + warp * kTcTile * kTcLdP;
+  float* dqw = dqs + warp * kTcTile * ld_o;
+  float row_lse[kTcTile], row_dsum[kTcTile];
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    const int r = warp * kTcTile + rr;
+    row_lse[rr] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+    row_dsum[rr] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
+  }
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t c0 = j * kBlock;
+    const int cols = int(min(int64_t(kBlock), Tlen - c0));
+    __syncthreads();
+    LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
+    LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+    __syncthreads();
+    TileProductNT(sw, qw, ks, ld_t, hs);  // S (16 queries x 64 keys)
+    __syncwarp();
+    float p[kTcTile][2];
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+      const int r = warp * kTcTile + rr;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        const bool live = r < rows && c < cols && c0 + c <= r0 + r;
+        p[rr][half] = live ? expf(sw[rr * kTcLdS + c] * scale - row_lse[rr]) : 0.0f;
+      }
+    }
+    __syncwarp();
+    TileProductNT(sw, dyw, vs, ld_t, hs);  // dP = dout v^T
+    __syncwarp();
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        pw[rr * kTcLdP + c] = FromFloat<A>(p[rr][half] * (sw[rr * kTcLdS + c] - row_dsum[rr]) * scale);
+      }
+    }
+    __syncwarp();
+    TileProductAccumulate(dqw, ld_o, pw, ks, ld_t, hs);  // dQ += dS k
+    __syncwarp();
+  }
+  T* base = dqkv + b * Tlen * C3 + h * hs;
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    const int r = warp * kTcTile + rr;
+    if (r >= rows) continue;  // the whole warp
+    T* dq_row = base + (r0 + r) * C3;
+    for (int d = lane; d < hs; d += kWarpSize) dq_row[d] = FromFloat<T>(dqw[rr * ld_o + d]);
+  }
+#endif
+}
