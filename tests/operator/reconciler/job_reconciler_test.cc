@@ -150,10 +150,15 @@ TEST(JobPlannerTest, PlansEachGenerationOnceAndForgets) {
   std::atomic<int> made{0};
   std::mutex mu;
   std::vector<std::string> ready;
+  // Plans wait at the gate until the test has asked twice, so the second ask
+  // finds the first one's plan still on its way (a tiny job plans in well
+  // under a millisecond).
+  Gate gate;
   JobPlanner planner(
       2,
       [&](const Json& job) {
         ++made;
+        gate.Wait();
         return PlanJob(job);
       },
       [&](const std::string& key) {
@@ -165,6 +170,7 @@ TEST(JobPlannerTest, PlansEachGenerationOnceAndForgets) {
   job["metadata"]["generation"] = 1;
   EXPECT_EQ(planner.Find("default/a", job), nullptr);
   EXPECT_EQ(planner.Find("default/a", job), nullptr) << "queued once";
+  gate.Open();
   ASSERT_TRUE(WaitFor([&] { return planner.Find("default/a", job) != nullptr; }, seconds(10)));
   EXPECT_TRUE(planner.Find("default/a", job)->spec.ok());
   EXPECT_EQ(made.load(), 1);
