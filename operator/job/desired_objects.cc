@@ -112,6 +112,10 @@ Json Args(const JobSpec& spec, const PodSizing& sizing) {
     args.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
     args.push_back("--set");
     args.push_back("runtime.nvme_memory=" + std::to_string(spec.disk_tier.size_bytes / spec.nproc_per_node));
+    // Everything the plan may put on disk goes there, as the pod was sized:
+    // the budget (the limit's share) is a check, its headroom stays headroom.
+    args.push_back("--set");
+    args.push_back("runtime.nvme_spill=all");
   }
   if (spec.metrics_port > 0) {
     args.push_back("--set");

@@ -857,10 +857,13 @@ Result<JobSpec> ParseJob(const Json& job) {
   PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
   PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
   PSTAR_RETURN_IF_ERROR(CheckDiskTierVolume(&s.disk_tier, s.overrides));
-  if (s.disk_tier.enabled() && runtime != nullptr && runtime->is_object() &&
-      (runtime->contains("nvme_path") || runtime->contains("nvme_memory"))) {
-    return Invalid("spec.config.runtime.nvme_path",
-                   "is set but spec.diskTier sets it (and nvme_memory) for the pods: remove them from the config");
+  if (s.disk_tier.enabled() && runtime != nullptr && runtime->is_object()) {
+    for (const char* key : {"nvme_path", "nvme_memory", "nvme_spill"}) {
+      if (runtime->contains(key)) {
+        return Invalid(std::string("spec.config.runtime.") + key,
+                       "is set but spec.diskTier sets it for the pods: remove it from the config");
+      }
+    }
   }
 
   if (s.run_policy.min_available > s.num_nodes) {

@@ -207,7 +207,10 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
   std::vector<std::string> sets = {"runtime.device=" + device};
   // With a disk tier the plan homes every moment (and 16-bit master) there
   // that updates on the host: the pods' memory drops by them.
-  if (spec.disk_tier.enabled()) sets.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
+  if (spec.disk_tier.enabled()) {
+    sets.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
+    sets.push_back("runtime.nvme_spill=all");
+  }
   PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", sets));
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
@@ -278,17 +281,6 @@ Result<PodSizing> SizePods(const JobSpec& spec) {
       return Status::InvalidArgument("spec.hostMemory.headroomPercent: the limit would overflow");
     }
     s.limit_bytes = std::max(RoundUp(int64_t(with_headroom), kSizingGranuleBytes), s.request_bytes);
-  }
-  if (spec.disk_tier.enabled()) {
-    // With a disk tier the budget decides what the worker homes on disk (as
-    // much as it needs to fit), so it is the rank's share of the request, not
-    // of the limit: a planned request gives exactly the plan the pod was sized
-    // by (everything on disk that may go there), a larger fixed request keeps
-    // that much more in RAM. The limit's headroom stays headroom.
-    const int64_t per_rank = (s.request_bytes - s.shm_bytes - s.launcher_overhead_bytes) / spec.nproc_per_node;
-    s.worker_host_budget_bytes =
-        s.request_fixed ? std::max(per_rank / kSizingGranuleBytes * kSizingGranuleBytes, host) : host;
-    return s;
   }
   const int64_t per_rank = (s.limit_bytes - s.shm_bytes - s.launcher_overhead_bytes) / spec.nproc_per_node;
   s.worker_host_budget_bytes = std::max(per_rank / kSizingGranuleBytes * kSizingGranuleBytes, s.host_bytes_per_rank);

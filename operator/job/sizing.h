@@ -53,10 +53,7 @@ struct PodSizing {
   bool request_fixed = false; // the request came from the spec, not the plan
 
   // Per rank: runtime.host_memory, the rank's share of the limit left after
-  // the shm and launcher shares, at least host_bytes_per_rank. With a disk
-  // tier, the share of the request instead, and with a planned request the
-  // plan's exact bytes (so the ranks home on disk all the pod was sized
-  // without).
+  // the shm and launcher shares. At least host_bytes_per_rank.
   int64_t worker_host_budget_bytes = 0;
 };
 

@@ -328,6 +328,7 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   r.nvme_memory = ReadBytes(s, "nvme_memory", r.nvme_memory);
   s.Read("nvme_read_ahead", r.nvme_read_ahead);
   s.Read("nvme_io_threads", r.nvme_io_threads);
+  s.Read("nvme_spill", r.nvme_spill);
   s.CheckNoUnknownKeys();
   if (r.nvme_memory > 0 && r.nvme_path.empty()) {
     Fail(s.Key("nvme_memory"), "is set but runtime.nvme_path (the disk tier's directory) is not");
@@ -340,6 +341,12 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   }
   if (r.nvme_path.empty() && r.nvme_io_threads != defaults.nvme_io_threads) {
     Fail(s.Key("nvme_io_threads"), "is set but runtime.nvme_path (the disk tier's directory) is not");
+  }
+  if (r.nvme_spill != "auto" && r.nvme_spill != "all") {
+    Fail(s.Key("nvme_spill"), "must be auto or all, got '" + r.nvme_spill + "'");
+  }
+  if (r.nvme_path.empty() && r.nvme_spill != defaults.nvme_spill) {
+    Fail(s.Key("nvme_spill"), "is set but runtime.nvme_path (the disk tier's directory) is not");
   }
   RequireNonNegative(s.Key("nvme_read_ahead"), r.nvme_read_ahead);
   if (r.nvme_read_ahead > kMaxDiskReadAhead) {
@@ -652,6 +659,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "nvme_memory" << YAML::Value << c.runtime.nvme_memory;
   e << YAML::Key << "nvme_read_ahead" << YAML::Value << c.runtime.nvme_read_ahead;
   e << YAML::Key << "nvme_io_threads" << YAML::Value << c.runtime.nvme_io_threads;
+  e << YAML::Key << "nvme_spill" << YAML::Value << c.runtime.nvme_spill;
   e << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;

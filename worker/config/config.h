@@ -103,6 +103,10 @@ struct RuntimeSection {
   // the disk tier's reads and writes.
   int64_t nvme_read_ahead = 2;
   int64_t nvme_io_threads = 2;
+  // What the disk tier homes: "auto" as much as host_memory needs (all of
+  // it when host_memory is 0), "all" every moment and 16-bit run's master
+  // that may go there, whatever the budget (the operator's pods are sized so).
+  std::string nvme_spill = "auto";
 };
 
 // Sharded checkpoints (docs/checkpoints.md).

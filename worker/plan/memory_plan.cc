@@ -144,7 +144,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
     // optimizer), then in 16-bit runs their fp32 masters (the same, a 16-bit
     // home staying on the host for the forward and backward). As many as a
     // configured host budget needs, or all of them where the budget is left
-    // to detection (a pod's memory request then drops by all of them).
+    // to detection or with nvme_spill "all" (a pod's memory request then
+    // drops by all of them).
     const int32_t host_updated = p.num_chunks - p.device_adam_chunks;
     const int32_t masters = r.param_device.has_value() ? host_updated : 0;
     r.disk_path = c.runtime.nvme_path;
@@ -152,7 +153,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
     r.disk_io_threads = int32_t(c.runtime.nvme_io_threads);
     r.disk_moment_chunks = host_updated;
     r.disk_master_chunks = masters;
-    if (c.runtime.host_memory > 0) {
+    if (c.runtime.host_memory > 0 && c.runtime.nvme_spill == "auto") {
       auto fits = [&](int32_t moments, int32_t on_disk_masters) {
         r.disk_moment_chunks = moments;
         r.disk_master_chunks = on_disk_masters;

@@ -286,6 +286,7 @@ TEST(DesiredPodTest, VolumesAndMounts) {
   EXPECT_EQ(mounts[4], Json::parse(R"({"name": "nvme", "mountPath": "/nvme"})"));
   const Json& args = pod["spec"]["containers"][0]["args"];
   EXPECT_NE(std::find(args.begin(), args.end(), "runtime.nvme_path=/nvme"), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), "runtime.nvme_spill=all"), args.end());
   EXPECT_NE(std::find(args.begin(), args.end(), "runtime.nvme_memory=" + std::to_string((int64_t(2) << 40) / 4)),
             args.end());
   // The default shm size of a cpu job.

@@ -104,6 +104,20 @@ TEST(ParseJobTest, TheDiskTierNamesALocalVolumeOfTheTemplate) {
   auto clash = ParseJob(job);
   ASSERT_FALSE(clash.ok());
   EXPECT_NE(clash.status().message().find("spec.config.runtime.nvme_path"), std::string::npos);
+  // Its other settings too, alone (the worker's parser refuses them without
+  // a path) or beside a path (this check).
+  for (const char* key : {"nvme_memory", "nvme_spill"}) {
+    const Json value = key == std::string("nvme_spill") ? Json("all") : Json("1GiB");
+    for (const bool with_path : {false, true}) {
+      job["spec"]["config"]["runtime"] = {{key, value}};
+      if (with_path) job["spec"]["config"]["runtime"]["nvme_path"] = "/x";
+      auto set = ParseJob(job);
+      ASSERT_FALSE(set.ok()) << key;
+      const std::string named = with_path ? "spec.config.runtime.nvme_path" : std::string("runtime.") + key;
+      EXPECT_NE(set.status().message().find(named + (with_path ? " is set but" : ": is set but")), std::string::npos)
+          << set.status().message();
+    }
+  }
 }
 
 TEST(ParseJobTest, FullJobReadsEveryField) {

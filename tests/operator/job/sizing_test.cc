@@ -83,27 +83,23 @@ TEST(SizePodsTest, ADiskTierTakesTheMomentsOutOfThePodsMemory) {
   EXPECT_LT(b->host_bytes_per_rank, a->host_bytes_per_rank);
   EXPECT_LE(b->host_bytes_per_rank, a->host_bytes_per_rank - moments + b->disk_bytes_per_rank / 2 + kMiB);
   EXPECT_LT(b->request_bytes, a->request_bytes);
-  // The ranks' budget is the plan the pod was sized by, so they home on disk
-  // all of it; a larger fixed request keeps more in RAM.
-  auto disk_config = ParseConfig(disk.config.dump(), "test", {"runtime.nvme_path=" + disk.disk_tier.mount_path});
-  ASSERT_TRUE(disk_config.ok());
-  auto with_disk = PlanMemory(*disk_config, disk.world_size());
-  ASSERT_TRUE(with_disk.ok());
-  EXPECT_EQ(with_disk->disk_moment_chunks, with_disk->num_chunks);
-  EXPECT_EQ(b->worker_host_budget_bytes, with_disk->min_host_bytes);
-  // The worker, given that budget, plans the same: every moment on disk.
-  disk_config->runtime.host_memory = b->worker_host_budget_bytes;
-  auto worker_plan = PlanMemory(*disk_config, disk.world_size());
-  ASSERT_TRUE(worker_plan.ok());
-  EXPECT_EQ(worker_plan->disk_moment_chunks, with_disk->num_chunks);
-  EXPECT_LT(b->worker_host_budget_bytes, b->limit_bytes / 2);
-  {
-    Json more = job;
-    more["spec"]["hostMemory"] = {{"request", "8Gi"}};
-    auto c = SizePods(MustParse(more));
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    EXPECT_EQ(c->worker_host_budget_bytes, (c->request_bytes - c->shm_bytes - c->launcher_overhead_bytes) / 2 / kMiB * kMiB);
+  // The ranks, told nvme_spill=all and the limit's share as their budget (a
+  // check with headroom), plan what the pod was sized by: every moment on disk.
+  const Json pod0 = DesiredPod(disk, *b, 0, 0);
+  std::vector<std::string> sets;
+  const Json& args = pod0["spec"]["containers"][0]["args"];
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--set" && args[i + 1].get<std::string>().rfind("runtime.", 0) == 0) sets.push_back(args[i + 1]);
   }
+  auto worker_config = ParseConfig(disk.config.dump(), "test", sets);
+  ASSERT_TRUE(worker_config.ok()) << worker_config.status().message();
+  EXPECT_EQ(worker_config->runtime.host_memory, b->worker_host_budget_bytes);
+  EXPECT_EQ(worker_config->runtime.nvme_spill, "all");
+  auto worker_plan = PlanMemory(*worker_config, disk.world_size());
+  ASSERT_TRUE(worker_plan.ok()) << worker_plan.status().message();
+  EXPECT_EQ(worker_plan->disk_moment_chunks, worker_plan->num_chunks);
+  EXPECT_EQ((worker_plan->min_host_bytes + kMiB - 1) / kMiB * kMiB, b->host_bytes_per_rank);
+  EXPECT_GT(b->worker_host_budget_bytes, b->host_bytes_per_rank) << "the budget keeps the limit's headroom";
   // status.memory shows what each rank and each pod homes on the volume.
   EXPECT_EQ(SizingStatus(*a)["diskPerPod"], "0");
   EXPECT_EQ(SizingStatus(*b)["diskPerRank"], StatusQuantity(b->disk_bytes_per_rank));

@@ -187,6 +187,27 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
   }
 }
 
+// nvme_spill: "auto" homes on disk what a host budget needs (nothing under a
+// roomy one), "all" everything that may go there whatever the budget (the
+// operator's pods are sized so, their budget a check with headroom).
+TEST(DiskTierTraining, SpillAllHomesEverythingWhateverTheBudget) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    const std::vector<std::string> base = {"default_chunk_size=1024", std::string("train.precision=") + precision,
+                                           "optimizer.params.use_hybrid_adam=false", "runtime.nvme_path=/scratch",
+                                           "runtime.host_memory=8GiB"};
+    auto roomy = PlanMemory(test::TinyGptConfig(base));
+    ASSERT_TRUE(roomy.ok()) << roomy.status().message();
+    EXPECT_EQ(roomy->disk_moment_chunks, 0) << precision;
+    std::vector<std::string> all = base;
+    all.push_back("runtime.nvme_spill=all");
+    auto spilled = PlanMemory(test::TinyGptConfig(all));
+    ASSERT_TRUE(spilled.ok()) << spilled.status().message();
+    EXPECT_EQ(spilled->disk_moment_chunks, spilled->num_chunks) << precision;
+    EXPECT_EQ(spilled->disk_master_chunks, std::string(precision) == "bf16" ? spilled->num_chunks : 0) << precision;
+    EXPECT_LT(spilled->min_host_bytes, roomy->min_host_bytes) << precision;
+  }
+}
+
 // 16-bit runs: the fp32 masters follow the moments to disk, and their 16-bit
 // homes on the host are what streams; every split gives the same bits.
 TEST(DiskTierTraining, SixteenBitMastersOnDiskAreBitIdenticalForEverySplit) {
