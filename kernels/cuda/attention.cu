@@ -322,13 +322,16 @@ void AllowSharedBytes(Kernel kernel, size_t bytes, const char* what) {
   std::abort();
 }
 
-// The most dynamic shared memory a block of the current device may ask for
-// (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/sm_89).
-size_t SharedBytesPerBlock() {
-  int device = 0, bytes = 0;
+// The most dynamic shared memory a tensor-core block may ask for on the
+// current device (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/sm_89),
+// or 0 below sm_80, where those kernels are compiled empty (a build for older
+// architectures): they must not be launched there.
+size_t TensorCoreSharedBytesLimit() {
+  int device = 0, major = 0, bytes = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    return 48 * 1024;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || major < 8) {
+    return 0;
   }
   return size_t(bytes);
 }
@@ -358,7 +361,7 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
   const float scale = 1.0f / std::sqrt(float(hs));
   if constexpr (!std::is_same_v<T, float>) {
     const size_t smem = TensorCoreForwardSharedBytes(int(hs), sizeof(T));
-    if (hs % kTcTile == 0 && smem <= SharedBytesPerBlock()) {
+    if (hs % kTcTile == 0 && smem <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreFlashForward<T>, smem, "TensorCoreFlashForward shared memory");
       TensorCoreFlashForward<T><<<grid, kTcWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH),
                                                                               int(hs), scale);
@@ -389,7 +392,7 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
   if constexpr (!std::is_same_v<A, float>) {
     const size_t keys_tc = TensorCoreBackwardKeysSharedBytes(int(hs), sizeof(A));
     const size_t queries_tc = TensorCoreBackwardQueriesSharedBytes(int(hs), sizeof(A));
-    if (hs % kTcTile == 0 && std::max(keys_tc, queries_tc) <= SharedBytesPerBlock()) {
+    if (hs % kTcTile == 0 && std::max(keys_tc, queries_tc) <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreBackwardKeys<T, A>, keys_tc, "TensorCoreBackwardKeys shared memory");
       TensorCoreBackwardKeys<T, A><<<grid, kTcWarps * kWarpSize, keys_tc, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
                                                                                    C, int(NH), int(hs), scale);
