@@ -33,139 +33,6 @@ size_t TensorCoreForwardSharedBytes(int hs, size_t elem) {
          size_t(kBlock) * kTcLdS * 4 + size_t(kBlock) * kTcLdP * elem;
 }
 
-// rows x hs elements of a head (rows ld_src apart) into a tile ld apart; zeros past rows.
-template <typename T>
-__device__ void LoadTile16(T* tile, int ld, const T* src, int64_t ld_src, int rows, int hs) {
-  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
-    const int r = e / hs, d = e % hs;
-    tile[r * ld + d] = r < rows ? src[int64_t(r) * ld_src + d] : FromFloat<T>(0.0f);
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kTcWarps * kWarpSize)
-    TensorCoreFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  unsigned char* tc_smem = TensorCoreSharedMemory();
-  const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
-  T* qs = reinterpret_cast<T*>(tc_smem);
-  T* ks = qs + kBlock * ld_t;
-  T* vs = ks + kBlock * ld_t;
-  float* os = reinterpret_cast<float*>(vs + kBlock * ld_t);
-  float* ss = os + kBlock * ld_o;
-  T* ps = reinterpret_cast<T*>(ss + kBlock * kTcLdS);
-
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
-  const int64_t i = nb - 1 - int64_t(blockIdx.y);
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
-  const int rows = int(min(int64_t(kBlock), Tlen - r0));
-  const T* q = qkv + b * Tlen * C3 + h * hs;
-  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
-  LoadTile16(qs, ld_t, q + r0 * C3, C3, rows, hs);
-  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) os[(e / hs) * ld_o + e % hs] = 0.0f;
-
-  T* qw = qs + warp * kTcTile * ld_t;
-  float* ow = os + warp * kTcTile * ld_o;
-  float* sw = ss + warp * kTcTile * kTcLdS;
-  T* pw = ps + warp * kTcTile * kTcLdP;
-  float m[kTcTile], l[kTcTile];
-#pragma unroll
-  for (int rr = 0; rr < kTcTile; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
-  }
-  for (int64_t j = 0; j <= i; ++j) {
-    const int64_t c0 = j * kBlock;
-    const int cols = int(min(int64_t(kBlock), Tlen - c0));
-    __syncthreads();  // the previous key block is no longer read
-    LoadTile16(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
-    LoadTile16(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
-    __syncthreads();
-    // S (16 x 64) = q (16 x hs) k^T (hs x 64); k's rows read as a column-major k^T.
-    for (int n = 0; n < kBlock; n += kTcTile) {
-      wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < hs; kk += kTcTile) {
-        wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, T, wmma::col_major> kt;
-        wmma::load_matrix_sync(a, qw + kk, unsigned(ld_t));
-        wmma::load_matrix_sync(kt, ks + n * ld_t + kk, unsigned(ld_t));
-        wmma::mma_sync(acc, a, kt, acc);
-      }
-      wmma::store_matrix_sync(sw + n, acc, unsigned(kTcLdS), wmma::mem_row_major);
-    }
-    __syncwarp();
-    // The online softmax of each row, two keys per lane; P rounded into pw.
-    float alpha[kTcTile];
-#pragma unroll
-    for (int rr = 0; rr < kTcTile; ++rr) {
-      const int64_t t = r0 + warp * kTcTile + rr;
-      float s[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = lane + half * kWarpSize;
-        s[half] = c < cols && c0 + c <= t ? sw[rr * kTcLdS + c] * scale : -INFINITY;
-      }
-      const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
-      const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
-      alpha[rr] = expf(m[rr] - mx);
-      l[rr] = l[rr] * alpha[rr] + WarpSum(p0 + p1);
-      m[rr] = mx;
-      pw[rr * kTcLdP + lane] = FromFloat<T>(p0);
-      pw[rr * kTcLdP + lane + kWarpSize] = FromFloat<T>(p1);
-    }
-#pragma unroll
-    for (int rr = 0; rr < kTcTile; ++rr) {
-      for (int d = lane; d < hs; d += kWarpSize) ow[rr * ld_o + d] *= alpha[rr];
-    }
-    __syncwarp();
-    // O (16 x hs) += P (16 x 64) v (64 x hs).
-    for (int dt = 0; dt < hs; dt += kTcTile) {
-      wmma::fragment<wmma::accumulator, kTcTile, kTcTile, kTcTile, float> acc;
-      wmma::load_matrix_sync(acc, ow + dt, unsigned(ld_o), wmma::mem_row_major);
-      for (int kk = 0; kk < kBlock; kk += kTcTile) {
-        wmma::fragment<wmma::matrix_a, kTcTile, kTcTile, kTcTile, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, kTcTile, kTcTile, kTcTile, T, wmma::row_major> v;
-        wmma::load_matrix_sync(a, pw + kk, unsigned(kTcLdP));
-        wmma::load_matrix_sync(v, vs + kk * ld_t + dt, unsigned(ld_t));
-        wmma::mma_sync(acc, a, v, acc);
-      }
-      wmma::store_matrix_sync(ow + dt, acc, unsigned(ld_o), wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-#pragma unroll
-  for (int rr = 0; rr < kTcTile; ++rr) {
-    const int r = warp * kTcTile + rr;
-    if (r >= rows) continue;  // the whole warp
-    const int64_t t = r0 + r;
-    const float inv = 1.0f / l[rr];
-    T* o = out + (b * Tlen + t) * C + h * hs;
-    for (int d = lane; d < hs; d += kWarpSize) o[d] = FromFloat<T>(ow[rr * ld_o + d] * inv);
-    if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
-  }
-#endif
-}
-
-// The tensor-core backward, for 16-bit activations (A) and head sizes a
-// multiple of 16; the gradients (T) may be fp32. The same two passes as the
-// CUDA-core kernels of attention.cu, each product on the tensor cores: keys (4 warps of
-// 16 keys; per query block S^T = k q^T, P^T, dV += P^T dout, dP^T = v dout^T,
-// dS^T, dK += dS^T q) and queries (4 warps of 16 queries; S, P, dP, dS,
-// dQ += dS k). dout, P and dS are rounded to A for the products (as
-// FlashAttention does), everything accumulates in fp32, and the
-// probabilities of a warp's 16 rows stay in registers between the two
-// products that need them (two columns per lane).
-size_t TensorCoreBackwardKeysSharedBytes(int hs, size_t elem) {
-  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + 2 * size_t(kBlock) * 4 + size_t(kBlock) * kTcLdS * 4 +
-         size_t(kBlock) * kTcLdP * elem + 2 * size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
-}
-size_t TensorCoreBackwardQueriesSharedBytes(int hs, size_t elem) {
-  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + size_t(kBlock) * kTcLdS * 4 +
-         size_t(kBlock) * kTcLdP * elem + size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
-}
-
 // rows x hs elements (rows ld_src apart) into a tile of A, ld apart, rounded
 // to A where the source is wider; zeros past rows.
 template <typename A, typename S>
@@ -209,6 +76,106 @@ __device__ void TileProductAccumulate(float* acc_tile, int ld_acc, const A* a, c
     }
     wmma::store_matrix_sync(acc_tile + dt, acc, unsigned(ld_acc), wmma::mem_row_major);
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kTcWarps * kWarpSize)
+    TensorCoreFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  unsigned char* tc_smem = TensorCoreSharedMemory();
+  const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
+  T* qs = reinterpret_cast<T*>(tc_smem);
+  T* ks = qs + kBlock * ld_t;
+  T* vs = ks + kBlock * ld_t;
+  float* os = reinterpret_cast<float*>(vs + kBlock * ld_t);
+  float* ss = os + kBlock * ld_o;
+  T* ps = reinterpret_cast<T*>(ss + kBlock * kTcLdS);
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * hs;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
+  for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) os[(e / hs) * ld_o + e % hs] = 0.0f;
+
+  T* qw = qs + warp * kTcTile * ld_t;
+  float* ow = os + warp * kTcTile * ld_o;
+  float* sw = ss + warp * kTcTile * kTcLdS;
+  T* pw = ps + warp * kTcTile * kTcLdP;
+  float m[kTcTile], l[kTcTile];
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+  }
+  for (int64_t j = 0; j <= i; ++j) {
+    const int64_t c0 = j * kBlock;
+    const int cols = int(min(int64_t(kBlock), Tlen - c0));
+    __syncthreads();  // the previous key block is no longer read
+    LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
+    LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+    __syncthreads();
+    TileProductNT(sw, qw, ks, ld_t, hs);  // S (16 x 64) = q k^T
+    __syncwarp();
+    // The online softmax of each row, two keys per lane; P rounded into pw.
+    float alpha[kTcTile];
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+      const int64_t t = r0 + warp * kTcTile + rr;
+      float s[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = lane + half * kWarpSize;
+        s[half] = c < cols && c0 + c <= t ? sw[rr * kTcLdS + c] * scale : -INFINITY;
+      }
+      const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
+      const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
+      alpha[rr] = expf(m[rr] - mx);
+      l[rr] = l[rr] * alpha[rr] + WarpSum(p0 + p1);
+      m[rr] = mx;
+      pw[rr * kTcLdP + lane] = FromFloat<T>(p0);
+      pw[rr * kTcLdP + lane + kWarpSize] = FromFloat<T>(p1);
+    }
+#pragma unroll
+    for (int rr = 0; rr < kTcTile; ++rr) {
+      for (int d = lane; d < hs; d += kWarpSize) ow[rr * ld_o + d] *= alpha[rr];
+    }
+    __syncwarp();
+    TileProductAccumulate(ow, ld_o, pw, vs, ld_t, hs);  // O (16 x hs) += P (16 x 64) v
+    __syncwarp();
+  }
+#pragma unroll
+  for (int rr = 0; rr < kTcTile; ++rr) {
+    const int r = warp * kTcTile + rr;
+    if (r >= rows) continue;  // the whole warp
+    const int64_t t = r0 + r;
+    const float inv = 1.0f / l[rr];
+    T* o = out + (b * Tlen + t) * C + h * hs;
+    for (int d = lane; d < hs; d += kWarpSize) o[d] = FromFloat<T>(ow[rr * ld_o + d] * inv);
+    if (lane == 0) lse[bh * Tlen + t] = m[rr] + logf(l[rr]);
+  }
+#endif
+}
+
+// The tensor-core backward, for 16-bit activations (A) and head sizes a
+// multiple of 16; the gradients (T) may be fp32. The same two passes as the
+// CUDA-core kernels of attention.cu, each product on the tensor cores: keys (4 warps of
+// 16 keys; per query block S^T = k q^T, P^T, dV += P^T dout, dP^T = v dout^T,
+// dS^T, dK += dS^T q) and queries (4 warps of 16 queries; S, P, dP, dS,
+// dQ += dS k). dout, P and dS are rounded to A for the products (as
+// FlashAttention does), everything accumulates in fp32, and the
+// probabilities of a warp's 16 rows stay in registers between the two
+// products that need them (two columns per lane).
+size_t TensorCoreBackwardKeysSharedBytes(int hs, size_t elem) {
+  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + 2 * size_t(kBlock) * 4 + size_t(kBlock) * kTcLdS * 4 +
+         size_t(kBlock) * kTcLdP * elem + 2 * size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
+}
+size_t TensorCoreBackwardQueriesSharedBytes(int hs, size_t elem) {
+  return 4 * size_t(kBlock) * size_t(hs + kTcPad) * elem + size_t(kBlock) * kTcLdS * 4 +
+         size_t(kBlock) * kTcLdP * elem + size_t(kBlock) * size_t(hs + kTcFloatPad) * 4;
 }
 
 template <typename T, typename A>
