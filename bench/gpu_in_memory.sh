@@ -3,7 +3,8 @@
 # moves after the first step), seq 1024, bf16: pstar's tokens/s and MFU
 # against PyTorch eager and torch.compile running the same model, optimizer,
 # batch, sequence length and steps (bench/torch_gpt_train.py), in one run on
-# one GPU. Warm-up steps are left out of every rate.
+# one GPU. Warm-up steps are left out of every rate. A short second pstar run
+# with --profile prints where its step time goes, per op family.
 #
 # Usage: bench/gpu_in_memory.sh [--dry-run] [--steps N] [--warmup W] [--models "124m 350m"] [--log-dir DIR]
 #   --dry-run  the same plumbing on the CPU with a tiny GPT (fp32, no peak):
@@ -109,6 +110,15 @@ for name in $models; do
   if run_logged "$plog" "$pstar" train "${common[@]}" --set "train.batch_size=$batch" > /dev/null; then
     pstar_tps=$(pstar_steady_tps "$plog" "$warmup")
     grep -E '^(compute|memory|summary|chunks):' "$plog" | sed 's/^/  pstar /'
+    # Where the step time goes: a short second run with --profile (one
+    # warm-up step left out), its op table kept beside the timed run's log.
+    prof="$log_dir/in_memory_${name}_profile.log"
+    if run_logged "$prof" "$pstar" train "${common[@]}" --set "train.batch_size=$batch" \
+      --set "train.steps=$(( warmup < 8 ? warmup + 1 : 8 ))" --profile > /dev/null; then
+      sed -n '/^profile:/,$p' "$prof" | grep -E '^(profile:|  (op|move|collective) )' | sed 's/^/  pstar /'
+    else
+      echo "  pstar --profile: FAILED (log $prof)"
+    fi
   else
     echo "  pstar: FAILED (exit status above; log $plog):"
     tail -5 "$plog" | sed 's/^/    /'
@@ -172,6 +182,6 @@ for r in "${results[@]}"; do
     echo "$name: MFU n/a ($([ "$dry_run" -eq 1 ] && echo 'dry run on the CPU' || echo 'no peak for this GPU: set PEAK_FLOPS'))"
   else
     awk -v n="$name" -v m="$pm" -v t="$target_mfu" 'BEGIN {
-      printf "%s: pstar MFU %.1f%% against the %d%% target: %s\n", n, m, t, m >= t ? "met" : "not met" }'
+      printf "%s: pstar MFU %.1f%% against the %d%% target: %s\n", n, m, t, (m >= t ? "met" : "not met") }'
   fi
 done

@@ -314,7 +314,7 @@ if [ "$part" = all ] || [ "$part" = compare ]; then
     if [ "$m" = n/a ]; then
       echo "   MFU target (>= ${target_mfu}%): n/a ($([ "$dry_run" -eq 1 ] && echo 'dry run' || echo 'set PEAK_FLOPS'))"
     else
-      awk -v m="$m" -v t="$target_mfu" 'BEGIN { printf "   MFU %.1f%% against the %d%% target: %s\n", m, t, m >= t ? "met" : "not met" }'
+      awk -v m="$m" -v t="$target_mfu" 'BEGIN { printf "   MFU %.1f%% against the %d%% target: %s\n", m, t, (m >= t ? "met" : "not met") }'
     fi
     if [ -n "$in_mem_mfu" ] && [ "$m" != n/a ]; then
       awk -v m="$m" -v r="$in_mem_mfu" -v n="$in_mem_model" 'BEGIN {

@@ -91,15 +91,18 @@ std::vector<float> ToFloats(const std::vector<T>& v) {
   return out;
 }
 
-// Checks |got - want| <= tol * (|want| + max|want|) element by element: the
-// error relative to the element itself or, for elements near zero after
-// cancellation, to the size of the tensor. Reports the worst one.
-inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want,
-                                           double tol) {
+// Checks |got - want| <= tol * (|want| + max(max|want|, floor)) element by
+// element: the error relative to the element itself or, for elements near
+// zero after cancellation, to the size of the tensor. `floor` is the size of
+// the terms that cancel where the tensor itself can be all but zero (a
+// gradient that is a difference of equal terms, one element near a zero of
+// its function). Reports the worst one.
+inline ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                                           double floor = 0.0) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   }
-  double scale = 0.0;
+  double scale = floor;
   for (float w : want) scale = std::max(scale, std::abs(double(w)));
   double worst_ratio = 0.0;
   size_t worst = 0;
