@@ -10,9 +10,10 @@
 #
 #   --quick   (default) every CUDA kernel and backend test, a 2-step GPT-2
 #             124M run in fp32, bf16 and fp16 (the test and the pstar
-#             binary), then kernel tests at small shapes under
-#             compute-sanitizer (memcheck, synccheck, racecheck): about 6
-#             minutes on 16 cores, the build (1 minute) included
+#             binary) and a profiled bf16 run, then kernel tests at small
+#             shapes under compute-sanitizer (memcheck, synccheck,
+#             racecheck): about 3 minutes on an H100 host with 16 cores,
+#             the build (1 minute) included
 #   --full    the quick pass's tests, then every other GPU test binary, each
 #             bounded in time, then the sanitizer pass
 #   --bench   GPU benchmarks (bench/run-gpu-benchmarks.sh); PARTs as there,
@@ -31,7 +32,7 @@ set -uo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ "$#" -ge 1 ] || usage
 case "$1" in -h | --help | -*) usage ;; esac
 mkdir -p "$1" && out="$(cd "$1" && pwd)"
@@ -223,6 +224,11 @@ quick_pass() {
   step cuda-backend 60 "$bin/cuda_backend_test" --gtest_brief=1
   step gpt2-test 120 "$bin/gpu_training_test" --gtest_filter='GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
   for p in fp32 bf16 fp16; do step "gpt2-pstar-$p" 90 "${gpt2_run[@]}" --set train.precision="$p"; done
+  # Where a bf16 step's time goes (docs/profiling.md), its top lines kept in
+  # the summary.
+  step gpt2-profile 90 "${gpt2_run[@]}" --set train.precision=bf16 --set train.batch_size=8 \
+    --set train.steps=6 --profile
+  sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -9 | sed 's/^/    /' >> "$summary"
 }
 case "$mode" in
   quick)
