@@ -170,7 +170,7 @@ TEST(Cli, SpecialFilesAndUnsafeOutputsAreRefused) {
   EXPECT_EQ(*ReadFile(text), "some text to keep\n");
   ExpectOneLineError(RunProcess({bin, "tokenize", "--input", text, "--output", dir.path() + "/no/such/out.bin"}),
                      "does not exist");
-  for (const std::string& data : {"data.source=text", "data.source=tokens"}) {
+  for (const char* data : {"data.source=text", "data.source=tokens"}) {
     ExpectOneLineError(RunProcess({bin, "train", "--set", data, "--set", "data.path=" + fifo}), not_regular);
   }
   ExpectOneLineError(RunProcess({bin, "train", "--set", "data.source=text", "--set", "data.path=/dev/zero"}),

@@ -360,7 +360,7 @@ TEST_F(OperatorE2e, PodGroupSchedulersPlaceTheGangTogether) {
     EXPECT_EQ(group.body["spec"]["minMember"], 2);
     EXPECT_TRUE(group.body["spec"]["minResources"]["memory"].is_string()) << group.body.dump();
     EXPECT_EQ(group.body["metadata"]["ownerReferences"][0]["uid"], Job(name)["metadata"]["uid"]);
-    if (c.scheduler == "volcano") EXPECT_EQ(group.body["spec"]["queue"], "research");
+    if (c.scheduler == "volcano") { EXPECT_EQ(group.body["spec"]["queue"], "research"); }
     const std::vector<Json> pods = Pods("patrickstar.io/job-name=" + name);
     ASSERT_EQ(pods.size(), 2u);
     for (const Json& pod : pods) EXPECT_EQ(pod["spec"]["schedulerName"], c.scheduler_name) << pod.dump();

@@ -107,7 +107,7 @@ TEST(OperatorMetricsTest, LegacyNamesOnlyWhenAskedFor) {
   ASSERT_NE(both, nullptr);
   both->RecordReconcile("success", std::chrono::milliseconds(3));
   const std::string legacy = both->Render();
-  for (const std::string series :
+  for (const std::string& series :
        {std::string("operator_leader"), std::string(R"(operator_jobs{phase="Running"})"),
         std::string(R"(operator_job_restarts{name="alpha",namespace="ml"})"),
         std::string(R"(operator_reconciles_total{result="success"})"),

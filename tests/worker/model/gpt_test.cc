@@ -159,7 +159,7 @@ TEST(Gpt, ActivationBytesAreLinearInTheSequenceLength) {
         Config c = MakeConfig({"model.max_seq_len=2048", "model.n_embd=64", "model.n_head=4", "model.n_layer=3",
                                "model.vocab_size=512"});
         const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute, compute);
-        if (previous > 0) EXPECT_NEAR(double(bytes) / double(previous), 2.0, 0.1);
+        if (previous > 0) { EXPECT_NEAR(double(bytes) / double(previous), 2.0, 0.1); }
         previous = bytes;
         if (precision != Precision::kFp32) {
           // Half of each kept activation's 4 bytes: per block kept ln_1, qkv (3),

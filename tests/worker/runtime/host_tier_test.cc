@@ -49,7 +49,7 @@ TEST(ChunkPlacement, DiskHomesNumberEveryDiskChunkOnceChunkByChunk) {
       EXPECT_EQ(seen[size_t(h)], -1) << "home " << h << " taken twice";
       seen[size_t(h)] = i;
       // A sweep in chunk order, each chunk's master then its moments, walks the file forward.
-      if (chunk != last_chunk) EXPECT_GT(h, last_home) << chunk;
+      if (chunk != last_chunk) { EXPECT_GT(h, last_home) << chunk; }
       last_chunk = chunk;
       last_home = std::max(last_home, h);
     }

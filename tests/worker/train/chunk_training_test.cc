@@ -114,8 +114,8 @@ TEST(ChunkTraining, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
                               data);
           ExpectBitIdentical(reference, r, what);
           EXPECT_LE(r.peak, budget) << what;
-          if (fraction == 0.9) EXPECT_GT(r.device_adam_chunks, 0) << what;
-          if (fraction <= 0.5) EXPECT_LT(r.device_adam_chunks, r.num_chunks) << what;
+          if (fraction == 0.9) { EXPECT_GT(r.device_adam_chunks, 0) << what; }
+          if (fraction <= 0.5) { EXPECT_LT(r.device_adam_chunks, r.num_chunks) << what; }
           mixed = mixed || (r.device_adam_chunks > 0 && r.device_adam_chunks < r.num_chunks);
           if (fraction == 0.0) {
             EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";

@@ -178,8 +178,8 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
     EXPECT_GT(r.disk_written, 0) << s.what;
     EXPECT_FALSE(r.disk_path.empty()) << s.what;
     EXPECT_FALSE(std::filesystem::exists(r.disk_path)) << s.what << ": the file goes with the run";
-    if (s.what == "all moments on disk") EXPECT_EQ(r.disk_chunks, r.num_chunks);
-    if (s.what == "a host budget spills some") EXPECT_LT(r.disk_chunks, r.num_chunks);
+    if (s.what == "all moments on disk") { EXPECT_EQ(r.disk_chunks, r.num_chunks); }
+    if (s.what == "a host budget spills some") { EXPECT_LT(r.disk_chunks, r.num_chunks); }
     if (s.what == "device, host and disk") {
       EXPECT_GT(r.device_adam_chunks, 0);
       EXPECT_EQ(r.device_adam_chunks + r.disk_chunks, r.num_chunks);

@@ -133,7 +133,7 @@ TEST(GpuTraining, BitIdenticalForEveryDeviceBudget) {
           EXPECT_TRUE(SameBits(r.exp_avg_sq[i], all.exp_avg_sq[i])) << what << ": exp_avg_sq " << i;
         }
         EXPECT_LE(r.peak, budget) << what;
-        if (fraction == 0.9) EXPECT_GT(r.device_adam_chunks, 0) << what;
+        if (fraction == 0.9) { EXPECT_GT(r.device_adam_chunks, 0) << what; }
         mixed = mixed || (r.device_adam_chunks > 0 && r.device_adam_chunks < r.num_chunks);
         if (fraction == 0.0) {
           EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
@@ -293,7 +293,7 @@ TEST(GpuTraining, TheDiskTierIsBitIdenticalToTheRunInMemory) {
       auto plan = PlanMemory(GpuConfig(overrides));
       ASSERT_TRUE(plan.ok()) << plan.status().message();
       ASSERT_GT(plan->disk_moment_chunks, 0) << label;
-      if (std::string(precision) == "bf16") EXPECT_EQ(plan->disk_master_chunks, plan->disk_moment_chunks) << label;
+      if (std::string(precision) == "bf16") { EXPECT_EQ(plan->disk_master_chunks, plan->disk_moment_chunks) << label; }
       const RunResult r = Train(GpuConfig(overrides), data);
       EXPECT_TRUE(SameBits(r.losses, all.losses)) << label;
       ASSERT_EQ(r.params.size(), all.params.size()) << label;
