@@ -15,13 +15,16 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 1
 fi
 mkdir -p "$dir"
+log="$dir/npm-install.log"
 for attempt in 1 2 3; do
   # shellcheck disable=SC2086
-  if npm install --prefix "$dir" --no-audit --no-fund --no-save --silent $want; then
+  if npm install --prefix "$dir" --no-audit --no-fund --no-save $want > "$log" 2>&1; then
     echo "$want" > "$dir/.installed"
     exit 0
   fi
-  echo "npm-refs: npm install failed (attempt $attempt of 3)" >&2
+  # npm's own reason (a TLS or proxy error, a missing version), not just a count.
+  echo "npm-refs: npm install failed (attempt $attempt of 3): $(grep -m1 -E 'npm (error|ERR!) (code|errno|request|network)' "$log" || tail -1 "$log")" >&2
   sleep $((attempt * 5))
 done
+echo "npm-refs: npm's last output is in $log" >&2
 exit 1
