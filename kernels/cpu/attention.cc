@@ -52,6 +52,40 @@ void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, fl
   }
 }
 
+// Row statistics in 16 fixed lanes: element c goes to lane c % 16 and the
+// lanes are combined in one fixed order, so the bits depend on the row's
+// length alone (not on alignment or threads) and the loop vectorizes; a
+// plain in-order sum is one long chain of dependent adds.
+constexpr int64_t kLanes = 16;
+
+float RowMax(const float* x, int64_t n, float init) {
+  float lane[kLanes];
+  for (float& v : lane) v = init;
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
+  }
+  for (int64_t l = 0; c + l < n; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
+  float m = lane[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = m > lane[l] ? m : lane[l];
+  return m;
+}
+
+float RowSum(const float* x, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[c + l];
+  }
+  for (int64_t l = 0; c + l < n; ++l) lane[l] += x[c + l];
+  for (int64_t w = kLanes / 2; w > 0; w /= 2) {
+    for (int64_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+  }
+  return lane[0];
+}
+
 // qkv and out of element A (float, or a 16-bit format), read through `load`
 // and written through `store`.
 template <typename A, typename Load, typename Store>
@@ -86,14 +120,11 @@ void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, 
             // Online softmax: rescale what the earlier blocks summed to the new row maximum.
             for (int64_t r = 0; r < rows; ++r) {
               float* row = s.data() + r * cols;
-              float mx = m[size_t(r)];
-              for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, row[c]);
+              const float mx = RowMax(row, cols, m[size_t(r)]);
               const float alpha = VecExp(m[size_t(r)] - mx);
 #pragma omp simd
               for (int64_t c = 0; c < cols; ++c) row[c] = VecExp(row[c] - mx);
-              float sum = 0.0f;  // in order: a vectorized sum's bits would depend on alignment
-              for (int64_t c = 0; c < cols; ++c) sum += row[c];
-              l[size_t(r)] = l[size_t(r)] * alpha + sum;
+              l[size_t(r)] = l[size_t(r)] * alpha + RowSum(row, cols);
               m[size_t(r)] = mx;
               float* a = acc.data() + r * hs;
               for (int64_t d = 0; d < hs; ++d) a[d] *= alpha;

@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -38,8 +41,11 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return worst / std::max(scale, 1e-30);
 }
 
-void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
-  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+// misaligned: the kernels read qkv and dout one float past a 16-byte
+// boundary, where their tile loads go one element at a time.
+void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false) {
+  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
+                                  << (misaligned ? " misaligned" : ""));
   const int64_t hs = s.C / s.NH, blocks = (s.T + tensor_core::kBlock - 1) / tensor_core::kBlock;
   const float scale = 1.0f / std::sqrt(float(hs));
   std::normal_distribution<float> normal;
@@ -51,12 +57,19 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out_cpu.data(), lse_cpu.data(), s.B, s.T,
                                   s.C, s.NH);
 
+  const size_t shift = misaligned ? 1 : 0;
+  std::vector<float> qkv_at(qkv.size() + shift), dout_at(dout.size() + shift);
+  std::copy(qkv.begin(), qkv.end(), qkv_at.begin() + std::ptrdiff_t(shift));
+  std::copy(dout.begin(), dout.end(), dout_at.begin() + std::ptrdiff_t(shift));
+  const float* qkv_in = qkv_at.data() + shift;
+  const float* dout_in = dout_at.data() + shift;
+
   const emulation::Dim3 grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
   const unsigned threads = tensor_core::kTcWarps * emulation::kWarpSize;
   // NaN wherever the kernels should write.
   std::vector<float> out(dout.size(), NAN), lse(lse_cpu.size(), NAN), dqkv(qkv.size(), NAN);
   emulation::RunBlocks(grid, threads, tensor_core::TensorCoreForwardSharedBytes(int(hs), sizeof(float)), [&] {
-    tensor_core::TensorCoreFlashForward<float>(out.data(), lse.data(), qkv.data(), s.T, s.C, int(s.NH), int(hs),
+    tensor_core::TensorCoreFlashForward<float>(out.data(), lse.data(), qkv_in, s.T, s.C, int(s.NH), int(hs),
                                                scale);
   });
   EXPECT_LT(RelativeError(out, out_cpu), 1e-5) << "out";
@@ -77,11 +90,11 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
     }
   }
   emulation::RunBlocks(grid, threads, tensor_core::TensorCoreBackwardKeysSharedBytes(int(hs), sizeof(float)), [&] {
-    tensor_core::TensorCoreBackwardKeys<float, float>(dqkv.data(), dout.data(), qkv.data(), lse_cpu.data(),
+    tensor_core::TensorCoreBackwardKeys<float, float>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(),
                                                       dsum.data(), s.T, s.C, int(s.NH), int(hs), scale);
   });
   emulation::RunBlocks(grid, threads, tensor_core::TensorCoreBackwardQueriesSharedBytes(int(hs), sizeof(float)), [&] {
-    tensor_core::TensorCoreBackwardQueries<float, float>(dqkv.data(), dout.data(), qkv.data(), lse_cpu.data(),
+    tensor_core::TensorCoreBackwardQueries<float, float>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(),
                                                          dsum.data(), s.T, s.C, int(s.NH), int(hs), scale);
   });
   EXPECT_LT(RelativeError(dqkv, dqkv_cpu), 1e-5) << "dqkv";
@@ -95,6 +108,7 @@ TEST(TensorCoreAttentionEmulated, MatchesTheCpuKernels) {
                          Shape{1, 200, 128, 2}}) {
     ExpectMatchesCpu(s, rng);
   }
+  ExpectMatchesCpu({2, 70, 64, 2}, rng, /*misaligned=*/true);
   // And a fresh shape each run.
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
