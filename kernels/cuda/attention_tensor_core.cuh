@@ -38,25 +38,48 @@ struct alignas(16) TcVec16 {
   unsigned int word[4];
 };
 
+// The 16 bytes at p (16-byte aligned) in one load; on the host emulation a
+// memcpy, which C++'s aliasing rules allow for any element type.
+__device__ __forceinline__ TcVec16 LoadVec16(const void* p) {
+#ifdef __CUDA_ARCH__
+  return *static_cast<const TcVec16*>(p);
+#else
+  TcVec16 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+__device__ __forceinline__ void StoreVec16(void* p, const TcVec16& v) {
+#ifdef __CUDA_ARCH__
+  *static_cast<TcVec16*>(p) = v;
+#else
+  memcpy(p, &v, sizeof v);
+#endif
+}
+
 // rows x hs elements (rows ld_src apart) into a tile of A, ld apart, rounded
 // to A where the source is wider; zeros past rows. Where every source row
-// starts 16-byte aligned and hs fills whole 16-byte pieces (the usual case:
-// 16-bit heads of a multiple of 8, fp32 ones of a multiple of 4), each thread
-// moves 16 bytes at a time; otherwise one element at a time.
+// (and, for a plain copy, every tile row) starts 16-byte aligned and hs fills
+// whole 16-byte pieces (the usual case: 16-bit heads of a multiple of 8, fp32
+// ones of a multiple of 4), each thread moves 16 bytes at a time; otherwise
+// one element at a time.
 template <typename A, typename S>
 __device__ void LoadTileAs(A* tile, int ld, const S* src, int64_t ld_src, int rows, int hs) {
   constexpr int kVec = int(sizeof(TcVec16) / sizeof(S));  // source elements per piece
+  constexpr int kTileVec = int(sizeof(TcVec16) / sizeof(A));  // tile elements per piece
   const bool aligned = hs % kVec == 0 && ld_src % kVec == 0 &&
-                       reinterpret_cast<uintptr_t>(src) % sizeof(TcVec16) == 0;
+                       reinterpret_cast<uintptr_t>(src) % sizeof(TcVec16) == 0 &&
+                       (!std::is_same_v<A, S> ||
+                        (ld % kTileVec == 0 && reinterpret_cast<uintptr_t>(tile) % sizeof(TcVec16) == 0));
   if (aligned) {
     const int per_row = hs / kVec;
     for (int e = int(threadIdx.x); e < kBlock * per_row; e += int(blockDim.x)) {
       const int r = e / per_row, d = (e % per_row) * kVec;
       TcVec16 piece = {};
-      if (r < rows) piece = *reinterpret_cast<const TcVec16*>(src + int64_t(r) * ld_src + d);
+      if (r < rows) piece = LoadVec16(src + int64_t(r) * ld_src + d);
       if constexpr (std::is_same_v<A, S>) {
-        // A tile row is ld elements of A, a multiple of 16 bytes, and d a whole piece.
-        *reinterpret_cast<TcVec16*>(tile + r * ld + d) = piece;
+        StoreVec16(tile + r * ld + d, piece);  // checked above: tile rows start 16-byte aligned
       } else {
         S values[kVec];
         memcpy(values, &piece, sizeof piece);
