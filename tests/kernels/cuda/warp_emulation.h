@@ -10,7 +10,8 @@
 //
 // CUDA's built-in names (threadIdx, blockIdx, blockDim) must be plain names
 // here, so they are thread_local variables that RunBlocks sets per emulated
-// thread. Include this before the kernels, inside no namespace.
+// thread. Include this before the kernels, inside no namespace. Elements are
+// float or Bf16 (below).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +23,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "kernels/half.h"
 
 namespace pstar::test::emulation {
 
@@ -86,7 +89,20 @@ inline float WarpMax(float v) {
   return WarpReduce(v, -INFINITY, [](float a, float b) { return std::fmax(a, b); });
 }
 inline unsigned char* TensorCoreSharedMemory() { return current_block->shared.data(); }
+
+// A 16-bit element for the kernels' 16-bit instantiations: bfloat16's bits,
+// narrowed to nearest even as __float2bfloat16_rn does, so that their
+// 16-byte loads, narrowing loads and 16-bit tile layouts run here too.
+struct Bf16 {
+  uint16_t bits = 0;
+  Bf16() = default;
+  explicit Bf16(float f) : bits(kernels::FloatToBFloat16(f)) {}
+  explicit operator float() const { return kernels::BFloat16ToFloat(bits); }
+};
+static_assert(sizeof(Bf16) == 2, "a tile of Bf16 is laid out as the GPU's bf16");
+
 inline float ToFloat(float x) { return x; }
+inline float ToFloat(Bf16 x) { return float(x); }
 template <typename T>
 inline T FromFloat(float x) {
   return T(x);
