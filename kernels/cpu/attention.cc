@@ -52,35 +52,16 @@ void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, fl
   }
 }
 
-// Row statistics in 16 fixed lanes: element c goes to lane c % 16 and the
-// lanes are combined in one fixed order, so the bits depend on the row's
-// length alone (not on alignment or threads) and the loop vectorizes; a
-// plain in-order sum is one long chain of dependent adds.
-constexpr int64_t kLanes = 16;
-
-float RowMax(const float* x, int64_t n, float init) {
-  float lane[kLanes];
-  for (float& v : lane) v = init;
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
-  }
-  for (int64_t l = 0; c + l < n; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
-  float m = lane[0];
-  for (int64_t l = 1; l < kLanes; ++l) m = m > lane[l] ? m : lane[l];
-  return m;
-}
-
+// x[0..n) summed in fixed lanes (RowMax's scheme, kernels/cpu/vector_math.h).
 float RowSum(const float* x, int64_t n) {
-  float lane[kLanes] = {};
+  float lane[kReduceLanes] = {};
   int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
+  for (; c + kReduceLanes <= n; c += kReduceLanes) {
 #pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[c + l];
+    for (int64_t l = 0; l < kReduceLanes; ++l) lane[l] += x[c + l];
   }
   for (int64_t l = 0; c + l < n; ++l) lane[l] += x[c + l];
-  for (int64_t w = kLanes / 2; w > 0; w /= 2) {
+  for (int64_t w = kReduceLanes / 2; w > 0; w /= 2) {
     for (int64_t l = 0; l < w; ++l) lane[l] += lane[l + w];
   }
   return lane[0];

@@ -46,4 +46,26 @@ inline float VecExp(float x) {
 // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates to +-1 exactly.
 inline float VecTanh(float x) { return 1.0f - 2.0f / (VecExp(2.0f * x) + 1.0f); }
 
+// Reductions over a row in kReduceLanes fixed lanes: element c goes to lane
+// c % kReduceLanes and the lanes are combined in one fixed order, so the
+// result depends on the row's length alone (not on alignment or threads) and
+// the loop vectorizes, where an in-order fold is one chain of dependent ops.
+inline constexpr int64_t kReduceLanes = 16;
+
+// max(init, x[0..n)); a NaN element may or may not survive (as with a
+// plain a > b ? a : b fold), so callers let NaN through their sums instead.
+inline float RowMax(const float* x, int64_t n, float init) {
+  float lane[kReduceLanes];
+  for (float& v : lane) v = init;
+  int64_t c = 0;
+  for (; c + kReduceLanes <= n; c += kReduceLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kReduceLanes; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
+  }
+  for (int64_t l = 0; c + l < n; ++l) lane[l] = lane[l] > x[c + l] ? lane[l] : x[c + l];
+  float m = lane[0];
+  for (int64_t l = 1; l < kReduceLanes; ++l) m = m > lane[l] ? m : lane[l];
+  return m;
+}
+
 }  // namespace pstar::kernels::cpu
