@@ -44,8 +44,10 @@ fetch_missing() {
     fi
   done <<< "$wanted"
   if [ "${#fetch[@]}" -gt 0 ]; then
-    # apt's sandbox user may not write here: download as this user.
-    (cd "$out" && apt-get download -q -o APT::Sandbox::User=root "${fetch[@]}" >/dev/null)
+    # apt's sandbox user may not write here: download as this user. Its
+    # output is kept for the error below.
+    (cd "$out" && apt-get download -q -o APT::Sandbox::User=root "${fetch[@]}" >>"$out/apt-download.log" 2>&1) ||
+      echo "gpu-prepare: apt-get download failed (see $out/apt-download.log)" >&2
   fi
 }
 # The packages of $wanted that are not there as exactly one file of exactly
@@ -59,20 +61,30 @@ missing() {
     fi
   done <<< "$wanted"
 }
+rm -f "$out/apt-download.log"
 fetch_missing
-if [ -n "$(missing)" ]; then
-  # The package lists changed under this run (a periodic apt update): take
-  # the versions again, once.
+# A file can be missing after a fetch that apt called done (a mirror or
+# proxy dropping one request) or because the package lists changed under
+# this run (a periodic apt update): take the versions again and fetch what is
+# missing, up to three more times, a little apart.
+for attempt in 1 2 3; do
+  [ -n "$(missing)" ] || break
+  sleep "$attempt"
   wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
   fetch_missing
-fi
+done
 for f in "$out"/*.deb; do
   [ -f "$f" ] || continue
   p="$(dpkg-deb -f "$f" Package)"
   printf '%s\n' "${packages[@]}" | grep -qx "$p" || rm -f "$f"  # no longer listed
 done
 absent="$(missing)"
-[ -z "$absent" ] || { echo "gpu-prepare: not downloaded into $out: $(echo $absent)" >&2; exit 1; }
+if [ -n "$absent" ]; then
+  echo "gpu-prepare: not downloaded into $out after 4 attempts: $(echo $absent)" >&2
+  [ -f "$out/apt-download.log" ] && tail -n 20 "$out/apt-download.log" >&2
+  exit 1
+fi
+rm -f "$out/apt-download.log"
 count="$(ls "$out"/*.deb | wc -l)"
 [ "$count" -eq "${#packages[@]}" ] || { echo "gpu-prepare: $count .deb files for ${#packages[@]} packages" >&2; exit 1; }
 (cd "$out" && sha256sum ./*.deb | sed 's| \./| |' > MANIFEST)
