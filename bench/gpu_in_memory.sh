@@ -3,12 +3,17 @@
 # moves after the first step), seq 1024, bf16: pstar's tokens/s and MFU
 # against PyTorch eager and torch.compile running the same model, optimizer,
 # batch, sequence length and steps (bench/torch_gpt_train.py), in one run on
-# one GPU. Warm-up steps are left out of every rate. A short second pstar run
-# with --profile prints where its step time goes, per op family.
+# one GPU. Warm-up steps are left out of every rate. A second pstar run of
+# the same steps with --profile prints where its step time goes (each GEMM by
+# layer role and pass, each op by pass, casts, idle) and what profiling costs:
+# its tokens/s against the plain run's (profile_cost, in percent).
 #
-# Usage: bench/gpu_in_memory.sh [--dry-run] [--steps N] [--warmup W] [--models "124m 350m"] [--log-dir DIR]
+# Usage: bench/gpu_in_memory.sh [--dry-run] [--quick] [--steps N] [--warmup W] [--models "124m 350m"] [--log-dir DIR]
 #   --dry-run  the same plumbing on the CPU with a tiny GPT (fp32, no peak):
 #              checks the scripts, measures nothing about GPUs
+#   --quick    one shape, GPT-2 124M, 20 steps (5 warm-up): pstar, pstar
+#              --profile, PyTorch eager and compiled in under 4 minutes on
+#              an H100 (the ratio and the profile from one call)
 # Environment: PSTAR_BUILD_DIR, PYTHON, PEAK_FLOPS (see bench/gpu_common.sh);
 #   BATCH_124M, BATCH_350M fix the batch (default: the largest of 32, 16, 8, 4
 #   whose all-resident plan fits 0.8 x the GPU's memory); TORCH_TIMEOUT
@@ -20,10 +25,11 @@ set -euo pipefail
 # shellcheck source=bench/gpu_common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gpu_common.sh"
 
-dry_run=0 steps="" warmup="" models="124m 350m" log_dir=""
+dry_run=0 quick=0 steps="" warmup="" models="124m 350m" log_dir=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
+    --quick) quick=1 ;;
     --steps) steps="$2"; shift ;;
     --warmup) warmup="$2"; shift ;;
     --models) models="$2"; shift ;;
@@ -33,6 +39,7 @@ while [ "$#" -gt 0 ]; do
   esac
   shift
 done
+if [ "$quick" -eq 1 ]; then models=124m steps="${steps:-20}" warmup="${warmup:-5}"; fi
 if [ "$dry_run" -eq 1 ]; then steps="${steps:-4}" warmup="${warmup:-1}"; else steps="${steps:-40}" warmup="${warmup:-10}"; fi
 [ "$steps" -gt "$warmup" ] || die "--steps must exceed --warmup"
 log_dir="${log_dir:-$(mktemp -d)}"
@@ -106,16 +113,22 @@ for name in $models; do
 
   # pstar
   plog="$log_dir/in_memory_${name}_pstar.log"
-  pstar_tps=n/a
+  pstar_tps=n/a prof_tps=n/a profile_cost=n/a
   if run_logged "$plog" "$pstar" train "${common[@]}" --set "train.batch_size=$batch" > /dev/null; then
     pstar_tps=$(pstar_steady_tps "$plog" "$warmup")
     grep -E '^(compute|memory|summary|chunks):' "$plog" | sed 's/^/  pstar /'
-    # Where the step time goes: a short second run with --profile (one
-    # warm-up step left out), its op table kept beside the timed run's log.
+    # Where the step time goes: a second run of the same steps with
+    # --profile (the first step left out of the table), its op table kept
+    # beside the timed run's log, and its tokens/s against the plain run's:
+    # what profiling costs.
     prof="$log_dir/in_memory_${name}_profile.log"
-    if run_logged "$prof" "$pstar" train "${common[@]}" --set "train.batch_size=$batch" \
-      --set "train.steps=$(( warmup < 8 ? warmup + 1 : 8 ))" --profile > /dev/null; then
+    if run_logged "$prof" "$pstar" train "${common[@]}" --set "train.batch_size=$batch" --profile > /dev/null; then
+      prof_tps=$(pstar_steady_tps "$prof" "$warmup")
+      profile_cost=$(awk -v p="$pstar_tps" -v q="$prof_tps" 'BEGIN {
+        if (p + 0 > 0 && q + 0 > 0) printf "%.1f", 100 * (1 - q / p); else print "n/a" }')
       sed -n '/^profile:/,$p' "$prof" | grep -E '^(profile:|  (op|move|collective) )' | sed 's/^/  pstar /'
+      echo "  pstar --profile: $prof_tps tokens/s against $pstar_tps without: profile_cost=${profile_cost}%" \
+           "(target: at most 5%)"
     else
       echo "  pstar --profile: FAILED (log $prof)"
     fi
@@ -163,7 +176,8 @@ for name in $models; do
   results+=("$name $batch $pstar_tps $pm ${torch_tps[eager]} $em ${torch_tps[compile]} $cm $ratio ${best_mode:-none}")
   echo "in_memory: model=$name batch=$batch seq=$T params=$N flops_per_token=$fpt pstar_tokens_per_s=$pstar_tps" \
        "pstar_mfu=$pm eager_tokens_per_s=${torch_tps[eager]} eager_mfu=$em compile_tokens_per_s=${torch_tps[compile]}" \
-       "compile_mfu=$cm pstar_over_best_torch=$ratio best_torch=${best_mode:-none}" | tee -a "$log_dir/in_memory.txt"
+       "compile_mfu=$cm pstar_over_best_torch=$ratio best_torch=${best_mode:-none}" \
+       "pstar_profiled_tokens_per_s=$prof_tps profile_cost_pct=$profile_cost" | tee -a "$log_dir/in_memory.txt"
   unset torch_tps
 done
 

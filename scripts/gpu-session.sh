@@ -228,7 +228,7 @@ quick_pass() {
   # the summary.
   step gpt2-profile 90 "${gpt2_run[@]}" --set train.precision=bf16 --set train.batch_size=8 \
     --set train.steps=6 --profile
-  sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -9 | sed 's/^/    /' >> "$summary"
+  sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -24 | sed 's/^/    /' >> "$summary"
 }
 case "$mode" in
   quick)

@@ -315,6 +315,45 @@ void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, i
   GemmStridedBatched(blas, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
 }
 
+template <typename T, typename TO>
+void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* weight, int64_t N, int64_t C,
+                         int64_t OC, cudaStream_t stream) {
+  GemmAnyOutput<T, TO>(blas, false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
+                       stream);  // (N, C)
+}
+
+template <typename T, typename TO>
+void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
+                          int64_t OC, cudaStream_t stream) {
+  GemmAnyOutput<T, TO>(blas, true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
+                       stream);  // (OC, C)
+}
+
+template <typename TO>
+void AddBiasGradient(TO* dbias, const TO* dout, int64_t N, int64_t OC, cudaStream_t stream) {
+  if (OC <= 0) return;
+  const dim3 block(kColumnTile, kRowPhases);
+  AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
+  CheckLaunch("AddColumnSums");
+}
+
+#define PSTAR_INSTANTIATE_BACKWARD_PIECES(T, TO)                                                              \
+  template void MatmulBackwardInput<T, TO>(BlasContext&, TO*, const T*, const T*, int64_t, int64_t, int64_t,  \
+                                           cudaStream_t);                                                     \
+  template void MatmulBackwardWeight<T, TO>(BlasContext&, TO*, const T*, const T*, int64_t, int64_t, int64_t, \
+                                            cudaStream_t);
+
+PSTAR_INSTANTIATE_BACKWARD_PIECES(float, float)
+PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, bf16)
+PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, fp16)
+PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, float)
+PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, float)
+template void AddBiasGradient<float>(float*, const float*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<bf16>(bf16*, const bf16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<fp16>(fp16*, const fp16*, int64_t, int64_t, cudaStream_t);
+
+#undef PSTAR_INSTANTIATE_BACKWARD_PIECES
+
 namespace {
 
 // The linear layer for operands of type T and outputs, bias and gradients of
@@ -343,15 +382,9 @@ void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, co
 template <typename T, typename TO>
 void LinearBackward(BlasContext& blas, TO* dinp, TO* dweight, TO* dbias, const TO* dout, const T* dout_gemm,
                     const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
-  GemmAnyOutput<T, TO>(blas, false, false, N, C, OC, 1.0f, dout_gemm, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
-                       stream);  // (N, C)
-  GemmAnyOutput<T, TO>(blas, true, false, OC, C, N, 1.0f, dout_gemm, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
-                       stream);  // (OC, C)
-  if (dbias != nullptr && OC > 0) {
-    const dim3 block(kColumnTile, kRowPhases);
-    AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
-    CheckLaunch("AddColumnSums");
-  }
+  MatmulBackwardInput<T, TO>(blas, dinp, dout_gemm, weight, N, C, OC, stream);
+  MatmulBackwardWeight<T, TO>(blas, dweight, dout_gemm, inp, N, C, OC, stream);
+  if (dbias != nullptr) AddBiasGradient<TO>(dbias, dout, N, OC, stream);
 }
 
 }  // namespace

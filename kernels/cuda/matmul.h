@@ -102,4 +102,17 @@ void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* 
                          const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
                          cudaStream_t stream);
 
+// The pieces of the backwards above, for callers that time them apart:
+// dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
+// colsum(dout) in a fixed order. T is the GEMM operands' type and TO the
+// outputs' (T, or fp32 for mixed precision).
+template <typename T, typename TO>
+void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* weight, int64_t N, int64_t C,
+                         int64_t OC, cudaStream_t stream);
+template <typename T, typename TO>
+void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
+                          int64_t OC, cudaStream_t stream);
+template <typename TO>
+void AddBiasGradient(TO* dbias, const TO* dout, int64_t N, int64_t OC, cudaStream_t stream);
+
 }  // namespace pstar::kernels::cuda

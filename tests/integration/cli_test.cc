@@ -231,9 +231,10 @@ TEST(Cli, PrintConfigShowsEffectiveValues) {
 }
 
 // --profile ends the output with the profile block: a "profile:" line over the
-// measured steps, then one line per op family, copy direction (and, with more
-// ranks, collective). Without the flag there is no block.
-TEST(Cli, ProfilePrintsTimePerOpFamilyCopyDirectionAtTheEnd) {
+// measured steps, then one line per op (by pass, GEMMs by layer role and
+// pass), the idle time, each copy direction (and, with more ranks,
+// collective). Without the flag there is no block.
+TEST(Cli, ProfilePrintsTimePerOpAndCopyDirectionAtTheEnd) {
   test::TempDir dir("cli");
   test::WriteText(dir.path() + "/job.yaml", kTiny);
   auto r = RunProcess({test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml", "--profile"});
@@ -257,9 +258,13 @@ TEST(Cli, ProfilePrintsTimePerOpFamilyCopyDirectionAtTheEnd) {
       EXPECT_GT(std::stoll(count), 0) << lines[i];
     }
   }
-  for (const char* want : {"op encoder", "op layernorm", "op matmul", "op attention", "op gelu", "op residual",
-                           "op cross_entropy", "op loss_sum", "op upload", "op zero", "op grad_norm", "op adam",
-                           "move h2d", "move d2h"}) {
+  for (const char* want :
+       {"op encoder.fwd", "op encoder.bwd", "op layernorm.fwd", "op layernorm.bwd", "op gemm.qkv.fwd",
+        "op gemm.qkv.dinp", "op gemm.qkv.dweight", "op gemm.attn_proj.fwd", "op gemm.fc.dinp",
+        "op gemm.fc_proj.dweight", "op gemm.classifier.fwd", "op gemm.classifier.dinp",
+        "op gemm.classifier.dweight", "op bias_grad", "op attention.fwd", "op attention.bwd", "op gelu.fwd",
+        "op gelu.bwd", "op residual", "op cross_entropy", "op loss_sum", "op upload", "op zero", "op grad_norm",
+        "op adam", "op idle", "move h2d", "move d2h"}) {
     EXPECT_EQ(names.count(want), 1u) << want << " in\n" << r.out;
   }
   EXPECT_EQ(names.size(), lines.size() - 1) << "one line per entry";

@@ -1,5 +1,6 @@
 // The CPU ModelKernels: the reference kernels, run at once on this thread.
-// Each op is an NVTX range named by its OpFamily (in a build with CUDA).
+// Each op is an OpScope: an NVTX range named by its ProfileOp (in a build
+// with CUDA) and, with a timer, a timed span.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +18,6 @@
 #include "kernels/reduce.h"
 #include "kernels/residual.h"
 #include "worker/model/model_kernels.h"
-#include "worker/runtime/nvtx_range.h"
 
 namespace pstar {
 
@@ -52,15 +52,15 @@ class CpuModelKernels final : public ModelKernels {
     for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, size_t(cols) * sizeof(float));
   }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kUpload));
+    OpScope op(timer(), ProfileOp::kUpload);
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
   }
   void Zero(float* dst, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kZero));
+    OpScope op(timer(), ProfileOp::kZero);
     std::memset(dst, 0, size_t(n) * sizeof(float));
   }
   void AddToLossSum(const float* x, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLossSum));
+    OpScope op(timer(), ProfileOp::kLossSum);
     for (int64_t i = 0; i < n; ++i) loss_sum_ += x[i];
   }
   double TakeLossSum() override { return std::exchange(loss_sum_, 0.0); }
@@ -68,7 +68,7 @@ class CpuModelKernels final : public ModelKernels {
     for (size_t i = 0; i < spans.size(); ++i) sums[i] = k::SumOfSquares(spans[i].data, spans[i].n);
   }
   void RoundToPrecision(float* x, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGradRound));
+    OpScope op(timer(), ProfileOp::kGradRound);
     if (precision_ == Precision::kBf16) {
       for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::BFloat16ToFloat(pstar::kernels::FloatToBFloat16(x[i]));
     } else if (precision_ == Precision::kFp16) {
@@ -77,19 +77,19 @@ class CpuModelKernels final : public ModelKernels {
   }
   void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                       int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
+    OpScope op(timer(), ProfileOp::kEncoderForward);
     if (!Is16(out)) return k::EncoderForward(out.f32, tokens, Fp32(wte), Fp32(wpe), B, T, C);
     if (wte.h16 == nullptr) return k::EncoderForward(out.h16, bf16(), tokens, wte.f32, wpe.f32, B, T, C);
     k::EncoderForward(out.h16, tokens, Half(wte), Half(wpe), bf16(), B, T, C);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
+    OpScope op(timer(), ProfileOp::kEncoderBackward);
     k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    OpScope op(timer(), ProfileOp::kLayerNormForward);
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
     if (Is16(res, out, a)) {
@@ -99,7 +99,7 @@ class CpuModelKernels final : public ModelKernels {
   }
   void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    OpScope op(timer(), ProfileOp::kLayerNormForward);
     const float* w = Wide(weight, C, norm_weight_);
     const float* bi = Wide(bias, C, norm_bias_);
     if (Is16(out, inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
@@ -107,18 +107,27 @@ class CpuModelKernels final : public ModelKernels {
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    OpScope op(timer(), ProfileOp::kLayerNormBackward);
     const float* w = Wide(weight, C, norm_weight_);
     if (Is16(inp)) return k::LayerNormBackward(dinp, dweight, dbias, dout, inp.h16, bf16(), w, mean, rstd, N, C);
     k::LayerNormBackward(dinp, dweight, dbias, dout, inp.f32, w, mean, rstd, N, C);
   }
-  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
-    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    const float* b = Wide(bias, OC, bias_);
+    const float* b = nullptr;
+    const float* w = nullptr;
+    if (Is16(inp)) {
+      // The operands as the GPU multiplies them (its casts happen where the
+      // data is written; here they are an emulation's).
+      OpScope cast(timer(), ProfileOp::kCast);
+      b = Wide(bias, OC, bias_);
+      WidenInto(inp.h16, N * C, inp_);
+      w = Operand(weight, OC * C);
+    } else {
+      b = Wide(bias, OC, bias_);
+    }
+    OpScope op(timer(), GemmOp(role, GemmPass::kForward));
     if (!Is16(inp)) return k::MatmulForward(Fp32Out(out), inp.f32, Fp32(weight), b, N, C, OC);
-    WidenInto(inp.h16, N * C, inp_);
-    const float* w = Operand(weight, OC * C);
     if (out.f32 != nullptr) return k::MatmulForward(out.f32, inp_.data(), w, b, N, C, OC);
     // A 16-bit output: x·w + b in fp32, rounded once, as the GPU's GEMM
     // rounds its fp32 accumulator.
@@ -126,55 +135,72 @@ class CpuModelKernels final : public ModelKernels {
     k::MatmulForward(out_.data(), inp_.data(), w, b, N, C, OC);
     NarrowInto(out_.data(), N * OC, out.h16);
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
+  // The same GEMMs as kernels::cpu::MatmulBackward, one at a time so the
+  // profile sees each.
+  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
-    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    if (!Is16(inp)) return k::MatmulBackward(dinp, dweight, dbias, dout, inp.f32, Fp32(weight), N, C, OC);
-    WidenInto(inp.h16, N * C, inp_);
-    Operand(weight, OC * C);
-    RoundTo(precision_, dout, N * OC, dout_);
-    k::Gemm(false, false, N, C, OC, 1.0f, dout_.data(), OC, weight_.data(), C, 0.0f, dinp, C);
-    k::Gemm(true, false, OC, C, N, 1.0f, dout_.data(), OC, inp_.data(), C, 1.0f, dweight, C);
+    const float* x = inp.f32;
+    const float* w = nullptr;
+    const float* d = dout;
+    if (Is16(inp)) {
+      OpScope cast(timer(), ProfileOp::kCast);
+      WidenInto(inp.h16, N * C, inp_);
+      w = Operand(weight, OC * C);
+      RoundTo(precision_, dout, N * OC, dout_);
+      x = inp_.data();
+      d = dout_.data();
+    } else {
+      w = Fp32(weight);
+    }
+    {
+      OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
+      k::Gemm(false, false, N, C, OC, 1.0f, d, OC, w, C, 0.0f, dinp, C);
+    }
+    {
+      OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
+      k::Gemm(true, false, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
+    }
     // The bias gradient sums the fp32 dout, as on the GPU.
     if (dbias != nullptr) {
+      OpScope op(timer(), ProfileOp::kBiasGrad);
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
     }
   }
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
-    NvtxRange range(OpFamilyName(OpFamily::kAttention));
+    OpScope op(timer(), ProfileOp::kAttentionForward);
     if (Is16(out, qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
     k::AttentionForward(out.f32, lse, qkv.f32, B, T, C, NH);
   }
   void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
-    NvtxRange range(OpFamilyName(OpFamily::kAttention));
+    OpScope op(timer(), ProfileOp::kAttentionBackward);
     if (Is16(out, qkv)) return k::AttentionBackward(dqkv, dout, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
     k::AttentionBackward(dqkv, dout, qkv.f32, out.f32, lse, B, T, C, NH);
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    OpScope op(timer(), ProfileOp::kGeluForward);
     if (Is16(out, inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);
     k::GeluForward(out.f32, inp.f32, n);
   }
   void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    OpScope op(timer(), ProfileOp::kGeluBackward);
     if (Is16(inp)) return k::GeluBackward(dinp, inp.h16, bf16(), dout, n);
     k::GeluBackward(dinp, inp.f32, dout, n);
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kResidual));
+    OpScope op(timer(), ProfileOp::kResidual);
     if (Is16(out, a)) return k::ResidualForward(out.h16, a.h16, b, bf16(), n);
     k::ResidualForward(out.f32, a.f32, b, n);
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp) override {
-    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
+    OpScope op(timer(), ProfileOp::kCrossEntropy);
     k::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
                                    int64_t N, int64_t V, int64_t Vp) override {
-    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
+    OpScope op(timer(), ProfileOp::kCrossEntropy);
     k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp);
   }
 

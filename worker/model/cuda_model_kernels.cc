@@ -1,7 +1,8 @@
 // The CUDA ModelKernels: the kernels of kernels/cuda queued on the compute
-// stream. Only TakeLossSum and SumsOfSquares wait for the device. Each op is
-// an NVTX range named by its OpFamily around the launches, which nsys projects
-// onto the kernels they queue.
+// stream. Only TakeLossSum and SumsOfSquares wait for the device. Each piece
+// of work is an OpScope around its launches: an NVTX range named by its
+// ProfileOp (nsys projects it onto the kernels) and, with a timer, a pair of
+// timing events on the stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/reduce.h"
 #include "worker/model/model_kernels.h"
-#include "worker/runtime/nvtx_range.h"
 
 namespace pstar {
 
@@ -57,17 +57,17 @@ class CudaModelKernels final : public ModelKernels {
     CheckCuda(cudaStreamSynchronize(stream_), "download");
   }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kUpload));
+    OpScope op(timer(), ProfileOp::kUpload);
     // Pageable source: the copy is staged, and returns once the source may change.
     CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
               "token upload");
   }
   void Zero(float* dst, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kZero));
+    OpScope op(timer(), ProfileOp::kZero);
     CheckCuda(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), stream_), "memset");
   }
   void AddToLossSum(const float* x, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLossSum));
+    OpScope op(timer(), ProfileOp::kLossSum);
     Need(kc::ReduceScratchElements() * int64_t(sizeof(double)), "AddToLossSum");
     kc::Sum(loss_sum_, Shared<double>(), x, n, stream_);
   }
@@ -79,7 +79,7 @@ class CudaModelKernels final : public ModelKernels {
     return host;
   }
   void RoundToPrecision(float* x, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGradRound));
+    OpScope op(timer(), ProfileOp::kGradRound);
     if (precision_ == Precision::kBf16) kc::RoundThrough<kc::bf16>(x, n, stream_);
     if (precision_ == Precision::kFp16) kc::RoundThrough<kc::fp16>(x, n, stream_);
   }
@@ -104,7 +104,7 @@ class CudaModelKernels final : public ModelKernels {
 
   void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
                       int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
+    OpScope op(timer(), ProfileOp::kEncoderForward);
     if (precision_ == Precision::kFp32) {
       return kc::EncoderForward(As<float>(out), tokens, wte.f32, wpe.f32, B, T, C, stream_);
     }
@@ -115,7 +115,7 @@ class CudaModelKernels final : public ModelKernels {
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kEncoder));
+    OpScope op(timer(), ProfileOp::kEncoderBackward);
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
@@ -123,7 +123,7 @@ class CudaModelKernels final : public ModelKernels {
   // weight and bias are all 16-bit: the kernels' all-16-bit forms.
   void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    OpScope op(timer(), ProfileOp::kLayerNormForward);
     if (precision_ == Precision::kFp32) {
       return kc::ResidualLayerNormForward(As<float>(res), As<float>(out), mean, rstd, As<float>(a), b, weight.f32,
                                           bias.f32, N, C, stream_);
@@ -136,7 +136,7 @@ class CudaModelKernels final : public ModelKernels {
   }
   void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
                         int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
+    OpScope op(timer(), ProfileOp::kLayerNormForward);
     if (precision_ == Precision::kFp32) {
       return kc::LayerNormForward(As<float>(out), mean, rstd, As<float>(inp), weight.f32, bias.f32, N, C, stream_);
     }
@@ -149,11 +149,11 @@ class CudaModelKernels final : public ModelKernels {
   // read as it is.
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                          Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    NvtxRange range(OpFamilyName(OpFamily::kLayerNorm));
     // The widened weight after the partial sums.
     int64_t offset = Aligned(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)));
     Need(offset, "LayerNormBackward");
     const float* w = Wide(weight, C, offset, "LayerNormBackward");
+    OpScope op(timer(), ProfileOp::kLayerNormBackward);
     if (precision_ == Precision::kFp32) {
       return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, As<float>(inp), w, mean, rstd, N, C,
                                    stream_);
@@ -167,35 +167,44 @@ class CudaModelKernels final : public ModelKernels {
   // the bias, 16-bit too, goes into the output first and the GEMM adds its
   // fp32 accumulator to it, one rounding. An fp32 output (the projections'
   // workspace, the logits) is the mixed GEMM with the bias widened.
-  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+  void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
-    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
     if (precision_ == Precision::kFp32) {
+      OpScope op(timer(), GemmOp(role, GemmPass::kForward));
       return kc::MatmulForward(blas_, As<float>(out), As<float>(inp), weight.f32, bias.f32, N, C, OC, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      if (out.f32 != nullptr) return MixedForward<H>(out.f32, inp, weight, bias, N, C, OC);
+      if (out.f32 != nullptr) return MixedForward<H>(role, out.f32, inp, weight, bias, N, C, OC);
       const H* b = bias.empty() ? nullptr : Half<H>(bias);
+      OpScope op(timer(), GemmOp(role, GemmPass::kForward));
       kc::MatmulForward(blas_, As<H>(out), As<H>(inp), Half<H>(weight), b, N, C, OC, stream_);
     });
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
+  // dinp, dweight and the bias gradient as three timed pieces (the same
+  // kernels as kc::MatmulBackward); in a 16-bit run the fp32 dout is cast
+  // first and the GEMMs read the cast, the bias gradient the fp32 dout.
+  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
-    NvtxRange range(OpFamilyName(OpFamily::kMatmul));
-    switch (precision_) {
-      case Precision::kFp32:
-        return kc::MatmulBackward(blas_, dinp, dweight, dbias, dout, As<float>(inp), weight.f32, N, C, OC,
-                                  stream_);
-      case Precision::kBf16: return MixedBackward<kc::bf16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-      case Precision::kFp16: return MixedBackward<kc::fp16>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (precision_ == Precision::kFp32) {
+      return LinearBackward<float>(role, dinp, dweight, dbias, dout, dout, As<float>(inp), weight.f32, N, C, OC);
     }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      int64_t offset = 0;
+      H* dout_low = Piece<H>(offset, N * OC, "MatmulBackward");
+      {
+        OpScope op(timer(), ProfileOp::kCast);
+        kc::Convert<H, float>(dout_low, dout, N * OC, stream_);
+      }
+      LinearBackward<H>(role, dinp, dweight, dbias, dout, dout_low, As<H>(inp), Half<H>(weight), N, C, OC);
+    });
   }
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
   // reads the 16-bit qkv and output beside fp32 gradients.
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                         int64_t NH) override {
-    NvtxRange range(OpFamilyName(OpFamily::kAttention));
+    OpScope op(timer(), ProfileOp::kAttentionForward);
     if (precision_ == Precision::kFp32) {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
     }
@@ -206,7 +215,7 @@ class CudaModelKernels final : public ModelKernels {
   }
   void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
-    NvtxRange range(OpFamilyName(OpFamily::kAttention));
+    OpScope op(timer(), ProfileOp::kAttentionBackward);
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
@@ -218,7 +227,7 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    OpScope op(timer(), ProfileOp::kGeluForward);
     if (precision_ == Precision::kFp32) return kc::GeluForward(As<float>(out), As<float>(inp), n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
@@ -226,7 +235,7 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kGelu));
+    OpScope op(timer(), ProfileOp::kGeluBackward);
     if (precision_ == Precision::kFp32) return kc::GeluBackward(dinp, As<float>(inp), dout, n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
@@ -234,7 +243,7 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
-    NvtxRange range(OpFamilyName(OpFamily::kResidual));
+    OpScope op(timer(), ProfileOp::kResidual);
     if (precision_ == Precision::kFp32) return kc::ResidualForward(As<float>(out), As<float>(a), b, n, stream_);
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
@@ -243,12 +252,12 @@ class CudaModelKernels final : public ModelKernels {
   }
   void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp) override {
-    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
+    OpScope op(timer(), ProfileOp::kCrossEntropy);
     kc::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp, stream_);
   }
   void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
                                    int64_t N, int64_t V, int64_t Vp) override {
-    NvtxRange range(OpFamilyName(OpFamily::kCrossEntropy));
+    OpScope op(timer(), ProfileOp::kCrossEntropy);
     kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp, stream_);
   }
 
@@ -304,6 +313,7 @@ class CudaModelKernels final : public ModelKernels {
   const float* Wide(Param p, int64_t n, int64_t& offset, const char* op) {
     if (p.h16 == nullptr) return p.f32;
     float* wide = Piece<float>(offset, n, op);
+    OpScope cast(timer(), ProfileOp::kCast);
     if (precision_ == Precision::kBf16) {
       kc::Convert<float, kc::bf16>(wide, Half<kc::bf16>(p), n, stream_);
     } else {
@@ -312,21 +322,31 @@ class CudaModelKernels final : public ModelKernels {
     return wide;
   }
   // The weight and the input are read as they are (16 bits, no cast per
-  // op); in backward the fp32 output gradient is cast.
+  // op); the bias is widened.
   template <typename T>
-  void MixedForward(float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C, int64_t OC) {
+  void MixedForward(LinearRole role, float* out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
+                    int64_t OC) {
     int64_t offset = 0;
     const float* b = Wide(bias, OC, offset, "MatmulForward");
+    OpScope op(timer(), GemmOp(role, GemmPass::kForward));
     kc::MatmulForwardMixed<T>(blas_, out, As<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
+  // The GEMMs read dout_gemm (T); the bias gradient sums the fp32 dout.
   template <typename T>
-  void MixedBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp, Param weight,
-                     int64_t N, int64_t C, int64_t OC) {
-    int64_t offset = 0;
-    T* dout_low = Piece<T>(offset, N * OC, "MatmulBackward");
-    kc::Convert<T, float>(dout_low, dout, N * OC, stream_);
-    kc::MatmulBackwardMixed<T>(blas_, dinp, dweight, dbias, dout, dout_low, As<T>(inp), Half<T>(weight), N, C,
-                               OC, stream_);
+  void LinearBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout,
+                      const T* dout_gemm, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC) {
+    {
+      OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
+      kc::MatmulBackwardInput<T, float>(blas_, dinp, dout_gemm, weight, N, C, OC, stream_);
+    }
+    {
+      OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
+      kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout_gemm, inp, N, C, OC, stream_);
+    }
+    if (dbias != nullptr) {
+      OpScope op(timer(), ProfileOp::kBiasGrad);
+      kc::AddBiasGradient<float>(dbias, dout, N, OC, stream_);
+    }
   }
   // The planner's KernelScratchBytes must cover every kernel's need.
   void Need(int64_t bytes, const char* op) const {

@@ -253,12 +253,12 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   }
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
-    kernels_->MatmulForward(a.qkv, a.ln1, P(u, t.qkv_w), P(u, t.qkv_b), BT, C, 3 * C);
+    kernels_->MatmulForward(LinearRole::kQkv, a.qkv, a.ln1, P(u, t.qkv_w), P(u, t.qkv_b), BT, C, 3 * C);
   }
   kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
+    kernels_->MatmulForward(LinearRole::kAttnProj, ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
   }
   {
     // The attention residual and ln_2 in one pass.
@@ -268,12 +268,12 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   }
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
-    kernels_->MatmulForward(a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
+    kernels_->MatmulForward(LinearRole::kFc, a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
   }
   kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -289,13 +289,13 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   if (!recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(g.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, g.fch_gelu,
+    kernels_->MatmulBackward(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, g.fch_gelu,
                       P(u, t.fc_proj_w), BT, 4 * C, C);
   }
   kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, P(u, t.fc_w), BT, C,
+    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, P(u, t.fc_w), BT, C,
                       4 * C);
   }
   {
@@ -305,13 +305,13 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   }
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
+    kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
                       P(u, t.attn_proj_w), BT, C, C);
   }
   kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    kernels_->MatmulBackward(g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, P(u, t.qkv_w), BT,
+    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, P(u, t.qkv_w), BT,
                       C, 3 * C);
   }
   {
@@ -343,7 +343,7 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
       const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
       if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
@@ -370,10 +370,10 @@ void Gpt::Backward(float loss_weight) {
     const int64_t R = ClassifierBlockRows(BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
       kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
                                             Vp);
-      kernels_->MatmulBackward(a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf.At(r0 * C), P(u, wte_), n,
+      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf.At(r0 * C), P(u, wte_), n,
                                C, Vp);
     }
   }

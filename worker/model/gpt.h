@@ -65,12 +65,6 @@ class Gpt {
   const GptConfig& config() const { return config_; }
   // The kernels the model runs on (the optimizer's reductions use them too).
   ModelKernels& kernels() { return *kernels_; }
-  // Runs on wrap(the current kernels) from now on: a decorator around them,
-  // such as the profiler's timing.
-  template <typename Wrap>
-  void WrapKernels(Wrap&& wrap) {
-    kernels_ = wrap(std::move(kernels_));
-  }
 
  private:
   struct LayerTensors {

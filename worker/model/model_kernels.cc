@@ -23,6 +23,48 @@ const char* PrecisionName(Precision precision) {
   return "?";
 }
 
+const char* LinearRoleName(LinearRole role) {
+  switch (role) {
+    case LinearRole::kQkv: return "qkv";
+    case LinearRole::kAttnProj: return "attn_proj";
+    case LinearRole::kFc: return "fc";
+    case LinearRole::kFcProj: return "fc_proj";
+    case LinearRole::kClassifier: return "classifier";
+  }
+  return "?";
+}
+
+const char* ProfileOpName(ProfileOp op) {
+  static constexpr const char* kGemmNames[3 * kNumLinearRoles] = {
+      "gemm.qkv.fwd",     "gemm.qkv.dinp",     "gemm.qkv.dweight",     "gemm.attn_proj.fwd",
+      "gemm.attn_proj.dinp", "gemm.attn_proj.dweight", "gemm.fc.fwd",  "gemm.fc.dinp",
+      "gemm.fc.dweight",  "gemm.fc_proj.fwd",  "gemm.fc_proj.dinp",   "gemm.fc_proj.dweight",
+      "gemm.classifier.fwd", "gemm.classifier.dinp", "gemm.classifier.dweight"};
+  if (IsGemmOp(op)) return kGemmNames[int(op) - int(ProfileOp::kGemmFirst)];
+  switch (op) {
+    case ProfileOp::kEncoderForward: return "encoder.fwd";
+    case ProfileOp::kEncoderBackward: return "encoder.bwd";
+    case ProfileOp::kLayerNormForward: return "layernorm.fwd";
+    case ProfileOp::kLayerNormBackward: return "layernorm.bwd";
+    case ProfileOp::kAttentionForward: return "attention.fwd";
+    case ProfileOp::kAttentionBackward: return "attention.bwd";
+    case ProfileOp::kGeluForward: return "gelu.fwd";
+    case ProfileOp::kGeluBackward: return "gelu.bwd";
+    case ProfileOp::kResidual: return "residual";
+    case ProfileOp::kBiasGrad: return "bias_grad";
+    case ProfileOp::kCast: return "cast";
+    case ProfileOp::kCrossEntropy: return "cross_entropy";
+    case ProfileOp::kLossSum: return "loss_sum";
+    case ProfileOp::kUpload: return "upload";
+    case ProfileOp::kZero: return "zero";
+    case ProfileOp::kGradNorm: return "grad_norm";
+    case ProfileOp::kAdam: return "adam";
+    case ProfileOp::kGradRound: return "grad_round";
+    case ProfileOp::kGemmFirst: break;
+  }
+  return "?";
+}
+
 Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

@@ -18,6 +18,7 @@
 
 #include "worker/core/status.h"
 #include "worker/model/gpt_config.h"
+#include "worker/model/profile_op.h"
 
 namespace pstar {
 
@@ -38,47 +39,6 @@ enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision precision);
 // "fp32", "bf16" or "fp16".
 Result<Precision> ParsePrecision(const std::string& name);
-
-// The families of a training step's compute, as the profiler reports them
-// and the NVTX ranges name them (OpFamilyName): one per kind of model op
-// (forward and backward together), plus the gradient norm and the optimizer
-// update, which run outside the model.
-enum class OpFamily : int {
-  kEncoder = 0,
-  kLayerNorm,
-  kMatmul,
-  kAttention,
-  kGelu,
-  kResidual,
-  kCrossEntropy,  // the classifier's softmax cross-entropy, forward and backward
-  kLossSum,       // AddToLossSum: the loss accumulated on the device
-  kUpload,        // tokens and targets to the device
-  kZero,          // zero-filled workspaces
-  kGradNorm,      // GradientNorm, all of it
-  kAdam,          // the optimizer step, all of it
-  kGradRound,     // gradients rounded to 16 bits after each op (train.grad_precision: 16bit)
-};
-inline constexpr int kNumOpFamilies = 13;
-// "encoder", "layernorm", "matmul", "attention", "gelu", "residual",
-// "cross_entropy", "loss_sum", "upload", "zero", "grad_norm", "adam", "grad_round".
-inline const char* OpFamilyName(OpFamily family) {
-  switch (family) {
-    case OpFamily::kEncoder: return "encoder";
-    case OpFamily::kLayerNorm: return "layernorm";
-    case OpFamily::kMatmul: return "matmul";
-    case OpFamily::kAttention: return "attention";
-    case OpFamily::kGelu: return "gelu";
-    case OpFamily::kResidual: return "residual";
-    case OpFamily::kCrossEntropy: return "cross_entropy";
-    case OpFamily::kLossSum: return "loss_sum";
-    case OpFamily::kUpload: return "upload";
-    case OpFamily::kZero: return "zero";
-    case OpFamily::kGradNorm: return "grad_norm";
-    case OpFamily::kAdam: return "adam";
-    case OpFamily::kGradRound: return "grad_round";
-  }
-  return "?";
-}
 
 // A parameter tensor as an op reads it on the device: fp32, or 16 bits of
 // the run's precision (16-bit parameter chunks; kernels widen as they read).
@@ -126,6 +86,10 @@ class ModelKernels {
   virtual Precision precision() const = 0;
   ComputeSpec compute() const { return {device(), precision()}; }
 
+  // Where the ops report their work (ProfileOp spans), or null: nothing is
+  // timed. Every op brackets each piece of work it queues with an OpScope.
+  void SetTimer(OpTimer* timer) { timer_ = timer; }
+
   // The scratch region (KernelScratchBytes bytes, 64-byte aligned, in the
   // device's memory); must be set before the first op.
   virtual void SetScratch(void* scratch, int64_t bytes) = 0;
@@ -167,10 +131,11 @@ class ModelKernels {
                                  Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
   // out is an ActTensor in the run's format (qkv, the MLP's pre-activation)
   // or, in any run, fp32 (the projections' workspace, the logits).
-  virtual void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
-                             int64_t OC) = 0;
-  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                              Param weight, int64_t N, int64_t C, int64_t OC) = 0;
+  // `role` names the layer for the profile (GemmOp rows).
+  virtual void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N,
+                             int64_t C, int64_t OC) = 0;
+  virtual void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout,
+                              ActTensor inp, Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
   virtual void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
@@ -188,6 +153,12 @@ class ModelKernels {
                                    int64_t N, int64_t V, int64_t Vp) = 0;
   virtual void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
                                            float dloss, int64_t N, int64_t V, int64_t Vp) = 0;
+
+ protected:
+  OpTimer* timer() const { return timer_; }
+
+ private:
+  OpTimer* timer_ = nullptr;
 };
 
 // The CPU kernels; a 16-bit precision is emulated by rounding the linear

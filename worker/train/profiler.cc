@@ -14,114 +14,6 @@ StreamKind MoveStream(Direction d) {
   return d == Direction::kHostToDevice ? StreamKind::kHostToDevice : StreamKind::kDeviceToHost;
 }
 
-// ModelKernels with every op bracketed by a profiler span on the compute
-// stream; the work itself is the wrapped kernels'.
-class TimedKernels final : public ModelKernels {
- public:
-  TimedKernels(Profiler& profiler, std::unique_ptr<ModelKernels> inner)
-      : profiler_(profiler), inner_(std::move(inner)) {}
-
-  ComputeDevice device() const override { return inner_->device(); }
-  Precision precision() const override { return inner_->precision(); }
-  void SetScratch(void* scratch, int64_t bytes) override { inner_->SetScratch(scratch, bytes); }
-
-  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
-    inner_->DownloadRows(dst, src, rows, cols, ld);
-  }
-  void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kUpload);
-    inner_->Upload(dst, src, n);
-  }
-  void Zero(float* dst, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kZero);
-    inner_->Zero(dst, n);
-  }
-  void AddToLossSum(const float* x, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kLossSum);
-    inner_->AddToLossSum(x, n);
-  }
-  // Waits for the device: its time is the ops' before it, not its own.
-  double TakeLossSum() override { return inner_->TakeLossSum(); }
-  // Part of GradientNorm, which the trainer times as a whole.
-  void SumsOfSquares(std::span<const Span> spans, double* sums) override { inner_->SumsOfSquares(spans, sums); }
-  void RoundToPrecision(float* x, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kGradRound);
-    inner_->RoundToPrecision(x, n);
-  }
-
-  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
-                      int64_t C) override {
-    ProfileScope t(&profiler_, OpFamily::kEncoder);
-    inner_->EncoderForward(out, tokens, wte, wpe, B, T, C);
-  }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t C) override {
-    ProfileScope t(&profiler_, OpFamily::kEncoder);
-    inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
-  }
-  void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
-                                Param weight, Param bias, int64_t N, int64_t C) override {
-    ProfileScope t(&profiler_, OpFamily::kLayerNorm);
-    inner_->ResidualLayerNormForward(res, out, mean, rstd, a, b, weight, bias, N, C);
-  }
-  void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight, Param bias,
-                        int64_t N, int64_t C) override {
-    ProfileScope t(&profiler_, OpFamily::kLayerNorm);
-    inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
-  }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    ProfileScope t(&profiler_, OpFamily::kLayerNorm);
-    inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void MatmulForward(ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
-                     int64_t OC) override {
-    ProfileScope t(&profiler_, OpFamily::kMatmul);
-    inner_->MatmulForward(out, inp, weight, bias, N, C, OC);
-  }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                      Param weight, int64_t N, int64_t C, int64_t OC) override {
-    ProfileScope t(&profiler_, OpFamily::kMatmul);
-    inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  }
-  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
-                        int64_t NH) override {
-    ProfileScope t(&profiler_, OpFamily::kAttention);
-    inner_->AttentionForward(out, lse, qkv, B, T, C, NH);
-  }
-  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse,
-                         int64_t B, int64_t T, int64_t C, int64_t NH) override {
-    ProfileScope t(&profiler_, OpFamily::kAttention);
-    inner_->AttentionBackward(dqkv, dout, qkv, out, lse, B, T, C, NH);
-  }
-  void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kGelu);
-    inner_->GeluForward(out, inp, n);
-  }
-  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kGelu);
-    inner_->GeluBackward(dinp, inp, dout, n);
-  }
-  void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
-    ProfileScope t(&profiler_, OpFamily::kResidual);
-    inner_->ResidualForward(out, a, b, n);
-  }
-  void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int64_t Vp) override {
-    ProfileScope t(&profiler_, OpFamily::kCrossEntropy);
-    inner_->CrossEntropyForward(losses, lse, logits, targets, N, V, Vp);
-  }
-  void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V, int64_t Vp) override {
-    ProfileScope t(&profiler_, OpFamily::kCrossEntropy);
-    inner_->CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp);
-  }
-
- private:
-  Profiler& profiler_;
-  std::unique_ptr<ModelKernels> inner_;
-};
-
 }  // namespace
 
 const char* ProfileKindName(ProfileKind kind) {
@@ -143,14 +35,11 @@ const ProfileEntry* ProfileSummary::Find(ProfileKind kind, const std::string& na
 Profiler::Profiler(DeviceBackend& backend, const Communicator* comm, int64_t skip_steps)
     : backend_(backend), comm_(comm), skip_steps_(skip_steps) {}
 
-std::unique_ptr<ModelKernels> Profiler::Wrap(std::unique_ptr<ModelKernels> kernels) {
-  return std::make_unique<TimedKernels>(*this, std::move(kernels));
-}
-
 void Profiler::BeginStep() {
   // Spans of an unfinished step (one that failed) are dropped.
   spans_.clear();
   next_event_ = 0;
+  open_ops_ = 0;
   in_step_ = true;
   measuring_ = steps_seen_ >= skip_steps_;
   if (!measuring_) return;
@@ -172,6 +61,7 @@ void Profiler::EndStep() {
   if (!measuring_) return;
   measuring_ = false;
   // The one wait profiling adds: every span's end event has been reached.
+  double op_seconds = 0.0;
   for (const Span& s : spans_) {
     if (s.end == nullptr) continue;  // never ended: its op failed
     const double seconds = backend_.ElapsedSeconds(*s.start, *s.end);
@@ -179,6 +69,7 @@ void Profiler::EndStep() {
     ++t.count;
     t.seconds += seconds;
     t.bytes += s.bytes;
+    if (s.kind == ProfileKind::kOp) op_seconds += seconds;
   }
   spans_.clear();
   next_event_ = 0;
@@ -191,7 +82,12 @@ void Profiler::EndStep() {
       t.seconds += double(c.nanoseconds[size_t(op)].load() - ns_at_start_[size_t(op)]) * 1e-9;
     }
   }
-  step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  const double step = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  step_seconds_ += step;
+  // Ops run one after another on the compute stream (spans never nest), so
+  // what they leave of the step is time no op covered. Two clocks: a step
+  // shorter than its ops by their resolution leaves no idle time.
+  idle_seconds_ += std::max(0.0, step - op_seconds);
   ++steps_;
 }
 
@@ -216,9 +112,16 @@ void Profiler::End(int64_t token, StreamKind stream, int64_t bytes) {
   s.bytes = bytes;
 }
 
-int64_t Profiler::BeginOp(OpFamily family) { return Begin(ProfileKind::kOp, int(family), StreamKind::kCompute); }
+int64_t Profiler::BeginOp(ProfileOp op) {
+  // An op inside another (a kernel the optimizer calls) is the outer one's time.
+  if (open_ops_++ > 0) return -1;
+  return Begin(ProfileKind::kOp, int(op), StreamKind::kCompute);
+}
 
-void Profiler::EndOp(int64_t token) { End(token, StreamKind::kCompute, 0); }
+void Profiler::EndOp(int64_t token) {
+  if (open_ops_ > 0) --open_ops_;
+  End(token, StreamKind::kCompute, 0);
+}
 
 int64_t Profiler::BeginMove(Direction direction) {
   return Begin(ProfileKind::kMove, int(direction), MoveStream(direction));
@@ -244,12 +147,14 @@ ProfileSummary Profiler::Summary() const {
     e.share = step_seconds_ > 0.0 ? 100.0 * t.seconds / step_seconds_ : 0.0;
     s.entries.push_back(std::move(e));
   };
-  for (int f = 0; f < kNumOpFamilies; ++f) {
-    const Total& t = ops_[size_t(f)];
+  for (int op = 0; op < kNumProfileOps; ++op) {
+    const Total& t = ops_[size_t(op)];
     if (t.count == 0) continue;
     s.op_seconds += t.seconds;
-    add(ProfileKind::kOp, OpFamilyName(OpFamily(f)), t);
+    add(ProfileKind::kOp, ProfileOpName(ProfileOp(op)), t);
   }
+  s.idle_seconds = idle_seconds_;
+  if (steps_ > 0) add(ProfileKind::kOp, "idle", Total{steps_, idle_seconds_, 0});
   for (int d = 0; d < kNumDirections; ++d) add(ProfileKind::kMove, DirectionName(Direction(d)), moves_[size_t(d)]);
   if (comm_ != nullptr && comm_->world_size() > 1) {
     for (int op = 0; op < kNumCollectiveOps; ++op) {
@@ -269,12 +174,13 @@ std::string FormatProfile(const ProfileSummary& s) {
     skipped = " (" + std::to_string(s.skipped_steps) + " warm-up step" + (s.skipped_steps > 1 ? "s" : "") +
               " left out)";
   }
-  std::snprintf(line, sizeof line, "profile: %lld steps%s | step time %.3f s | ops %.3f s = %.1f%%, timed by %s\n",
+  std::snprintf(line, sizeof line,
+                "profile: %lld steps%s | step time %.3f s | ops %.3f s = %.1f%%, idle %.3f s, timed by %s\n",
                 (long long)s.steps, skipped.c_str(), s.step_seconds, s.op_seconds,
-                s.step_seconds > 0.0 ? 100.0 * s.op_seconds / s.step_seconds : 0.0, s.clock);
+                s.step_seconds > 0.0 ? 100.0 * s.op_seconds / s.step_seconds : 0.0, s.idle_seconds, s.clock);
   out += line;
   for (const ProfileEntry& e : s.entries) {
-    std::snprintf(line, sizeof line, "  %-10s  %-14s %9lld calls %10.4f s %6.1f%%", ProfileKindName(e.kind),
+    std::snprintf(line, sizeof line, "  %-10s  %-23s %9lld calls %10.4f s %6.1f%%", ProfileKindName(e.kind),
                   e.name.c_str(), (long long)e.count, e.seconds, e.share);
     out += line;
     if (e.kind != ProfileKind::kOp) {

@@ -1,15 +1,18 @@
 // Profiler: where the time of training steps goes, measured in the process
-// (no nsys needed) and printed by `pstar train --profile`: per op family,
-// per chunk copy direction and per collective, with counts, seconds, share of
-// step time, and for copies and collectives bytes and GB/s.
+// (no nsys needed) and printed by `pstar train --profile`: per ProfileOp row
+// (each GEMM by layer role and pass, each other op by pass, casts, bias
+// gradients, the gradient norm, the optimizer), the compute stream's idle
+// time, per chunk copy direction and per collective, with counts, seconds,
+// share of step time, and for copies and collectives bytes and GB/s.
 //
 // Ops and copies are timed on the device that runs them, by a pair of timing
 // events around each one on its stream (DeviceBackend::CreateTimingEvent):
 // on a GPU, CUDA events on the compute or copy stream, read once at the end
 // of each step (one extra wait per step); on the CPU backend, where work
-// completes as it is issued, the host clock. Collectives come from the
+// completes as it is issued, the host clock. The kernels report their work
+// themselves (ModelKernels::SetTimer). Collectives come from the
 // communicator's own counters. Nothing here runs unless a Profiler is
-// attached (Trainer::EnableProfiling): no decorator, no observer, no events.
+// attached (Trainer::EnableProfiling): no timer, no observer, no events.
 // docs/profiling.md has the details.
 #pragma once
 
@@ -30,8 +33,9 @@ namespace pstar {
 enum class ProfileKind : int { kOp = 0, kMove, kCollective };
 const char* ProfileKindName(ProfileKind kind);  // "op", "move", "collective"
 
-// One line of the summary: an op family (OpFamilyName), a copy direction
-// (DirectionName) or a collective (CollectiveOpName).
+// One line of the summary: an op (ProfileOpName, or "idle": the step time no
+// op covered), a copy direction (DirectionName) or a collective
+// (CollectiveOpName).
 struct ProfileEntry {
   ProfileKind kind = ProfileKind::kOp;
   std::string name;
@@ -47,8 +51,12 @@ struct ProfileSummary {
   int64_t steps = 0;       // steps measured
   int64_t skipped_steps = 0;  // warm-up steps left out
   double step_seconds = 0.0;  // wall time of the measured steps
-  double op_seconds = 0.0;    // sum over the op entries
-  // Op families that ran, both copy directions, and the collectives when the
+  double op_seconds = 0.0;    // sum over the op entries, idle left out
+  // The step time no op covered: the compute stream waiting (for the host,
+  // a copy or a collective) and host work between ops. The op entries and
+  // idle add up to the step time.
+  double idle_seconds = 0.0;
+  // Ops that ran, idle, both copy directions, and the collectives when the
   // world has more than one rank; the most time first.
   std::vector<ProfileEntry> entries;
   const ProfileEntry* Find(ProfileKind kind, const std::string& name) const;
@@ -57,7 +65,7 @@ struct ProfileSummary {
 // "profile: ..." and one aligned line per entry, each ending in a newline.
 std::string FormatProfile(const ProfileSummary& summary);
 
-class Profiler final : public MoveObserver {
+class Profiler final : public OpTimer, public MoveObserver {
  public:
   // Times work on `backend`'s streams; reads `comm`'s counters (null: no
   // collectives). Both must outlive the profiler. The first `skip_steps`
@@ -66,20 +74,17 @@ class Profiler final : public MoveObserver {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
-  // `kernels` with every op timed (TakeLossSum and SumsOfSquares, which wait
-  // for the device, pass through untimed).
-  std::unique_ptr<ModelKernels> Wrap(std::unique_ptr<ModelKernels> kernels);
-
   // Brackets one training step. Work is timed only in between; EndStep waits
   // for the timed work to finish and adds it up.
   void BeginStep();
   void EndStep();
 
-  // Times work of `family` queued on the compute stream, or done by the host
-  // from here to EndOp (a whole phase such as the optimizer step). Returns a
-  // token for EndOp. Op spans must not nest: the inner time would count twice.
-  int64_t BeginOp(OpFamily family);
-  void EndOp(int64_t token);
+  // OpTimer: times work of `op` queued on the compute stream, or done by the
+  // host from here to EndOp (a whole phase such as the optimizer step).
+  // Returns a token for EndOp. A span opened inside another is not timed
+  // (the outer one holds its time), so nothing counts twice.
+  int64_t BeginOp(ProfileOp op) override;
+  void EndOp(int64_t token) override;
 
   // MoveObserver: the chunk copies, on their copy streams.
   int64_t BeginMove(Direction direction) override;
@@ -90,7 +95,7 @@ class Profiler final : public MoveObserver {
  private:
   struct Span {
     ProfileKind kind;
-    int index;  // OpFamily or Direction
+    int index;  // ProfileOp or Direction
     Event* start;
     Event* end;
     int64_t bytes;
@@ -118,29 +123,14 @@ class Profiler final : public MoveObserver {
   std::vector<Span> spans_;
   std::vector<std::unique_ptr<Event>> events_;
   size_t next_event_ = 0;
+  int open_ops_ = 0;  // op spans begun and not yet ended
 
   int64_t steps_ = 0;
   double step_seconds_ = 0.0;
-  std::array<Total, kNumOpFamilies> ops_{};
+  std::array<Total, kNumProfileOps> ops_{};
+  double idle_seconds_ = 0.0;
   std::array<Total, kNumDirections> moves_{};
   std::array<Total, kNumCollectiveOps> collectives_{};
-};
-
-// Times one span of `family` on `profiler` for its lifetime; nothing when
-// `profiler` is null.
-class ProfileScope {
- public:
-  ProfileScope(Profiler* profiler, OpFamily family)
-      : profiler_(profiler), token_(profiler != nullptr ? profiler->BeginOp(family) : -1) {}
-  ~ProfileScope() {
-    if (profiler_ != nullptr) profiler_->EndOp(token_);
-  }
-  ProfileScope(const ProfileScope&) = delete;
-  ProfileScope& operator=(const ProfileScope&) = delete;
-
- private:
-  Profiler* profiler_;
-  int64_t token_;
 };
 
 }  // namespace pstar

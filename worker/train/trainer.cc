@@ -308,7 +308,7 @@ Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
 void Trainer::EnableProfiling(int64_t warmup_steps) {
   if (profiler_ != nullptr) return;
   profiler_ = std::make_unique<Profiler>(store_->chunks().backend(), comm_, warmup_steps);
-  model_->WrapKernels([&](std::unique_ptr<ModelKernels> kernels) { return profiler_->Wrap(std::move(kernels)); });
+  model_->kernels().SetTimer(profiler_.get());
   store_->chunks().SetMoveObserver(profiler_.get());
 }
 
@@ -405,8 +405,7 @@ Result<StepStats> Trainer::Step() {
   // The device is idle here (TakeLoss waited), so the span times the norm alone.
   double summed_norm = 0.0;
   {
-    NvtxRange range(OpFamilyName(OpFamily::kGradNorm));
-    ProfileScope timed(profiler_.get(), OpFamily::kGradNorm);
+    OpScope timed(profiler_.get(), ProfileOp::kGradNorm);
     PSTAR_ASSIGN_OR_RETURN(summed_norm, GradientNorm(*store_, model_->kernels()));
   }
   stats.grad_norm = summed_norm / double(world_) / double(scale);
@@ -425,8 +424,7 @@ Result<StepStats> Trainer::Step() {
     // Clipping and unscaling fused into Adam's gradient scale; with N ranks
     // the stored gradients are sums, so 1/N too.
     const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
-    NvtxRange range(OpFamilyName(OpFamily::kAdam));
-    ProfileScope timed(profiler_.get(), OpFamily::kAdam);
+    OpScope timed(profiler_.get(), ProfileOp::kAdam);
     optimizer_->Step(*store_, stats.lr, clip / (float(world_) * scale));
   }
   store_->EndStep();

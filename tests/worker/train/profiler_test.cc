@@ -28,28 +28,37 @@ namespace {
 
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
-// How often one step runs each op family, from the model's structure (Gpt's
-// Forward and Backward without recomputation): per micro-batch, each layer
-// has 4 linear layers, 2 LayerNorms, attention and GELU each way, one
-// residual add forward (the other is fused into ln_2, counted as a LayerNorm;
-// no residual backward: the gradient passes through), plus a GELU
-// forward recomputed in backward by every layer but the last, and the
-// model adds the encoder, the final LayerNorm and the classifier, which runs
-// per block of rows: forward a matmul and the cross-entropy, backward the
-// matmul again, the cross-entropy's backward and the matmul's backward. The
-// gradient norm and the optimizer run once per step.
-std::map<OpFamily, int64_t> CallsPerStep(const Config& c) {
+// How often one step runs each profile row, from the model's structure
+// (Gpt's Forward and Backward without recomputation, fp32: no casts): per
+// micro-batch, each layer has 4 linear layers (a forward, an input-gradient
+// and a weight-gradient GEMM each, and a bias gradient), 2 LayerNorms,
+// attention and GELU each way, one residual add forward (the other is fused
+// into ln_2, counted as a LayerNorm; no residual backward: the gradient passes
+// through), plus a GELU forward recomputed in backward by every layer but the
+// last, and the model adds the encoder, the final LayerNorm and the
+// classifier, which runs per block of rows: forward its GEMM and the
+// cross-entropy, backward the GEMM again, the cross-entropy's backward and the
+// two gradient GEMMs (no bias). The gradient norm and the optimizer run once
+// per step.
+std::map<ProfileOp, int64_t> CallsPerStep(const Config& c) {
   const int64_t L = c.model.gpt.n_layer, accum = c.train.grad_accum_steps;
   const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierBlockRows(tokens);
   const int64_t blocks = (tokens + rows - 1) / rows;
-  std::map<OpFamily, int64_t> m = {
-      {OpFamily::kUpload, 2},          {OpFamily::kEncoder, 2},    {OpFamily::kLayerNorm, 4 * L + 2},
-      {OpFamily::kMatmul, 8 * L + 3 * blocks},  {OpFamily::kAttention, 2 * L}, {OpFamily::kResidual, L},
-      {OpFamily::kGelu, 3 * L - 1},    {OpFamily::kCrossEntropy, 2 * blocks}, {OpFamily::kLossSum, 1},
-      {OpFamily::kZero, 1}};
-  for (auto& [family, n] : m) n *= accum;
-  m[OpFamily::kGradNorm] = 1;
-  m[OpFamily::kAdam] = 1;
+  std::map<ProfileOp, int64_t> m = {
+      {ProfileOp::kUpload, 2},          {ProfileOp::kEncoderForward, 1},    {ProfileOp::kEncoderBackward, 1},
+      {ProfileOp::kLayerNormForward, 2 * L + 1}, {ProfileOp::kLayerNormBackward, 2 * L + 1},
+      {ProfileOp::kAttentionForward, L}, {ProfileOp::kAttentionBackward, L}, {ProfileOp::kResidual, L},
+      {ProfileOp::kGeluForward, 2 * L - 1}, {ProfileOp::kGeluBackward, L}, {ProfileOp::kBiasGrad, 4 * L},
+      {ProfileOp::kCrossEntropy, 2 * blocks}, {ProfileOp::kLossSum, 1}, {ProfileOp::kZero, 1}};
+  for (LinearRole role : {LinearRole::kQkv, LinearRole::kAttnProj, LinearRole::kFc, LinearRole::kFcProj}) {
+    for (GemmPass pass : {GemmPass::kForward, GemmPass::kInputGrad, GemmPass::kWeightGrad}) m[GemmOp(role, pass)] = L;
+  }
+  m[GemmOp(LinearRole::kClassifier, GemmPass::kForward)] = 2 * blocks;
+  m[GemmOp(LinearRole::kClassifier, GemmPass::kInputGrad)] = blocks;
+  m[GemmOp(LinearRole::kClassifier, GemmPass::kWeightGrad)] = blocks;
+  for (auto& [op, n] : m) n *= accum;
+  m[ProfileOp::kGradNorm] = 1;
+  m[ProfileOp::kAdam] = 1;
   return m;
 }
 
@@ -110,32 +119,43 @@ void ExpectSameResults(const RunResult& a, const RunResult& b, const std::string
   }
 }
 
-// Every op family with the model's call counts; the op entries add up to the
-// op time, which lies within the step time; most time first.
+// Every profile row with the model's call counts; the op entries add up to
+// the op time, which with the idle row makes the step time; most time first.
 void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t steps) {
   EXPECT_EQ(p.steps, steps);
-  for (const auto& [family, per_step] : CallsPerStep(c)) {
-    const ProfileEntry* e = p.Find(ProfileKind::kOp, OpFamilyName(family));
-    ASSERT_NE(e, nullptr) << OpFamilyName(family);
-    EXPECT_EQ(e->count, per_step * steps) << OpFamilyName(family);
-    EXPECT_GE(e->seconds, 0.0) << OpFamilyName(family);
+  for (const auto& [op, per_step] : CallsPerStep(c)) {
+    const ProfileEntry* e = p.Find(ProfileKind::kOp, ProfileOpName(op));
+    ASSERT_NE(e, nullptr) << ProfileOpName(op);
+    EXPECT_EQ(e->count, per_step * steps) << ProfileOpName(op);
+    EXPECT_GE(e->seconds, 0.0) << ProfileOpName(op);
   }
   double seconds = 0, shares = 0;
   int ops = 0;
   for (const ProfileEntry& e : p.entries) {
-    if (e.kind != ProfileKind::kOp) continue;
+    if (e.kind != ProfileKind::kOp || e.name == "idle") continue;
     ++ops;
     seconds += e.seconds;
     shares += e.share;
     EXPECT_NEAR(e.share, 100.0 * e.seconds / p.step_seconds, 1e-9) << e.name;
   }
-  EXPECT_EQ(ops, int(CallsPerStep(c).size()));  // fp32 gradients: nothing rounds them
+  EXPECT_EQ(ops, int(CallsPerStep(c).size()));  // fp32: no casts, nothing rounds the gradients
   EXPECT_NEAR(seconds, p.op_seconds, 1e-12);
   EXPECT_GT(p.op_seconds, 0.0);
   EXPECT_LE(p.op_seconds, p.step_seconds);
   // The shares are of the step time: together they are the op time's share.
   EXPECT_NEAR(shares, 100.0 * p.op_seconds / p.step_seconds, 1e-9);
-  EXPECT_GT(p.Find(ProfileKind::kOp, "matmul")->seconds, 0.0) << "the largest op family took no time";
+  // The idle row is what the ops left of the steps: with it the table sums
+  // to the step time (one clock on the CPU backend: exactly; on a GPU the
+  // events and the host clock may disagree by their resolution).
+  const ProfileEntry* idle = p.Find(ProfileKind::kOp, "idle");
+  ASSERT_NE(idle, nullptr);
+  EXPECT_EQ(idle->count, steps);
+  EXPECT_EQ(idle->seconds, p.idle_seconds);
+  EXPECT_GE(p.idle_seconds, 0.0);
+  const bool one_clock = std::string(p.clock) == "the host clock";
+  EXPECT_NEAR(p.op_seconds + p.idle_seconds, p.step_seconds,
+              one_clock ? 1e-9 * double(steps) + 1e-6 * p.step_seconds : 1e-4 * double(steps) + 0.02 * p.step_seconds);
+  EXPECT_GT(p.Find(ProfileKind::kOp, "gemm.fc.fwd")->seconds, 0.0) << "the largest GEMM took no time";
   for (size_t i = 1; i < p.entries.size(); ++i) {
     EXPECT_GE(p.entries[i - 1].seconds, p.entries[i].seconds) << "entries by time, most first";
   }
@@ -145,7 +165,7 @@ void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t s
 const std::vector<std::string> kMidSize = {"model.n_embd=64", "model.n_head=4", "model.max_seq_len=32",
                                            "model.vocab_size=256", "train.seq_len=32", "train.batch_size=4"};
 
-TEST(Profiler, CountsEveryOpFamilyAndTheSharesAddUpOnTheCpu) {
+TEST(Profiler, CountsEveryOpRowAndTheSharesAddUpOnTheCpu) {
   auto data = test::RandomTokens(20000, 256, 31);
   for (int64_t accum : {1, 2}) {
     auto overrides = kMidSize;
@@ -405,8 +425,9 @@ TEST(Profiler, TimesOpsAndCopiesOnTheGpu) {
     ExpectSameResults(plain, r, "profiled on the GPU");
     EXPECT_STREQ(r.profile.clock, "CUDA events");
     ExpectCompleteOpProfile(c, r.profile, 3);
-    for (const char* family : {"matmul", "attention", "layernorm", "gelu", "adam", "grad_norm"}) {
-      EXPECT_GT(r.profile.Find(ProfileKind::kOp, family)->seconds, 0.0) << family;
+    for (const char* op : {"gemm.fc.fwd", "gemm.fc.dinp", "gemm.fc.dweight", "attention.fwd", "attention.bwd",
+                           "layernorm.fwd", "gelu.fwd", "bias_grad", "adam", "grad_norm"}) {
+      EXPECT_GT(r.profile.Find(ProfileKind::kOp, op)->seconds, 0.0) << op;
     }
     for (int d = 0; d < kNumDirections; ++d) {
       const ProfileEntry* e = r.profile.Find(ProfileKind::kMove, DirectionName(Direction(d)));
