@@ -1,18 +1,21 @@
-// Softmax cross-entropy over logits (N, V) with integer targets (N). Rows are
-// Vp >= V apart: columns V..Vp-1 pad the vocabulary for the GEMMs and are not
-// part of the softmax. Forward keeps the logits and stores each row's
-// log-sum-exp; backward turns the logits buffer into dlogits in place (zero in
-// the padding), so one (N, Vp) buffer serves both passes.
+// Softmax cross-entropy over logits (N, V) with integer targets (N), loss and
+// gradient in one pass. Rows are Vp >= V apart: columns V..Vp-1 pad the
+// vocabulary for the GEMMs and are not part of the softmax. The gradient is
+// written over the logits (zero in the padding), so one (N, Vp) buffer holds
+// the logits and then dlogits: the classifier keeps no other copy.
 #pragma once
 #include <cstdint>
 
 namespace pstar::kernels::cpu {
 
-// losses[i] = lse_i - logits[i, targets[i]]; lse[i] = log sum_j exp(logits[i, j]).
-void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                         int64_t N, int64_t V, int64_t Vp);
+// losses[i] = log sum_j exp(logits[i, j]) - logits[i, targets[i]] (losses
+// may be null: the gradient only). With `write_dlogits`, then
 // logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss for j < V, 0 after.
-void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
-                                 float dloss, int64_t N, int64_t V, int64_t Vp);
+void CrossEntropy(float* losses, float* logits, const int32_t* targets, float dloss, bool write_dlogits,
+                  int64_t N, int64_t V, int64_t Vp);
+// The same over 16-bit logits (bf16, or fp16 when !bf16): each row widened
+// exactly, computed as above, the gradient rounded to the logits' type.
+void CrossEntropy(float* losses, uint16_t* logits, bool bf16, const int32_t* targets, float dloss,
+                  bool write_dlogits, int64_t N, int64_t V, int64_t Vp);
 
 }  // namespace pstar::kernels::cpu

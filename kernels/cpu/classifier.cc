@@ -1,8 +1,10 @@
 #include "kernels/classifier.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/vector_math.h"
+#include "kernels/half.h"
 
 namespace pstar::kernels::cpu {
 
@@ -25,30 +27,49 @@ double SumOfExps(const float* x, int64_t n, float max) {
   return sum;
 }
 
+// One row: its loss (when asked) and, with `write`, its gradient in place.
+// The log-sum-exp is kept in double until the loss; the gradient uses it
+// rounded to fp32, as the GPU's kernel does.
+float RowCrossEntropy(float* x, int32_t target, float dloss, bool write, int64_t V, int64_t Vp) {
+  const float maxv = RowMax(x, V, x[0]);
+  const double l = double(maxv) + std::log(SumOfExps(x, V, maxv));
+  const float loss = float(l - double(x[target]));
+  if (write) {
+    const float lse = float(l);
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) x[j] = VecExp(x[j] - lse) * dloss;
+    for (int64_t j = V; j < Vp; ++j) x[j] = 0.0f;
+    x[target] -= dloss;
+  }
+  return loss;
+}
+
 }  // namespace
 
-void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                         int64_t N, int64_t V, int64_t Vp) {
+void CrossEntropy(float* losses, float* logits, const int32_t* targets, float dloss, bool write_dlogits, int64_t N,
+                  int64_t V, int64_t Vp) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = logits + n * Vp;
-    const float maxv = RowMax(x, V, x[0]);
-    const double l = double(maxv) + std::log(SumOfExps(x, V, maxv));
-    lse[n] = float(l);
-    losses[n] = float(l - double(x[targets[n]]));
+    const float loss = RowCrossEntropy(logits + n * Vp, targets[n], dloss, write_dlogits, V, Vp);
+    if (losses != nullptr) losses[n] = loss;
   }
 }
 
-void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
-                                 float dloss, int64_t N, int64_t V, int64_t Vp) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* x = logits + n * Vp;
-    const float l = lse[n];
-#pragma omp simd
-    for (int64_t j = 0; j < V; ++j) x[j] = VecExp(x[j] - l) * dloss;
-    for (int64_t j = V; j < Vp; ++j) x[j] = 0.0f;
-    x[targets[n]] -= dloss;
+void CrossEntropy(float* losses, uint16_t* logits, bool bf16, const int32_t* targets, float dloss,
+                  bool write_dlogits, int64_t N, int64_t V, int64_t Vp) {
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(Vp));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      uint16_t* h = logits + n * Vp;
+      for (int64_t j = 0; j < Vp; ++j) row[size_t(j)] = bf16 ? BFloat16ToFloat(h[j]) : HalfToFloat(h[j]);
+      const float loss = RowCrossEntropy(row.data(), targets[n], dloss, write_dlogits, V, Vp);
+      if (losses != nullptr) losses[n] = loss;
+      if (write_dlogits) {
+        for (int64_t j = 0; j < Vp; ++j) h[j] = bf16 ? FloatToBFloat16(row[size_t(j)]) : FloatToHalf(row[size_t(j)]);
+      }
+    }
   }
 }
 

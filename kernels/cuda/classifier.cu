@@ -29,13 +29,18 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 }
 
 // One block per row: each thread folds its strided share of the row into a
-// running max and sum, then warps and the block combine them in a fixed order.
+// running max and sum, then warps and the block combine them in a fixed
+// order; the loss is the log-sum-exp less the target's logit (read before
+// any thread writes), and with `write` every thread then turns its share of
+// the row into the gradient.
 template <typename T>
-__global__ void CrossEntropyForwardKernel(float* losses, float* lse, const T* logits, const int32_t* targets,
-                                          int64_t V, int64_t Vp) {
+__global__ void CrossEntropyKernel(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
+                                   int64_t V, int64_t Vp) {
   __shared__ MaxSum warp_parts[kWarps];
+  __shared__ float row_lse;
   const int64_t row = blockIdx.x;
-  const T* x = logits + row * Vp;
+  T* x = logits + row * Vp;
+  const int64_t target = targets[row];
   MaxSum acc = {-INFINITY, 0.0f};
   for (int64_t j = threadIdx.x; j < V; j += kThreads) {
     const float xj = ToFloat(x[j]);
@@ -51,23 +56,18 @@ __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const T* lo
   const unsigned lane = threadIdx.x % kWarpSize;
   if (lane == 0) warp_parts[warp] = acc;
   __syncthreads();
-  if (warp != 0) return;
-  acc = lane < kWarps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
-  acc = WarpCombine(acc);
-  if (lane == 0) {
-    const float l = acc.max + logf(acc.sum);
-    lse[row] = l;
-    losses[row] = l - ToFloat(x[targets[row]]);
+  if (warp == 0) {
+    acc = lane < kWarps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
+    acc = WarpCombine(acc);
+    if (lane == 0) {
+      const float l = acc.max + logf(acc.sum);
+      row_lse = l;
+      if (losses != nullptr) losses[row] = l - ToFloat(x[target]);
+    }
   }
-}
-
-template <typename T>
-__global__ void CrossEntropyBackwardKernel(T* logits, const float* lse, const int32_t* targets, float dloss,
-                                           int64_t V, int64_t Vp) {
-  const int64_t row = blockIdx.x;
-  T* x = logits + row * Vp;
-  const float l = lse[row];
-  const int64_t target = targets[row];
+  if (!write) return;
+  __syncthreads();  // the lse is known and the target's logit read
+  const float l = row_lse;
   for (int64_t j = threadIdx.x; j < Vp; j += kThreads) {
     float g = 0.0f;
     if (j < V) g = expf(ToFloat(x[j]) - l) * dloss;
@@ -79,26 +79,15 @@ __global__ void CrossEntropyBackwardKernel(T* logits, const float* lse, const in
 }  // namespace
 
 template <typename T>
-void CrossEntropyForward(float* losses, float* lse, const T* logits, const int32_t* targets, int64_t N, int64_t V,
-                         int64_t Vp, cudaStream_t stream) {
+void CrossEntropy(float* losses, T* logits, const int32_t* targets, float dloss, bool write_dlogits, int64_t N,
+                  int64_t V, int64_t Vp, cudaStream_t stream) {
   if (N <= 0) return;
-  CrossEntropyForwardKernel<<<unsigned(N), kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
-  CheckLaunch("CrossEntropyForward");
-}
-
-template <typename T>
-void CrossEntropyBackwardInPlace(T* logits, const float* lse, const int32_t* targets, float dloss, int64_t N,
-                                 int64_t V, int64_t Vp, cudaStream_t stream) {
-  if (N <= 0) return;
-  CrossEntropyBackwardKernel<<<unsigned(N), kThreads, 0, stream>>>(logits, lse, targets, dloss, V, Vp);
-  CheckLaunch("CrossEntropyBackwardInPlace");
+  CrossEntropyKernel<<<unsigned(N), kThreads, 0, stream>>>(losses, logits, targets, dloss, write_dlogits, V, Vp);
+  CheckLaunch("CrossEntropy");
 }
 
 #define PSTAR_INSTANTIATE_CLASSIFIER(T)                                                                           \
-  template void CrossEntropyForward<T>(float*, float*, const T*, const int32_t*, int64_t, int64_t, int64_t,    \
-                                       cudaStream_t);                                                            \
-  template void CrossEntropyBackwardInPlace<T>(T*, const float*, const int32_t*, float, int64_t, int64_t, int64_t, \
-                                               cudaStream_t);
+  template void CrossEntropy<T>(float*, T*, const int32_t*, float, bool, int64_t, int64_t, int64_t, cudaStream_t);
 
 PSTAR_INSTANTIATE_CLASSIFIER(float)
 PSTAR_INSTANTIATE_CLASSIFIER(bf16)

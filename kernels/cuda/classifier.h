@@ -1,7 +1,7 @@
 // Softmax cross-entropy on the GPU, as kernels/classifier.h: logits (N, V),
 // rows Vp apart (the padding columns are not in the softmax), with integer
-// targets (N); losses and log-sum-exps are fp32 whatever the
-// logits' type. Backward turns the logits into dlogits in place.
+// targets (N); the losses are fp32 whatever the logits' type, and the
+// gradient is written over the logits in one pass with the loss.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +10,12 @@
 
 namespace pstar::kernels::cuda {
 
-// losses[i] = lse_i - logits[i, targets[i]]; lse[i] = log sum_j exp(logits[i, j]).
+// losses[i] = lse_i - logits[i, targets[i]] (losses may be null); with
+// `write_dlogits`, logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss
+// for j < V, 0 after. One block per row: the row is read once for its
+// log-sum-exp and once more for the gradient, which is written in T.
 template <typename T>
-void CrossEntropyForward(float* losses, float* lse, const T* logits, const int32_t* targets, int64_t N,
-                         int64_t V, int64_t Vp, cudaStream_t stream);
-
-// logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss for j < V, 0 after.
-template <typename T>
-void CrossEntropyBackwardInPlace(T* logits, const float* lse, const int32_t* targets, float dloss,
-                                 int64_t N, int64_t V, int64_t Vp, cudaStream_t stream);
+void CrossEntropy(float* losses, T* logits, const int32_t* targets, float dloss, bool write_dlogits, int64_t N,
+                  int64_t V, int64_t Vp, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

@@ -359,8 +359,9 @@ namespace {
 // The linear layer for operands of type T and outputs, bias and gradients of
 // type TO (T itself, or fp32 for mixed precision). The bias is the GEMM's
 // epilogue, or, where that is not offered, goes into out first and the GEMM
-// adds to it: either way bias + x.w is rounded once, as on the CPU. The bias gradient sums `dout`; the GEMMs read `dout_gemm` (dout
-// itself, or its 16-bit copy).
+// adds to it: either way bias + x.w is rounded once, as on the CPU. The bias
+// gradient sums `dout`; the GEMMs read `dout_gemm` (dout itself, or its
+// 16-bit copy).
 template <typename T, typename TO>
 void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, const TO* bias, int64_t N,
                    int64_t C, int64_t OC, cudaStream_t stream) {

@@ -6,6 +6,8 @@
 #include "kernels/cuda/reduce.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/cuda/element.cuh"
 
@@ -69,6 +71,30 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(double* out, const 
   if (threadIdx.x == 0) *out += total;
 }
 
+// PartialSumKernel of squares for span blockIdx.y: its kPartials partials at
+// partials + blockIdx.y * kPartials. A block past the span's end sums
+// nothing: its partial is +0.0 either way, written without the tree.
+__global__ void __launch_bounds__(kThreads) MultiPartialSquaresKernel(double* partials, const DeviceSpan* spans) {
+  const DeviceSpan span = spans[blockIdx.y];
+  double* out = partials + int64_t(blockIdx.y) * kPartials + blockIdx.x;
+  const int64_t first = int64_t(blockIdx.x) * kThreads;
+  if (first >= span.n) {
+    if (threadIdx.x == 0) *out = 0.0;
+    return;
+  }
+  const int64_t stride = int64_t(kPartials) * kThreads;
+  double acc = 0.0;
+  for (int64_t i = first + threadIdx.x; i < span.n; i += stride) acc += Square{}(span.data[i]);
+  const double total = BlockSumDouble(acc);
+  if (threadIdx.x == 0) *out = total;
+}
+
+// AccumulateKernel for span blockIdx.x.
+__global__ void __launch_bounds__(kThreads) MultiAccumulateKernel(double* out, const double* partials) {
+  const double total = SumPartials(partials + int64_t(blockIdx.x) * kPartials);
+  if (threadIdx.x == 0) out[blockIdx.x] += total;
+}
+
 // Any thread that sees a non-finite value stores 1; concurrent stores of the
 // same value need no atomics. Widening keeps inf and NaN, so the test is on
 // the fp32 value.
@@ -94,6 +120,21 @@ void SumOfSquares(double* out, double* scratch, const T* x, int64_t n, cudaStrea
   CheckLaunch("SumOfSquares (partials)");
   AccumulateKernel<<<1, kThreads, 0, stream>>>(out, scratch);
   CheckLaunch("SumOfSquares (total)");
+}
+
+int64_t SumsOfSquaresScratchElements(int64_t count) { return count * kPartials; }
+
+void SumsOfSquares(double* out, double* scratch, const DeviceSpan* spans, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  if (count > kMaxSumSpans) {
+    std::fprintf(stderr, "pstar: SumsOfSquares of %lld spans, more than %lld\n", static_cast<long long>(count),
+                 static_cast<long long>(kMaxSumSpans));
+    std::abort();
+  }
+  MultiPartialSquaresKernel<<<dim3(kPartials, unsigned(count)), kThreads, 0, stream>>>(scratch, spans);
+  CheckLaunch("SumsOfSquares (partials)");
+  MultiAccumulateKernel<<<unsigned(count), kThreads, 0, stream>>>(out, scratch);
+  CheckLaunch("SumsOfSquares (totals)");
 }
 
 template <typename T>

@@ -18,6 +18,24 @@ int64_t ReduceScratchElements();
 template <typename T>
 void SumOfSquares(double* out, double* scratch, const T* x, int64_t n, cudaStream_t stream);
 
+// A span of fp32 values, as the multi-span reduction reads it from device
+// memory.
+struct DeviceSpan {
+  const float* data;
+  int64_t n;
+};
+// The most spans one SumsOfSquares call takes (the grid's y dimension).
+inline constexpr int64_t kMaxSumSpans = 65535;
+// Elements of double scratch SumsOfSquares needs for `count` spans.
+int64_t SumsOfSquaresScratchElements(int64_t count);
+
+// out[i] += sum spans[i].data[j]^2 for each of `count` spans (spans and out
+// in device memory, count <= kMaxSumSpans), in two launches for all of them:
+// each span's sum has the bits SumOfSquares gives it alone (the same grid
+// per span, the same partials, the same order), so a gradient norm over many
+// tensors costs two launches, not two per tensor.
+void SumsOfSquares(double* out, double* scratch, const DeviceSpan* spans, int64_t count, cudaStream_t stream);
+
 // Sets *flag to 1 when any x[i] is inf or NaN; leaves it as is otherwise.
 template <typename T>
 void FlagNonFinite(int32_t* flag, const T* x, int64_t n, cudaStream_t stream);

@@ -48,8 +48,14 @@ class CpuModelKernels final : public ModelKernels {
   ComputeDevice device() const override { return ComputeDevice::kCpu; }
   Precision precision() const override { return precision_; }
   void SetScratch(void*, int64_t) override {}
-  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, size_t(cols) * sizeof(float));
+  void DownloadRows(float* dst, ActTensor src, int64_t rows, int64_t cols, int64_t ld) override {
+    if (!Is16(src)) {
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src.f32 + r * ld, size_t(cols) * sizeof(float));
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) dst[r * cols + j] = Widen(precision_, src.h16[r * ld + j]);
+    }
   }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     OpScope op(timer(), ProfileOp::kUpload);
@@ -137,19 +143,27 @@ class CpuModelKernels final : public ModelKernels {
   }
   // The same GEMMs as kernels::cpu::MatmulBackward, one at a time so the
   // profile sees each.
-  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
+  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     const float* x = inp.f32;
     const float* w = nullptr;
-    const float* d = dout;
+    const float* d = dout.f32;
+    // The bias gradient sums the fp32 dout (a 16-bit one widened), as on the GPU.
+    const float* dsum = dout.f32;
     if (Is16(inp)) {
       OpScope cast(timer(), ProfileOp::kCast);
       WidenInto(inp.h16, N * C, inp_);
       w = Operand(weight, OC * C);
-      RoundTo(precision_, dout, N * OC, dout_);
+      if (dout.h16 != nullptr) {
+        WidenInto(dout.h16, N * OC, dout_);
+        dsum = dout_.data();
+      } else {
+        RoundTo(precision_, dout.f32, N * OC, dout_);
+      }
       x = inp_.data();
       d = dout_.data();
     } else {
+      if (dout.f32 == nullptr) Misuse("a 16-bit dout in an fp32 run");
       w = Fp32(weight);
     }
     {
@@ -160,10 +174,9 @@ class CpuModelKernels final : public ModelKernels {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
       k::Gemm(true, false, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
     }
-    // The bias gradient sums the fp32 dout, as on the GPU.
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
-      k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dout[n * OC + j]; });
+      k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dsum[n * OC + j]; });
     }
   }
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
@@ -193,15 +206,11 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(out, a)) return k::ResidualForward(out.h16, a.h16, b, bf16(), n);
     k::ResidualForward(out.f32, a.f32, b, n);
   }
-  void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int64_t Vp) override {
+  void CrossEntropy(float* losses, ActTensor logits, const int32_t* targets, float dloss, bool write_dlogits,
+                    int64_t N, int64_t V, int64_t Vp) override {
     OpScope op(timer(), ProfileOp::kCrossEntropy);
-    k::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp);
-  }
-  void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V, int64_t Vp) override {
-    OpScope op(timer(), ProfileOp::kCrossEntropy);
-    k::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp);
+    if (Is16(logits)) return k::CrossEntropy(losses, logits.h16, bf16(), targets, dloss, write_dlogits, N, V, Vp);
+    k::CrossEntropy(losses, logits.f32, targets, dloss, write_dlogits, N, V, Vp);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
@@ -18,6 +19,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/half.h"
 #include "worker/model/model_kernels.h"
 
 namespace pstar {
@@ -50,11 +52,29 @@ class CudaModelKernels final : public ModelKernels {
     shared_bytes_ = bytes - 256;
   }
 
-  void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) override {
-    CheckCuda(cudaMemcpy2DAsync(dst, size_t(cols) * sizeof(float), src, size_t(ld) * sizeof(float),
-                                size_t(cols) * sizeof(float), size_t(rows), cudaMemcpyDeviceToHost, stream_),
+  void DownloadRows(float* dst, ActTensor src, int64_t rows, int64_t cols, int64_t ld) override {
+    if (precision_ == Precision::kFp32) {
+      CheckCuda(cudaMemcpy2DAsync(dst, size_t(cols) * sizeof(float), As<float>(src), size_t(ld) * sizeof(float),
+                                  size_t(cols) * sizeof(float), size_t(rows), cudaMemcpyDeviceToHost, stream_),
+                "download");
+      CheckCuda(cudaStreamSynchronize(stream_), "download");
+      return;
+    }
+    // 16 bits: packed into a host buffer, widened there.
+    std::vector<uint16_t> packed(size_t(rows * cols));
+    const uint16_t* h = src.h16;
+    if (h == nullptr || src.f32 != nullptr) {
+      std::fprintf(stderr, "pstar: internal error: an ActTensor not in the run's format on the GPU\n");
+      std::abort();
+    }
+    CheckCuda(cudaMemcpy2DAsync(packed.data(), size_t(cols) * 2, h, size_t(ld) * 2, size_t(cols) * 2, size_t(rows),
+                                cudaMemcpyDeviceToHost, stream_),
               "download");
     CheckCuda(cudaStreamSynchronize(stream_), "download");
+    const bool bf16 = precision_ == Precision::kBf16;
+    for (size_t i = 0; i < packed.size(); ++i) {
+      dst[i] = bf16 ? kernels::BFloat16ToFloat(packed[i]) : kernels::HalfToFloat(packed[i]);
+    }
   }
   void Upload(int32_t* dst, const int32_t* src, int64_t n) override {
     OpScope op(timer(), ProfileOp::kUpload);
@@ -83,19 +103,27 @@ class CudaModelKernels final : public ModelKernels {
     if (precision_ == Precision::kBf16) kc::RoundThrough<kc::bf16>(x, n, stream_);
     if (precision_ == Precision::kFp16) kc::RoundThrough<kc::fp16>(x, n, stream_);
   }
+  // Every span in two launches (kc::SumsOfSquares), as many spans at a time
+  // as the scratch holds (all of them for any real model), then one
+  // download and one wait.
   void SumsOfSquares(std::span<const Span> spans, double* sums) override {
-    // The partials first, then as many per-span sums as the scratch holds,
-    // downloaded together (once for any real model).
-    const int64_t partials = kc::ReduceScratchElements();
-    Need((partials + 1) * int64_t(sizeof(double)), "SumsOfSquares");
-    double* results = Shared<double>() + partials;
-    const size_t batch = size_t(shared_bytes_ / int64_t(sizeof(double)) - partials);
+    const int64_t per_span = (kc::SumsOfSquaresScratchElements(1) + 1) * int64_t(sizeof(double)) +
+                             int64_t(sizeof(kc::DeviceSpan));
+    Need(per_span, "SumsOfSquares");
+    const size_t batch = size_t(std::min<int64_t>(shared_bytes_ / per_span, kc::kMaxSumSpans));
+    std::vector<kc::DeviceSpan> descriptors(std::min(batch, spans.size()));
     for (size_t first = 0; first < spans.size(); first += batch) {
       const size_t count = std::min(batch, spans.size() - first);
+      // [partials][results][descriptors], each 8-byte aligned.
+      double* partials = Shared<double>();
+      double* results = partials + kc::SumsOfSquaresScratchElements(int64_t(count));
+      auto* device_spans = reinterpret_cast<kc::DeviceSpan*>(results + count);
+      for (size_t i = 0; i < count; ++i) descriptors[i] = {spans[first + i].data, spans[first + i].n};
+      CheckCuda(cudaMemcpyAsync(device_spans, descriptors.data(), count * sizeof(kc::DeviceSpan),
+                                cudaMemcpyHostToDevice, stream_),
+                "upload");
       CheckCuda(cudaMemsetAsync(results, 0, count * sizeof(double), stream_), "memset");
-      for (size_t i = 0; i < count; ++i) {
-        kc::SumOfSquares<float>(results + i, Shared<double>(), spans[first + i].data, spans[first + i].n, stream_);
-      }
+      kc::SumsOfSquares(results, partials, device_spans, int64_t(count), stream_);
       CheckCuda(cudaMemcpyAsync(sums + first, results, count * sizeof(double), cudaMemcpyDeviceToHost, stream_),
                 "download");
       CheckCuda(cudaStreamSynchronize(stream_), "download");
@@ -182,22 +210,32 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   // dinp, dweight and the bias gradient as three timed pieces (the same
-  // kernels as kc::MatmulBackward); in a 16-bit run the fp32 dout is cast
-  // first and the GEMMs read the cast, the bias gradient the fp32 dout.
-  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
+  // kernels as kc::MatmulBackward). In a 16-bit run an fp32 dout is cast
+  // first and the GEMMs read the cast, the bias gradient the fp32 dout; a
+  // 16-bit dout (the classifier's dlogits) is read as it is.
+  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     if (precision_ == Precision::kFp32) {
-      return LinearBackward<float>(role, dinp, dweight, dbias, dout, dout, As<float>(inp), weight.f32, N, C, OC);
+      return LinearBackward<float>(role, dinp, dweight, dbias, As<float>(dout), As<float>(dout), As<float>(inp),
+                                   weight.f32, N, C, OC);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
+      if (dout.h16 != nullptr) {
+        if (dbias != nullptr) {
+          std::fprintf(stderr, "pstar: internal error: a bias gradient from a 16-bit dout on the GPU\n");
+          std::abort();
+        }
+        return LinearBackward<H>(role, dinp, dweight, nullptr, nullptr, As<H>(dout), As<H>(inp), Half<H>(weight),
+                                 N, C, OC);
+      }
       int64_t offset = 0;
       H* dout_low = Piece<H>(offset, N * OC, "MatmulBackward");
       {
         OpScope op(timer(), ProfileOp::kCast);
-        kc::Convert<H, float>(dout_low, dout, N * OC, stream_);
+        kc::Convert<H, float>(dout_low, dout.f32, N * OC, stream_);
       }
-      LinearBackward<H>(role, dinp, dweight, dbias, dout, dout_low, As<H>(inp), Half<H>(weight), N, C, OC);
+      LinearBackward<H>(role, dinp, dweight, dbias, dout.f32, dout_low, As<H>(inp), Half<H>(weight), N, C, OC);
     });
   }
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
@@ -250,15 +288,16 @@ class CudaModelKernels final : public ModelKernels {
       kc::ResidualForward(As<H>(out), As<H>(a), b, n, stream_);
     });
   }
-  void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int64_t Vp) override {
+  void CrossEntropy(float* losses, ActTensor logits, const int32_t* targets, float dloss, bool write_dlogits,
+                    int64_t N, int64_t V, int64_t Vp) override {
     OpScope op(timer(), ProfileOp::kCrossEntropy);
-    kc::CrossEntropyForward(losses, lse, logits, targets, N, V, Vp, stream_);
-  }
-  void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets, float dloss,
-                                   int64_t N, int64_t V, int64_t Vp) override {
-    OpScope op(timer(), ProfileOp::kCrossEntropy);
-    kc::CrossEntropyBackwardInPlace(logits, lse, targets, dloss, N, V, Vp, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::CrossEntropy(losses, As<float>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::CrossEntropy(losses, As<H>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_);
+    });
   }
 
  private:

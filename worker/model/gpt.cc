@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -135,7 +137,13 @@ int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool reco
 }
 
 Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute)
-    : config_(config), store_(nullptr), B_(batch), T_(seq), recompute_(recompute), compute_(compute) {}
+    : config_(config),
+      store_(nullptr),
+      B_(batch),
+      T_(seq),
+      recompute_(recompute),
+      compute_(compute),
+      classifier_rows_(ClassifierRows(config, batch * seq)) {}
 
 Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch,
                         int64_t seq, bool recompute, std::unique_ptr<ModelKernels> kernels) {
@@ -210,8 +218,7 @@ void Gpt::Lay(Alloc&& alloc) {
   a.lnf = g(BTC);
   a.lnf_mean = f(BT);
   a.lnf_rstd = f(BT);
-  a.logits = f(ClassifierBlockRows(BT) * config_.padded_vocab_size());
-  a.lse = f(BT);
+  a.logits = g(classifier_rows_ * config_.padded_vocab_size());
   a.losses = f(BT);
   a.tmp = f(BTC);
   a.fch_gelu = g(4 * BTC);
@@ -258,7 +265,8 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kAttnProj, ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w), P(u, t.attn_proj_b), BT, C, C);
+    kernels_->MatmulForward(LinearRole::kAttnProj, ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w),
+                            P(u, t.attn_proj_b), BT, C, C);
   }
   {
     // The attention residual and ln_2 in one pass.
@@ -273,7 +281,8 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
   kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w),
+                            P(u, t.fc_proj_b), BT, 4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -289,14 +298,14 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   if (!recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(g.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres, g.fch_gelu,
-                      P(u, t.fc_proj_w), BT, 4 * C, C);
+    kernels_->MatmulBackward(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b),
+                             ActTensor{g.dres}, g.fch_gelu, P(u, t.fc_proj_w), BT, 4 * C, C);
   }
   kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2, P(u, t.fc_w), BT, C,
-                      4 * C);
+    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), ActTensor{g.dfch}, a.ln2,
+                             P(u, t.fc_w), BT, C, 4 * C);
   }
   {
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
@@ -305,14 +314,14 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   }
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b), g.dres, a.atty,
-                      P(u, t.attn_proj_w), BT, C, C);
+    kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b),
+                             ActTensor{g.dres}, a.atty, P(u, t.attn_proj_w), BT, C, C);
   }
   kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1, P(u, t.qkv_w), BT,
-                      C, 3 * C);
+    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), ActTensor{g.dqkv}, a.ln1,
+                             P(u, t.qkv_w), BT, C, 3 * C);
   }
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
@@ -322,6 +331,15 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
 }
 
 void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, int64_t logits_rows) {
+  RunForward(tokens, targets, std::nullopt, logits, logits_rows);
+}
+
+void Gpt::TrainForward(const int32_t* tokens, const int32_t* targets, float loss_weight, float* logits) {
+  RunForward(tokens, targets, loss_weight, logits, -1);
+}
+
+void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
+                     int64_t logits_rows) {
   const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
   const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
@@ -337,16 +355,24 @@ void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, 
     kernels_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], P(u, lnf_w_),
                         P(u, lnf_b_), BT, C);
   }
+  // The loss block by block; in training with the whole micro-batch in one
+  // block, dlogits in the same pass (backward then needs no logits again).
+  const int64_t R = classifier_rows_;
+  const bool dlogits_now = loss_weight.has_value() && R >= BT;
+  dloss_ = loss_weight.has_value() ? *loss_weight / float(BT) : 0.0f;
+  pending_ = !loss_weight.has_value() ? ClassifierBackward::kNone
+             : dlogits_now            ? ClassifierBackward::kDlogitsReady
+                                      : ClassifierBackward::kRecompute;
   {
-    // The loss block by block; the logits are recomputed in backward.
     auto u = store_->Acquire({wte_}, Pass::kForward);
-    const int64_t R = ClassifierBlockRows(BT);
+    const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
-      kernels_->CrossEntropyForward(a.losses + r0, a.lse + r0, a.logits, a.targets + r0, n, V, Vp);
-      const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
-      if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      if (logits != nullptr && r0 < keep) {
+        kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
+      }
+      kernels_->CrossEntropy(a.losses + r0, a.logits, a.targets + r0, dloss_, dlogits_now, n, V, Vp);
     }
   }
   kernels_->AddToLossSum(a.losses, BT);
@@ -359,24 +385,33 @@ double Gpt::TakeLoss() {
   return tokens > 0 ? sum / double(tokens) : 0.0;
 }
 
-void Gpt::Backward(float loss_weight) {
+void Gpt::Backward() {
   const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
   const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
+  if (pending_ == ClassifierBackward::kNone) {
+    std::fprintf(stderr, "pstar: internal error: Gpt::Backward without a TrainForward before it\n");
+    std::abort();
+  }
   {
-    // Per block: the logits again (the same bits as in forward), dlogits in
-    // place, then dlnf for the block's rows and its share of dwte.
+    // dlnf (into dtmp) and dwte from dlogits: kept from forward, or per
+    // block from the logits again (the same bits as in forward).
     auto u = store_->Acquire({wte_}, Pass::kBackward);
-    const int64_t R = ClassifierBlockRows(BT);
-    for (int64_t r0 = 0; r0 < BT; r0 += R) {
-      const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, ActTensor{a.logits}, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
-      kernels_->CrossEntropyBackwardInPlace(a.logits, a.lse + r0, a.targets + r0, loss_weight / float(BT), n, V,
-                                            Vp);
-      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits, a.lnf.At(r0 * C), P(u, wte_), n,
+    if (pending_ == ClassifierBackward::kDlogitsReady) {
+      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, P(u, wte_), BT,
                                C, Vp);
+    } else {
+      const int64_t R = classifier_rows_;
+      for (int64_t r0 = 0; r0 < BT; r0 += R) {
+        const int64_t n = std::min(R, BT - r0);
+        kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+        kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
+        kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits,
+                                 a.lnf.At(r0 * C), P(u, wte_), n, C, Vp);
+      }
     }
   }
+  pending_ = ClassifierBackward::kNone;
   kernels_->Zero(a.dres, BT * C);
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);

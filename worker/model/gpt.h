@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "worker/core/arena.h"
@@ -49,18 +50,24 @@ class Gpt {
                             int64_t batch, int64_t seq, bool recompute,
                             std::unique_ptr<ModelKernels> kernels = nullptr);
 
-  // One micro-batch of batch*seq tokens and next-token targets. Its summed
-  // loss is added to the loss accumulator on the device, without waiting.
-  // With `logits` (host memory, batch*seq x vocab_size floats), the logits
-  // are also copied out (waiting for the device): for tests, inspection and
-  // sampling; `logits_rows` >= 0 copies only the first that many rows.
+  // One micro-batch of batch*seq tokens and next-token targets, for its loss
+  // only (evaluation, sampling). Its summed loss is added to the loss
+  // accumulator on the device, without waiting. With `logits` (host memory,
+  // batch*seq x vocab_size floats), the logits are also copied out (waiting
+  // for the device): for tests, inspection and sampling; `logits_rows` >= 0
+  // copies only the first that many rows.
   void Forward(const int32_t* tokens, const int32_t* targets, float* logits = nullptr, int64_t logits_rows = -1);
+  // The same for training: Backward follows, adding d(loss_weight * mean
+  // loss)/d(params). The classifier's loss and dlogits are one pass here
+  // (ClassifierRows: when the micro-batch's logits are kept whole, dlogits
+  // are written now). With `logits`, they are copied out first, as above.
+  void TrainForward(const int32_t* tokens, const int32_t* targets, float loss_weight, float* logits = nullptr);
   // The mean loss per token over the Forwards since the last call (waits for
   // the device once).
   double TakeLoss();
-  // Adds d(loss_weight * mean loss)/d(params) into the gradients of the last
-  // Forward's micro-batch.
-  void Backward(float loss_weight);
+  // Adds the gradients of the last TrainForward's micro-batch, weighted as it
+  // said, into the gradient chunks. Only after a TrainForward.
+  void Backward();
 
   const GptConfig& config() const { return config_; }
   // The kernels the model runs on (the optimizer's reductions use them too).
@@ -82,10 +89,10 @@ class Gpt {
     std::vector<ActTensor> residual;  // n_layer + 1 block inputs, (B, T, C) each
     std::vector<BlockActivations> blocks;  // one per layer, or one shared when recomputing
     ActTensor lnf;
-    float *lnf_mean, *lnf_rstd, *lse, *losses;
-    // One block of the classifier's logits (ClassifierBlockRows rows, padded
-    // vocab), turned into dlogits in place in backward.
-    float* logits;
+    float *lnf_mean, *lnf_rstd, *losses;
+    // The classifier's logits (ClassifierRows rows, padded vocab) in the
+    // run's activation format, turned into dlogits in place.
+    ActTensor logits;
     float* tmp;  // (B, T, C) projection output before the residual add
     // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
     // from its fch (cheaper than keeping 4C per token per layer).
@@ -106,6 +113,9 @@ class Gpt {
   Param P(const ParamStore::Use& u, TensorId id) const {
     return store_->chunks().half_params() ? Param{nullptr, u.half_param(id)} : Param{u.param(id), nullptr};
   }
+  // Forward for its loss and, with a loss weight, readying Backward.
+  void RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
+                  int64_t logits_rows);
   void BlockForward(int64_t layer, ActTensor x, ActTensor y);
   void BlockBackward(int64_t layer, ActTensor x);
 
@@ -114,7 +124,15 @@ class Gpt {
   int64_t B_, T_;
   bool recompute_;
   ComputeSpec compute_;
+  int64_t classifier_rows_;  // ClassifierRows of the micro-batch
   int64_t loss_tokens_ = 0;  // tokens in the loss accumulator
+  // What Backward has to do for the classifier: nothing is pending (no
+  // TrainForward since the last Backward), dlogits are in the logits buffer,
+  // or each block's logits are to be computed again; and d(loss)/d(logit)'s
+  // weight.
+  enum class ClassifierBackward { kNone, kDlogitsReady, kRecompute };
+  ClassifierBackward pending_ = ClassifierBackward::kNone;
+  float dloss_ = 0.0f;
   std::unique_ptr<ModelKernels> kernels_;
   TensorId wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<LayerTensors> layers_;

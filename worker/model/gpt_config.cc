@@ -40,4 +40,10 @@ std::optional<GptConfig> FindGptPreset(std::string_view name) {
   return std::nullopt;
 }
 
+int64_t ClassifierRows(const GptConfig& config, int64_t tokens) {
+  const double L = double(config.n_layer), C = double(config.n_embd), Vp = double(config.padded_vocab_size());
+  if (47.0 * Vp >= 36.0 * L * C) return tokens;
+  return (tokens + 15) / 16;
+}
+
 }  // namespace pstar

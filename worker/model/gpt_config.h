@@ -30,12 +30,18 @@ struct GptConfig {
   double NumParametersApprox() const;
 };
 
-// The classifier (logits, loss and their gradients) runs over blocks of this
-// many of a micro-batch's `tokens` rows: at most 16 blocks, so the logits
-// buffer holds 1/16 of the (tokens, padded vocab) matrix. Forward computes
-// each block's loss; backward recomputes its logits (one more GEMM, about a
-// third of the classifier's FLOPs) instead of keeping them all.
-inline int64_t ClassifierBlockRows(int64_t tokens) { return (tokens + 15) / 16; }
+// The rows of a micro-batch's `tokens` the classifier (logits, loss and
+// their gradients) runs over at once. All of them where the GEMM that row
+// blocks would recompute is at least 2% of a step's FLOPs (2 T C Vp against
+// 6 T (12 L C^2 + C Vp): 47 Vp >= 36 L C, small and mid-size models such as
+// GPT-2 up to 774M): the logits of the whole micro-batch are kept from
+// forward to backward, the loss and dlogits are one pass, and backward is
+// two GEMMs (dwte one GEMM over every row). Otherwise blocks of 1/16 (large
+// models, whose activations are what limits them and whose classifier is a
+// small part of the step): forward computes each block's loss, backward its
+// logits again. A function of the shapes alone, so any device budget and
+// activation checkpointing give the same bits.
+int64_t ClassifierRows(const GptConfig& config, int64_t tokens);
 
 struct GptPreset {
   std::string_view name;

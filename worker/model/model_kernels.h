@@ -96,9 +96,10 @@ class ModelKernels {
 
   // Host → device memory, in order with the ops.
   virtual void Upload(int32_t* dst, const int32_t* src, int64_t n) = 0;
-  // Device → host: `rows` rows of `cols` floats, `ld` apart in src, packed
-  // into dst (waits for the ops before it). Not on a training step's path.
-  virtual void DownloadRows(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) = 0;
+  // Device → host: `rows` rows of `cols` values, `ld` apart in src (fp32, or
+  // 16 bits in a 16-bit run, widened), packed into dst as floats (waits for
+  // the ops before it). Not on a training step's path.
+  virtual void DownloadRows(float* dst, ActTensor src, int64_t rows, int64_t cols, int64_t ld) = 0;
   virtual void Zero(float* dst, int64_t n) = 0;
   // The loss accumulator, in the device's memory: AddToLossSum adds the sum
   // of n floats to it without waiting; TakeLossSum returns it as a host value
@@ -134,7 +135,9 @@ class ModelKernels {
   // `role` names the layer for the profile (GemmOp rows).
   virtual void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N,
                              int64_t C, int64_t OC) = 0;
-  virtual void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout,
+  // dout is fp32 in any run, or in a 16-bit run 16 bits (the classifier's
+  // dlogits): the GEMMs then read it as it is, with no cast.
+  virtual void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout,
                               ActTensor inp, Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
@@ -147,12 +150,12 @@ class ModelKernels {
   virtual void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) = 0;
   // out = a + b, b a projection's fp32 output; out may alias a.
   virtual void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) = 0;
-  // Logits rows are Vp apart; the columns past V are vocabulary padding
-  // (kernels/classifier.h).
-  virtual void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                                   int64_t N, int64_t V, int64_t Vp) = 0;
-  virtual void CrossEntropyBackwardInPlace(float* logits, const float* lse, const int32_t* targets,
-                                           float dloss, int64_t N, int64_t V, int64_t Vp) = 0;
+  // The classifier's softmax cross-entropy in one pass (kernels/classifier.h):
+  // logits rows are Vp apart, the columns past V vocabulary padding, in the
+  // run's activation format. losses (may be null) gets each row's loss; with
+  // `write_dlogits`, (softmax - onehot) * dloss is written over the logits.
+  virtual void CrossEntropy(float* losses, ActTensor logits, const int32_t* targets, float dloss,
+                            bool write_dlogits, int64_t N, int64_t V, int64_t Vp) = 0;
 
  protected:
   OpTimer* timer() const { return timer_; }

@@ -384,11 +384,11 @@ Result<StepStats> Trainer::Step() {
     loader_->Next(tokens_.data(), targets_.data());
     {
       NvtxRange range("forward");
-      model_->Forward(tokens_.data(), targets_.data());
+      model_->TrainForward(tokens_.data(), targets_.data(), scale / float(accum));
       store_->EndPhase(StepPhase::kForward);
     }
     NvtxRange range("backward");
-    model_->Backward(scale / float(accum));
+    model_->Backward();
     store_->EndPhase(StepPhase::kBackward);
   }
   // Every rank's gradient chunks reach their owners' home shards.

@@ -14,6 +14,7 @@
 #include "kernels/classifier.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/encoder.h"
+#include "kernels/half.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -282,26 +283,62 @@ TEST(LayerNorm, ResidualFusedForwardIsTheTwoKernelsBitForBit) {
   }
 }
 
-TEST(CrossEntropy, LossAndInPlaceGradient) {
+TEST(CrossEntropy, LossAndInPlaceGradientInOnePass) {
   std::mt19937 rng(6);
   const int64_t N = 4, V = 9;
-  auto logits = Random(N * V, rng, 3.0f);
+  const auto logits = Random(N * V, rng, 3.0f);
   std::vector<int32_t> targets = {0, 8, 3, 3};
-  std::vector<float> losses(N), lse(N);
-  CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
   std::vector<double> dref(N * V);
+  std::vector<double> loss_ref(N);
   for (int64_t n = 0; n < N; ++n) {
     double s = 0;
     for (int64_t j = 0; j < V; ++j) s += std::exp(double(logits[n * V + j]));
-    EXPECT_NEAR(losses[n], std::log(s) - logits[n * V + targets[n]], 1e-5);
+    loss_ref[n] = std::log(s) - logits[n * V + targets[n]];
     for (int64_t j = 0; j < V; ++j) dref[n * V + j] = (std::exp(double(logits[n * V + j])) / s - (j == targets[n])) * 0.5;
   }
-  CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), 0.5f, N, V, V);
-  EXPECT_LT(MaxRelative(logits, dref), 1e-6);
+  // The loss alone leaves the logits as they are.
+  std::vector<float> losses(N, -1.0f), x = logits;
+  CrossEntropy(losses.data(), x.data(), targets.data(), 0.5f, false, N, V, V);
+  EXPECT_EQ(x, logits);
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(losses[n], loss_ref[n], 1e-5) << n;
+  // Loss and gradient: the same losses, the gradient over the logits.
+  std::vector<float> both(N, -1.0f);
+  CrossEntropy(both.data(), x.data(), targets.data(), 0.5f, true, N, V, V);
+  EXPECT_EQ(both, losses);
+  EXPECT_LT(MaxRelative(x, dref), 1e-6);
+  // The gradient alone (no losses): the same gradient.
+  std::vector<float> y = logits;
+  CrossEntropy(nullptr, y.data(), targets.data(), 0.5f, true, N, V, V);
+  EXPECT_EQ(y, x);
+}
+
+// 16-bit logits: each row widened exactly, computed as the fp32 form does,
+// the gradient rounded to the logits' type.
+TEST(CrossEntropy, SixteenBitLogitsAreTheFp32FormRounded) {
+  std::mt19937 rng(26);
+  const int64_t N = 6, V = 37, Vp = 40;
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    auto narrow = [&](float v) { return bf16 ? kernels::FloatToBFloat16(v) : kernels::FloatToHalf(v); };
+    auto widen = [&](uint16_t h) { return bf16 ? kernels::BFloat16ToFloat(h) : kernels::HalfToFloat(h); };
+    const auto values = Random(N * Vp, rng, 3.0f);
+    std::vector<uint16_t> h(N * Vp);
+    std::vector<float> wide(N * Vp);
+    for (int64_t i = 0; i < N * Vp; ++i) {
+      h[i] = narrow(values[i]);
+      wide[i] = widen(h[i]);
+    }
+    std::vector<int32_t> targets = {0, 36, 5, 5, 20, 1};
+    std::vector<float> losses(N), losses16(N);
+    CrossEntropy(losses.data(), wide.data(), targets.data(), 0.125f, true, N, V, Vp);
+    CrossEntropy(losses16.data(), h.data(), bf16, targets.data(), 0.125f, true, N, V, Vp);
+    EXPECT_EQ(losses16, losses);
+    for (int64_t i = 0; i < N * Vp; ++i) ASSERT_EQ(h[i], narrow(wide[i])) << i;
+  }
 }
 
 // Rows Vp apart: the padding columns, whatever they hold, are not part of the
-// softmax, and backward zeroes them; the real columns equal the unpadded run.
+// softmax, and the gradient zeroes them; the real columns equal the unpadded run.
 TEST(CrossEntropy, PaddedColumnsAreIgnoredAndZeroed) {
   std::mt19937 rng(16);
   const int64_t N = 5, V = 11, Vp = 16;
@@ -309,13 +346,10 @@ TEST(CrossEntropy, PaddedColumnsAreIgnoredAndZeroed) {
   std::vector<float> padded(N * Vp, 1e4f);
   for (int64_t n = 0; n < N; ++n) std::copy_n(&dense[n * V], V, &padded[n * Vp]);
   std::vector<int32_t> targets = {0, 10, 3, 3, 7};
-  std::vector<float> losses(N), lse(N), padded_losses(N), padded_lse(N);
-  CrossEntropyForward(losses.data(), lse.data(), dense.data(), targets.data(), N, V, V);
-  CrossEntropyForward(padded_losses.data(), padded_lse.data(), padded.data(), targets.data(), N, V, Vp);
+  std::vector<float> losses(N), padded_losses(N);
+  CrossEntropy(losses.data(), dense.data(), targets.data(), 0.25f, true, N, V, V);
+  CrossEntropy(padded_losses.data(), padded.data(), targets.data(), 0.25f, true, N, V, Vp);
   EXPECT_EQ(losses, padded_losses);
-  EXPECT_EQ(lse, padded_lse);
-  CrossEntropyBackwardInPlace(dense.data(), lse.data(), targets.data(), 0.25f, N, V, V);
-  CrossEntropyBackwardInPlace(padded.data(), lse.data(), targets.data(), 0.25f, N, V, Vp);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < Vp; ++j) {
       EXPECT_EQ(padded[n * Vp + j], j < V ? dense[n * V + j] : 0.0f) << n << "," << j;

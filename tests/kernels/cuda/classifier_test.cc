@@ -1,9 +1,11 @@
-// Softmax cross-entropy on the GPU against the CPU kernels on random logits,
-// for fp32, bf16 and fp16 logits (rounded on the host first).
+// Softmax cross-entropy on the GPU (loss and dlogits in one pass) against the
+// CPU kernel on random logits, for fp32, bf16 and fp16 logits (rounded on the
+// host first).
 #include "kernels/cuda/classifier.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -48,106 +50,78 @@ std::vector<float> RandomLogits(int64_t N, int64_t V, std::mt19937& rng, float s
   return logits;
 }
 
+// The fused kernel on the GPU against the CPU kernel on the same (rounded)
+// logits: the losses, and with write_dlogits the gradient written over the
+// logits (the CPU's fp32 gradient rounded to T on the GPU: T's tolerance).
 template <typename T>
-void CheckForward(const std::vector<float>& logits, const std::vector<int32_t>& targets, int64_t N, int64_t V) {
+void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss,
+                       int64_t N, int64_t V, int64_t Vp) {
+  for (bool write : {false, true}) {
+    SCOPED_TRACE(write ? "loss and dlogits" : "loss only");
+    DeviceBuffer<T> d_logits(ToElements<T>(logits));
+    DeviceBuffer<int32_t> d_targets(targets);
+    DeviceBuffer<float> d_losses(N);
+    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), dloss, write, N, V, Vp, kStream);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> want = logits, losses(static_cast<size_t>(N));
+    cpu::CrossEntropy(losses.data(), want.data(), targets.data(), dloss, write, N, V, Vp);
+    EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
+    const auto got = ToFloats(d_logits.Download());
+    if (!write) {
+      EXPECT_EQ(got, ToFloats(ToElements<T>(logits))) << "the loss alone leaves the logits";
+      continue;
+    }
+    EXPECT_TRUE(AllClose(got, want, Element<T>::kTolerance)) << "dlogits";
+    // Each row of dlogits sums to zero (softmax sums to one), the target's
+    // entry is the only negative one, and the padding is zero.
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < V; ++j) sum += got[size_t(n * Vp + j)];
+      EXPECT_NEAR(sum, 0.0, 1e-2 * std::abs(dloss)) << "row " << n;
+      if (V > 1) {
+        EXPECT_LT(got[size_t(n * Vp + targets[size_t(n)])], 0.0f) << "row " << n;
+      }
+      for (int64_t j = V; j < Vp; ++j) ASSERT_EQ(got[size_t(n * Vp + j)], 0.0f) << "row " << n << " col " << j;
+    }
+  }
+  // The gradient alone (no losses): the same gradient.
   DeviceBuffer<T> d_logits(ToElements<T>(logits));
   DeviceBuffer<int32_t> d_targets(targets);
-  DeviceBuffer<float> d_losses(N), d_lse(N);
-  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, V, kStream);
+  DeviceBuffer<T> d_with_loss(ToElements<T>(logits));
+  DeviceBuffer<float> d_losses(N);
+  cuda::CrossEntropy<T>(nullptr, d_logits.get(), d_targets.get(), dloss, true, N, V, Vp, kStream);
+  cuda::CrossEntropy<T>(d_losses.get(), d_with_loss.get(), d_targets.get(), dloss, true, N, V, Vp, kStream);
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-  std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
-  EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
-  EXPECT_TRUE(AllClose(d_lse.Download(), lse, kLossTolerance)) << "lse";
+  EXPECT_EQ(ToFloats(d_logits.Download()), ToFloats(d_with_loss.Download())) << "without losses";
 }
 
-TYPED_TEST(CudaClassifierTest, ForwardMatchesCpu) {
+TYPED_TEST(CudaClassifierTest, MatchesCpu) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937 rng(31);
   for (const ClassifierShape& s : kShapes) {
     SCOPED_TRACE(testing::Message() << "N=" << s.N << " V=" << s.V);
     const auto logits = RandomLogits<T>(s.N, s.V, rng, 2.0f, 0.0f);
-    ASSERT_NO_FATAL_FAILURE(CheckForward<T>(logits, RandomTargets(s.N, s.V, rng), s.N, s.V));
+    const auto targets = RandomTargets(s.N, s.V, rng);
+    ASSERT_NO_FATAL_FAILURE(CheckCrossEntropy<T>(logits, targets, 1.0f / float(s.N), s.N, s.V, s.V));
   }
 }
 
 // Logits around 100: exp(100) overflows fp32, so only a max-subtracted sum
 // gets these right.
-TYPED_TEST(CudaClassifierTest, ForwardIsStableForLargeLogits) {
+TYPED_TEST(CudaClassifierTest, IsStableForLargeLogits) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937 rng(32);
   const int64_t N = 6, V = 3001;
   const auto logits = RandomLogits<T>(N, V, rng, 3.0f, 100.0f);
-  ASSERT_NO_FATAL_FAILURE(CheckForward<T>(logits, RandomTargets(N, V, rng), N, V));
+  ASSERT_NO_FATAL_FAILURE(CheckCrossEntropy<T>(logits, RandomTargets(N, V, rng), 0.25f, N, V, V));
 }
-
-TYPED_TEST(CudaClassifierTest, BackwardInPlaceMatchesCpu) {
-  PSTAR_REQUIRE_GPU();
-  using T = TypeParam;
-  std::mt19937 rng(33);
-  for (const ClassifierShape& s : kShapes) {
-    SCOPED_TRACE(testing::Message() << "N=" << s.N << " V=" << s.V);
-    auto logits = RandomLogits<T>(s.N, s.V, rng, 2.0f, 0.0f);
-    const auto targets = RandomTargets(s.N, s.V, rng);
-    std::vector<float> losses(static_cast<size_t>(s.N)), lse(static_cast<size_t>(s.N));
-    cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), s.N, s.V, s.V);
-    const float dloss = 1.0f / float(s.N);
-
-    DeviceBuffer<T> d_logits(ToElements<T>(logits));
-    DeviceBuffer<int32_t> d_targets(targets);
-    DeviceBuffer<float> d_lse(lse);
-    cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, s.N, s.V, s.V, kStream);
-    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, s.N, s.V, s.V);
-    const auto got = ToFloats(d_logits.Download());
-    EXPECT_TRUE(AllClose(got, logits, Element<T>::kTolerance));
-    // Each row of dlogits sums to zero (softmax sums to one); the target's
-    // entry is the only negative one.
-    for (int64_t n = 0; n < s.N; ++n) {
-      double sum = 0.0;
-      for (int64_t j = 0; j < s.V; ++j) sum += got[size_t(n * s.V + j)];
-      EXPECT_NEAR(sum, 0.0, 1e-2 * dloss) << "row " << n;
-      if (s.V > 1) {
-        EXPECT_LT(got[size_t(n * s.V + targets[size_t(n)])], 0.0f) << "row " << n;
-      }
-    }
-  }
-}
-
-// Forward then backward on the same device buffer, as training uses it.
-TYPED_TEST(CudaClassifierTest, ForwardThenBackwardOnOneBuffer) {
-  PSTAR_REQUIRE_GPU();
-  using T = TypeParam;
-  std::mt19937 rng(34);
-  const int64_t N = 9, V = 777;
-  auto logits = RandomLogits<T>(N, V, rng, 1.5f, 0.0f);
-  const auto targets = RandomTargets(N, V, rng);
-  const float dloss = 0.25f;
-  DeviceBuffer<T> d_logits(ToElements<T>(logits));
-  DeviceBuffer<int32_t> d_targets(targets);
-  DeviceBuffer<float> d_losses(N), d_lse(N);
-  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, V, kStream);
-  cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, N, V, V, kStream);
-  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-  std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, V);
-  cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, N, V, V);
-  EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
-  EXPECT_TRUE(AllClose(ToFloats(d_logits.Download()), logits, Element<T>::kTolerance)) << "dlogits";
-}
-
-}  // namespace
-}  // namespace pstar::test
-
-namespace pstar::test {
-namespace {
 
 // A padded vocabulary (rows Vp apart): the padding columns, whatever they
-// hold, change no loss, and backward zeroes them; the real columns match the
-// CPU kernels on the same padded buffer.
-TYPED_TEST(CudaClassifierTest, PaddedColumnsAreIgnoredAndZeroedInBackward) {
+// hold, change no loss, and the gradient zeroes them; the real columns match
+// the CPU kernel on the same padded buffer.
+TYPED_TEST(CudaClassifierTest, PaddedColumnsAreIgnoredAndZeroed) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937 rng(35);
@@ -157,23 +131,7 @@ TYPED_TEST(CudaClassifierTest, PaddedColumnsAreIgnoredAndZeroedInBackward) {
     for (int64_t j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 1000.0f;  // would dominate any softmax
   }
   logits = ToFloats(ToElements<T>(logits));
-  const auto targets = RandomTargets(N, V, rng);
-  const float dloss = 0.5f;
-  DeviceBuffer<T> d_logits(ToElements<T>(logits));
-  DeviceBuffer<int32_t> d_targets(targets);
-  DeviceBuffer<float> d_losses(N), d_lse(N);
-  cuda::CrossEntropyForward<T>(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, Vp, kStream);
-  cuda::CrossEntropyBackwardInPlace<T>(d_logits.get(), d_lse.get(), d_targets.get(), dloss, N, V, Vp, kStream);
-  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-  std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-  cpu::CrossEntropyForward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
-  cpu::CrossEntropyBackwardInPlace(logits.data(), lse.data(), targets.data(), dloss, N, V, Vp);
-  EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
-  const auto got = ToFloats(d_logits.Download());
-  EXPECT_TRUE(AllClose(got, logits, Element<T>::kTolerance)) << "dlogits";
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t j = V; j < Vp; ++j) ASSERT_EQ(got[size_t(n * Vp + j)], 0.0f) << "row " << n << " col " << j;
-  }
+  ASSERT_NO_FATAL_FAILURE(CheckCrossEntropy<T>(logits, RandomTargets(N, V, rng), 0.5f, N, V, Vp));
 }
 
 }  // namespace

@@ -50,6 +50,39 @@ TYPED_TEST(CudaReduceTest, SumOfSquaresMatchesCpu) {
   }
 }
 
+// Many spans in two launches: each span's sum is bit for bit the CPU
+// kernel's (added to what its result held), empty spans add nothing, and the
+// spans may lie anywhere, in any order of sizes.
+TEST(CudaMultiReduceTest, SumsOfSquaresGiveEachSpanTheBitsOfItsOwnSum) {
+  PSTAR_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  std::vector<int64_t> sizes = {0, 1, 255, 256, 257, 1000, 512 * 256, 512 * 256 + 1, (int64_t{1} << 20) + 7, 3, 0};
+  for (int i = 0; i < 40; ++i) sizes.push_back(int64_t(rng() % 5000));
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  const auto x = RandomValues<float>(size_t(total), rng, 3.0f);
+  DeviceBuffer<float> dx(x);
+  std::vector<cuda::DeviceSpan> spans;
+  std::vector<double> start, want;
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    spans.push_back({dx.get() + offset, n});
+    start.push_back(0.25 * double(spans.size()));
+    want.push_back(start.back() + cpu::SumOfSquares(x.data() + offset, n));
+    offset += n;
+  }
+  const int64_t count = int64_t(spans.size());
+  DeviceBuffer<double> scratch(cuda::SumsOfSquaresScratchElements(count)), out(start);
+  DeviceBuffer<cuda::DeviceSpan> d_spans(spans);
+  cuda::SumsOfSquares(out.get(), scratch.get(), d_spans.get(), count, kStream);
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  const std::vector<double> got = out.Download();
+  for (int64_t i = 0; i < count; ++i) {
+    EXPECT_EQ(std::bit_cast<uint64_t>(got[size_t(i)]), std::bit_cast<uint64_t>(want[size_t(i)]))
+        << "span " << i << " of " << sizes[size_t(i)] << ": " << got[size_t(i)] << " vs " << want[size_t(i)];
+  }
+}
+
 TYPED_TEST(CudaReduceTest, SumOfSquaresIsDeterministic) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;

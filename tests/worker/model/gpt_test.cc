@@ -70,19 +70,62 @@ TEST(Gpt, ChunkSizeDoesNotChangeTraining) {
 
 // Every CPU kernel splits its work by the shape alone: 1, 2 and 3 threads
 // train the same bits, on a model large enough that the GEMMs are tiled,
-// attention spans several blocks and the classifier several row blocks.
+// attention spans several blocks and the classifier runs over the whole
+// micro-batch or (a deeper model) several row blocks.
 TEST(Gpt, ThreadCountDoesNotChangeTraining) {
   auto data = RandomTokens(20000, 300, 4);
-  const Config c = MakeConfig({"model.n_embd=96", "model.n_head=3", "model.vocab_size=300", "model.max_seq_len=160",
-                               "train.batch_size=3", "train.seq_len=150", "train.steps=3"});
-  std::vector<RunResult> runs;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    runs.push_back(Train(c, data));
+  for (const char* layers : {"model.n_layer=2", "model.n_layer=5"}) {
+    const Config c = MakeConfig({layers, "model.n_embd=96", "model.n_head=3", "model.vocab_size=300",
+                                 "model.max_seq_len=160", "train.batch_size=3", "train.seq_len=150", "train.steps=2"});
+    const int64_t tokens = 3 * 150, rows = ClassifierRows(c.model.gpt, tokens);
+    SCOPED_TRACE(testing::Message() << layers << ": classifier rows " << rows << " of " << tokens);
+    EXPECT_EQ(rows < tokens, std::string(layers) == "model.n_layer=5") << "both forms of the classifier";
+    std::vector<RunResult> runs;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      runs.push_back(Train(c, data));
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    ExpectBitIdentical(runs[0], runs[1]);
+    ExpectBitIdentical(runs[0], runs[2]);
   }
-  omp_set_num_threads(omp_get_num_procs());
-  ExpectBitIdentical(runs[0], runs[1]);
-  ExpectBitIdentical(runs[0], runs[2]);
+}
+
+// The classifier's two forms (the whole micro-batch's logits kept, dlogits
+// with the loss; or row blocks, the logits computed again in backward) train
+// the same model to rounding: one shape in both forms, by padding the
+// vocabulary more (the padding is outside the softmax and stays zero).
+TEST(Gpt, ClassifierRowBlocksAndTheWholeBatchAgree) {
+  auto data = RandomTokens(4000, 40, 5);
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Config blocks = MakeConfig({"model.n_embd=64", "model.n_head=4", std::string("train.precision=") + precision,
+                                "train.steps=3"});
+    Config whole = blocks;
+    whole.model.gpt.vocab_multiple = 128;
+    const int64_t tokens = blocks.train.batch_size * blocks.train.seq_len;
+    ASSERT_LT(ClassifierRows(blocks.model.gpt, tokens), tokens);
+    ASSERT_EQ(ClassifierRows(whole.model.gpt, tokens), tokens);
+    const RunResult a = Train(blocks, data), b = Train(whole, data);
+    // bf16: the logits round to 16 bits, and the dlogits of row blocks are
+    // those of recomputed logits through GEMMs of other shapes.
+    const double tolerance = std::string(precision) == "fp32" ? 1e-5 : 2e-2;
+    for (size_t s = 0; s < a.losses.size(); ++s) {
+      EXPECT_NEAR(a.losses[s], b.losses[s], tolerance * std::abs(a.losses[s])) << "step " << s;
+    }
+    ASSERT_EQ(a.params.size(), b.params.size());
+    for (size_t i = 0; i < a.params.size(); ++i) {
+      // wte is (padded vocab, C): its first vocab_size rows are the model's.
+      const size_t n = std::min(a.params[i].size(), b.params[i].size());
+      double num = 0, den = 0;
+      for (size_t j = 0; j < n; ++j) {
+        const double d = double(a.grads[i][j]) - b.grads[i][j];
+        num += d * d;
+        den += double(b.grads[i][j]) * b.grads[i][j];
+      }
+      EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 10 * tolerance) << "gradient of tensor " << i;
+    }
+  }
 }
 
 TEST(Gpt, GradientAccumulationEqualsLargerBatch) {
@@ -167,8 +210,10 @@ TEST(Gpt, ActivationBytesAreLinearInTheSequenceLength) {
           // pre-activation (4): 11 values per token and channel; the L + 1 block
           // inputs, ln_f and the shared GELU output (4). Arena rounding aside.
           const int64_t fp32 = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute, {ComputeDevice::kCpu});
+          // The classifier's logits (ClassifierRows of them) are in 16 bits too.
           const int64_t L = c.model.gpt.n_layer, kept = recompute ? 1 : L;
-          const int64_t halved = 2 * 2 * T * c.model.gpt.n_embd * (11 * kept + (L + 1) + 1 + 4);
+          const int64_t logits = ClassifierRows(c.model.gpt, 2 * T) * c.model.gpt.padded_vocab_size();
+          const int64_t halved = 2 * 2 * T * c.model.gpt.n_embd * (11 * kept + (L + 1) + 1 + 4) + 2 * logits;
           EXPECT_NEAR(double(fp32 - bytes), double(halved), 0.01 * double(halved));
         }
         ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));

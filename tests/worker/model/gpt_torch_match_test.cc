@@ -84,12 +84,14 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   std::mt19937_64 rng(seed);
   const Case c = RandomCase(rng);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (PSTAR_TEST_SEED reproduces it)");
-  std::printf("case: seed=%llu L=%lld NH=%lld C=%lld V=%lld T=%lld B=%lld clip=%g\n",
-              (unsigned long long)seed, (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
-              (long long)c.vocab, (long long)c.seq, (long long)c.batch, double(c.grad_clip));
-
   auto config = ParseConfig(CaseYaml(c), "case");
   ASSERT_TRUE(config.ok()) << config.status().message();
+  // The classifier's logits whole or in row blocks, as the shape decides.
+  const int64_t classifier_rows = ClassifierRows(config->model.gpt, c.batch * c.seq);
+  std::printf("case: seed=%llu L=%lld NH=%lld C=%lld V=%lld T=%lld B=%lld clip=%g classifier rows %lld of %lld\n",
+              (unsigned long long)seed, (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
+              (long long)c.vocab, (long long)c.seq, (long long)c.batch, double(c.grad_clip),
+              (long long)classifier_rows, (long long)(c.batch * c.seq));
   std::vector<int32_t> stream(size_t(c.steps * c.batch * c.seq + 1));
   for (auto& t : stream) t = int32_t(std::uniform_int_distribution<int64_t>(0, c.vocab - 1)(rng));
   VectorTokenSource source(stream);
@@ -133,9 +135,9 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   Gpt& model = (*trainer)->model();
   store.ZeroGrads();
   std::vector<float> logits(n * size_t(c.vocab));
-  model.Forward(tokens.data(), targets.data(), logits.data());
+  model.TrainForward(tokens.data(), targets.data(), 1.0f, logits.data());
   const float loss = float(model.TakeLoss());
-  model.Backward(1.0f);
+  model.Backward();
 
   // Tolerance per tensor: 1e-5 relative, or more for an ill-conditioned
   // tensor (cancellation in a sum, a near-constant LayerNorm row), measured by

@@ -89,20 +89,30 @@ int64_t Budget(const Config& c, double fraction) {
   return std::max(b, plan->min_device_bytes);
 }
 
+// Both forms of the classifier (ClassifierRows): the tiny model keeps its
+// whole micro-batch's logits, at width 64 it runs over row blocks.
+const std::vector<std::vector<std::string>> kClassifierForms = {{}, {"model.n_embd=64", "model.n_head=4"}};
+
 TEST(GpuTraining, MatchesTheCpuBackendInFp32) {
   PSTAR_REQUIRE_GPUS(1);
   auto data = test::RandomTokens(3000, 40, 11);
-  const RunResult cpu = Train(test::TinyGptConfig({"train.steps=6"}), data);
-  const RunResult gpu = Train(GpuConfig({"train.steps=6", "train.precision=fp32"}), data);
-  ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
-  // cuBLAS and OpenBLAS round differently (no TF32 here); six Adam steps keep
-  // the difference at rounding level.
-  for (size_t s = 0; s < cpu.losses.size(); ++s) {
-    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::fabs(cpu.losses[s])) << "step " << s;
-  }
-  ASSERT_EQ(cpu.params.size(), gpu.params.size());
-  for (size_t i = 0; i < cpu.params.size(); ++i) {
-    EXPECT_LT(RelativeL2(gpu.params[i], cpu.params[i]), 1e-3) << "tensor " << i;
+  for (const auto& form : kClassifierForms) {
+    SCOPED_TRACE(form.empty() ? "the whole micro-batch's logits" : "row blocks");
+    auto job = form;
+    job.push_back("train.steps=6");
+    const RunResult cpu = Train(test::TinyGptConfig(job), data);
+    job.push_back("train.precision=fp32");
+    const RunResult gpu = Train(GpuConfig(job), data);
+    ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
+    // cuBLAS and OpenBLAS round differently (no TF32 here); six Adam steps keep
+    // the difference at rounding level.
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::fabs(cpu.losses[s])) << "step " << s;
+    }
+    ASSERT_EQ(cpu.params.size(), gpu.params.size());
+    for (size_t i = 0; i < cpu.params.size(); ++i) {
+      EXPECT_LT(RelativeL2(gpu.params[i], cpu.params[i]), 1e-3) << "tensor " << i;
+    }
   }
 }
 
@@ -205,10 +215,12 @@ VectorTokenSource LearnableTokens(int64_t n, uint64_t seed) {
 TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
   PSTAR_REQUIRE_GPUS(1);
   auto data = LearnableTokens(4000, 14);
-  for (const char* precision : {"bf16", "fp16"}) {
+  for (const char* precision : {"bf16", "fp16", "bf16 row blocks"}) {
     SCOPED_TRACE(precision);
-    const std::vector<std::string> job = {"train.steps=40", std::string("train.precision=") + precision,
-                                          "fp16.initial_scale_power=12"};
+    const bool blocks = std::string(precision) == "bf16 row blocks";
+    std::vector<std::string> job = {"train.steps=40", std::string("train.precision=") + (blocks ? "bf16" : precision),
+                                    "fp16.initial_scale_power=12"};
+    if (blocks) job.insert(job.end(), kClassifierForms[1].begin(), kClassifierForms[1].end());
     const RunResult gpu = Train(GpuConfig(job), data);
     const RunResult cpu = Train(test::TinyGptConfig(job), data);
     ASSERT_EQ(gpu.losses.size(), 40u);

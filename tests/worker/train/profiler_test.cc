@@ -36,24 +36,26 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // into ln_2, counted as a LayerNorm; no residual backward: the gradient passes
 // through), plus a GELU forward recomputed in backward by every layer but the
 // last, and the model adds the encoder, the final LayerNorm and the
-// classifier, which runs per block of rows: forward its GEMM and the
-// cross-entropy, backward the GEMM again, the cross-entropy's backward and the
-// two gradient GEMMs (no bias). The gradient norm and the optimizer run once
-// per step.
+// classifier: with the whole micro-batch's logits kept, one forward GEMM, one
+// cross-entropy (loss and dlogits) and the two gradient GEMMs (no bias); in
+// row blocks, per block forward its GEMM and the loss, backward the GEMM
+// again, the dlogits and the two gradient GEMMs. The gradient norm and the
+// optimizer run once per step.
 std::map<ProfileOp, int64_t> CallsPerStep(const Config& c) {
   const int64_t L = c.model.gpt.n_layer, accum = c.train.grad_accum_steps;
-  const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierBlockRows(tokens);
+  const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierRows(c.model.gpt, tokens);
   const int64_t blocks = (tokens + rows - 1) / rows;
+  const int64_t passes = rows >= tokens ? 1 : 2 * blocks;  // classifier forward GEMMs and cross-entropies
   std::map<ProfileOp, int64_t> m = {
       {ProfileOp::kUpload, 2},          {ProfileOp::kEncoderForward, 1},    {ProfileOp::kEncoderBackward, 1},
       {ProfileOp::kLayerNormForward, 2 * L + 1}, {ProfileOp::kLayerNormBackward, 2 * L + 1},
       {ProfileOp::kAttentionForward, L}, {ProfileOp::kAttentionBackward, L}, {ProfileOp::kResidual, L},
       {ProfileOp::kGeluForward, 2 * L - 1}, {ProfileOp::kGeluBackward, L}, {ProfileOp::kBiasGrad, 4 * L},
-      {ProfileOp::kCrossEntropy, 2 * blocks}, {ProfileOp::kLossSum, 1}, {ProfileOp::kZero, 1}};
+      {ProfileOp::kCrossEntropy, passes}, {ProfileOp::kLossSum, 1}, {ProfileOp::kZero, 1}};
   for (LinearRole role : {LinearRole::kQkv, LinearRole::kAttnProj, LinearRole::kFc, LinearRole::kFcProj}) {
     for (GemmPass pass : {GemmPass::kForward, GemmPass::kInputGrad, GemmPass::kWeightGrad}) m[GemmOp(role, pass)] = L;
   }
-  m[GemmOp(LinearRole::kClassifier, GemmPass::kForward)] = 2 * blocks;
+  m[GemmOp(LinearRole::kClassifier, GemmPass::kForward)] = passes;
   m[GemmOp(LinearRole::kClassifier, GemmPass::kInputGrad)] = blocks;
   m[GemmOp(LinearRole::kClassifier, GemmPass::kWeightGrad)] = blocks;
   for (auto& [op, n] : m) n *= accum;
@@ -166,23 +168,31 @@ const std::vector<std::string> kMidSize = {"model.n_embd=64", "model.n_head=4", 
                                            "model.vocab_size=256", "train.seq_len=32", "train.batch_size=4"};
 
 TEST(Profiler, CountsEveryOpRowAndTheSharesAddUpOnTheCpu) {
-  auto data = test::RandomTokens(20000, 256, 31);
-  for (int64_t accum : {1, 2}) {
-    auto overrides = kMidSize;
-    overrides.push_back("train.steps=4");
-    overrides.push_back(Set("train.grad_accum_steps", accum));
-    const Config c = test::TinyGptConfig(overrides);
-    const RunResult r = Train(c, data, /*profile=*/true);
-    ASSERT_TRUE(r.profiled);
-    SCOPED_TRACE("grad_accum_steps " + std::to_string(accum) + "\n" + FormatProfile(r.profile));
-    EXPECT_EQ(r.profile.skipped_steps, 1);
-    ExpectCompleteOpProfile(c, r.profile, 3);
-    // On the CPU backend a step is its ops plus bookkeeping: the ops, timed
-    // one by one, must account for most of it.
-    EXPECT_GT(r.profile.op_seconds, 0.5 * r.profile.step_seconds);
-    EXPECT_EQ(r.profile.Find(ProfileKind::kCollective, "all_reduce"), nullptr) << "one rank: no collectives";
-    ASSERT_NE(r.profile.Find(ProfileKind::kMove, "h2d"), nullptr);
-    ASSERT_NE(r.profile.Find(ProfileKind::kMove, "d2h"), nullptr);
+  // A vocabulary of 256 keeps the classifier's logits whole, one of 48 makes
+  // it run over row blocks (ClassifierRows).
+  for (int64_t vocab : {256, 48}) {
+    auto data = test::RandomTokens(20000, vocab, 31);
+    for (int64_t accum : {1, 2}) {
+      auto overrides = kMidSize;
+      overrides.push_back("train.steps=4");
+      overrides.push_back(Set("train.grad_accum_steps", accum));
+      overrides.push_back(Set("model.vocab_size", vocab));
+      const Config c = test::TinyGptConfig(overrides);
+      const RunResult r = Train(c, data, /*profile=*/true);
+      ASSERT_TRUE(r.profiled);
+      SCOPED_TRACE("vocab " + std::to_string(vocab) + ", grad_accum_steps " + std::to_string(accum) + "\n" +
+                   FormatProfile(r.profile));
+      const int64_t tokens = c.train.batch_size * c.train.seq_len;
+      EXPECT_EQ(ClassifierRows(c.model.gpt, tokens) < tokens, vocab == 48);
+      EXPECT_EQ(r.profile.skipped_steps, 1);
+      ExpectCompleteOpProfile(c, r.profile, 3);
+      // On the CPU backend a step is its ops plus bookkeeping: the ops, timed
+      // one by one, must account for most of it.
+      EXPECT_GT(r.profile.op_seconds, 0.5 * r.profile.step_seconds);
+      EXPECT_EQ(r.profile.Find(ProfileKind::kCollective, "all_reduce"), nullptr) << "one rank: no collectives";
+      ASSERT_NE(r.profile.Find(ProfileKind::kMove, "h2d"), nullptr);
+      ASSERT_NE(r.profile.Find(ProfileKind::kMove, "d2h"), nullptr);
+    }
   }
 }
 
