@@ -77,16 +77,17 @@ __global__ void __launch_bounds__(kThreads)
   NormalizeRowWarp(out + row * C, mean + row, rstd + row, x, weight, bias, C, lane);
 }
 
-// dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
-template <typename T, typename I>
+// dinp[row] += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout;
+// with `copy`, dinp's new row rounded to D there too.
+template <typename T, typename I, typename D>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormBackwardRowsKernel(T* dinp, const T* dout, const I* inp, const T* weight, const float* mean,
+    LayerNormBackwardRowsKernel(T* dinp, D* copy, const D* dout, const I* inp, const T* weight, const float* mean,
                                 const float* rstd, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;  // the whole warp leaves together
   const I* x = inp + row * C;
-  const T* dy = dout + row * C;
+  const D* dy = dout + row * C;
   const float m = mean[row], s = rstd[row];
 
   float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
@@ -103,7 +104,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t c = lane; c < C; c += kWarpSize) {
     const float xhat = (ToFloat(x[c]) - m) * s;
     const float dn = ToFloat(weight[c]) * ToFloat(dy[c]);
-    dx[c] = FromFloat<T>(ToFloat(dx[c]) + (dn - mean_dn - xhat * mean_dn_xhat) * s);
+    const T v = FromFloat<T>(ToFloat(dx[c]) + (dn - mean_dn - xhat * mean_dn_xhat) * s);
+    dx[c] = v;
+    if (copy != nullptr) copy[row * C + c] = FromFloat<D>(ToFloat(v));
   }
 }
 
@@ -169,11 +172,12 @@ int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C) {
   return 2 * Groups(N) * C;
 }
 
-template <typename T, typename I>
-void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const I* inp, const T* weight,
-                       const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
+template <typename T, typename I, typename D>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* dout, const I* inp, const T* weight,
+                       const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream, D* dinp_copy) {
   if (N <= 0 || C <= 0) return;
-  LayerNormBackwardRowsKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  LayerNormBackwardRowsKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dinp_copy, dout, inp, weight, mean, rstd,
+                                                                      N, C);
   CheckLaunch("LayerNormBackward (dinp)");
 
   const int64_t groups = Groups(N);
@@ -188,7 +192,7 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* d
   template void LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t,        \
                                     cudaStream_t);                                                             \
   template void LayerNormBackward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*,           \
-                                     const float*, int64_t, int64_t, cudaStream_t);                             \
+                                     const float*, int64_t, int64_t, cudaStream_t, T*);                         \
   template void ResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*,   \
                                             int64_t, int64_t, cudaStream_t);
 PSTAR_LAYERNORM(float)
@@ -202,7 +206,10 @@ PSTAR_LAYERNORM(fp16)
                                                    const H*, int64_t, int64_t, cudaStream_t);                  \
   template void LayerNormBackward<float, H>(float*, float*, float*, float*, const float*, const H*,             \
                                             const float*, const float*, const float*, int64_t, int64_t,        \
-                                            cudaStream_t);
+                                            cudaStream_t, float*);                                             \
+  template void LayerNormBackward<float, H, H>(float*, float*, float*, float*, const H*, const H*,             \
+                                               const float*, const float*, const float*, int64_t, int64_t,     \
+                                               cudaStream_t, H*);
 PSTAR_LAYERNORM_MIXED(bf16)
 PSTAR_LAYERNORM_MIXED(fp16)
 #undef PSTAR_LAYERNORM_MIXED

@@ -27,10 +27,13 @@ int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C);
 // dinp += ..., dweight += ..., dbias += ... (accumulating). Deterministic: the
 // weight and bias sums are fixed-order partials, no atomics. inp may be
 // 16-bit where the rest is fp32 (I = bf16 or fp16 for T = float: a 16-bit
-// run's residual stream, fp32 gradients).
-template <typename T, typename I = T>
-void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const I* inp,
+// run's residual stream, fp32 gradients), and so may dout (D: a 16-bit run's
+// activation gradients), read widened. With dinp_copy, dinp's new values
+// rounded to D are written there as well, in the same pass (the 16-bit
+// operand of the next linear layer's backward).
+template <typename T, typename I = T, typename D = T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* dout, const I* inp,
                        const T* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                       cudaStream_t stream);
+                       cudaStream_t stream, D* dinp_copy = nullptr);
 
 }  // namespace pstar::kernels::cuda

@@ -118,8 +118,8 @@ __global__ void BroadcastRows(T* out, const T* bias, int64_t N, int64_t OC) {
 constexpr int kColumnTile = 32;
 constexpr int kRowPhases = 32;
 
-template <typename T>
-__global__ void AddColumnSums(T* acc, const T* m, int64_t N, int64_t C) {
+template <typename T, typename M>
+__global__ void AddColumnSums(T* acc, const M* m, int64_t N, int64_t C) {
   __shared__ float partial[kRowPhases][kColumnTile];
   const int64_t c = int64_t(blockIdx.x) * kColumnTile + threadIdx.x;
   float sum = 0.0f;
@@ -329,8 +329,8 @@ void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T
                        stream);  // (OC, C)
 }
 
-template <typename TO>
-void AddBiasGradient(TO* dbias, const TO* dout, int64_t N, int64_t OC, cudaStream_t stream) {
+template <typename TO, typename TD>
+void AddBiasGradient(TO* dbias, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream) {
   if (OC <= 0) return;
   const dim3 block(kColumnTile, kRowPhases);
   AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
@@ -348,9 +348,11 @@ PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, bf16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, fp16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, float)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, float)
-template void AddBiasGradient<float>(float*, const float*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<bf16>(bf16*, const bf16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<fp16>(fp16*, const fp16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, float>(float*, const float*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<bf16, bf16>(bf16*, const bf16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<fp16, fp16>(fp16*, const fp16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, bf16>(float*, const bf16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, fp16>(float*, const fp16*, int64_t, int64_t, cudaStream_t);
 
 #undef PSTAR_INSTANTIATE_BACKWARD_PIECES
 
@@ -359,9 +361,7 @@ namespace {
 // The linear layer for operands of type T and outputs, bias and gradients of
 // type TO (T itself, or fp32 for mixed precision). The bias is the GEMM's
 // epilogue, or, where that is not offered, goes into out first and the GEMM
-// adds to it: either way bias + x.w is rounded once, as on the CPU. The bias
-// gradient sums `dout`; the GEMMs read `dout_gemm` (dout itself, or its
-// 16-bit copy).
+// adds to it: either way bias + x.w is rounded once, as on the CPU.
 template <typename T, typename TO>
 void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, const TO* bias, int64_t N,
                    int64_t C, int64_t OC, cudaStream_t stream) {
@@ -380,12 +380,12 @@ void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, co
   GemmAnyOutput<T, TO>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, beta, out, OC, 0, 1, stream);
 }
 
-template <typename T, typename TO>
-void LinearBackward(BlasContext& blas, TO* dinp, TO* dweight, TO* dbias, const TO* dout, const T* dout_gemm,
-                    const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
-  MatmulBackwardInput<T, TO>(blas, dinp, dout_gemm, weight, N, C, OC, stream);
-  MatmulBackwardWeight<T, TO>(blas, dweight, dout_gemm, inp, N, C, OC, stream);
-  if (dbias != nullptr) AddBiasGradient<TO>(dbias, dout, N, OC, stream);
+template <typename T>
+void LinearBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                    int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  MatmulBackwardInput<T, T>(blas, dinp, dout, weight, N, C, OC, stream);
+  MatmulBackwardWeight<T, T>(blas, dweight, dout, inp, N, C, OC, stream);
+  if (dbias != nullptr) AddBiasGradient<T, T>(dbias, dout, N, OC, stream);
 }
 
 }  // namespace
@@ -399,7 +399,7 @@ void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, con
 template <typename T>
 void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                     const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
-  LinearBackward<T, T>(blas, dinp, dweight, dbias, dout, dout, inp, weight, N, C, OC, stream);
+  LinearBackward<T>(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream);
 }
 
 template <typename T>
@@ -408,21 +408,10 @@ void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* we
   LinearForward<T, float>(blas, out, inp, weight, bias, N, C, OC, stream);
 }
 
-template <typename T>
-void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                         const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
-                         cudaStream_t stream) {
-  LinearBackward<T, float>(blas, dinp, dweight, dbias, dout, dout_low, inp, weight, N, C, OC, stream);
-}
-
 template void MatmulForwardMixed<bf16>(BlasContext&, float*, const bf16*, const bf16*, const float*, int64_t,
                                        int64_t, int64_t, cudaStream_t);
 template void MatmulForwardMixed<fp16>(BlasContext&, float*, const fp16*, const fp16*, const float*, int64_t,
                                        int64_t, int64_t, cudaStream_t);
-template void MatmulBackwardMixed<bf16>(BlasContext&, float*, float*, float*, const float*, const bf16*,
-                                        const bf16*, const bf16*, int64_t, int64_t, int64_t, cudaStream_t);
-template void MatmulBackwardMixed<fp16>(BlasContext&, float*, float*, float*, const float*, const fp16*,
-                                        const fp16*, const fp16*, int64_t, int64_t, int64_t, cudaStream_t);
 
 #define PSTAR_INSTANTIATE_MATMUL(T)                                                                          \
   template void Gemm<T>(BlasContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t,       \

@@ -95,24 +95,19 @@ template <typename T>
 void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* weight, const float* bias, int64_t N,
                         int64_t C, int64_t OC, cudaStream_t stream);
 
-// dinp = dout_low @ weight (overwritten); dweight += dout_low^T @ inp; dbias +=
-// colsum(dout), from the fp32 dout. dout_low is dout rounded to T.
-template <typename T>
-void MatmulBackwardMixed(BlasContext& blas, float* dinp, float* dweight, float* dbias, const float* dout,
-                         const T* dout_low, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC,
-                         cudaStream_t stream);
-
 // The pieces of the backwards above, for callers that time them apart:
 // dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
 // colsum(dout) in a fixed order. T is the GEMM operands' type and TO the
-// outputs' (T, or fp32 for mixed precision).
+// outputs' (T, or fp32 for mixed precision); the bias gradient's dout (TD)
+// may be 16-bit where the gradient is fp32 (a 16-bit run's activation
+// gradients, summed in fp32).
 template <typename T, typename TO>
 void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* weight, int64_t N, int64_t C,
                          int64_t OC, cudaStream_t stream);
 template <typename T, typename TO>
 void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
                           int64_t OC, cudaStream_t stream);
-template <typename TO>
-void AddBiasGradient(TO* dbias, const TO* dout, int64_t N, int64_t OC, cudaStream_t stream);
+template <typename TO, typename TD = TO>
+void AddBiasGradient(TO* dbias, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

@@ -111,12 +111,31 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(out, inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
     k::LayerNormForward(out.f32, mean, rstd, inp.f32, w, bi, N, C);
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
+  // A 16-bit dout is widened exactly, the fp32 kernel runs, and the copy is
+  // dinp's new values rounded: the GPU kernel's arithmetic in one pass.
+  void LayerNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, float* dbias, ActTensor dout,
+                         ActTensor inp, Param weight, const float* mean, const float* rstd, int64_t N,
+                         int64_t C) override {
+    const float* w = weight.f32;
+    const float* dy = dout.f32;
+    if (precision_ != Precision::kFp32) {
+      OpScope cast(timer(), ProfileOp::kCast);
+      w = Wide(weight, C, norm_weight_);
+      dy = GradIn(dout, N * C, dout_);
+    }
     OpScope op(timer(), ProfileOp::kLayerNormBackward);
-    const float* w = Wide(weight, C, norm_weight_);
-    if (Is16(inp)) return k::LayerNormBackward(dinp, dweight, dbias, dout, inp.h16, bf16(), w, mean, rstd, N, C);
-    k::LayerNormBackward(dinp, dweight, dbias, dout, inp.f32, w, mean, rstd, N, C);
+    if (Is16(inp)) {
+      k::LayerNormBackward(dinp, dweight, dbias, dy, inp.h16, bf16(), w, mean, rstd, N, C);
+    } else {
+      k::LayerNormBackward(dinp, dweight, dbias, dy, inp.f32, w, mean, rstd, N, C);
+    }
+    if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) {
+      if (!Is16(dinp_copy)) {
+        std::memcpy(dinp_copy.f32, dinp, size_t(N * C) * sizeof(float));
+      } else {
+        NarrowInto(dinp, N * C, dinp_copy.h16);
+      }
+    }
   }
   void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
@@ -142,33 +161,32 @@ class CpuModelKernels final : public ModelKernels {
     NarrowInto(out_.data(), N * OC, out.h16);
   }
   // The same GEMMs as kernels::cpu::MatmulBackward, one at a time so the
-  // profile sees each.
-  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
+  // profile sees each. In a 16-bit run dout is 16-bit (widened exactly) and
+  // dinp is computed in fp32 and rounded once, as the GPU's GEMM rounds its
+  // accumulator.
+  void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
+    const bool half = Is16(dinp, dout, inp);
     const float* x = inp.f32;
     const float* w = nullptr;
     const float* d = dout.f32;
-    // The bias gradient sums the fp32 dout (a 16-bit one widened), as on the GPU.
-    const float* dsum = dout.f32;
-    if (Is16(inp)) {
+    float* dx = dinp.f32;
+    if (half) {
       OpScope cast(timer(), ProfileOp::kCast);
       WidenInto(inp.h16, N * C, inp_);
       w = Operand(weight, OC * C);
-      if (dout.h16 != nullptr) {
-        WidenInto(dout.h16, N * OC, dout_);
-        dsum = dout_.data();
-      } else {
-        RoundTo(precision_, dout.f32, N * OC, dout_);
-      }
+      WidenInto(dout.h16, N * OC, dout_);
       x = inp_.data();
       d = dout_.data();
+      grad_.resize(size_t(N * C));
+      dx = grad_.data();
     } else {
-      if (dout.f32 == nullptr) Misuse("a 16-bit dout in an fp32 run");
       w = Fp32(weight);
     }
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
-      k::Gemm(false, false, N, C, OC, 1.0f, d, OC, w, C, 0.0f, dinp, C);
+      k::Gemm(false, false, N, C, OC, 1.0f, d, OC, w, C, 0.0f, dx, C);
+      if (half) NarrowInto(dx, N * C, dinp.h16);
     }
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
@@ -176,7 +194,7 @@ class CpuModelKernels final : public ModelKernels {
     }
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
-      k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return dsum[n * OC + j]; });
+      k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return d[n * OC + j]; });
     }
   }
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
@@ -185,21 +203,29 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(out, qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
     k::AttentionForward(out.f32, lse, qkv.f32, B, T, C, NH);
   }
-  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
+  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
-    if (Is16(out, qkv)) return k::AttentionBackward(dqkv, dout, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
-    k::AttentionBackward(dqkv, dout, qkv.f32, out.f32, lse, B, T, C, NH);
+    if (!Is16(dqkv, dout, qkv, out)) return k::AttentionBackward(dqkv.f32, dout.f32, qkv.f32, out.f32, lse, B, T, C, NH);
+    // 16-bit gradients: dout widened exactly, dqkv computed in fp32 and
+    // rounded once.
+    const float* dy = GradIn(dout, B * T * C, dout_);
+    grad_.resize(size_t(3 * B * T * C));
+    k::AttentionBackward(grad_.data(), dy, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
+    NarrowInto(grad_.data(), 3 * B * T * C, dqkv.h16);
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluForward);
     if (Is16(out, inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);
     k::GeluForward(out.f32, inp.f32, n);
   }
-  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
+  void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluBackward);
-    if (Is16(inp)) return k::GeluBackward(dinp, inp.h16, bf16(), dout, n);
-    k::GeluBackward(dinp, inp.f32, dout, n);
+    if (!Is16(dinp, inp, dout)) return k::GeluBackward(dinp.f32, inp.f32, dout.f32, n);
+    const float* dy = GradIn(dout, n, dout_);
+    grad_.resize(size_t(n));
+    k::GeluBackward(grad_.data(), inp.h16, bf16(), dy, n);
+    NarrowInto(grad_.data(), n, dinp.h16);
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
     OpScope op(timer(), ProfileOp::kResidual);
@@ -240,6 +266,12 @@ class CpuModelKernels final : public ModelKernels {
       for (int64_t i = 0; i < n; ++i) out[i] = kernels::FloatToHalf(x[i]);
     }
   }
+  // An activation gradient as fp32: itself, or its 16 bits widened into `buf`.
+  const float* GradIn(ActTensor g, int64_t n, std::vector<float>& buf) const {
+    if (!Is16(g)) return g.f32;
+    WidenInto(g.h16, n, buf);
+    return buf.data();
+  }
   // n 16-bit values widened into `out`.
   void WidenInto(const uint16_t* x, int64_t n, std::vector<float>& out) const {
     out.resize(size_t(n));
@@ -279,6 +311,7 @@ class CpuModelKernels final : public ModelKernels {
   double loss_sum_ = 0.0;
   std::vector<float> inp_, weight_, dout_;  // rounded operands, reused between calls
   std::vector<float> out_;  // a GEMM's fp32 output before it is rounded
+  std::vector<float> grad_;  // an fp32 activation gradient before it is rounded
   std::vector<float> bias_, norm_weight_, norm_bias_;  // widened 16-bit params
 };
 

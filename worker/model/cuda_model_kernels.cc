@@ -175,20 +175,27 @@ class CudaModelKernels final : public ModelKernels {
   }
   // The gradients are fp32: the 16-bit weight is widened, the 16-bit input
   // read as it is.
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                         Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
+  // The gradients of the weight and bias are fp32 (the 16-bit weight is
+  // widened), the 16-bit input is read as it is; in a 16-bit run dout is
+  // 16-bit and the kernel writes dinp's 16-bit copy in the same pass.
+  void LayerNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, float* dbias, ActTensor dout,
+                         ActTensor inp, Param weight, const float* mean, const float* rstd, int64_t N,
+                         int64_t C) override {
     // The widened weight after the partial sums.
     int64_t offset = Aligned(kc::LayerNormBackwardScratchElements(N, C) * int64_t(sizeof(float)));
     Need(offset, "LayerNormBackward");
     const float* w = Wide(weight, C, offset, "LayerNormBackward");
     OpScope op(timer(), ProfileOp::kLayerNormBackward);
     if (precision_ == Precision::kFp32) {
-      return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, As<float>(inp), w, mean, rstd, N, C,
-                                   stream_);
+      if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) Internal("an fp32 run's LayerNorm gradient copy");
+      return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), As<float>(dout), As<float>(inp), w, mean,
+                                   rstd, N, C, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), dout, As<H>(inp), w, mean, rstd, N, C, stream_);
+      H* copy = dinp_copy.h16 != nullptr ? As<H>(dinp_copy) : nullptr;
+      kc::LayerNormBackward<float, H, H>(dinp, dweight, dbias, Shared<float>(), As<H>(dout), As<H>(inp), w, mean,
+                                         rstd, N, C, stream_, copy);
     });
   }
   // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:
@@ -210,32 +217,18 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   // dinp, dweight and the bias gradient as three timed pieces (the same
-  // kernels as kc::MatmulBackward). In a 16-bit run an fp32 dout is cast
-  // first and the GEMMs read the cast, the bias gradient the fp32 dout; a
-  // 16-bit dout (the classifier's dlogits) is read as it is.
-  void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
+  // kernels as kc::MatmulBackward). In a 16-bit run dout and dinp are 16-bit
+  // (the GEMMs read and write them as they are, no cast) and the weight and
+  // bias gradients fp32.
+  void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     if (precision_ == Precision::kFp32) {
-      return LinearBackward<float>(role, dinp, dweight, dbias, As<float>(dout), As<float>(dout), As<float>(inp),
+      return LinearBackward<float>(role, As<float>(dinp), dweight, dbias, As<float>(dout), As<float>(inp),
                                    weight.f32, N, C, OC);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      if (dout.h16 != nullptr) {
-        if (dbias != nullptr) {
-          std::fprintf(stderr, "pstar: internal error: a bias gradient from a 16-bit dout on the GPU\n");
-          std::abort();
-        }
-        return LinearBackward<H>(role, dinp, dweight, nullptr, nullptr, As<H>(dout), As<H>(inp), Half<H>(weight),
-                                 N, C, OC);
-      }
-      int64_t offset = 0;
-      H* dout_low = Piece<H>(offset, N * OC, "MatmulBackward");
-      {
-        OpScope op(timer(), ProfileOp::kCast);
-        kc::Convert<H, float>(dout_low, dout.f32, N * OC, stream_);
-      }
-      LinearBackward<H>(role, dinp, dweight, dbias, dout.f32, dout_low, As<H>(inp), Half<H>(weight), N, C, OC);
+      LinearBackward<H>(role, As<H>(dinp), dweight, dbias, As<H>(dout), As<H>(inp), Half<H>(weight), N, C, OC);
     });
   }
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
@@ -251,17 +244,18 @@ class CudaModelKernels final : public ModelKernels {
       kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_);
     });
   }
-  void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
+  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionBackward(dqkv, s, dout, As<float>(qkv), As<float>(out), lse, B, T, C, NH, stream_);
+      return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, B, T, C,
+                                   NH, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionBackward(dqkv, s, dout, As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_);
+      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_);
     });
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
@@ -272,12 +266,14 @@ class CudaModelKernels final : public ModelKernels {
       kc::GeluForward(As<H>(out), As<H>(inp), n, stream_);
     });
   }
-  void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) override {
+  void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluBackward);
-    if (precision_ == Precision::kFp32) return kc::GeluBackward(dinp, As<float>(inp), dout, n, stream_);
+    if (precision_ == Precision::kFp32) {
+      return kc::GeluBackward(As<float>(dinp), As<float>(inp), As<float>(dout), n, stream_);
+    }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::GeluBackward(dinp, As<H>(inp), dout, n, stream_);
+      kc::GeluBackward<H, H>(As<H>(dinp), As<H>(inp), As<H>(dout), n, stream_);
     });
   }
   void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) override {
@@ -370,22 +366,27 @@ class CudaModelKernels final : public ModelKernels {
     OpScope op(timer(), GemmOp(role, GemmPass::kForward));
     kc::MatmulForwardMixed<T>(blas_, out, As<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
-  // The GEMMs read dout_gemm (T); the bias gradient sums the fp32 dout.
+  // dinp and dout in T (fp32, or the run's 16-bit type), the weight and
+  // bias gradients fp32; the bias gradient sums dout.
   template <typename T>
-  void LinearBackward(LinearRole role, float* dinp, float* dweight, float* dbias, const float* dout,
-                      const T* dout_gemm, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC) {
+  void LinearBackward(LinearRole role, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                      const T* weight, int64_t N, int64_t C, int64_t OC) {
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
-      kc::MatmulBackwardInput<T, float>(blas_, dinp, dout_gemm, weight, N, C, OC, stream_);
+      kc::MatmulBackwardInput<T, T>(blas_, dinp, dout, weight, N, C, OC, stream_);
     }
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
-      kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout_gemm, inp, N, C, OC, stream_);
+      kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout, inp, N, C, OC, stream_);
     }
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
-      kc::AddBiasGradient<float>(dbias, dout, N, OC, stream_);
+      kc::AddBiasGradient<float, T>(dbias, dout, N, OC, stream_);
     }
+  }
+  [[noreturn]] static void Internal(const char* what) {
+    std::fprintf(stderr, "pstar: internal error: %s\n", what);
+    std::abort();
   }
   // The planner's KernelScratchBytes must cover every kernel's need.
   void Need(int64_t bytes, const char* op) const {

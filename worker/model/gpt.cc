@@ -223,9 +223,11 @@ void Gpt::Lay(Alloc&& alloc) {
   a.tmp = f(BTC);
   a.fch_gelu = g(4 * BTC);
   a.dres = f(BTC);
-  a.dtmp = f(BTC);
-  a.dqkv = f(3 * BTC);
-  a.dfch = f(4 * BTC);
+  a.dres16 = compute_.precision == Precision::kFp32 ? ActTensor{} : g(BTC);
+  a.dres_gemm = compute_.precision == Precision::kFp32 ? ActTensor{a.dres} : a.dres16;
+  a.dtmp = g(BTC);
+  a.dqkv = g(3 * BTC);
+  a.dfch = g(4 * BTC);
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
   const int64_t scratch = KernelScratchBytes(compute_, config_, B_, T_);
@@ -299,34 +301,34 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
     kernels_->MatmulBackward(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b),
-                             ActTensor{g.dres}, g.fch_gelu, P(u, t.fc_proj_w), BT, 4 * C, C);
+                             g.dres_gemm, g.fch_gelu, P(u, t.fc_proj_w), BT, 4 * C, C);
   }
   kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), ActTensor{g.dfch}, a.ln2,
+    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2,
                              P(u, t.fc_w), BT, C, 4 * C);
   }
   {
     auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, P(u, t.ln2_w),
-                         a.ln2_mean, a.ln2_rstd, BT, C);
+    kernels_->LayerNormBackward(g.dres, g.dres16, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, P(u, t.ln2_w),
+                                a.ln2_mean, a.ln2_rstd, BT, C);
   }
   {
     auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
     kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b),
-                             ActTensor{g.dres}, a.atty, P(u, t.attn_proj_w), BT, C, C);
+                             g.dres_gemm, a.atty, P(u, t.attn_proj_w), BT, C, C);
   }
   kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
   {
     auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), ActTensor{g.dqkv}, a.ln1,
+    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1,
                              P(u, t.qkv_w), BT, C, 3 * C);
   }
   {
     auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, P(u, t.ln1_w),
-                         a.ln1_mean, a.ln1_rstd, BT, C);
+    kernels_->LayerNormBackward(g.dres, g.dres16, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, P(u, t.ln1_w),
+                                a.ln1_mean, a.ln1_rstd, BT, C);
   }
 }
 
@@ -406,7 +408,7 @@ void Gpt::Backward() {
         const int64_t n = std::min(R, BT - r0);
         kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
         kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
-        kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp + r0 * C, u.grad(wte_), nullptr, a.logits,
+        kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(wte_), nullptr, a.logits,
                                  a.lnf.At(r0 * C), P(u, wte_), n, C, Vp);
       }
     }
@@ -415,8 +417,8 @@ void Gpt::Backward() {
   kernels_->Zero(a.dres, BT * C);
   {
     auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);
-    kernels_->LayerNormBackward(a.dres, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
-                         P(u, lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
+    kernels_->LayerNormBackward(a.dres, a.dres16, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
+                                P(u, lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     // The shared block set still holds the last layer from the forward pass.

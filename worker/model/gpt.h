@@ -98,7 +98,13 @@ class Gpt {
     // from its fch (cheaper than keeping 4C per token per layer).
     ActTensor fch_gelu;
     // Backward workspaces, reused by every layer.
-    float *dres, *dtmp, *dqkv, *dfch;
+    // The residual stream's gradient (fp32: every layer adds to it), and in a
+    // 16-bit run its 16-bit copy, the operand of the GEMMs that read it
+    // (LayerNormBackward writes both; in an fp32 run dres_gemm is dres). The
+    // other activation gradients are in the run's activation format.
+    float* dres;
+    ActTensor dres16, dres_gemm;
+    ActTensor dtmp, dqkv, dfch;
     int32_t *tokens, *targets;
     void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };

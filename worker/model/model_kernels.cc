@@ -86,15 +86,10 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? aligned(C * 4) : 0);
   const int64_t encoder = (4 * BT + 2) * 4;        // sort keys for a power of two >= B*T
   const int64_t reduce = 4096 * 8;                 // the reductions' partials (doubles)
-  // A 16-bit linear layer: an fp32 dout rounded (the weight and the input,
-  // ActTensors, are 16-bit already) and the bias widened, in 256-byte
-  // aligned pieces; the largest output width of the model. The classifier's
-  // dlogits are 16-bit already: no cast.
-  int64_t casts = 0;
-  if (half) {
-    auto piece = [&](int64_t elems) { return aligned(elems * 2); };
-    for (int64_t out : {3 * C, C, 4 * C}) casts = std::max(casts, piece(BT * out) + aligned(out * 4));
-  }
+  // A 16-bit linear layer with an fp32 output (the projections' workspace)
+  // widens its 16-bit bias into a 256-byte aligned piece; nothing else is
+  // cast (the activations and their gradients are 16-bit already).
+  const int64_t casts = half ? aligned(4 * C * 4) : 0;
   return 256 + std::max({attention, layernorm, encoder, reduce, casts});
 }
 

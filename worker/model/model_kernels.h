@@ -65,6 +65,13 @@ struct ActTensor {
   }
 };
 
+// The gradients of activations (dout and dinp of the backward ops) are
+// ActTensors in the run's format too: fp32 in an fp32 run, 16 bits in a
+// 16-bit run, so no linear layer widens or narrows its dout. The one
+// exception is the residual stream's gradient, which every layer adds to:
+// fp32 (LayerNormBackward's dinp, EncoderBackward's dout), with a 16-bit copy
+// written beside it for the GEMMs that read it.
+
 // Where and how the model computes.
 struct ComputeSpec {
   ComputeDevice device = ComputeDevice::kCpu;
@@ -128,26 +135,32 @@ class ModelKernels {
   // b is a projection's fp32 output. The profiler counts it as a LayerNorm.
   virtual void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a,
                                         const float* b, Param weight, Param bias, int64_t N, int64_t C) = 0;
-  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, ActTensor inp,
-                                 Param weight, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+  // dinp (fp32: the residual stream's gradient, accumulated across layers)
+  // += ...; with `dinp_copy` (an ActTensor, or empty), dinp's new values
+  // rounded to the run's format too, in the same pass: the operand of the
+  // next linear layer's backward GEMMs. dout is an activation gradient.
+  virtual void LayerNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, float* dbias, ActTensor dout,
+                                 ActTensor inp, Param weight, const float* mean, const float* rstd, int64_t N,
+                                 int64_t C) = 0;
   // out is an ActTensor in the run's format (qkv, the MLP's pre-activation)
   // or, in any run, fp32 (the projections' workspace, the logits).
   // `role` names the layer for the profile (GemmOp rows).
   virtual void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N,
                              int64_t C, int64_t OC) = 0;
-  // dout is fp32 in any run, or in a 16-bit run 16 bits (the classifier's
-  // dlogits): the GEMMs then read it as it is, with no cast.
-  virtual void MatmulBackward(LinearRole role, float* dinp, float* dweight, float* dbias, ActTensor dout,
+  // dinp and dout are activation gradients: the GEMMs read dout as it is
+  // and write dinp in the run's format, with no cast; the weight and bias
+  // gradients (chunks) are fp32 and accumulate.
+  virtual void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
                               ActTensor inp, Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse
   // (B, NH, T) is what forward keeps besides out, and backward reads both.
   virtual void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
                                 int64_t NH) = 0;
-  virtual void AttentionBackward(float* dqkv, const float* dout, ActTensor qkv, ActTensor out, const float* lse,
+  virtual void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
                                  int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
   virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;
   // dinp may alias dout.
-  virtual void GeluBackward(float* dinp, ActTensor inp, const float* dout, int64_t n) = 0;
+  virtual void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) = 0;
   // out = a + b, b a projection's fp32 output; out may alias a.
   virtual void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) = 0;
   // The classifier's softmax cross-entropy in one pass (kernels/classifier.h):
@@ -169,8 +182,9 @@ class ModelKernels {
 // and the loss scaler run, and are tested, on any machine. 16-bit params and
 // ActTensors are widened as they are read; fp32 params in a 16-bit precision
 // are rounded where the GPU would multiply them in 16 bits. A 16-bit
-// precision takes 16-bit ActTensors only, an fp32 one fp32 only (except
-// MatmulForward's output, fp32 in any run where it is a workspace).
+// precision takes 16-bit ActTensors (activations and their gradients) only,
+// an fp32 one fp32 only (except MatmulForward's output, fp32 in any run
+// where it is a workspace).
 std::unique_ptr<ModelKernels> MakeCpuModelKernels(Precision precision = Precision::kFp32);
 
 // The CUDA kernels on `compute_stream` (a cudaStream_t) of the current

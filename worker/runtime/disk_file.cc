@@ -142,9 +142,16 @@ void DiskFile::Serve() {
 }
 
 Status DiskFile::Transfer(const Piece& piece) const {
+  // Checked before every piece, reads and writes alike: a write past a
+  // truncation would extend the file again over a hole, whose reads return
+  // zeros instead of failing.
   struct stat st;
-  if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
-    return Status::DataLoss("disk tier: " + path_ + " was deleted under the run");
+  if (::fstat(fd_, &st) == 0) {
+    if (st.st_nlink == 0) return Status::DataLoss("disk tier: " + path_ + " was deleted under the run");
+    if (int64_t(st.st_size) < bytes_) {
+      return Status::DataLoss("disk tier: " + path_ + " holds " + std::to_string(st.st_size) + " bytes (it should hold " +
+                              std::to_string(bytes_) + "): truncated under the run");
+    }
   }
   int64_t done = 0;
   while (done < piece.bytes) {

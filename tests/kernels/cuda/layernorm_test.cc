@@ -175,3 +175,45 @@ TYPED_TEST(CudaLayerNormTest, BackwardIsDeterministic) {
 
 }  // namespace
 }  // namespace pstar::test
+
+namespace pstar::test {
+namespace {
+
+// A 16-bit run's backward: fp32 dinp (accumulated), weight and bias
+// gradients; 16-bit dout and inp read widened; and dinp's new values rounded
+// to 16 bits into the copy, in the same pass.
+template <typename H>
+void CheckSixteenBitGradients() {
+  std::mt19937 rng(54);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
+    const BackwardCase c = BackwardCase::Make<H>(s, rng);
+    DeviceBuffer<H> dx(ToElements<H>(c.x)), ddout(ToElements<H>(c.dout)), dcopy(s.N * s.C);
+    DeviceBuffer<float> dw(c.w), ddinp(c.start.dinp), ddw(c.start.dweight), ddb(c.start.dbias), dmean(c.mean),
+        drstd(c.rstd), scratch(cuda::LayerNormBackwardScratchElements(s.N, s.C));
+    cuda::LayerNormBackward<float, H, H>(ddinp.get(), ddw.get(), ddb.get(), scratch.get(), ddout.get(), dx.get(),
+                                         dw.get(), dmean.get(), drstd.get(), s.N, s.C, kStream, dcopy.get());
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    Grads want = c.start;
+    cpu::LayerNormBackward(want.dinp.data(), want.dweight.data(), want.dbias.data(), c.dout.data(), c.x.data(),
+                           c.w.data(), c.mean.data(), c.rstd.data(), s.N, s.C);
+    const std::vector<float> dinp = ddinp.Download();
+    EXPECT_TRUE(AllClose(dinp, want.dinp, Element<float>::kTolerance)) << "dinp";
+    EXPECT_TRUE(AllClose(ddw.Download(), want.dweight, Element<float>::kTolerance)) << "dweight";
+    EXPECT_TRUE(AllClose(ddb.Download(), want.dbias, Element<float>::kTolerance)) << "dbias";
+    EXPECT_EQ(ToFloats(dcopy.Download()), ToFloats(ToElements<H>(dinp))) << "the copy is dinp rounded";
+  }
+}
+
+TEST(CudaLayerNormSixteenBitGradients, Bf16DoutAndCopyMatchTheCpu) {
+  PSTAR_REQUIRE_GPU();
+  CheckSixteenBitGradients<cuda::bf16>();
+}
+
+TEST(CudaLayerNormSixteenBitGradients, Fp16DoutAndCopyMatchTheCpu) {
+  PSTAR_REQUIRE_GPU();
+  CheckSixteenBitGradients<cuda::fp16>();
+}
+
+}  // namespace
+}  // namespace pstar::test

@@ -318,7 +318,11 @@ TYPED_TEST(CudaMixedMatmulTest, ForwardMatchesCpuOnTheRoundedOperands) {
   }
 }
 
-TYPED_TEST(CudaMixedMatmulTest, BackwardMatchesCpuOnTheRoundedOperands) {
+// A 16-bit run's backward, as the model runs it in pieces: dout and dinp in
+// T (dinp = the GEMM's fp32 accumulator rounded once), the weight and bias
+// gradients fp32 and accumulating, the bias gradient summing the 16-bit
+// dout.
+TYPED_TEST(CudaMixedMatmulTest, BackwardPiecesMatchCpuOnTheRoundedOperands) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
   std::mt19937 rng(32);
@@ -327,24 +331,20 @@ TYPED_TEST(CudaMixedMatmulTest, BackwardMatchesCpuOnTheRoundedOperands) {
     SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
     const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
     const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 0.5f);
-    // dout in fp32 (the bias gradient sums it) and rounded (the GEMMs read it).
-    const auto dy = RandomValues<float>(size_t(s.N * s.OC), rng);
-    const auto dy_low = ToFloats(ToElements<T>(dy));
+    const auto dy = RandomValues<T>(size_t(s.N * s.OC), rng);
     std::vector<float> dx(size_t(s.N * s.C), std::numeric_limits<float>::quiet_NaN());
     auto dw = RandomValues<float>(size_t(s.OC * s.C), rng);
     auto dbias = RandomValues<float>(size_t(s.OC), rng);
-    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy_low(ToElements<T>(dy));
-    DeviceBuffer<float> d_dy(dy), d_dx(dx), d_dw(dw), d_dbias(dbias);
-    cuda::MatmulBackwardMixed<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_dy_low.get(), d_x.get(),
-                                 d_w.get(), s.N, s.C, s.OC, kStream);
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dx(ToElements<T>(dx));
+    DeviceBuffer<float> d_dw(dw), d_dbias(dbias);
+    cuda::MatmulBackwardInput<T, T>(blas, d_dx.get(), d_dy.get(), d_w.get(), s.N, s.C, s.OC, kStream);
+    cuda::MatmulBackwardWeight<T, float>(blas, d_dw.get(), d_dy.get(), d_x.get(), s.N, s.C, s.OC, kStream);
+    cuda::AddBiasGradient<float, T>(d_dbias.get(), d_dy.get(), s.N, s.OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    cpu::MatmulBackward(dx.data(), dw.data(), nullptr, dy_low.data(), x.data(), w.data(), s.N, s.C, s.OC);
-    for (int64_t n = 0; n < s.N; ++n) {
-      for (int64_t j = 0; j < s.OC; ++j) dbias[size_t(j)] += dy[size_t(n * s.OC + j)];
-    }
-    EXPECT_TRUE(AllClose(d_dx.Download(), dx, Element<float>::kTolerance)) << "dinp";
+    cpu::MatmulBackward(dx.data(), dw.data(), dbias.data(), dy.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    EXPECT_TRUE(AllClose(ToFloats(d_dx.Download()), dx, Element<T>::kTolerance)) << "dinp";
     EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
-    EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias (fp32 dout)";
+    EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias (16-bit dout)";
   }
 }
 
@@ -359,24 +359,21 @@ TYPED_TEST(CudaMixedMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
     const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
     const auto w = RandomValues<T>(size_t(s.OC * s.C), rng, 1.0f / std::sqrt(float(s.C)));
     const auto bias = RandomValues<float>(size_t(s.OC), rng);
-    const auto dy = RandomValues<float>(size_t(s.N * s.OC), rng);
-    const auto dy_low = ToFloats(ToElements<T>(dy));
-    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy_low(ToElements<T>(dy));
-    DeviceBuffer<float> d_bias(bias), d_dy(dy), d_out(s.N * s.OC), d_dx(s.N * s.C);
+    const auto dy = RandomValues<T>(size_t(s.N * s.OC), rng);
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dx(s.N * s.C);
+    DeviceBuffer<float> d_bias(bias), d_out(s.N * s.OC);
     DeviceBuffer<float> d_dw(std::vector<float>(size_t(s.OC * s.C), 0.0f)), d_dbias(std::vector<float>(size_t(s.OC), 0.0f));
     cuda::MatmulForwardMixed<T>(blas, d_out.get(), d_x.get(), d_w.get(), d_bias.get(), s.N, s.C, s.OC, kStream);
-    cuda::MatmulBackwardMixed<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_dy_low.get(), d_x.get(),
-                                 d_w.get(), s.N, s.C, s.OC, kStream);
+    cuda::MatmulBackwardInput<T, T>(blas, d_dx.get(), d_dy.get(), d_w.get(), s.N, s.C, s.OC, kStream);
+    cuda::MatmulBackwardWeight<T, float>(blas, d_dw.get(), d_dy.get(), d_x.get(), s.N, s.C, s.OC, kStream);
+    cuda::AddBiasGradient<float, T>(d_dbias.get(), d_dy.get(), s.N, s.OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<float> out(size_t(s.N * s.OC)), dx(size_t(s.N * s.C)), dw(size_t(s.OC * s.C), 0.0f),
         dbias(size_t(s.OC), 0.0f);
     cpu::MatmulForward(out.data(), x.data(), w.data(), bias.data(), s.N, s.C, s.OC);
-    cpu::MatmulBackward(dx.data(), dw.data(), nullptr, dy_low.data(), x.data(), w.data(), s.N, s.C, s.OC);
-    for (int64_t n = 0; n < s.N; ++n) {
-      for (int64_t j = 0; j < s.OC; ++j) dbias[size_t(j)] += dy[size_t(n * s.OC + j)];
-    }
+    cpu::MatmulBackward(dx.data(), dw.data(), dbias.data(), dy.data(), x.data(), w.data(), s.N, s.C, s.OC);
     EXPECT_TRUE(AllClose(d_out.Download(), out, Element<float>::kTolerance)) << "out";
-    EXPECT_TRUE(AllClose(d_dx.Download(), dx, Element<float>::kTolerance)) << "dinp";
+    EXPECT_TRUE(AllClose(ToFloats(d_dx.Download()), dx, Element<T>::kTolerance)) << "dinp";
     EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
     EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias";
   }

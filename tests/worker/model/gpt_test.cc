@@ -210,10 +210,12 @@ TEST(Gpt, ActivationBytesAreLinearInTheSequenceLength) {
           // pre-activation (4): 11 values per token and channel; the L + 1 block
           // inputs, ln_f and the shared GELU output (4). Arena rounding aside.
           const int64_t fp32 = Gpt::ActivationBytes(c.model.gpt, 2, T, recompute, {ComputeDevice::kCpu});
-          // The classifier's logits (ClassifierRows of them) are in 16 bits too.
+          // The classifier's logits (ClassifierRows of them) are in 16 bits
+          // too, and so are the backward workspaces dtmp, dqkv (3) and dfch
+          // (4), less the 16-bit copy of the residual gradient: 7.
           const int64_t L = c.model.gpt.n_layer, kept = recompute ? 1 : L;
           const int64_t logits = ClassifierRows(c.model.gpt, 2 * T) * c.model.gpt.padded_vocab_size();
-          const int64_t halved = 2 * 2 * T * c.model.gpt.n_embd * (11 * kept + (L + 1) + 1 + 4) + 2 * logits;
+          const int64_t halved = 2 * 2 * T * c.model.gpt.n_embd * (11 * kept + (L + 1) + 1 + 4 + 7) + 2 * logits;
           EXPECT_NEAR(double(fp32 - bytes), double(halved), 0.01 * double(halved));
         }
         ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));

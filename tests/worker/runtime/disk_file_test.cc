@@ -90,6 +90,25 @@ TEST(DiskFile, TruncatedOrDeletedUnderTheRunFailsNamingThePath) {
   EXPECT_NE(deleted.message().find("deleted under the run"), std::string::npos) << deleted.message();
 }
 
+// A truncation followed by a write: the write would extend the file again
+// over a hole, and reads below it return zeros; every piece is refused
+// instead, the write first.
+TEST(DiskFile, AWriteAfterATruncationIsRefusedSoNoHoleIsRead) {
+  test::TempDir dir("disk-file-hole");
+  const std::string path = dir.path() + "/homes.bin";
+  const int64_t bytes = 4 * DiskFile::kAlignment;
+  auto file = DiskFile::Create(path, bytes, 1);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  AlignedBuffer buf(DiskFile::kAlignment);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  const Status write = (*file)->Wait((*file)->Write(buf.data, DiskFile::kAlignment, 3 * DiskFile::kAlignment));
+  EXPECT_EQ(write.code(), StatusCode::kDataLoss);
+  EXPECT_NE(write.message().find("truncated under the run"), std::string::npos) << write.message();
+  EXPECT_EQ(std::filesystem::file_size(path), 0u) << "the refused write did not extend the file";
+  const Status read = (*file)->Wait((*file)->Read(buf.data, DiskFile::kAlignment, 0));
+  EXPECT_EQ(read.code(), StatusCode::kDataLoss);
+}
+
 TEST(DiskFile, NoRoomOrNoDirectoryFailsAtCreation) {
   test::TempDir dir("disk-file-room");
   auto missing = DiskFile::Create(dir.path() + "/no/such/dir/homes.bin", DiskFile::kAlignment, 1);
