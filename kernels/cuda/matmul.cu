@@ -110,31 +110,57 @@ __global__ void BroadcastRows(T* out, const T* bias, int64_t N, int64_t OC) {
   if (i < N * OC) out[i] = bias[i % OC];
 }
 
-// acc[c] += sum_n m[n, c] over a row-major (N, C) matrix, in fp32. A block
-// owns kColumnTile adjacent columns (threadIdx.x, so row reads are coalesced);
-// thread y sums rows y, y + kRowPhases, ... in order, then thread y == 0 adds
-// the kRowPhases partials in order of y. The order depends only on N and C,
-// so every run gives the same bits.
+// Column sums of a row-major (N, C) matrix in two passes over the whole GPU,
+// in fp32 and a fixed order: the rows are cut into groups (BiasGroupRows),
+// a block sums one group's rows for kColumnTile adjacent columns (threadIdx.x,
+// so row reads are coalesced; thread y sums rows y, y + kRowPhases, ... of
+// the group in order, then thread y == 0 adds the kRowPhases partials in
+// order of y) into partials[g, c]; then one thread per column adds the
+// groups' partials in group order to acc[c]. The order depends only on N and
+// C, so every run gives the same bits, and (N / group rows) x (C / 32)
+// blocks keep every SM busy where one block per column tile (24 blocks for
+// GPT-2's 768 columns) left most of a large GPU idle.
 constexpr int kColumnTile = 32;
-constexpr int kRowPhases = 32;
+constexpr int kRowPhases = 8;
+constexpr int64_t kMinBiasGroupRows = 64;
+constexpr int64_t kMaxBiasGroups = 256;
 
-template <typename T, typename M>
-__global__ void AddColumnSums(T* acc, const M* m, int64_t N, int64_t C) {
+int64_t BiasGroupRows(int64_t N) {
+  const int64_t spread = (N + kMaxBiasGroups - 1) / kMaxBiasGroups;
+  return spread > kMinBiasGroupRows ? spread : kMinBiasGroupRows;
+}
+
+int64_t BiasGroups(int64_t N) { return N <= 0 ? 0 : (N + BiasGroupRows(N) - 1) / BiasGroupRows(N); }
+
+template <typename M>
+__global__ void ColumnPartialSums(float* partials, const M* m, int64_t N, int64_t C, int64_t group_rows) {
   __shared__ float partial[kRowPhases][kColumnTile];
+  const int64_t g = blockIdx.y;
   const int64_t c = int64_t(blockIdx.x) * kColumnTile + threadIdx.x;
+  const int64_t first = g * group_rows;
+  const int64_t last = first + group_rows < N ? first + group_rows : N;
   float sum = 0.0f;
   if (c < C) {
-    // Unrolled so that a thread has 8 loads in flight; the adds stay in row order.
-#pragma unroll 8
-    for (int64_t n = threadIdx.y; n < N; n += kRowPhases) sum += ToFloat(m[n * C + c]);
+    // Unrolled so that a thread has several loads in flight; the adds stay in row order.
+#pragma unroll 4
+    for (int64_t n = first + threadIdx.y; n < last; n += kRowPhases) sum += ToFloat(m[n * C + c]);
   }
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     float total = 0.0f;
     for (int y = 0; y < kRowPhases; ++y) total += partial[y][threadIdx.x];
-    acc[c] = FromFloat<T>(ToFloat(acc[c]) + total);
+    partials[g * C + c] = total;
   }
+}
+
+template <typename T>
+__global__ void AddColumnTotals(T* acc, const float* partials, int64_t groups, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float total = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) total += partials[g * C + c];
+  acc[c] = FromFloat<T>(ToFloat(acc[c]) + total);
 }
 
 constexpr unsigned kThreads = 256;
@@ -329,12 +355,17 @@ void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T
                        stream);  // (OC, C)
 }
 
+int64_t BiasGradientScratchElements(int64_t N, int64_t OC) { return OC <= 0 ? 0 : BiasGroups(N) * OC; }
+
 template <typename TO, typename TD>
-void AddBiasGradient(TO* dbias, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream) {
-  if (OC <= 0) return;
-  const dim3 block(kColumnTile, kRowPhases);
-  AddColumnSums<<<BlocksFor(OC, kColumnTile), block, 0, stream>>>(dbias, dout, N, OC);
-  CheckLaunch("AddColumnSums");
+void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream) {
+  if (OC <= 0 || N <= 0) return;
+  const int64_t groups = BiasGroups(N);
+  const dim3 grid(BlocksFor(OC, kColumnTile), unsigned(groups));
+  ColumnPartialSums<<<grid, dim3(kColumnTile, kRowPhases), 0, stream>>>(scratch, dout, N, OC, BiasGroupRows(N));
+  CheckLaunch("AddBiasGradient (partials)");
+  AddColumnTotals<<<BlocksFor(OC, kThreads), kThreads, 0, stream>>>(dbias, scratch, groups, OC);
+  CheckLaunch("AddBiasGradient (totals)");
 }
 
 #define PSTAR_INSTANTIATE_BACKWARD_PIECES(T, TO)                                                              \
@@ -348,11 +379,11 @@ PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, bf16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, fp16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, float)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, float)
-template void AddBiasGradient<float, float>(float*, const float*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<bf16, bf16>(bf16*, const bf16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<fp16, fp16>(fp16*, const fp16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<float, bf16>(float*, const bf16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<float, fp16>(float*, const fp16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, float>(float*, float*, const float*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<bf16, bf16>(bf16*, float*, const bf16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<fp16, fp16>(fp16*, float*, const fp16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, bf16>(float*, float*, const bf16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, fp16>(float*, float*, const fp16*, int64_t, int64_t, cudaStream_t);
 
 #undef PSTAR_INSTANTIATE_BACKWARD_PIECES
 
@@ -381,11 +412,11 @@ void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, co
 }
 
 template <typename T>
-void LinearBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                    int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+void LinearBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp,
+                    const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
   MatmulBackwardInput<T, T>(blas, dinp, dout, weight, N, C, OC, stream);
   MatmulBackwardWeight<T, T>(blas, dweight, dout, inp, N, C, OC, stream);
-  if (dbias != nullptr) AddBiasGradient<T, T>(dbias, dout, N, OC, stream);
+  if (dbias != nullptr) AddBiasGradient<T, T>(dbias, scratch, dout, N, OC, stream);
 }
 
 }  // namespace
@@ -397,9 +428,9 @@ void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, con
 }
 
 template <typename T>
-void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp,
                     const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
-  LinearBackward<T>(blas, dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream);
+  LinearBackward<T>(blas, dinp, dweight, dbias, scratch, dout, inp, weight, N, C, OC, stream);
 }
 
 template <typename T>
@@ -421,8 +452,8 @@ template void MatmulForwardMixed<fp16>(BlasContext&, float*, const fp16*, const 
                                       int64_t, int64_t, cudaStream_t);                                       \
   template void MatmulForward<T>(BlasContext&, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,  \
                                  cudaStream_t);                                                              \
-  template void MatmulBackward<T>(BlasContext&, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
-                                  int64_t, cudaStream_t);
+  template void MatmulBackward<T>(BlasContext&, T*, T*, T*, float*, const T*, const T*, const T*, int64_t,   \
+                                  int64_t, int64_t, cudaStream_t);
 
 PSTAR_INSTANTIATE_MATMUL(float)
 PSTAR_INSTANTIATE_MATMUL(bf16)

@@ -82,10 +82,10 @@ void MatmulForward(BlasContext& blas, T* out, const T* inp, const T* weight, con
                    int64_t C, int64_t OC, cudaStream_t stream);
 
 // dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
-// colsum(dout) (dbias may be null). Deterministic: the same inputs give the
-// same bits on every run.
+// colsum(dout) (dbias may be null; scratch holds BiasGradientScratchElements
+// floats). Deterministic: the same inputs give the same bits on every run.
 template <typename T>
-void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+void MatmulBackward(BlasContext& blas, T* dinp, T* dweight, T* dbias, float* scratch, const T* dout, const T* inp,
                     const T* weight, int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
 
 // Mixed precision linear layers: 16-bit operands (T is bf16 or fp16, already
@@ -107,7 +107,11 @@ void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* we
 template <typename T, typename TO>
 void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
                           int64_t OC, cudaStream_t stream);
+// The bias gradient runs over the whole GPU in two passes through `scratch`
+// (BiasGradientScratchElements floats, at most 256 x OC): fixed-order
+// partial sums of row groups, then their totals in group order.
+int64_t BiasGradientScratchElements(int64_t N, int64_t OC);
 template <typename TO, typename TD = TO>
-void AddBiasGradient(TO* dbias, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream);
+void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

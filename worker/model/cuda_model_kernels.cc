@@ -381,7 +381,8 @@ class CudaModelKernels final : public ModelKernels {
     }
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
-      kc::AddBiasGradient<float, T>(dbias, dout, N, OC, stream_);
+      Need(kc::BiasGradientScratchElements(N, OC) * int64_t(sizeof(float)), "MatmulBackward");
+      kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_);
     }
   }
   [[noreturn]] static void Internal(const char* what) {

@@ -90,7 +90,10 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   // widens its 16-bit bias into a 256-byte aligned piece; nothing else is
   // cast (the activations and their gradients are 16-bit already).
   const int64_t casts = half ? aligned(4 * C * 4) : 0;
-  return 256 + std::max({attention, layernorm, encoder, reduce, casts});
+  // A linear layer's bias gradient: fp32 partial sums of at most 256 row
+  // groups for each of its (at most 4C) columns.
+  const int64_t bias = aligned(256 * 4 * C * 4);
+  return 256 + std::max({attention, layernorm, encoder, reduce, casts, bias});
 }
 
 #ifndef PSTAR_WITH_CUDA

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -204,8 +205,9 @@ TYPED_TEST(CudaMatmulTest, BackwardMatchesCpu) {
       auto dbias = RandomValues<T>(size_t(s.OC), rng);
       DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy));
       DeviceBuffer<T> d_dx(ToElements<T>(dx)), d_dw(ToElements<T>(dw)), d_dbias(ToElements<T>(dbias));
-      cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), with_bias ? d_dbias.get() : nullptr, d_dy.get(),
-                              d_x.get(), d_w.get(), s.N, s.C, s.OC, kStream);
+      DeviceBuffer<float> scratch(cuda::BiasGradientScratchElements(s.N, s.OC));
+      cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), with_bias ? d_dbias.get() : nullptr, scratch.get(),
+                              d_dy.get(), d_x.get(), d_w.get(), s.N, s.C, s.OC, kStream);
       ASSERT_NO_FATAL_FAILURE(SyncOrFail());
       const auto dbias_before = dbias;
       cpu::MatmulBackward(dx.data(), dw.data(), with_bias ? dbias.data() : nullptr, dy.data(), x.data(), w.data(),
@@ -239,8 +241,9 @@ TYPED_TEST(CudaMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
     DeviceBuffer<T> d_dw(ToElements<T>(std::vector<float>(size_t(s.OC * s.C), 0.0f)));
     DeviceBuffer<T> d_dbias(ToElements<T>(std::vector<float>(size_t(s.OC), 0.0f)));
     cuda::MatmulForward<T>(blas, d_y.get(), d_x.get(), d_w.get(), d_bias.get(), s.N, s.C, s.OC, kStream);
-    cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_x.get(), d_w.get(), s.N, s.C,
-                            s.OC, kStream);
+    DeviceBuffer<float> scratch(cuda::BiasGradientScratchElements(s.N, s.OC));
+    cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), scratch.get(), d_dy.get(), d_x.get(),
+                            d_w.get(), s.N, s.C, s.OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<float> y(size_t(s.N * s.OC)), dx(size_t(s.N * s.C)), dw(size_t(s.OC * s.C), 0.0f),
         dbias(size_t(s.OC), 0.0f);
@@ -267,11 +270,12 @@ TYPED_TEST(CudaMatmulTest, BackwardIsDeterministic) {
   const auto dw0 = ToElements<T>(RandomValues<T>(size_t(OC * C), rng));
   const auto dbias0 = ToElements<T>(RandomValues<T>(size_t(OC), rng));
   DeviceBuffer<T> d_x(x), d_w(w), d_dy(dy);
+  DeviceBuffer<float> scratch(cuda::BiasGradientScratchElements(N, OC));
   std::vector<T> results[2][3];
   for (auto& run : results) {
     DeviceBuffer<T> d_dx(N * C), d_dw(dw0), d_dbias(dbias0);
-    cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), d_dy.get(), d_x.get(), d_w.get(), N, C, OC,
-                            kStream);
+    cuda::MatmulBackward<T>(blas, d_dx.get(), d_dw.get(), d_dbias.get(), scratch.get(), d_dy.get(), d_x.get(),
+                            d_w.get(), N, C, OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     run[0] = d_dx.Download();
     run[1] = d_dw.Download();
@@ -285,6 +289,38 @@ TYPED_TEST(CudaMatmulTest, BackwardIsDeterministic) {
   }
   // And the run did something: dweight moved off its starting value.
   EXPECT_NE(std::memcmp(results[0][1].data(), dw0.data(), dw0.size() * sizeof(T)), 0);
+}
+
+// The bias gradient over the whole grid: row groups with a ragged last one,
+// many columns and few, against a double-precision column sum; the same
+// bits on a second run.
+TYPED_TEST(CudaMatmulTest, BiasGradientSumsEveryRowInAFixedOrder) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(34);
+  for (const auto& [N, OC] : {std::pair<int64_t, int64_t>{40001, 768}, {65, 3}, {1, 50}, {16384, 2304}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " OC=" << OC);
+    const auto dy = RandomValues<T>(size_t(N * OC), rng);
+    const auto start = RandomValues<float>(size_t(OC), rng);
+    DeviceBuffer<T> d_dy(ToElements<T>(dy));
+    DeviceBuffer<float> scratch(cuda::BiasGradientScratchElements(N, OC));
+    std::vector<float> runs[2];
+    for (auto& run : runs) {
+      DeviceBuffer<float> d_dbias(start);
+      cuda::AddBiasGradient<float, T>(d_dbias.get(), scratch.get(), d_dy.get(), N, OC, kStream);
+      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+      run = d_dbias.Download();
+    }
+    EXPECT_EQ(runs[0], runs[1]) << "the same bits every run";
+    std::vector<double> want(start.begin(), start.end());
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = 0; j < OC; ++j) want[size_t(j)] += dy[size_t(n * OC + j)];
+    }
+    for (int64_t j = 0; j < OC; ++j) {
+      // fp32 sums of N terms of unit size: a few ulps of the running sum each.
+      ASSERT_NEAR(runs[0][size_t(j)], want[size_t(j)], 1e-5 * std::sqrt(double(N)) * 4 + 1e-5) << "column " << j;
+    }
+  }
 }
 
 // The mixed-precision linear layer: 16-bit operands, fp32 accumulation and
@@ -336,10 +372,10 @@ TYPED_TEST(CudaMixedMatmulTest, BackwardPiecesMatchCpuOnTheRoundedOperands) {
     auto dw = RandomValues<float>(size_t(s.OC * s.C), rng);
     auto dbias = RandomValues<float>(size_t(s.OC), rng);
     DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dx(ToElements<T>(dx));
-    DeviceBuffer<float> d_dw(dw), d_dbias(dbias);
+    DeviceBuffer<float> d_dw(dw), d_dbias(dbias), scratch(cuda::BiasGradientScratchElements(s.N, s.OC));
     cuda::MatmulBackwardInput<T, T>(blas, d_dx.get(), d_dy.get(), d_w.get(), s.N, s.C, s.OC, kStream);
     cuda::MatmulBackwardWeight<T, float>(blas, d_dw.get(), d_dy.get(), d_x.get(), s.N, s.C, s.OC, kStream);
-    cuda::AddBiasGradient<float, T>(d_dbias.get(), d_dy.get(), s.N, s.OC, kStream);
+    cuda::AddBiasGradient<float, T>(d_dbias.get(), scratch.get(), d_dy.get(), s.N, s.OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     cpu::MatmulBackward(dx.data(), dw.data(), dbias.data(), dy.data(), x.data(), w.data(), s.N, s.C, s.OC);
     EXPECT_TRUE(AllClose(ToFloats(d_dx.Download()), dx, Element<T>::kTolerance)) << "dinp";
@@ -363,10 +399,11 @@ TYPED_TEST(CudaMixedMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
     DeviceBuffer<T> d_x(ToElements<T>(x)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dx(s.N * s.C);
     DeviceBuffer<float> d_bias(bias), d_out(s.N * s.OC);
     DeviceBuffer<float> d_dw(std::vector<float>(size_t(s.OC * s.C), 0.0f)), d_dbias(std::vector<float>(size_t(s.OC), 0.0f));
+    DeviceBuffer<float> scratch(cuda::BiasGradientScratchElements(s.N, s.OC));
     cuda::MatmulForwardMixed<T>(blas, d_out.get(), d_x.get(), d_w.get(), d_bias.get(), s.N, s.C, s.OC, kStream);
     cuda::MatmulBackwardInput<T, T>(blas, d_dx.get(), d_dy.get(), d_w.get(), s.N, s.C, s.OC, kStream);
     cuda::MatmulBackwardWeight<T, float>(blas, d_dw.get(), d_dy.get(), d_x.get(), s.N, s.C, s.OC, kStream);
-    cuda::AddBiasGradient<float, T>(d_dbias.get(), d_dy.get(), s.N, s.OC, kStream);
+    cuda::AddBiasGradient<float, T>(d_dbias.get(), scratch.get(), d_dy.get(), s.N, s.OC, kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<float> out(size_t(s.N * s.OC)), dx(size_t(s.N * s.C)), dw(size_t(s.OC * s.C), 0.0f),
         dbias(size_t(s.OC), 0.0f);
