@@ -6,7 +6,7 @@
 # of the host's own packages, and runs one pass of GPU work. Writes into OUTDIR
 # a one-page summary.txt and logs.tar.gz holding every log.
 #
-#   scripts/gpu-session.sh OUTDIR [--quick | --full | --bench [PART...]] [--dry-run]
+#   scripts/gpu-session.sh OUTDIR [--quick | --full | --tune | --bench [PART...]] [--dry-run]
 #
 #   --quick   (default) every CUDA kernel and backend test, a 2-step GPT-2
 #             124M run in fp32, bf16 and fp16 (the test and the pstar
@@ -16,6 +16,11 @@
 #             the build (1 minute) included
 #   --full    the quick pass's tests, then every other GPU test binary, each
 #             bounded in time, then the sanitizer pass
+#   --tune    the kernel tuner (bench/cuda_tuning_bench): every candidate of
+#             every KernelTuning knob timed at GPT-2 124M's shapes and checked
+#             against the default; the winners' rows for
+#             kernels/cuda/tuning_table.inc go into the summary (about a
+#             minute, the build included)
 #   --bench   GPU benchmarks (bench/run-gpu-benchmarks.sh); PARTs as there,
 #             default "env transfer in-memory adam"; see bench/README.md for
 #             the three slices that each fit in one 10-minute command
@@ -32,7 +37,7 @@ set -uo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ "$#" -ge 1 ] || usage
 case "$1" in -h | --help | -*) usage ;; esac
 mkdir -p "$1" && out="$(cd "$1" && pwd)"
@@ -42,6 +47,7 @@ while [ "$#" -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
     --full) mode=full ;;
+    --tune) mode=tune ;;
     --bench) mode=bench ;;
     --dry-run) dry_run=1 ;;
     -h | --help) usage ;;
@@ -148,7 +154,7 @@ export PKG_CONFIG_SYSROOT_DIR="$deps"
 
 # --- Configure, build, prove the isolation ------------------------------------------
 build="$work/build"
-cmake_args=(-G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPSTAR_WITH_CUDA=ON
+cmake_args=(-G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPSTAR_WITH_CUDA=ON -DPSTAR_CUDA_TUNING=ON
   -DPSTAR_BUILD_OPERATOR=OFF -DPSTAR_DEPS_ROOT="$deps" -DCMAKE_CUDA_COMPILER="$nvcc"
   -DCMAKE_CUDA_ARCHITECTURES="$arch" ${CUDA_CMAKE_ARGS[@]+"${CUDA_CMAKE_ARGS[@]}"})
 if [ -n "$CUDA_EXTRA_INCLUDE" ]; then
@@ -187,6 +193,7 @@ if [ "$dry_run" -eq 1 ]; then
   step kernels-cuda 300 "$bin/kernels_cuda_test" --gtest_brief=1
   step cuda-backend 120 "$bin/cuda_backend_test" --gtest_brief=1
   step gpu-training 120 "$bin/gpu_training_test" --gtest_brief=1
+  step tune 60 "$bin/cuda_tuning_bench" --reps 1
   finish "$verdict"
 fi
 export PSTAR_EXPECT_GPU="$gpus"
@@ -244,6 +251,10 @@ case "$mode" in
     step sync-check 120 env PSTAR_CUDA_SYNC=1 "$bin/gpu_training_test" --gtest_brief=1 \
       --gtest_filter='GpuTraining.MatchesTheCpuBackendInFp32'
     sanitizer_pass
+    ;;
+  tune)
+    step tune 300 "$bin/cuda_tuning_bench"
+    grep -E '^(tune|row):' "$logs/tune.log" | sed 's/^/    /' >> "$summary"
     ;;
   bench)
     [ "${#parts[@]}" -gt 0 ] || parts=(env transfer in-memory adam)

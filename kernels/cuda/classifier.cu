@@ -1,12 +1,14 @@
 #include "kernels/cuda/classifier.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "kernels/cuda/element.cuh"
 
 namespace pstar::kernels::cuda {
 namespace {
 
-constexpr unsigned kThreads = 512;  // rows are vocabulary-long
-constexpr unsigned kWarps = kThreads / kWarpSize;
+constexpr unsigned kMaxWarps = 1024 / kWarpSize;  // blocks of up to 1024 threads (KernelTuning)
 
 // A running log-sum-exp: max and the sum of exp(x - max) over the values seen.
 struct MaxSum {
@@ -36,13 +38,14 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 template <typename T>
 __global__ void CrossEntropyKernel(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
                                    int64_t V, int64_t Vp) {
-  __shared__ MaxSum warp_parts[kWarps];
+  __shared__ MaxSum warp_parts[kMaxWarps];
   __shared__ float row_lse;
+  const unsigned threads = blockDim.x, warps = threads / kWarpSize;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int64_t target = targets[row];
   MaxSum acc = {-INFINITY, 0.0f};
-  for (int64_t j = threadIdx.x; j < V; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < V; j += threads) {
     const float xj = ToFloat(x[j]);
     if (xj > acc.max) {
       acc.sum = acc.sum * expf(acc.max - xj) + 1.0f;
@@ -57,7 +60,7 @@ __global__ void CrossEntropyKernel(float* losses, T* logits, const int32_t* targ
   if (lane == 0) warp_parts[warp] = acc;
   __syncthreads();
   if (warp == 0) {
-    acc = lane < kWarps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
+    acc = lane < warps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
     acc = WarpCombine(acc);
     if (lane == 0) {
       const float l = acc.max + logf(acc.sum);
@@ -68,7 +71,7 @@ __global__ void CrossEntropyKernel(float* losses, T* logits, const int32_t* targ
   if (!write) return;
   __syncthreads();  // the lse is known and the target's logit read
   const float l = row_lse;
-  for (int64_t j = threadIdx.x; j < Vp; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < Vp; j += threads) {
     float g = 0.0f;
     if (j < V) g = expf(ToFloat(x[j]) - l) * dloss;
     if (j == target) g -= dloss;
@@ -80,14 +83,19 @@ __global__ void CrossEntropyKernel(float* losses, T* logits, const int32_t* targ
 
 template <typename T>
 void CrossEntropy(float* losses, T* logits, const int32_t* targets, float dloss, bool write_dlogits, int64_t N,
-                  int64_t V, int64_t Vp, cudaStream_t stream) {
+                  int64_t V, int64_t Vp, cudaStream_t stream, int threads) {
   if (N <= 0) return;
-  CrossEntropyKernel<<<unsigned(N), kThreads, 0, stream>>>(losses, logits, targets, dloss, write_dlogits, V, Vp);
+  if (threads < int(kWarpSize) || threads > 1024 || threads % int(kWarpSize) != 0) {
+    std::fprintf(stderr, "pstar: CrossEntropy with %d threads per block (a multiple of 32 up to 1024)\n", threads);
+    std::abort();
+  }
+  CrossEntropyKernel<<<unsigned(N), unsigned(threads), 0, stream>>>(losses, logits, targets, dloss, write_dlogits, V,
+                                                                   Vp);
   CheckLaunch("CrossEntropy");
 }
 
 #define PSTAR_INSTANTIATE_CLASSIFIER(T)                                                                           \
-  template void CrossEntropy<T>(float*, T*, const int32_t*, float, bool, int64_t, int64_t, int64_t, cudaStream_t);
+  template void CrossEntropy<T>(float*, T*, const int32_t*, float, bool, int64_t, int64_t, int64_t, cudaStream_t, int);
 
 PSTAR_INSTANTIATE_CLASSIFIER(float)
 PSTAR_INSTANTIATE_CLASSIFIER(bf16)

@@ -12,10 +12,11 @@ namespace pstar::kernels::cuda {
 
 // losses[i] = lse_i - logits[i, targets[i]] (losses may be null); with
 // `write_dlogits`, logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss
-// for j < V, 0 after. One block per row: the row is read once for its
-// log-sum-exp and once more for the gradient, which is written in T.
+// for j < V, 0 after. One block of `threads` (a multiple of 32 up to 1024;
+// KernelTuning) per row: the row is read once for its log-sum-exp and once
+// more for the gradient, which is written in T.
 template <typename T>
 void CrossEntropy(float* losses, T* logits, const int32_t* targets, float dloss, bool write_dlogits, int64_t N,
-                  int64_t V, int64_t Vp, cudaStream_t stream);
+                  int64_t V, int64_t Vp, cudaStream_t stream, int threads = 512);
 
 }  // namespace pstar::kernels::cuda

@@ -111,7 +111,8 @@ __global__ void BroadcastRows(T* out, const T* bias, int64_t N, int64_t OC) {
 }
 
 // Column sums of a row-major (N, C) matrix in two passes over the whole GPU,
-// in fp32 and a fixed order: the rows are cut into groups (BiasGroupRows),
+// in fp32 and a fixed order: the rows are cut into at most 256 groups of at
+// least KernelTuning::bias_grad_group_rows rows (BiasGroupRows),
 // a block sums one group's rows for kColumnTile adjacent columns (threadIdx.x,
 // so row reads are coalesced; thread y sums rows y, y + kRowPhases, ... of
 // the group in order, then thread y == 0 adds the kRowPhases partials in
@@ -122,15 +123,17 @@ __global__ void BroadcastRows(T* out, const T* bias, int64_t N, int64_t OC) {
 // GPT-2's 768 columns) left most of a large GPU idle.
 constexpr int kColumnTile = 32;
 constexpr int kRowPhases = 8;
-constexpr int64_t kMinBiasGroupRows = 64;
 constexpr int64_t kMaxBiasGroups = 256;
+constexpr int64_t kSmallestBiasGroupRows = 32;  // the fewest rows a group may take (KernelTuning's candidates)
 
-int64_t BiasGroupRows(int64_t N) {
+int64_t BiasGroupRows(int64_t N, int64_t min_rows) {
   const int64_t spread = (N + kMaxBiasGroups - 1) / kMaxBiasGroups;
-  return spread > kMinBiasGroupRows ? spread : kMinBiasGroupRows;
+  return spread > min_rows ? spread : min_rows;
 }
 
-int64_t BiasGroups(int64_t N) { return N <= 0 ? 0 : (N + BiasGroupRows(N) - 1) / BiasGroupRows(N); }
+int64_t BiasGroups(int64_t N, int64_t min_rows) {
+  return N <= 0 ? 0 : (N + BiasGroupRows(N, min_rows) - 1) / BiasGroupRows(N, min_rows);
+}
 
 template <typename M>
 __global__ void ColumnPartialSums(float* partials, const M* m, int64_t N, int64_t C, int64_t group_rows) {
@@ -355,14 +358,19 @@ void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T
                        stream);  // (OC, C)
 }
 
-int64_t BiasGradientScratchElements(int64_t N, int64_t OC) { return OC <= 0 ? 0 : BiasGroups(N) * OC; }
+int64_t BiasGradientScratchElements(int64_t N, int64_t OC) {
+  return OC <= 0 ? 0 : BiasGroups(N, kSmallestBiasGroupRows) * OC;
+}
 
 template <typename TO, typename TD>
-void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream) {
+void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream,
+                     int group_rows) {
   if (OC <= 0 || N <= 0) return;
-  const int64_t groups = BiasGroups(N);
+  const int64_t min_rows = group_rows > kSmallestBiasGroupRows ? group_rows : kSmallestBiasGroupRows;
+  const int64_t groups = BiasGroups(N, min_rows);
   const dim3 grid(BlocksFor(OC, kColumnTile), unsigned(groups));
-  ColumnPartialSums<<<grid, dim3(kColumnTile, kRowPhases), 0, stream>>>(scratch, dout, N, OC, BiasGroupRows(N));
+  ColumnPartialSums<<<grid, dim3(kColumnTile, kRowPhases), 0, stream>>>(scratch, dout, N, OC,
+                                                                       BiasGroupRows(N, min_rows));
   CheckLaunch("AddBiasGradient (partials)");
   AddColumnTotals<<<BlocksFor(OC, kThreads), kThreads, 0, stream>>>(dbias, scratch, groups, OC);
   CheckLaunch("AddBiasGradient (totals)");
@@ -379,11 +387,11 @@ PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, bf16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, fp16)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, float)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(fp16, float)
-template void AddBiasGradient<float, float>(float*, float*, const float*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<bf16, bf16>(bf16*, float*, const bf16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<fp16, fp16>(fp16*, float*, const fp16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<float, bf16>(float*, float*, const bf16*, int64_t, int64_t, cudaStream_t);
-template void AddBiasGradient<float, fp16>(float*, float*, const fp16*, int64_t, int64_t, cudaStream_t);
+template void AddBiasGradient<float, float>(float*, float*, const float*, int64_t, int64_t, cudaStream_t, int);
+template void AddBiasGradient<bf16, bf16>(bf16*, float*, const bf16*, int64_t, int64_t, cudaStream_t, int);
+template void AddBiasGradient<fp16, fp16>(fp16*, float*, const fp16*, int64_t, int64_t, cudaStream_t, int);
+template void AddBiasGradient<float, bf16>(float*, float*, const bf16*, int64_t, int64_t, cudaStream_t, int);
+template void AddBiasGradient<float, fp16>(float*, float*, const fp16*, int64_t, int64_t, cudaStream_t, int);
 
 #undef PSTAR_INSTANTIATE_BACKWARD_PIECES
 

@@ -109,9 +109,11 @@ void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T
                           int64_t OC, cudaStream_t stream);
 // The bias gradient runs over the whole GPU in two passes through `scratch`
 // (BiasGradientScratchElements floats, at most 256 x OC): fixed-order
-// partial sums of row groups, then their totals in group order.
+// partial sums of row groups of at least `group_rows` rows (32 or more;
+// KernelTuning), then their totals in group order.
 int64_t BiasGradientScratchElements(int64_t N, int64_t OC);
 template <typename TO, typename TD = TO>
-void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream);
+void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64_t OC, cudaStream_t stream,
+                     int group_rows = 64);
 
 }  // namespace pstar::kernels::cuda

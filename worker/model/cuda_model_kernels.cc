@@ -19,6 +19,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/tuning.h"
 #include "kernels/half.h"
 #include "worker/model/model_kernels.h"
 
@@ -39,7 +40,8 @@ void CheckCuda(cudaError_t e, const char* what) {
 
 class CudaModelKernels final : public ModelKernels {
  public:
-  CudaModelKernels(cudaStream_t stream, Precision precision) : stream_(stream), precision_(precision) {}
+  CudaModelKernels(cudaStream_t stream, Precision precision, kc::KernelTuning tuning)
+      : stream_(stream), precision_(precision), tuning_(tuning) {}
 
   ComputeDevice device() const override { return ComputeDevice::kCuda; }
   Precision precision() const override { return precision_; }
@@ -288,11 +290,13 @@ class CudaModelKernels final : public ModelKernels {
                     int64_t N, int64_t V, int64_t Vp) override {
     OpScope op(timer(), ProfileOp::kCrossEntropy);
     if (precision_ == Precision::kFp32) {
-      return kc::CrossEntropy(losses, As<float>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_);
+      return kc::CrossEntropy(losses, As<float>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_,
+                              tuning_.cross_entropy_threads);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::CrossEntropy(losses, As<H>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_);
+      kc::CrossEntropy(losses, As<H>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_,
+                       tuning_.cross_entropy_threads);
     });
   }
 
@@ -382,7 +386,7 @@ class CudaModelKernels final : public ModelKernels {
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
       Need(kc::BiasGradientScratchElements(N, OC) * int64_t(sizeof(float)), "MatmulBackward");
-      kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_);
+      kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_, tuning_.bias_grad_group_rows);
     }
   }
   [[noreturn]] static void Internal(const char* what) {
@@ -399,6 +403,7 @@ class CudaModelKernels final : public ModelKernels {
 
   cudaStream_t stream_;
   Precision precision_;
+  kc::KernelTuning tuning_;  // this GPU kind's launch choices (kernels/cuda/tuning_table.inc)
   kc::BlasContext blas_;
   double* loss_sum_ = nullptr;  // in the first 256 bytes of scratch
   std::byte* shared_ = nullptr;
@@ -408,8 +413,13 @@ class CudaModelKernels final : public ModelKernels {
 }  // namespace
 
 Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream, Precision precision) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    return Status::Internal("cannot read the current CUDA device's properties");
+  }
   return std::unique_ptr<ModelKernels>(
-      new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision));
+      new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision, kc::TuningFor(prop.name)));
 }
 
 }  // namespace pstar

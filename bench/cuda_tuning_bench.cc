@@ -1,0 +1,216 @@
+// The kernel tuner: times every candidate of every KernelTuning knob
+// (kernels/cuda/tuning.h) on the GPU at hand, at GPT-2 124M's training shapes
+// (batch 32 x 1024 tokens, bf16), checks each candidate computes the default's
+// values, and prints the winners as rows for kernels/cuda/tuning_table.inc.
+// Built with -DPSTAR_CUDA_TUNING=ON; run by `scripts/gpu-session.sh OUT
+// --tune`. Without a GPU it says so and exits 0 (the session's dry run).
+//
+// Prints per knob and candidate:
+//   tune: knob=K value=V ms=T (median of R runs) check=ok|FAILED
+// then per knob
+//   tune: knob=K winner=V default=D speedup=X
+// and the table rows of the winners that are not the default:
+//   row: {"<cudaDeviceProp::name>", "K", V, "<date>, gpu-session --tune"},
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/classifier.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/tuning.h"
+
+namespace {
+
+namespace kc = pstar::kernels::cuda;
+
+void Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "cuda_tuning_bench: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+template <typename T>
+struct Device {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Device(size_t count) : n(count) { Check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc"); }
+  ~Device() { cudaFree(p); }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  std::vector<T> Download(size_t count) const {
+    std::vector<T> h(count);
+    Check(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+};
+
+// The median of `reps` timings of run() (CUDA events around it), after
+// prepare(), which is not timed, before each.
+double MedianMs(int reps, const std::function<void()>& prepare, const std::function<void()>& run) {
+  cudaEvent_t a, b;
+  Check(cudaEventCreate(&a), "event");
+  Check(cudaEventCreate(&b), "event");
+  std::vector<float> ms;
+  for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
+    prepare();
+    Check(cudaEventRecord(a), "record");
+    run();
+    Check(cudaEventRecord(b), "record");
+    Check(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    Check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    if (r > 0) ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+bool Close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(double(got[i]) - want[i]) <= tol * (1.0 + std::fabs(double(want[i]))))) return false;
+  }
+  return true;
+}
+
+std::vector<float> Widen(const std::vector<__nv_bfloat16>& h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+
+// Times one knob's candidates with `time(value, check)`: check receives the
+// candidate's outputs to compare with the default's.
+struct Result {
+  int value;
+  double ms;
+  bool ok;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 9;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: cuda_tuning_bench [--reps N]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("tune: no CUDA device: nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  Check(cudaGetDeviceProperties(&prop, 0), "properties");
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::printf("tune: device=\"%s\" sm_%d%d reps=%d\n", prop.name, prop.major, prop.minor, reps);
+  const std::string table_problem = kc::CheckTuningTable();
+  if (!table_problem.empty()) std::printf("tune: the committed table is wrong: %s\n", table_problem.c_str());
+  const kc::KernelTuning defaults;
+  const kc::KernelTuning current = kc::TuningFor(prop.name);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::string> rows;
+  bool all_ok = true;
+
+  auto report = [&](const kc::TuningKnob& knob, const std::vector<Result>& results) {
+    const int def = defaults.*(knob.field);
+    double def_ms = 0;
+    const Result* best = nullptr;
+    for (const Result& r : results) {
+      std::printf("tune: knob=%s value=%d ms=%.4f check=%s\n", knob.name, r.value, r.ms, r.ok ? "ok" : "FAILED");
+      all_ok = all_ok && r.ok;
+      if (r.value == def) def_ms = r.ms;
+      if (r.ok && (best == nullptr || r.ms < best->ms)) best = &r;
+    }
+    if (best == nullptr) return;
+    std::printf("tune: knob=%s winner=%d default=%d in_table=%d speedup=%.3f\n", knob.name, best->value, def,
+                current.*(knob.field), def_ms / best->ms);
+    if (best->value != def) {
+      rows.push_back(std::string("  {\"") + prop.name + "\", \"" + knob.name + "\", " + std::to_string(best->value) +
+                     ", \"" + date + ", gpu-session --tune, " + prop.name + "\"},");
+    }
+  };
+
+  for (const kc::TuningKnob& knob : kc::TuningKnobs()) {
+    std::vector<Result> results;
+    if (std::string(knob.name) == "cross_entropy_threads") {
+      // The classifier's loss and dlogits over GPT-2's padded vocabulary.
+      const int64_t N = 32 * 1024, V = 50257, Vp = 50304;
+      std::vector<__nv_bfloat16> h(size_t(N * Vp));
+      for (auto& x : h) x = __float2bfloat16(normal(rng));
+      std::vector<int32_t> targets(static_cast<size_t>(N));
+      for (auto& t : targets) t = int32_t(rng() % uint32_t(V));
+      Device<__nv_bfloat16> pristine(h.size()), work(h.size());
+      Device<int32_t> d_targets(targets.size());
+      Device<float> losses(static_cast<size_t>(N));
+      Check(cudaMemcpy(pristine.p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload");
+      Check(cudaMemcpy(d_targets.p, targets.data(), targets.size() * 4, cudaMemcpyHostToDevice), "upload");
+      std::vector<float> want_losses, want_rows;
+      const size_t check = size_t(64 * Vp);  // the first 64 rows of dlogits
+      std::vector<int> order = {defaults.*(knob.field)};
+      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      for (int v : order) {
+        const double ms = MedianMs(
+            reps, [&] { Check(cudaMemcpy(work.p, pristine.p, h.size() * 2, cudaMemcpyDeviceToDevice), "copy"); },
+            [&] { kc::CrossEntropy(losses.p, work.p, d_targets.p, 1.0f / float(N), true, N, V, Vp, nullptr, v); });
+        Check(cudaDeviceSynchronize(), "cross-entropy");
+        const std::vector<float> got_losses = losses.Download(size_t(N));
+        const std::vector<float> got_rows = Widen(work.Download(check));
+        if (want_losses.empty()) want_losses = got_losses, want_rows = got_rows;
+        results.push_back({v, ms, Close(got_losses, want_losses, 1e-5) && Close(got_rows, want_rows, 1e-2)});
+      }
+    } else if (std::string(knob.name) == "bias_grad_group_rows") {
+      // The bias gradients of GPT-2's qkv, attn_proj/fc_proj and fc layers.
+      const int64_t N = 32 * 1024;
+      const int64_t widths[] = {2304, 768, 3072};
+      std::vector<__nv_bfloat16> h(size_t(N * 3072));
+      for (auto& x : h) x = __float2bfloat16(normal(rng));
+      Device<__nv_bfloat16> dout(h.size());
+      Check(cudaMemcpy(dout.p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload");
+      Device<float> scratch(size_t(kc::BiasGradientScratchElements(N, 3072))), dbias(3072);
+      std::vector<float> want;
+      std::vector<int> order = {defaults.*(knob.field)};
+      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      for (int v : order) {
+        const double ms = MedianMs(
+            reps, [&] { Check(cudaMemset(dbias.p, 0, 3072 * sizeof(float)), "memset"); },
+            [&] {
+              for (int64_t oc : widths) {
+                kc::AddBiasGradient<float, __nv_bfloat16>(dbias.p, scratch.p, dout.p, N, oc, nullptr, v);
+              }
+            });
+        Check(cudaDeviceSynchronize(), "bias gradient");
+        const std::vector<float> got = dbias.Download(3072);
+        if (want.empty()) want = got;
+        results.push_back({v, ms, Close(got, want, 1e-4)});
+      }
+    } else {
+      std::printf("tune: knob=%s has no timing here\n", knob.name);
+      all_ok = false;
+      continue;
+    }
+    report(knob, results);
+  }
+  if (rows.empty()) std::printf("tune: every default won on this GPU: no rows to add\n");
+  for (const std::string& r : rows) std::printf("row: %s\n", r.c_str());
+  std::printf("tune: %s\n", all_ok ? "every candidate computed the default's values" : "a check FAILED");
+  return all_ok ? 0 : 1;
+}

@@ -1,0 +1,51 @@
+// KernelTuning: launch choices that only the GPU at hand can settle (threads
+// per block, rows per block), per GPU kind. `scripts/gpu-session.sh OUT
+// --tune` times every candidate of every knob (bench/cuda_tuning_bench.cu,
+// built with PSTAR_CUDA_TUNING) and prints the winners as rows of
+// kernels/cuda/tuning_table.inc, the one committed table the runtime reads
+// at start-up. A GPU kind with no rows runs the defaults below. Every
+// candidate computes the same values; they differ only in speed (and, for
+// the sums, in the fixed order of their additions: a given GPU kind keeps
+// giving the same bits run to run).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pstar::kernels::cuda {
+
+struct KernelTuning {
+  // Threads per block of the classifier's cross-entropy (one block per row
+  // of the vocabulary).
+  int cross_entropy_threads = 512;
+  // Rows of a bias gradient's row group (at least; at most 256 groups): one
+  // block sums this many rows of 32 columns.
+  int bias_grad_group_rows = 64;
+};
+
+// A knob: its name in the table, the candidates the tuner times, and its
+// field.
+struct TuningKnob {
+  const char* name;
+  std::vector<int> candidates;
+  int KernelTuning::*field;
+};
+const std::vector<TuningKnob>& TuningKnobs();
+
+// One row of the table.
+struct TuningRow {
+  const char* gpu;    // cudaDeviceProp::name, exactly
+  const char* knob;   // a TuningKnob's name
+  int value;          // one of its candidates
+  const char* where;  // the call that measured it: date, command, device
+};
+const std::vector<TuningRow>& TuningTable();
+
+// The defaults, overridden by the table's rows for `gpu_name`.
+KernelTuning TuningFor(const std::string& gpu_name);
+
+// "" when every row of the table names a knob and one of its candidates;
+// otherwise the first row that does not, in one line.
+std::string CheckTuningTable();
+
+}  // namespace pstar::kernels::cuda

@@ -1,0 +1,102 @@
+// The tuning table and the knobs (no GPU needed): every committed row names
+// a knob and one of its candidates, every default is a candidate the tuner
+// times, and a GPU kind without rows runs the defaults. On a GPU, each knob's
+// candidates compute the same values (bench/cuda_tuning_bench.cu times them).
+#include "kernels/cuda/tuning.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/classifier.h"
+#include "kernels/cuda/matmul.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/element_test_util.h"
+
+namespace pstar::test {
+namespace {
+
+namespace cuda = kernels::cuda;
+
+TEST(KernelTuning, TheCommittedTableNamesKnobsAndTheirCandidates) {
+  EXPECT_EQ(cuda::CheckTuningTable(), "");
+  std::set<std::string> names;
+  const cuda::KernelTuning defaults;
+  for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) {
+    EXPECT_TRUE(names.insert(knob.name).second) << "one knob per name: " << knob.name;
+    EXPECT_GE(knob.candidates.size(), 2u) << knob.name << ": something to choose between";
+    const int value = defaults.*(knob.field);
+    EXPECT_NE(std::find(knob.candidates.begin(), knob.candidates.end(), value), knob.candidates.end())
+        << knob.name << ": the default " << value << " is a candidate";
+  }
+  for (const cuda::TuningRow& row : cuda::TuningTable()) {
+    EXPECT_GT(std::string(row.gpu).size(), 0u);
+    EXPECT_GT(std::string(row.where).size(), 0u) << "every row says where it was measured";
+  }
+}
+
+TEST(KernelTuning, AGpuWithoutRowsRunsTheDefaults) {
+  const cuda::KernelTuning t = cuda::TuningFor("a GPU no table row names");
+  const cuda::KernelTuning defaults;
+  for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) EXPECT_EQ(t.*(knob.field), defaults.*(knob.field));
+}
+
+TEST(KernelTuning, EveryRowOfAGpuKindIsTaken) {
+  for (const cuda::TuningRow& row : cuda::TuningTable()) {
+    const cuda::KernelTuning t = cuda::TuningFor(row.gpu);
+    for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) {
+      if (std::string(knob.name) == row.knob) EXPECT_EQ(t.*(knob.field), row.value) << row.gpu << " " << row.knob;
+    }
+  }
+}
+
+// On a GPU: every candidate of every knob gives the default's values.
+TEST(KernelTuning, EveryCandidateComputesTheSameValues) {
+  PSTAR_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  // The cross-entropy at each block size: the same losses and dlogits.
+  const int64_t N = 9, V = 5003;
+  const auto logits = RandomValues<float>(size_t(N * V), rng, 2.0f);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (auto& t : targets) t = int32_t(rng() % uint32_t(V));
+  DeviceBuffer<int32_t> d_targets(targets);
+  std::vector<float> base_losses, base_grad;
+  for (int threads : {512, 256, 1024}) {
+    SCOPED_TRACE("cross_entropy_threads " + std::to_string(threads));
+    DeviceBuffer<float> d_logits(logits), d_losses(N);
+    cuda::CrossEntropy<float>(d_losses.get(), d_logits.get(), d_targets.get(), 0.5f, true, N, V, V, nullptr,
+                              threads);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    if (base_losses.empty()) {
+      base_losses = d_losses.Download();
+      base_grad = d_logits.Download();
+      continue;
+    }
+    EXPECT_TRUE(AllClose(d_losses.Download(), base_losses, 1e-6)) << "losses";
+    EXPECT_TRUE(AllClose(d_logits.Download(), base_grad, 1e-6)) << "dlogits";
+  }
+  // The bias gradient at each group size: the same sums.
+  const int64_t rows = 20000, cols = 300;
+  const auto dy = RandomValues<float>(size_t(rows * cols), rng);
+  DeviceBuffer<float> d_dy(dy), scratch(cuda::BiasGradientScratchElements(rows, cols));
+  std::vector<float> base;
+  for (int group_rows : {64, 32, 128, 256}) {
+    SCOPED_TRACE("bias_grad_group_rows " + std::to_string(group_rows));
+    DeviceBuffer<float> d_bias(std::vector<float>(size_t(cols), 0.0f));
+    cuda::AddBiasGradient<float, float>(d_bias.get(), scratch.get(), d_dy.get(), rows, cols, nullptr, group_rows);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    if (base.empty()) {
+      base = d_bias.Download();
+      continue;
+    }
+    EXPECT_TRUE(AllClose(d_bias.Download(), base, 1e-5)) << "bias gradient";
+  }
+}
+
+}  // namespace
+}  // namespace pstar::test
