@@ -86,7 +86,8 @@ class GpuSessionTest(unittest.TestCase):
         summary_path = os.path.join(out, "summary.txt")
         summary = read(summary_path) if os.path.exists(summary_path) else "(none)"
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
-        for line in ("isolation: passed", "build: passed", "verdict: PASSED", "libnccl.so: ", "kernels-cuda: passed"):
+        for line in ("isolation: passed", "build: passed", "verdict: PASSED", "libnccl.so: ", "kernels-cuda: passed",
+                     "tune: passed"):
             self.assertIn(line, summary)
         self.assertLessEqual(len(os.listdir(out)), 8)
         self.assertEqual(sorted(os.listdir(out)), ["logs.tar.gz", "summary.txt"])
