@@ -32,7 +32,8 @@
 # <source>/build-gpu: the prefix and the build, kept between calls on a warm
 # host), JOBS (default: every core), DEADLINE_S (default 560: no new step
 # starts after this many seconds, so one call ends within 10 minutes),
-# PYTHON (the python3 with PyTorch, for the benchmarks).
+# BUILD_LIMIT_S (default 480: the build step's bound), PYTHON (the python3
+# with PyTorch, for the benchmarks).
 set -uo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -60,6 +61,7 @@ deps_dir="${DEPS_DIR:-$root/gpu-deps}"
 work="${WORK_DIR:-$root/build-gpu}"
 jobs="${JOBS:-$(nproc)}"
 deadline="${DEADLINE_S:-560}"
+build_limit="${BUILD_LIMIT_S:-480}"
 logs="$out/logs"
 rm -rf "$logs" "$out/summary.txt" "$out/logs.tar.gz"
 mkdir -p "$logs" "$work"
@@ -168,7 +170,7 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_CUDA_COMPILER:[A-Z]*=$nvc
 fi
 step configure 120 cmake "${cmake_args[@]}"
 [ "$verdict" = PASSED ] || finish FAILED
-step build 480 cmake --build "$build" --parallel "$jobs"
+step build "$build_limit" cmake --build "$build" --parallel "$jobs"
 [ "$verdict" = PASSED ] || finish FAILED
 # The proof that matters is CI's dry run; on a GPU host a failure is reported
 # and the GPU work goes on (the build did succeed).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, runs the whole test suite, then the
-# whole suite again under ASan, LSan and UBSan (a Clang build of the CPU
-# configuration) and the fuzz targets from that build for a bounded time
-# (scripts/sanitize.sh).
+# whole suite (but the GPU session's dry run) again under ASan, LSan and
+# UBSan (a Clang build of the CPU configuration) and the fuzz targets from
+# that build for a bounded time (scripts/sanitize.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PSTAR_BUILD_DIR:-$root/build}"
