@@ -203,7 +203,7 @@ class CudaModelKernels final : public ModelKernels {
   // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:
   // the bias, 16-bit too, goes into the output first and the GEMM adds its
   // fp32 accumulator to it, one rounding. An fp32 output (the projections'
-  // workspace, the logits) is the mixed GEMM with the bias widened.
+  // workspace) is the mixed GEMM with the bias widened.
   void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
                      int64_t OC) override {
     if (precision_ == Precision::kFp32) {
@@ -314,8 +314,8 @@ class CudaModelKernels final : public ModelKernels {
   T* Shared() const {
     return reinterpret_cast<T*>(shared_);
   }
-  // The 16-bit copies of a linear layer's operands, in the shared scratch
-  // (KernelScratchBytes sizes it for the model's largest layer).
+  // 256-byte aligned pieces of the shared scratch: 16-bit params widened to
+  // fp32 (a bias, a LayerNorm weight); KernelScratchBytes sizes it.
   static int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
   template <typename T>
   T* Piece(int64_t& offset, int64_t elems, const char* op) {

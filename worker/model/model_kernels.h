@@ -142,8 +142,8 @@ class ModelKernels {
   virtual void LayerNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, float* dbias, ActTensor dout,
                                  ActTensor inp, Param weight, const float* mean, const float* rstd, int64_t N,
                                  int64_t C) = 0;
-  // out is an ActTensor in the run's format (qkv, the MLP's pre-activation)
-  // or, in any run, fp32 (the projections' workspace, the logits).
+  // out is an ActTensor in the run's format (qkv, the MLP's pre-activation,
+  // the logits) or, in any run, fp32 (the projections' workspace).
   // `role` names the layer for the profile (GemmOp rows).
   virtual void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N,
                              int64_t C, int64_t OC) = 0;
