@@ -129,12 +129,10 @@ class CpuModelKernels final : public ModelKernels {
     } else {
       k::LayerNormBackward(dinp, dweight, dbias, dy, inp.f32, w, mean, rstd, N, C);
     }
+    // The copy exists in 16-bit runs only (in an fp32 run dinp is the operand).
     if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) {
-      if (!Is16(dinp_copy)) {
-        std::memcpy(dinp_copy.f32, dinp, size_t(N * C) * sizeof(float));
-      } else {
-        NarrowInto(dinp, N * C, dinp_copy.h16);
-      }
+      if (!Is16(dinp_copy)) Misuse("an fp32 run's LayerNorm gradient copy");
+      NarrowInto(dinp, N * C, dinp_copy.h16);
     }
   }
   void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,

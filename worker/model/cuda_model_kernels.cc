@@ -65,10 +65,7 @@ class CudaModelKernels final : public ModelKernels {
     // 16 bits: packed into a host buffer, widened there.
     std::vector<uint16_t> packed(size_t(rows * cols));
     const uint16_t* h = src.h16;
-    if (h == nullptr || src.f32 != nullptr) {
-      std::fprintf(stderr, "pstar: internal error: an ActTensor not in the run's format on the GPU\n");
-      std::abort();
-    }
+    if (h == nullptr || src.f32 != nullptr) Internal("an ActTensor not in the run's format on the GPU");
     CheckCuda(cudaMemcpy2DAsync(packed.data(), size_t(cols) * 2, h, size_t(ld) * 2, size_t(cols) * 2, size_t(rows),
                                 cudaMemcpyDeviceToHost, stream_),
               "download");
