@@ -115,7 +115,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
+      const std::string v = argv[++i];
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 1000) {
+        std::fprintf(stderr, "cuda_tuning_bench: --reps %s: not a whole number from 1 to 1000\n", v.c_str());
+        return 2;
+      }
+      reps = int(n);
     } else {
       std::fprintf(stderr, "usage: cuda_tuning_bench [--reps N]\n");
       return 2;

@@ -62,6 +62,11 @@ work="${WORK_DIR:-$root/build-gpu}"
 jobs="${JOBS:-$(nproc)}"
 deadline="${DEADLINE_S:-560}"
 build_limit="${BUILD_LIMIT_S:-480}"
+for limit in "$deadline" "$build_limit"; do
+  case "$limit" in
+    '' | *[!0-9]*) echo "gpu-session: DEADLINE_S and BUILD_LIMIT_S take whole seconds, not '$limit'" >&2; exit 2 ;;
+  esac
+done
 logs="$out/logs"
 rm -rf "$logs" "$out/summary.txt" "$out/logs.tar.gz"
 mkdir -p "$logs" "$work"
