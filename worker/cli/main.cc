@@ -16,7 +16,8 @@ struct CommandHelp {
 };
 
 constexpr CommandHelp kCommands[] = {
-    {"train", "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile] [--log-format text|json]",
+    {"train", "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile] [--log-format text|json] "
+     "[--chunk-events FILE]",
      "train a GPT; without --config, the built-in default job",
      "  --config FILE      the job's YAML config (docs/config.md); default: the built-in default job\n"
      "  --set KEY=VALUE    override one config key, e.g. --set train.steps=50 (repeatable)\n"
@@ -25,6 +26,8 @@ constexpr CommandHelp kCommands[] = {
      "  --log-format json  progress lines as one JSON object each (step, loss, lr, grad_norm, tokens_per_s,\n"
      "                     ms_per_step, elapsed_s, eta_s, h2d_bytes, d2h_bytes, ...; validations: step,\n"
      "                     val_loss, eval_s)\n"
+     "  --chunk-events FILE  write every step's chunk uses, gradient-final points, optimizer updates and\n"
+     "                     waits for them as CSV (seq,step,event,chunk,time_s) when the run ends\n"
      "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
     {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]",
      "print the job's memory plan: chunks, bytes per tier, minimum memory",

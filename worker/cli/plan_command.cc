@@ -38,6 +38,7 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"host_chunk_bytes", p.host_chunk_bytes},
           {"grad_home", p.grad_home},
           {"host_data_bytes", p.host_data_bytes},
+          {"host_undo_bytes", p.host_undo_bytes},
           {"host_overhead_bytes", p.host_overhead_bytes},
           {"min_host_bytes", p.min_host_bytes},
           {"disk_moment_chunks", p.disk_moment_chunks},

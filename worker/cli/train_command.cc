@@ -51,9 +51,20 @@ Result<std::unique_ptr<WorkerMetrics>> StartMetrics(const MetricsSection& m) {
 int TrainCommand(const std::vector<std::string>& args) {
   // --log-format text|json (a value, so taken out before the shared options).
   LogFormat log_format = LogFormat::kText;
+  std::string chunk_events_path;  // --chunk-events FILE
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string value;
+    if (args[i] == "--chunk-events" || args[i].rfind("--chunk-events=", 0) == 0) {
+      if (args[i] == "--chunk-events") {
+        if (i + 1 >= args.size()) return UsageError("--chunk-events needs a file to write");
+        chunk_events_path = args[++i];
+      } else {
+        chunk_events_path = args[i].substr(15);
+      }
+      if (chunk_events_path.empty()) return UsageError("--chunk-events needs a file to write");
+      continue;
+    }
     if (args[i] == "--log-format") {
       if (i + 1 >= args.size()) return UsageError("--log-format needs a value (text or json)");
       value = args[++i];
@@ -108,9 +119,28 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (!data.ok()) return ReportError(data.status());
   auto val_data = OpenValidationSource(c, text_tokenizer.get());
   if (!val_data.ok()) return ReportError(val_data.status());
+  // Outlives the trainer, whose update thread records into it.
+  std::unique_ptr<ChunkEventLog> chunk_events;
+  if (!chunk_events_path.empty()) chunk_events = std::make_unique<ChunkEventLog>();
   auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;
+  // --chunk-events: every step's chunk uses and updates, written however the run ends.
+  struct WriteChunkEvents {
+    Trainer& t;
+    ChunkEventLog* log;
+    const std::string& path;
+    ~WriteChunkEvents() {
+      if (log == nullptr) return;
+      t.FinishUpdates();
+      if (Status s = log->WriteCsv(path); !s.ok()) {
+        std::fprintf(stderr, "pstar: --chunk-events: %s\n", s.message().c_str());
+      } else {
+        std::printf("chunk events: %s (%zu events)\n", path.c_str(), log->Events().size());
+      }
+    }
+  } write_chunk_events{t, chunk_events.get(), chunk_events_path};
+  if (chunk_events != nullptr) t.SetEventLog(chunk_events.get());
   if (*val_data != nullptr) {
     if (Status s = t.SetValidationData(**val_data); !s.ok()) return ReportError(s);
   }
@@ -228,7 +258,23 @@ int TrainCommand(const std::vector<std::string>& args) {
   int64_t disk_read_at_warmup = 0, disk_written_at_warmup = 0;
   std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
   auto later_steps = [](int64_t steps) { return steps > 1 ? steps - 1 : int64_t{1}; };
+  // The optimizer's overlap: the update thread's time, the step's waits for
+  // it, and what speculation did.
+  double update_busy_s = 0.0, update_waited_s = 0.0;
+  auto print_overlap_summary = [&] {
+    if (c.runtime.optimizer_overlap == "off") return;
+    t.FinishUpdates();
+    const AsyncUpdater::Times times = t.TakeUpdateTimes();
+    update_busy_s += times.busy_s;
+    update_waited_s += times.waited_s;
+    const Trainer::SpeculationTotals& sp = t.speculation_totals();
+    std::printf("optimizer: overlap=%s update_thread_busy_s=%.3f step_waited_for_updates_s=%.3f undo_chunks=%d "
+                "speculated_steps=%lld speculated_chunks=%lld rolled_back_steps=%lld\n",
+                c.runtime.optimizer_overlap.c_str(), update_busy_s, update_waited_s, t.undo_chunks(),
+                (long long)sp.steps, (long long)sp.chunks, (long long)sp.rolled_back);
+  };
   auto print_chunk_summary = [&](int64_t steps) {
+    print_overlap_summary();
     const RuntimeCounters& rc = chunks.counters();
     int64_t evictions = 0;
     for (const auto& e : rc.evictions) evictions += e;

@@ -329,7 +329,17 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   s.Read("nvme_read_ahead", r.nvme_read_ahead);
   s.Read("nvme_io_threads", r.nvme_io_threads);
   s.Read("nvme_spill", r.nvme_spill);
+  s.Read("optimizer_overlap", r.optimizer_overlap);
+  r.undo_memory = ReadBytes(s, "undo_memory", r.undo_memory);
   s.CheckNoUnknownKeys();
+  if (r.optimizer_overlap != "auto" && r.optimizer_overlap != "off" && r.optimizer_overlap != "pipeline" &&
+      r.optimizer_overlap != "speculate") {
+    Fail(s.Key("optimizer_overlap"), "must be auto, off, pipeline or speculate, got '" + r.optimizer_overlap + "'");
+  }
+  if (r.undo_memory > 0 && r.optimizer_overlap != "auto" && r.optimizer_overlap != "speculate") {
+    Fail(s.Key("undo_memory"), "is set but runtime.optimizer_overlap is " + r.optimizer_overlap +
+                                   " (undo copies are for speculate)");
+  }
   if (r.nvme_memory > 0 && r.nvme_path.empty()) {
     Fail(s.Key("nvme_memory"), "is set but runtime.nvme_path (the disk tier's directory) is not");
   }
@@ -497,6 +507,13 @@ Config ParseRoot(const YAML::Node& root) {
   if (c.fp16.enabled && c.train.precision != "auto" && c.train.precision != "fp16") {
     Fail("train.precision", "is " + c.train.precision + " but fp16.enabled is true");
   }
+  if (c.runtime.optimizer_overlap == "auto") {
+    c.runtime.optimizer_overlap = c.runtime.device == "cuda" ? "speculate" : "off";
+  }
+  if (c.runtime.undo_memory > 0 && c.runtime.optimizer_overlap != "speculate") {
+    Fail("runtime.undo_memory", "is set but runtime.optimizer_overlap is " + c.runtime.optimizer_overlap +
+                                    " (undo copies are for speculate)");
+  }
   if (c.train.precision == "auto") {
     c.train.precision = c.fp16.enabled ? "fp16" : c.runtime.device == "cuda" ? "bf16" : "fp32";
   }
@@ -660,6 +677,8 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "nvme_read_ahead" << YAML::Value << c.runtime.nvme_read_ahead;
   e << YAML::Key << "nvme_io_threads" << YAML::Value << c.runtime.nvme_io_threads;
   e << YAML::Key << "nvme_spill" << YAML::Value << c.runtime.nvme_spill;
+  e << YAML::Key << "optimizer_overlap" << YAML::Value << c.runtime.optimizer_overlap;
+  e << YAML::Key << "undo_memory" << YAML::Value << c.runtime.undo_memory;
   e << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;

@@ -107,6 +107,20 @@ struct RuntimeSection {
   // it when host_memory is 0), "all" every moment and 16-bit run's master
   // that may go there, whatever the budget (the operator's pods are sized so).
   std::string nvme_spill = "auto";
+  // How the optimizer's host updates overlap the rest of the step: "off"
+  // (after the gradient norm, the step waits for every update), "pipeline"
+  // (the updates run on a thread of their own in the order the next forward
+  // needs the chunks, each use waiting for its own chunk's update),
+  // "speculate" (pipeline, and each chunk's update starts during the
+  // backward pass once its gradient is final, assuming no clip and no
+  // overflow, undone and redone when that was wrong). "auto" in a file; after
+  // parsing always the effective one: speculate on cuda, off on cpu (where
+  // the updates would take cores from the compute).
+  std::string optimizer_overlap = "auto";
+  // Host bytes for speculation's undo copies (3 shards per speculated
+  // chunk); 0 = what the host budget has beyond the plan. A value is counted
+  // in the plan's host minimum (and so in a pod's memory).
+  int64_t undo_memory = 0;
 };
 
 // Sharded checkpoints (docs/checkpoints.md).

@@ -70,6 +70,10 @@ ParamStore::ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks)
     : layout_(std::move(layout)), chunks_(std::move(chunks)) {
   compute_refs_.assign(size_t(layout_.num_tensors()), 0);
   states_.assign(size_t(layout_.num_tensors()), TensorState::kHold);
+  forward_seen_.assign(size_t(layout_.num_chunks()), 0);
+  last_use_.assign(size_t(layout_.num_chunks()), -1);
+  final_at_.assign(size_t(layout_.num_chunks()), -1);
+  final_fired_.assign(size_t(layout_.num_chunks()), 0);
 }
 
 ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
@@ -80,6 +84,10 @@ ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
   chunks_ = std::move(chunks).value();
   compute_refs_.assign(size_t(layout_.num_tensors()), 0);
   states_.assign(size_t(layout_.num_tensors()), TensorState::kHold);
+  forward_seen_.assign(size_t(layout_.num_chunks()), 0);
+  last_use_.assign(size_t(layout_.num_chunks()), -1);
+  final_at_.assign(size_t(layout_.num_chunks()), -1);
+  final_fired_.assign(size_t(layout_.num_chunks()), 0);
 }
 
 ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pass pass) {
@@ -91,17 +99,33 @@ ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pas
     if (pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
   }
   chunks_->Access(accesses);
+  const int64_t step_moment = step_moment_++;
+  step_had_backward_ = step_had_backward_ || pass == Pass::kBackward;
+  for (const ChunkAccess& a : accesses) {
+    if (a.key.kind != StateKind::kParam) continue;
+    const int32_t c = a.key.chunk;
+    if (final_fired_[size_t(c)]) final_order_broken_ = true;
+    last_use_[size_t(c)] = step_moment;
+    if (pass == Pass::kForward && !forward_seen_[size_t(c)]) {
+      forward_seen_[size_t(c)] = 1;
+      forward_order_.push_back(c);
+    }
+    if (event_log_ != nullptr) {
+      event_log_->Record(event_log_->step(),
+                         pass == Pass::kForward ? ChunkEventKind::kForwardUse : ChunkEventKind::kBackwardUse, c);
+    }
+  }
   for (TensorId id : ids) {
     ++compute_refs_[size_t(id)];
     states_[size_t(id)] = TensorState::kCompute;
     if (recording_) trace_.push_back({moment_, id, pass});
   }
   ++moment_;
-  return Use(this, std::move(ids), std::move(accesses), pass);
+  return Use(this, std::move(ids), std::move(accesses), pass, step_moment);
 }
 
 void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses,
-                         Pass pass) {
+                         Pass pass, int64_t step_moment) {
   if (pass == Pass::kBackward && round_grad_) {
     for (TensorId id : tensors) {
       const TensorPlacement& p = layout_.placement(id);
@@ -115,10 +139,21 @@ void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector
     }
   }
   chunks_->Release(accesses);
+  if (pass != Pass::kBackward) return;
+  for (const ChunkAccess& a : accesses) {
+    const int32_t c = a.key.chunk;
+    if (a.key.kind != StateKind::kParam || final_at_[size_t(c)] != step_moment || final_fired_[size_t(c)]) continue;
+    // Ops hold chunks one at a time (a Use per op); a nested one would still pin it.
+    if (chunks_->Pinned({StateKind::kParam, c}) || chunks_->Pinned({StateKind::kGrad, c})) continue;
+    final_fired_[size_t(c)] = 1;
+    if (event_log_ != nullptr) event_log_->Record(event_log_->step(), ChunkEventKind::kGradFinal, c);
+    if (grad_final_) grad_final_(c);
+  }
 }
 
-ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
+ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk, const Event** grad_ready) {
   ChunkUpdate u;
+  if (grad_ready != nullptr) *grad_ready = nullptr;
   if (chunks_->DeviceAdam(chunk)) {  // never with N ranks: updates run on home shards
     // With 16-bit param chunks the update writes the master, homed beside the
     // moments; the param's 16-bit copy is narrowed from it at its next use.
@@ -136,7 +171,12 @@ ParamStore::ChunkUpdate ParamStore::AcquireForUpdate(int32_t chunk) {
     u.exp_avg_sq_ = chunks_->DeviceData({StateKind::kExpAvgSq, chunk});
   } else {
     u.tier_ = Tier::kHost;
-    if (chunks_->HalfHomed({StateKind::kGrad, chunk})) {
+    if (grad_ready != nullptr) {
+      const ChunkManager::GradHome g = chunks_->StartGradHome(chunk);
+      u.grad_ = g.fp32;
+      u.grad_half_ = g.half;
+      *grad_ready = g.ready;
+    } else if (chunks_->HalfHomed({StateKind::kGrad, chunk})) {
       u.grad_half_ = chunks_->HalfHostRead({StateKind::kGrad, chunk});
     } else {
       u.grad_ = chunks_->HostRead({StateKind::kGrad, chunk});
@@ -178,7 +218,30 @@ const float* ParamStore::Peek(StateKind kind, TensorId id) {
 
 void ParamStore::ZeroGrads() { chunks_->ZeroFill(StateKind::kGrad); }
 
-void ParamStore::EndStep() { chunks_->EndStep(); }
+void ParamStore::BeginStep() {
+  forward_order_.clear();
+  forward_seen_.assign(size_t(layout_.num_chunks()), 0);
+  step_moment_ = 0;
+  step_had_backward_ = false;
+  last_use_.assign(size_t(layout_.num_chunks()), -1);
+  final_fired_.assign(size_t(layout_.num_chunks()), 0);
+  final_order_broken_ = false;
+  chunks_->BeginStep();
+}
+
+std::vector<int32_t> ParamStore::ForwardChunkOrder() const {
+  std::vector<int32_t> order = forward_order_;
+  for (int32_t c = 0; c < layout_.num_chunks(); ++c) {
+    if (forward_seen_.empty() || !forward_seen_[size_t(c)]) order.push_back(c);
+  }
+  return order;
+}
+
+void ParamStore::EndStep() {
+  // A training step's uses say where the next one's gradients become final.
+  if (step_had_backward_) final_at_ = last_use_;
+  chunks_->EndStep();
+}
 
 int64_t ParamStore::model_bytes() const {
   return int64_t(kNumStateKinds) * chunks_->num_chunks() * chunks_->shard_bytes();
@@ -188,12 +251,13 @@ ParamStore::Use::Use(Use&& other) noexcept
     : store_(other.store_),
       tensors_(std::move(other.tensors_)),
       accesses_(std::move(other.accesses_)),
-      pass_(other.pass_) {
+      pass_(other.pass_),
+      step_moment_(other.step_moment_) {
   other.store_ = nullptr;
 }
 
 ParamStore::Use::~Use() {
-  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_);
+  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_, step_moment_);
 }
 
 void ParamStore::Use::Check(TensorId id) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "worker/model/param_layout.h"
+#include "worker/runtime/chunk_event_log.h"
 #include "worker/runtime/chunk_manager.h"
 #include "worker/runtime/runtime_counters.h"
 
@@ -73,7 +74,10 @@ class ParamStore {
 
   // Param, grad and both Adam moments of one chunk for its optimizer update, on
   // the device when the hybrid placement put its moments there, else on the host.
-  ChunkUpdate AcquireForUpdate(int32_t chunk);
+  // With `grad_ready` (one rank, a chunk updated on the host), the gradient's
+  // copy home is only started: *grad_ready is the event the updating thread
+  // waits for before it reads the gradient (null when there is none).
+  ChunkUpdate AcquireForUpdate(int32_t chunk, const Event** grad_ready = nullptr);
 
   // The part of tensor `id` this rank holds: elements [begin, end) of the
   // tensor, at `shard_offset` within the chunk's home shard. Empty when
@@ -109,9 +113,30 @@ class ParamStore {
   void SetGradientRounding(std::function<void(float* grad, int64_t n)> round) { round_grad_ = std::move(round); }
 
   // Step boundaries for the chunk trace.
-  void BeginStep() { chunks_->BeginStep(); }
+  void BeginStep();
   void EndPhase(StepPhase phase) { chunks_->EndPhase(phase); }
   void EndStep();
+
+  // Param chunks in the order the forward passes since BeginStep first used
+  // them, then those they did not use in chunk order: the order the
+  // optimizer updates them in, so that the next forward's first chunks are
+  // ready first. Chunk order before any forward pass.
+  std::vector<int32_t> ForwardChunkOrder() const;
+
+  // Called (with no op holding any chunk) when a backward-pass use ends that
+  // was, in the last whole step, the step's last use of its param chunk:
+  // the chunk's gradient is then final for this step (its params are not
+  // used again either). From the second step on; null (the default) for none.
+  void SetGradFinalObserver(std::function<void(int32_t chunk)> observer) { grad_final_ = std::move(observer); }
+  // Whether this step used a chunk after its gradient was called final (the
+  // step's sequence of uses changed): what was done on that call is then
+  // wrong. Cleared by BeginStep.
+  bool final_order_broken() const { return final_order_broken_; }
+
+  // Records every op's param chunks (forward and backward uses) as events of
+  // the log's current step; null (the default) for none. Not owned.
+  void SetEventLog(ChunkEventLog* log) { event_log_ = log; }
+  ChunkEventLog* event_log() const { return event_log_; }
 
   TensorState state(TensorId id) const { return states_[size_t(id)]; }
   bool InCompute(TensorId id) const { return compute_refs_[size_t(id)] > 0; }
@@ -130,7 +155,8 @@ class ParamStore {
 
  private:
   ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks);
-  void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass);
+  void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass,
+               int64_t step_moment);
 
   ParamLayout layout_;
   std::unique_ptr<ChunkManager> chunks_;
@@ -140,6 +166,17 @@ class ParamStore {
   int64_t moment_ = 0;
   std::vector<AccessRecord> trace_;
   std::function<void(float*, int64_t)> round_grad_;
+  std::vector<int32_t> forward_order_;  // param chunks by first forward use since BeginStep
+  std::vector<uint8_t> forward_seen_;   // per chunk: in forward_order_
+  ChunkEventLog* event_log_ = nullptr;
+  // Gradient-final points: this step's Acquire count, each chunk's last use
+  // so far (a step moment), the last whole step's, and which fired.
+  int64_t step_moment_ = 0;
+  bool step_had_backward_ = false;
+  std::vector<int64_t> last_use_, final_at_;
+  std::vector<uint8_t> final_fired_;
+  bool final_order_broken_ = false;
+  std::function<void(int32_t)> grad_final_;
 };
 
 class ParamStore::Use {
@@ -159,14 +196,20 @@ class ParamStore::Use {
 
  private:
   friend class ParamStore;
-  Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass)
-      : store_(store), tensors_(std::move(tensors)), accesses_(std::move(accesses)), pass_(pass) {}
+  Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass,
+      int64_t step_moment)
+      : store_(store),
+        tensors_(std::move(tensors)),
+        accesses_(std::move(accesses)),
+        pass_(pass),
+        step_moment_(step_moment) {}
   void Check(TensorId id) const;
 
   ParamStore* store_;
   std::vector<TensorId> tensors_;
   std::vector<ChunkAccess> accesses_;
   Pass pass_;
+  int64_t step_moment_;  // the Acquire's place in the step
 };
 
 class ParamStore::ChunkUpdate {

@@ -134,7 +134,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
                             TierLayout::ParamStagingBytes(shard, r, p.device_is_host_memory) +
                             (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0) +
                             p.disk_window_bytes;
-    p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes +
+    p.host_undo_bytes = c.runtime.undo_memory;
+    p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes + p.host_undo_bytes +
                        (p.device_is_host_memory ? p.device_bytes : 0);
   };
   plan_host();
@@ -214,6 +215,7 @@ std::string FormatPlan(const MemoryPlan& p) {
                                                                   : ", gradients in " + p.grad_home));
   add("host: data", bytes(p.host_data_bytes));
   add("host: overhead", bytes(p.host_overhead_bytes));
+  if (p.host_undo_bytes > 0) add("host: speculation undo", bytes(p.host_undo_bytes));
   if (p.device_is_host_memory) add("host: emulated device", bytes(p.device_bytes));
   add("host: minimum", bytes(p.min_host_bytes));
   if (p.disk_moment_chunks > 0) {

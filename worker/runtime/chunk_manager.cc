@@ -309,6 +309,7 @@ void ChunkManager::FlushHostWindow() {
 }
 
 bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
+  FenceHost(index, /*writes=*/false);
   const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive);
   if (slot < 0) return false;
   ChunkState& st = states_[size_t(index)];
@@ -376,6 +377,7 @@ void ChunkManager::WriteHome(int32_t index) {
   if ((world_ > 1 && !AccumulatesHome(index)) || placement_.HalfParam(index)) {
     RuntimeBug("a sharded chunk other than a gradient, or a 16-bit param copy, was written on the device");
   }
+  FenceHost(index, /*writes=*/true);
   ChunkState& st = states_[size_t(index)];
   copier_->WriteHome(index, st.slot, device_, host_, st.zero);
   st.device_dirty = false;
@@ -391,6 +393,7 @@ void ChunkManager::DropDeviceCopy(int32_t index) {
 }
 
 void ChunkManager::MakeHomeCurrent(int32_t i) {
+  FenceHost(i, /*writes=*/false);
   ChunkState& st = states_[size_t(i)];
   if (st.slot >= 0 && st.device_dirty) {
     if (st.pins > 0) RuntimeBug("host read of a chunk an op is writing on the device");
@@ -400,9 +403,34 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
   // This write-home, or one from an eviction still in flight.
   backend_->Synchronize(copier_->home_written(i));
   if (st.zero) {
+    FenceHost(i, /*writes=*/true);
     std::memset(host_.Home(i), 0, size_t(host_.HomeBytes(i)));
     st.zero = false;
   }
+}
+
+ChunkManager::GradHome ChunkManager::StartGradHome(int32_t chunk) {
+  FlushHostWindow();
+  const int32_t i = Index({StateKind::kGrad, chunk});
+  if (world_ > 1 || placement_.DeviceHomed(i)) RuntimeBug("a gradient's home for an update on another thread");
+  ChunkState& st = states_[size_t(i)];
+  GradHome home;
+  if (st.slot >= 0 && st.device_dirty) {
+    if (st.pins > 0) RuntimeBug("host read of a chunk an op is writing on the device");
+    WriteHome(i);  // queued; the copy's end is home_written
+  }
+  if (st.zero) {
+    FenceHost(i, /*writes=*/true);
+    std::memset(host_.Home(i), 0, size_t(host_.HomeBytes(i)));
+    st.zero = false;
+  }
+  home.ready = &copier_->home_written(i);
+  if (placement_.HalfHomed(i)) {
+    home.half = host_.HalfHome(i);
+  } else {
+    home.fp32 = host_.Fp32Home(i);
+  }
+  return home;
 }
 
 void ChunkManager::CloseDiskChunk() {
@@ -418,6 +446,7 @@ void ChunkManager::CloseDiskChunk() {
 }
 
 float* ChunkManager::OpenOnDisk(int32_t index, bool write) {
+  FenceHost(index, write);
   const int32_t chunk = index % num_chunks_;
   if (chunk != disk_open_chunk_) {
     CloseDiskChunk();
@@ -485,6 +514,7 @@ float* ChunkManager::HostWrite(ChunkKey key) {
     RuntimeBug(std::string("host write to a chunk homed in 16 bits (") + StateKindName(key.kind) + ")");
   }
   HostRead(key);
+  FenceHost(i, /*writes=*/true);
   ChunkState& st = states_[size_t(i)];
   if (st.slot >= 0) {
     if (st.pins > 0) RuntimeBug("host write to a chunk pinned on the device");
@@ -497,6 +527,7 @@ ChunkManager::CurrentCopy ChunkManager::Current(ChunkKey key) {
   FlushHostWindow();
   const int32_t i = Index(key);
   if (placement_.DeviceHomed(i)) return {device_.Home(i), true};
+  FenceHost(i, /*writes=*/false);
   if (placement_.DiskHomed(i)) return {OpenOnDisk(i, /*write=*/false), false};
   const ChunkState& st = states_[size_t(i)];
   // A 16-bit param copy is not the param: its master is.

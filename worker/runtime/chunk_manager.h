@@ -188,6 +188,26 @@ class ChunkManager {
   int64_t device_bytes_in_use() const { return device_.bytes_in_use(); }
   // The staging area for 16-bit gradient copies (0 without).
   int64_t staging_bytes() const { return device_.staging_bytes(); }
+  // Called before the manager touches a host home: which chunk, its kind,
+  // and whether the home is written (or only read). An update on another
+  // thread may still be using the chunk's homes (see AsyncUpdater): the call
+  // returns once that is safe. Null (the default) for none.
+  using HostFence = std::function<void(int32_t chunk, StateKind kind, bool writes)>;
+  void SetHostFence(HostFence fence) { host_fence_ = std::move(fence); }
+
+  // A final gradient's home for an update on another thread (one rank): the
+  // copy home of its dirty device copy is started, not waited for; `ready`
+  // is the event its end records (null when the home is current already),
+  // which the updating thread waits for. One of fp32 and half is set (half
+  // for gradients homed in 16 bits). The device copy stays, clean.
+  struct GradHome {
+    const float* fp32 = nullptr;
+    const uint16_t* half = nullptr;
+    const Event* ready = nullptr;
+  };
+  GradHome StartGradHome(int32_t chunk);
+  // Whether an op holds the chunk now.
+  bool Pinned(ChunkKey key) const { return state(key).pins > 0; }
   // Called after every moment's loads and prefetches (tests check the budget with it).
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
   // Told of every copy between the tiers; null (the default) for none. Not owned.
@@ -208,6 +228,10 @@ class ChunkManager {
                const ChunkRuntimeOptions& options, Communicator* comm);
 
   int32_t Index(ChunkKey key) const { return placement_.Index(key); }
+  // The host fence for chunk index `index`'s home.
+  void FenceHost(int32_t index, bool writes) const {
+    if (host_fence_) host_fence_(index % num_chunks_, placement_.KindOf(index), writes);
+  }
   ChunkState& state(ChunkKey key) { return states_[size_t(Index(key))]; }
   const ChunkState& state(ChunkKey key) const { return states_[size_t(Index(key))]; }
   // A host home made current: a dirty device copy written home and waited
@@ -269,6 +293,7 @@ class ChunkManager {
   int64_t tick_ = 0;
   StepResidency step_residency_;
   std::function<void(const ChunkManager&)> observer_;
+  HostFence host_fence_;
 };
 
 }  // namespace pstar

@@ -214,6 +214,8 @@ class CudaBackend final : public DeviceBackend {
     Note(cudaStreamWaitEvent(Stream(stream), Native(event), 0), "cudaStreamWaitEvent", stream);
   }
 
+  void BindThread() override { Note(cudaSetDevice(device_), "cudaSetDevice", StreamKind::kCompute); }
+
   void Synchronize(const Event& event) override {
     if (Native(event) == nullptr) return;
     Note(cudaEventSynchronize(Native(event)), "cudaEventSynchronize", StreamKind::kCompute);

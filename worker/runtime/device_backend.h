@@ -74,6 +74,9 @@ class DeviceBackend {
   virtual void StreamWait(StreamKind stream, const Event& event) = 0;
   // The host waits for `event`.
   virtual void Synchronize(const Event& event) = 0;
+  // Makes the calling thread's device calls (Synchronize, on another thread
+  // than the one that made the backend) reach this backend's device.
+  virtual void BindThread() {}
 
   // An event that also notes when its stream reached it, for the profiler
   // (CreateEvent's note no time, which is cheaper on a GPU). Record and

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
@@ -236,6 +237,40 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   adam.eps = config.optimizer.eps;
   adam.weight_decay = config.optimizer.weight_decay;
   t->optimizer_ = std::make_unique<AdamOptimizer>(adam);
+  const std::string& overlap = t->config_.runtime.optimizer_overlap;
+  if (overlap == "pipeline" || overlap == "speculate") {
+    ChunkManager& chunks = t->store_->chunks();
+    t->updater_ = std::make_unique<AsyncUpdater>(t->store_->layout().num_chunks(),
+                                                 [backend = &chunks.backend()] { backend->BindThread(); });
+    // An update reads the gradient and writes the rest: reading a gradient
+    // beside it is safe, anything else waits for it.
+    chunks.SetHostFence([updater = t->updater_.get()](int32_t chunk, StateKind kind, bool writes) {
+      if (kind == StateKind::kGrad && !writes) return;
+      updater->Wait(chunk);
+    });
+  }
+  if (overlap == "speculate" && t->world_ == 1) {
+    // As many chunks as the undo budget holds, of those that can be undone.
+    int32_t speculable = 0;
+    for (int32_t c = 0; c < t->store_->layout().num_chunks(); ++c) {
+      speculable += AdamOptimizer::Speculable(*t->store_, c);
+    }
+    const int64_t per_chunk = 3 * t->store_->chunks().shard_bytes();
+    const int64_t room = config.runtime.undo_memory > 0
+                             ? config.runtime.undo_memory
+                             : std::max<int64_t>(0, t->host_budget_.bytes - plan.min_host_bytes);
+    t->undo_chunks_ = int32_t(std::min<int64_t>(speculable, room / per_chunk));
+    if (t->undo_chunks_ > 0) {
+      t->undo_.reset(new (std::nothrow) float[size_t(t->undo_chunks_) * size_t(per_chunk / int64_t(sizeof(float)))]);
+      if (t->undo_ == nullptr) {
+        return Status::ResourceExhausted("runtime.undo_memory: cannot allocate " +
+                                         FormatBytes(int64_t(t->undo_chunks_) * per_chunk) +
+                                         " of undo copies for speculation");
+      }
+      t->store_->SetGradFinalObserver([trainer = t.get()](int32_t chunk) { trainer->OnGradFinal(chunk); });
+    }
+  }
+  t->speculated_mask_.assign(size_t(t->store_->layout().num_chunks()), 0);
 
   t->schedule_.max_lr = config.optimizer.lr;
   t->schedule_.min_lr = tr.min_lr;
@@ -275,7 +310,49 @@ std::vector<OwnedRange> Trainer::CheckpointRanges() {
   return ranges;
 }
 
+Trainer::~Trainer() {
+  if (updater_ == nullptr) return;
+  updater_->Drain();
+  store_->chunks().SetHostFence(nullptr);
+}
+
+void Trainer::FinishUpdates() {
+  if (updater_ != nullptr) updater_->Drain();
+}
+
+AdamOptimizer::UndoSlot Trainer::UndoSlotAt(size_t slot) const {
+  const size_t shard = size_t(store_->chunks().shard_bytes()) / sizeof(float);
+  float* base = undo_.get() + slot * 3 * shard;
+  return {base, base + shard, base + 2 * shard};
+}
+
+void Trainer::OnGradFinal(int32_t chunk) {
+  if (!speculating_ || int32_t(speculated_.size()) >= undo_chunks_ || !AdamOptimizer::Speculable(*store_, chunk)) {
+    return;
+  }
+  optimizer_->Speculate(*store_, chunk, speculation_lr_, speculation_grad_scale_, UndoSlotAt(speculated_.size()),
+                        *updater_);
+  speculated_.push_back(chunk);
+  speculated_mask_[size_t(chunk)] = 1;
+}
+
+void Trainer::UndoSpeculation() {
+  updater_->Drain();
+  for (size_t slot = 0; slot < speculated_.size(); ++slot) {
+    optimizer_->Undo(*store_, speculated_[slot], UndoSlotAt(slot));
+    speculated_mask_[size_t(speculated_[slot])] = 0;
+  }
+  speculated_.clear();
+}
+
+void Trainer::SetEventLog(ChunkEventLog* log) {
+  event_log_ = log;
+  store_->SetEventLog(log);
+  if (updater_ != nullptr) updater_->SetEventLog(log);
+}
+
 Status Trainer::SaveCheckpoint() {
+  FinishUpdates();
   TrainingState state;
   state.step = step_;
   state.data_position = loader_->cursor();
@@ -291,6 +368,7 @@ Status Trainer::SaveCheckpoint() {
 }
 
 Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
+  FinishUpdates();
   HomedChunkCopier copier(store_->chunks());
   auto state = LoadLatestCheckpoint(config_.checkpoint.dir, LayoutFingerprint(GptTensorSpecs(config_.model.gpt)),
                                     CheckpointRanges(), *comm_, warnings, &copier);
@@ -377,7 +455,16 @@ Result<StepStats> Trainer::Step() {
   // fp16: the loss, and with it every gradient, is scaled up by `scale`.
   const float scale = scaler_.scale();
   stats.loss_scale = scale;
+  if (event_log_ != nullptr) {
+    event_log_->set_step(step_);
+    event_log_->Record(step_, ChunkEventKind::kStepBegin);
+  }
   if (profiler_ != nullptr) profiler_->BeginStep();
+  // Speculation assumes this step clips nothing and skips nothing, as the
+  // last one did not; its updates start as the gradients become final.
+  speculating_ = undo_chunks_ > 0 && speculate_next_;
+  speculation_lr_ = schedule_.At(step_);
+  speculation_grad_scale_ = 1.0f / (float(world_) * scale);
   store_->BeginStep();
   store_->ZeroGrads();
   for (int64_t micro = 0; micro < accum; ++micro) {
@@ -391,6 +478,7 @@ Result<StepStats> Trainer::Step() {
     model_->Backward();
     store_->EndPhase(StepPhase::kBackward);
   }
+  speculating_ = false;
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
   store_->EndPhase(StepPhase::kBackward);
@@ -412,6 +500,26 @@ Result<StepStats> Trainer::Step() {
   // The loss scaler's overflow decision: the norm is finite exactly when every
   // gradient is, and every rank sees the same all-reduced norm.
   const bool finite = std::isfinite(stats.grad_norm);
+  const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
+  // What speculation assumed: no overflow skip and no clip.
+  const bool as_assumed = finite && clip == 1.0f;
+  speculate_next_ = as_assumed;
+  stats.speculated_chunks = int32_t(speculated_.size());
+  if (!speculated_.empty()) {
+    ++speculation_.steps;
+    speculation_.chunks += int64_t(speculated_.size());
+    if (!as_assumed || store_->final_order_broken()) {
+      UndoSpeculation();
+      stats.rolled_back = true;
+      ++speculation_.rolled_back;
+    }
+  }
+  if (store_->final_order_broken() && stats.speculated_chunks > 0) {
+    // A chunk was used after its update began: the step's gradients may have
+    // seen updated params. Its updates are undone; nothing else is applied.
+    return Status::Internal("the step's chunk uses changed under speculation at step " + std::to_string(step_ + 1) +
+                            " (set runtime.optimizer_overlap: pipeline)");
+  }
   if (!std::isfinite(stats.loss) || (!finite && (!scaler_.enabled() || scaler_.at_minimum()))) {
     return Status::Internal("training diverged at step " + std::to_string(step_ + 1) + ": loss " +
                             std::to_string(stats.loss) + ", gradient norm " + std::to_string(stats.grad_norm) +
@@ -423,15 +531,21 @@ Result<StepStats> Trainer::Step() {
   if (!stats.skipped) {
     // Clipping and unscaling fused into Adam's gradient scale; with N ranks
     // the stored gradients are sums, so 1/N too.
-    const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
     OpScope timed(profiler_.get(), ProfileOp::kAdam);
-    optimizer_->Step(*store_, stats.lr, clip / (float(world_) * scale));
+    // In the order the next forward pass needs the chunks: with the updates
+    // pipelined, it starts once its first chunks are done. Speculated chunks
+    // (kept: the step neither clips nor skips) are done already.
+    optimizer_->Step(*store_, stats.lr, clip / (float(world_) * scale), updater_.get(),
+                     store_->ForwardChunkOrder(), &speculated_mask_);
   }
+  for (int32_t c : speculated_) speculated_mask_[size_t(c)] = 0;
+  speculated_.clear();
   store_->EndStep();
   if (profiler_ != nullptr) profiler_->EndStep();
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   stats.tokens = accum * int64_t(tokens_.size()) * world_;
+  if (event_log_ != nullptr) event_log_->Record(step_, ChunkEventKind::kStepEnd);
   ++step_;
   return stats;
 }

@@ -18,6 +18,7 @@
 #include "worker/model/param_store.h"
 #include "worker/model/sampler.h"
 #include "worker/optim/adam.h"
+#include "worker/optim/async_updater.h"
 #include "worker/optim/loss_scaler.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/plan/memory_plan.h"
@@ -33,6 +34,10 @@ struct StepStats {
   double grad_norm = 0.0;  // before clipping (unscaled; inf when fp16 gradients overflowed)
   float loss_scale = 1.0f;  // the fp16 loss scale the step ran with (1 otherwise)
   bool skipped = false;     // fp16 gradients overflowed: no update, a lower scale next
+  // optimizer_overlap speculate: chunks whose update began during the
+  // backward pass, and whether the check undid them (a clip or a skip).
+  int32_t speculated_chunks = 0;
+  bool rolled_back = false;
   int64_t tokens = 0;    // tokens consumed by this step, all ranks
 };
 
@@ -50,8 +55,14 @@ class Trainer {
                                                  Communicator* comm = nullptr, int local_ranks = 1,
                                                  int local_rank = 0);
 
+  // Finishes the optimizer's pending updates first.
+  ~Trainer();
+
   // One optimizer step (skipped, and counted as taken, when fp16 gradients
-  // overflow: see LossScaler).
+  // overflow: see LossScaler). With runtime.optimizer_overlap pipeline the
+  // host's chunk updates may still run when it returns; every later use of a
+  // chunk (the next step, a checkpoint, evaluation, a read of the store)
+  // waits for that chunk's own update.
   Result<StepStats> Step();
 
   int64_t steps_taken() const { return step_; }
@@ -85,6 +96,26 @@ class Trainer {
   // The profiler, or null when profiling is off.
   const Profiler* profiler() const { return profiler_.get(); }
 
+  // Records the steps' chunk events (uses, updates, waits) in `log`, which
+  // must outlive the trainer; null stops.
+  void SetEventLog(ChunkEventLog* log);
+  // Waits for the optimizer's pending updates (Step may leave some running).
+  void FinishUpdates();
+
+  // Speculation over the run so far, and how many chunks' undo copies the
+  // host budget (or runtime.undo_memory) holds: at most that many chunks
+  // speculate per step.
+  struct SpeculationTotals {
+    int64_t steps = 0;          // steps that speculated on at least one chunk
+    int64_t chunks = 0;         // chunk updates begun during backward
+    int64_t rolled_back = 0;    // steps whose speculation the check undid
+  };
+  const SpeculationTotals& speculation_totals() const { return speculation_; }
+  int32_t undo_chunks() const { return undo_chunks_; }
+  // The update thread's busy time and the step thread's waits for it since
+  // the last call (zeros without an update thread).
+  AsyncUpdater::Times TakeUpdateTimes() { return updater_ != nullptr ? updater_->TakeTimes() : AsyncUpdater::Times{}; }
+
   // Writes a sharded checkpoint of the current state under checkpoint.dir
   // (every rank calls it after the same step).
   Status SaveCheckpoint();
@@ -104,6 +135,12 @@ class Trainer {
   Trainer() = default;
   // This rank's pieces of every saved kind, at their home shards.
   std::vector<OwnedRange> CheckpointRanges();
+  // A chunk's gradient became final in this step's last backward pass:
+  // its update starts now when this step speculates and an undo slot is free.
+  void OnGradFinal(int32_t chunk);
+  AdamOptimizer::UndoSlot UndoSlotAt(size_t slot) const;
+  // Puts every speculated chunk of this step back (waiting for their updates).
+  void UndoSpeculation();
 
   Config config_;
   MemoryPlan plan_;
@@ -121,6 +158,22 @@ class Trainer {
   std::unique_ptr<BpeTokenizer> tokenizer_;  // data.tokenizer gpt2's
   std::string tokenizer_json_;               // its tokenizer.json, made once for every checkpoint
   std::unique_ptr<AdamOptimizer> optimizer_;
+  // The host's chunk updates under optimizer_overlap pipeline, else null.
+  // After the store: destroyed (its updates finished) before it.
+  std::unique_ptr<AsyncUpdater> updater_;
+  ChunkEventLog* event_log_ = nullptr;
+  // Speculation: undo copies for undo_chunks_ chunks (3 shards each), the
+  // chunks speculated this step in slot order and as a mask, whether the
+  // backward pass under way may speculate, with what, and whether the next
+  // step does (the last one needed neither clip nor skip).
+  int32_t undo_chunks_ = 0;
+  std::unique_ptr<float[]> undo_;
+  std::vector<int32_t> speculated_;
+  std::vector<uint8_t> speculated_mask_;
+  bool speculating_ = false;
+  bool speculate_next_ = true;
+  float speculation_lr_ = 0.0f, speculation_grad_scale_ = 1.0f;
+  SpeculationTotals speculation_;
   LrSchedule schedule_;
   LossScaler scaler_;
   std::vector<int32_t> tokens_, targets_;
