@@ -10,8 +10,24 @@
 #  3. PyTorch FSDP2 + CPUOffloadPolicy (bench/torch_fsdp_offload.py) on the
 #     same shapes: a tiny smoke run, then the largest it trains.
 #  4. Both at the largest size both train: tokens/s and pstar/FSDP.
+#  5. waits: the largest size pstar trained (or --layers' largest that fits)
+#     at batch WAIT_BATCH (8), runtime.optimizer_overlap speculate and off,
+#     under --profile: per step (medians after the warm-up) the step time,
+#     the GPU's kernel time, the host Adam time, the H2D and D2H copy time,
+#     the step's waits for updates, the GPU-busy share, and step against
+#     max(kernels, Adam, copies) (target <= 1.15 with the overlap; about
+#     their sum without it); the model FLOP rate counting the recompute
+#     (8 N + 8 L C T per token with activation checkpointing). Clipping is
+#     off (WAIT_GRAD_CLIP, 0), as in a run past its first steps whose norms
+#     stay under the clip: a step that clips undoes its speculation.
+#  6. sweep: that size at batches SWEEP_BATCHES ("2 4 8 16"), overlap on:
+#     where the host's Adam stops being the bound (kernels >= Adam).
+#  7. margin: runtime.margin_use_ratio MARGINS ("0.8 1.0"): the largest size
+#     each plans at batch WAIT_BATCH, trained a few steps (does the extra
+#     margin fit in practice?).
 #
-# Usage: bench/gpu_offload_scale.sh [--dry-run] [--log-dir DIR] [--part all|plan|pstar|fsdp|compare]
+# Usage: bench/gpu_offload_scale.sh [--dry-run] [--log-dir DIR]
+#                                   [--part all|plan|pstar|fsdp|compare|waits|sweep|margin]
 #                                   [--layers "10 20 ..."] [--steps N] [--warmup W]
 #   --part     run one stage; the measured runs accumulate in DIR/offload_runs.txt,
 #              so stages can run in separate calls (compare reads what is there)
@@ -46,7 +62,10 @@ while [ "$#" -gt 0 ]; do
   esac
   shift
 done
-case "$part" in all | plan | pstar | fsdp | compare) ;; *) die "--part: all, plan, pstar, fsdp or compare" ;; esac
+case "$part" in
+  all | plan | pstar | fsdp | compare | waits | sweep | margin) ;;
+  *) die "--part: all, plan, pstar, fsdp, compare, waits, sweep or margin" ;;
+esac
 log_dir="${log_dir:-$(mktemp -d)}"
 mkdir -p "$log_dir"
 runs="$log_dir/offload_runs.txt"
@@ -67,7 +86,7 @@ if [ "$dry_run" -eq 1 ]; then
   device=cpu precision=fp32 PEAK_FLOPS=""
   # A host that holds the 2- and 4-layer shapes and not the 8-layer one, to
   # show the plan's refusal.
-  host_budget=$(to_bytes "${HOST_MEMORY:-170MiB}")
+  host_budget=$(to_bytes "${HOST_MEMORY:-290MiB}")
   tier_bytes=0
 else
   C=4096 NH=32 T=1024 V=50257
@@ -349,4 +368,146 @@ if [ "$part" = all ] || [ "$part" = compare ]; then
       echo "both at $common layers: not both measured (pstar ${pc:-none}, FSDP2 ${fc:-none})"
     fi
   fi
+fi
+
+# --- 5..7. where the step waits -------------------------------------------------
+# The size these parts train: the largest pstar trained here (compare writes
+# it), else the largest that fits the plan.
+waits_layers() {
+  local L
+  if [ -f "$log_dir/offload_largest.env" ]; then
+    L=$(sed -nE 's/^offload_largest_layers=([0-9]+)$/\1/p' "$log_dir/offload_largest.env")
+    [ -n "$L" ] && [ -n "${params[$L]:-}" ] && { echo "$L"; return; }
+  fi
+  for L in $(descending); do [ "${fits[$L]}" = 1 ] && { echo "$L"; return; }; done
+}
+
+# Medians over the steps after the warm-up of pstar's JSON progress lines, as
+# KEY=VALUE: step_ms, kernel_ms, adam_ms, h2d_ms, d2h_ms, wait_ms, busy (percent).
+step_waits() {  # log warmup
+  python3 - "$1" "$2" <<'PY'
+import json, statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    if not line.startswith('{'):
+        continue
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if 'step' in j and 'ms_per_step' in j and j['step'] > int(sys.argv[2]):
+        rows.append(j)
+if not rows:
+    print('steps=0')
+    sys.exit(0)
+def med(key, scale=1e3):
+    vals = [r[key] * scale for r in rows if r.get(key) is not None and r[key] >= 0]
+    return statistics.median(vals) if vals else float('nan')
+step = statistics.median(r['ms_per_step'] for r in rows)
+kernel, adam, h2d, d2h, wait = med('kernel_s'), med('host_adam_s'), med('h2d_s'), med('d2h_s'), med('update_wait_s')
+bound = max(kernel, adam, max(h2d, d2h))
+print('steps=%d step_ms=%.1f kernel_ms=%.1f adam_ms=%.1f h2d_ms=%.1f d2h_ms=%.1f wait_ms=%.1f busy=%.1f '
+      'bound_ms=%.1f step_over_bound=%.3f sum_ms=%.1f speculated=%d rolled_back=%d' % (
+          len(rows), step, kernel, adam, h2d, d2h, wait, 100 * kernel / step if step > 0 else 0, bound,
+          step / bound if bound > 0 else float('nan'), kernel + adam + h2d + d2h,
+          sum(r.get('speculated_chunks', 0) for r in rows), sum(1 for r in rows if r.get('rolled_back'))))
+PY
+}
+
+# One profiled run with JSON progress lines; prints and records its waits.
+waits_run() {  # layers batch overlap tag [extra --set args...]
+  local L=$1 b=$2 overlap=$3 tag=$4 args log rc line tps fpt8
+  shift 4
+  mapfile -t args < <(batch=$b job_args "$L")
+  log="$log_dir/offload_${tag}_L${L}_b${b}_${overlap}.log"
+  set +e
+  timeout "${RUN_TIMEOUT:-480}" "$pstar" train "${args[@]}" --set "runtime.device_memory=${plan_tier[$L]}" \
+    --set "runtime.optimizer_overlap=$overlap" --set "train.grad_clip=${WAIT_GRAD_CLIP:-0}" "$@" \
+    --profile --log-format json > "$log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    echo "   $L layers, batch $b, overlap $overlap: failed (exit $rc$([ "$rc" -eq 124 ] && echo ': timed out')):" \
+         "$(grep -m1 'error' "$log" || tail -1 "$log")"
+    echo "$tag layers=$L batch=$b overlap=$overlap status=failed rc=$rc $*" >> "$runs"
+    return 1
+  fi
+  line=$(step_waits "$log" "$warmup")
+  tps=$(awk -v b="$b" -v t="$T" -v a="$accum" -v ms="$(field step_ms "$line")" 'BEGIN { printf "%.1f", b * t * a / (ms / 1000) }')
+  # With activation checkpointing the forward runs twice: 8 N per token (and 8 L C T of attention).
+  fpt8=$(awk -v n="${params[$L]}" -v l="$L" -v c="$C" -v t="$T" -v k="$ckpt" 'BEGIN {
+    m = (k == 1 ? 8 : 6); printf "%.0f", m * n + m * l * c * t }')
+  echo "   $L layers, batch $b, overlap $overlap: $line"
+  awk -v r="$tps" -v f="$fpt8" -v k="$ckpt" 'BEGIN {
+    printf "     %.1f tokens/s, model FLOP rate %.1f TFLOP/s (%s N per token)\n", r, r * f / 1e12, (k == 1 ? "8" : "6") }'
+  echo "$tag layers=$L batch=$b overlap=$overlap status=ok tokens_per_s=$tps $line $*" >> "$runs"
+}
+
+if [ "$part" = all ] || [ "$part" = waits ]; then
+  echo
+  L=$(waits_layers)
+  b="${WAIT_BATCH:-$([ "$dry_run" -eq 1 ] && echo 2 || echo 8)}"
+  echo "== waits: ${L:-no} layers at batch $b, overlap speculate and off, --profile (medians after $warmup warm-up steps)"
+  if [ -z "$L" ]; then
+    echo "   no size fits this host"
+  else
+    # Without a size pstar trained here before, the plan's largest may not
+    # train: the next sizes down are tried.
+    tries=1
+    until waits_run "$L" "$b" speculate waits; do
+      [ -f "$log_dir/offload_largest.env" ] && break
+      [ "$tries" -ge "${PSTAR_TRIES:-3}" ] && break
+      next=""
+      for M in $(descending); do [ "$M" -lt "$L" ] && [ "${fits[$M]}" = 1 ] && { next=$M; break; }; done
+      [ -n "$next" ] || break
+      L=$next tries=$((tries + 1))
+    done
+    waits_run "$L" "$b" off waits || true
+    on=$(grep "^waits layers=$L batch=$b overlap=speculate status=ok" "$runs" | tail -1 || true)
+    off=$(grep "^waits layers=$L batch=$b overlap=off status=ok" "$runs" | tail -1 || true)
+    if [ -n "$on" ]; then
+      awk -v r="$(field step_over_bound "$on")" 'BEGIN {
+        printf "   overlap on: step / max(kernels, Adam, copies) = %.2f against the 1.15 target: %s\n", r, (r <= 1.15 ? "met" : "not met") }'
+    fi
+    if [ -n "$off" ]; then
+      awk -v s="$(field step_ms "$off")" -v m="$(field sum_ms "$off")" 'BEGIN {
+        printf "   overlap off: step %.1f ms against the sum of kernels, Adam and copies %.1f ms (%.2f of it)\n", s, m, (m > 0 ? s / m : 0) }'
+    fi
+    [ "$dry_run" -eq 1 ] && echo "   (dry run: the CPU backend's figures say nothing about a GPU's)"
+  fi
+fi
+
+if [ "$part" = all ] || [ "$part" = sweep ]; then
+  echo
+  L=$(waits_layers)
+  sweep="${SWEEP_BATCHES:-$([ "$dry_run" -eq 1 ] && echo '1 2' || echo '2 4 8 16')}"
+  echo "== sweep: ${L:-no} layers, batches {$sweep}, overlap speculate: where the host's Adam stops being the bound"
+  if [ -n "$L" ]; then
+    for b in $sweep; do waits_run "$L" "$b" speculate sweep || break; done
+    awk -v l="layers=$L" '$1 == "sweep" && $2 == l && / status=ok / {
+        for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        printf "   batch %s: kernels %s ms, Adam %s ms: %s\n", v["batch"], v["kernel_ms"], v["adam_ms"],
+          (v["kernel_ms"] + 0 >= v["adam_ms"] + 0 ? "compute-bound" : "Adam-bound") }' "$runs" | sort -u -t: -k1,1
+  fi
+fi
+
+if [ "$part" = all ] || [ "$part" = margin ]; then
+  echo
+  b="${WAIT_BATCH:-$([ "$dry_run" -eq 1 ] && echo 2 || echo 8)}"
+  echo "== margin: client.mem_tracer.margin_use_ratio {${MARGINS:-0.8 1.0}} at batch $b: the largest size each plans, trained"
+  for ratio in ${MARGINS:-0.8 1.0}; do
+    largest=""
+    for L in $(descending); do
+      mapfile -t args < <(batch=$b job_args "$L")
+      plan=$("$pstar" plan "${args[@]}" --set "client.mem_tracer.margin_use_ratio=$ratio" \
+               --set "runtime.device_memory=${plan_tier[$L]:-0}" --json 2>/dev/null) || continue
+      [ "$(plan_field min_host_bytes "$plan")" -le "$host_budget" ] && { largest=$L; break; }
+    done
+    if [ -z "$largest" ]; then
+      echo "   ratio $ratio: no size plans on this host"
+      continue
+    fi
+    echo "   ratio $ratio: $largest layers (${params[$largest]:-?} parameters) plan"
+    waits_run "$largest" "$b" speculate margin --set "client.mem_tracer.margin_use_ratio=$ratio" || true
+  done
 fi

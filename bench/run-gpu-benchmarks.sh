@@ -17,6 +17,10 @@
 #     overlap          copy time hidden behind compute at that shape     (2 min)
 #     offload-fsdp     FSDP2 + CPU offload: the largest it trains         (3-8 min)
 #     offload-compare  both at the largest size both train               (0-3 min)
+#     offload-waits    that size at batch 8, optimizer overlap on and off,
+#                      profiled: step against max(kernels, Adam, copies)  (3-6 min)
+#     offload-sweep    that size at batches 2..16: where Adam stops bounding (5-9 min)
+#     offload-margin   margin_use_ratio 0.8 and 1.0: the largest each plans, trained (3-6 min)
 #     adam             CPU Adam against the bandwidth bound, 1..16 threads (1-2 min)
 #   "offload" stands for offload-plan, offload-pstar, offload-fsdp and offload-compare.
 #   Three invocations of under 10 minutes each (the same OUT_DIR each time:
@@ -24,6 +28,9 @@
 #     run-gpu-benchmarks.sh OUT env transfer in-memory adam
 #     run-gpu-benchmarks.sh OUT offload-plan offload-pstar overlap
 #     run-gpu-benchmarks.sh OUT offload-fsdp offload-compare
+#   and for the optimizer's overlap, after offload-pstar in the same OUT:
+#     run-gpu-benchmarks.sh OUT offload-plan offload-waits
+#     run-gpu-benchmarks.sh OUT offload-plan offload-sweep   (or offload-margin)
 #   --dry-run  every part in its CPU dry-run mode (tiny shapes; no GPU figures)
 #   --archive FILE  at the end, OUT_DIR as one .tar.gz (to copy back one file)
 # Environment: passed on to the scripts (bench/gpu_common.sh and each script's
@@ -51,7 +58,8 @@ while [ "$#" -gt 0 ]; do
     --dry-run) dry=(--dry-run) ;;
     --archive) archive="${1:?--archive needs a file}"; shift ;;
     offload) parts+=(offload-plan offload-pstar offload-fsdp offload-compare) ;;
-    env | transfer | in-memory | step | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | adam) parts+=("$a") ;;
+    env | transfer | in-memory | step | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
+      offload-waits | offload-sweep | offload-margin | adam) parts+=("$a") ;;
     *) die "unknown part $a (try --help)" ;;
   esac
 done
@@ -103,6 +111,9 @@ run_part() {
         offload-pstar) cmd=("$here/gpu_offload_scale.sh" --part pstar) ;;
         offload-fsdp) cmd=("$here/gpu_offload_scale.sh" --part fsdp) ;;
         offload-compare) cmd=("$here/gpu_offload_scale.sh" --part compare) ;;
+        offload-waits) cmd=("$here/gpu_offload_scale.sh" --part waits) ;;
+        offload-sweep) cmd=("$here/gpu_offload_scale.sh" --part sweep) ;;
+        offload-margin) cmd=("$here/gpu_offload_scale.sh" --part margin) ;;
         overlap) cmd=("$here/chunk_transfer.sh" --skip-bandwidth) ;;
         adam) cmd=("$here/cpu_adam_bandwidth.sh") ;;
       esac
@@ -120,6 +131,7 @@ run_part() {
       offload-plan) grep -E '^(plan:|DRY RUN)' "$log" ;;
       offload-pstar | offload-fsdp) grep -E '^   (tokens/s|[0-9]+ layers:|failed|giving up|not measured)|^-- ' "$log" ;;
       offload-compare) sed -n '/^== summary/,$p' "$log" ;;
+      offload-waits | offload-sweep | offload-margin) grep -E '^(==|   )' "$log" | grep -v '^== plan' ;;
       overlap) grep -E '^overlap' "$log" ;;
       adam) grep -E '^ +[0-9]+ |^pstar/pytorch|^pytorch' "$log" ;;
     esac

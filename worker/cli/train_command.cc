@@ -258,19 +258,14 @@ int TrainCommand(const std::vector<std::string>& args) {
   int64_t disk_read_at_warmup = 0, disk_written_at_warmup = 0;
   std::array<int64_t, kNumCollectiveOps> comm_at_warmup{};
   auto later_steps = [](int64_t steps) { return steps > 1 ? steps - 1 : int64_t{1}; };
-  // The optimizer's overlap: the update thread's time, the step's waits for
-  // it, and what speculation did.
-  double update_busy_s = 0.0, update_waited_s = 0.0;
+  // The optimizer: its host time (any thread), the step's waits for
+  // pending updates, and what speculation did.
   auto print_overlap_summary = [&] {
-    if (c.runtime.optimizer_overlap == "off") return;
     t.FinishUpdates();
-    const AsyncUpdater::Times times = t.TakeUpdateTimes();
-    update_busy_s += times.busy_s;
-    update_waited_s += times.waited_s;
     const Trainer::SpeculationTotals& sp = t.speculation_totals();
-    std::printf("optimizer: overlap=%s update_thread_busy_s=%.3f step_waited_for_updates_s=%.3f undo_chunks=%d "
+    std::printf("optimizer: overlap=%s host_adam_s=%.3f waited_for_updates_s=%.3f undo_chunks=%d "
                 "speculated_steps=%lld speculated_chunks=%lld rolled_back_steps=%lld\n",
-                c.runtime.optimizer_overlap.c_str(), update_busy_s, update_waited_s, t.undo_chunks(),
+                c.runtime.optimizer_overlap.c_str(), sp.host_adam_seconds, sp.update_wait_seconds, t.undo_chunks(),
                 (long long)sp.steps, (long long)sp.chunks, (long long)sp.rolled_back);
   };
   auto print_chunk_summary = [&](int64_t steps) {
@@ -381,6 +376,8 @@ int TrainCommand(const std::vector<std::string>& args) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
                           stats->loss_scale, /*mfu=*/0.0);
+      metrics->RecordStepWaits(stats->compute_seconds, stats->host_adam_seconds, stats->update_wait_seconds,
+                               stats->speculated_chunks, stats->rolled_back);
       metrics->RecordProgress(s + 1, seconds > 0 ? double(stats->tokens) / seconds : 0.0);
     }
     if (stopping) {

@@ -299,6 +299,20 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
       &counter("patrickstar_skipped_steps_total",
                "Steps whose update was skipped because of non-finite gradients.")
            .Add({});
+  m->compute_seconds_ = &counter("patrickstar_step_compute_seconds_total",
+                                 "Compute stream time from each step's first forward op to its last backward op.")
+                             .Add({});
+  m->host_adam_seconds_ =
+      &counter("patrickstar_optimizer_host_seconds_total", "Host Adam work, on any thread.").Add({});
+  m->update_wait_seconds_ = &counter("patrickstar_optimizer_wait_seconds_total",
+                                     "Time the step thread waited for pending optimizer updates.")
+                                 .Add({});
+  m->speculated_chunks_ = &counter("patrickstar_optimizer_speculated_chunks_total",
+                                   "Chunk updates begun during the backward pass (optimizer_overlap speculate).")
+                               .Add({});
+  m->rolled_back_steps_ = &counter("patrickstar_optimizer_rolled_back_steps_total",
+                                   "Steps whose speculative updates were undone (the step clipped or skipped).")
+                               .Add({});
   m->loss_family_ = &gauge("patrickstar_loss", "Training loss of the last step (nats per token).");
   m->learning_rate_family_ = &gauge("patrickstar_learning_rate", "Learning rate of the last step.");
   m->grad_norm_family_ =
@@ -361,6 +375,15 @@ void WorkerMetrics::RecordStep(double seconds, int64_t tokens, double loss, doub
 }
 
 void WorkerMetrics::RecordSkippedStep() { skipped_steps_->Increment(); }
+
+void WorkerMetrics::RecordStepWaits(double compute_seconds, double host_adam_seconds, double update_wait_seconds,
+                                    int64_t speculated_chunks, bool rolled_back) {
+  compute_seconds_->Increment(std::max(0.0, compute_seconds));
+  host_adam_seconds_->Increment(std::max(0.0, host_adam_seconds));
+  update_wait_seconds_->Increment(std::max(0.0, update_wait_seconds));
+  speculated_chunks_->Increment(double(std::max<int64_t>(0, speculated_chunks)));
+  if (rolled_back) rolled_back_steps_->Increment();
+}
 
 void WorkerMetrics::SetTarget(int64_t target_steps, int64_t start_step, int world_size) {
   target_steps_->Set(double(target_steps));

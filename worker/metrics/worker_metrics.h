@@ -57,6 +57,11 @@ class WorkerMetrics {
   // Once per optimizer step. `mfu` is a ratio (0..1).
   void RecordStep(double seconds, int64_t tokens, double loss, double learning_rate,
                   double grad_norm, double loss_scale, double mfu);
+  // Where a step waited (StepStats): the compute stream's forward and
+  // backward span, the host's Adam seconds, the step thread's waits for
+  // pending updates; chunks speculated and whether the step undid them.
+  void RecordStepWaits(double compute_seconds, double host_adam_seconds, double update_wait_seconds,
+                       int64_t speculated_chunks, bool rolled_back);
   // A step whose update was skipped (non-finite gradients).
   void RecordSkippedStep();
   // The run's place: the training step reached (resumed steps included, so
@@ -86,6 +91,11 @@ class WorkerMetrics {
   prometheus::Counter* steps_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
   prometheus::Counter* skipped_steps_ = nullptr;
+  prometheus::Counter* compute_seconds_ = nullptr;
+  prometheus::Counter* host_adam_seconds_ = nullptr;
+  prometheus::Counter* update_wait_seconds_ = nullptr;
+  prometheus::Counter* speculated_chunks_ = nullptr;
+  prometheus::Counter* rolled_back_steps_ = nullptr;
   // Per-step gauges get their series at the first step, so no made-up zero
   // loss is shown before it.
   prometheus::Family<prometheus::Gauge>* loss_family_ = nullptr;

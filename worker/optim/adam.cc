@@ -1,5 +1,6 @@
 #include "worker/optim/adam.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -152,7 +153,9 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale, AsyncUpd
       continue;
     }
     if (log != nullptr) log->Record(event_step, ChunkEventKind::kUpdateBegin, c);
+    const auto start = std::chrono::steady_clock::now();
     host.Run(spans, p);
+    host_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log != nullptr) log->Record(event_step, ChunkEventKind::kUpdateEnd, c);
   }
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 #include <span>
+#include <utility>
 
 #include "kernels/adam.h"
 #include "worker/model/model_kernels.h"
@@ -68,6 +69,10 @@ class AdamOptimizer {
   // Puts a speculated chunk back as `undo` holds it (its update has ended).
   void Undo(ParamStore& store, int32_t chunk, const UndoSlot& undo);
 
+  // Host seconds of chunk updates run on the calling thread (not queued),
+  // since the last call.
+  double TakeHostSeconds() { return std::exchange(host_seconds_, 0.0); }
+
   int64_t steps_taken() const { return step_; }
   // Restores the step count (bias correction) from a checkpoint.
   void set_steps_taken(int64_t steps) { step_ = steps; }
@@ -82,6 +87,7 @@ class AdamOptimizer {
   AdamConfig config_;
   int64_t step_ = 0;
   std::vector<std::vector<Span>> spans_;  // per chunk, made on first use
+  double host_seconds_ = 0.0;
 };
 
 // L2 norm of the gradients as stored (padding excluded), summed in a fixed

@@ -62,6 +62,8 @@ void Profiler::EndStep() {
   measuring_ = false;
   // The one wait profiling adds: every span's end event has been reached.
   double op_seconds = 0.0;
+  last_step_ = StepProfile{};
+  last_step_.measured = true;
   for (const Span& s : spans_) {
     if (s.end == nullptr) continue;  // never ended: its op failed
     const double seconds = backend_.ElapsedSeconds(*s.start, *s.end);
@@ -70,6 +72,7 @@ void Profiler::EndStep() {
     t.seconds += seconds;
     t.bytes += s.bytes;
     if (s.kind == ProfileKind::kOp) op_seconds += seconds;
+    if (s.kind == ProfileKind::kMove) last_step_.move_seconds[size_t(s.index)] += seconds;
   }
   spans_.clear();
   next_event_ = 0;
@@ -88,6 +91,9 @@ void Profiler::EndStep() {
   // what they leave of the step is time no op covered. Two clocks: a step
   // shorter than its ops by their resolution leaves no idle time.
   idle_seconds_ += std::max(0.0, step - op_seconds);
+  last_step_.step_seconds = step;
+  last_step_.op_seconds = op_seconds;
+  last_step_.idle_seconds = std::max(0.0, step - op_seconds);
   ++steps_;
 }
 

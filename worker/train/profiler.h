@@ -92,6 +92,16 @@ class Profiler final : public OpTimer, public MoveObserver {
 
   ProfileSummary Summary() const;
 
+  // The last measured step alone: its wall time, the compute stream's ops
+  // (the device's kernel time), what no op covered, and each copy
+  // direction's time. `measured` is false before the first measured step.
+  struct StepProfile {
+    bool measured = false;
+    double step_seconds = 0.0, op_seconds = 0.0, idle_seconds = 0.0;
+    std::array<double, kNumDirections> move_seconds{};
+  };
+  const StepProfile& last_step() const { return last_step_; }
+
  private:
   struct Span {
     ProfileKind kind;
@@ -129,6 +139,7 @@ class Profiler final : public OpTimer, public MoveObserver {
   double step_seconds_ = 0.0;
   std::array<Total, kNumProfileOps> ops_{};
   double idle_seconds_ = 0.0;
+  StepProfile last_step_;
   std::array<Total, kNumDirections> moves_{};
   std::array<Total, kNumCollectiveOps> collectives_{};
 };

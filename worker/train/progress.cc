@@ -54,15 +54,25 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
     double eta = per_step * double(total_ - step);
     const double tokens_per_s = double(window_tokens_) / std::max(window_seconds_, 1e-9);
     const double ms_per_step = 1000.0 * window_seconds_ / double(std::max<int64_t>(window_steps_, 1));
+    const bool profiled = s.kernel_seconds >= 0.0;
     if (format_ == LogFormat::kJson) {
       // Non-finite numbers (an overflowed fp16 norm) become null.
-      const nlohmann::json line = {{"step", step},           {"steps", total_},
-                                   {"loss", ShortDouble(s.loss)}, {"lr", ShortDouble(s.lr)},
-                                   {"grad_norm", s.grad_norm}, {"loss_scale", ShortDouble(s.loss_scale)},
-                                   {"skipped", s.skipped},   {"tokens_per_s", tokens_per_s},
-                                   {"ms_per_step", ms_per_step}, {"elapsed_s", seconds_},
-                                   {"eta_s", eta},           {"h2d_bytes", h2d_bytes},
-                                   {"d2h_bytes", d2h_bytes}};
+      nlohmann::json line = {{"step", step},           {"steps", total_},
+                             {"loss", ShortDouble(s.loss)}, {"lr", ShortDouble(s.lr)},
+                             {"grad_norm", s.grad_norm}, {"loss_scale", ShortDouble(s.loss_scale)},
+                             {"skipped", s.skipped},   {"tokens_per_s", tokens_per_s},
+                             {"ms_per_step", ms_per_step}, {"elapsed_s", seconds_},
+                             {"eta_s", eta},           {"h2d_bytes", h2d_bytes},
+                             {"d2h_bytes", d2h_bytes}, {"compute_s", s.compute_seconds},
+                             {"host_adam_s", s.host_adam_seconds}, {"update_wait_s", s.update_wait_seconds},
+                             {"speculated_chunks", s.speculated_chunks}, {"rolled_back", s.rolled_back}};
+      if (profiled) {
+        line["kernel_s"] = s.kernel_seconds;
+        line["compute_idle_s"] = s.compute_idle_seconds;
+        line["h2d_s"] = s.h2d_seconds;
+        line["d2h_s"] = s.d2h_seconds;
+        line["compute_busy"] = seconds > 0.0 ? s.kernel_seconds / seconds : 0.0;
+      }
       std::fprintf(out_, "%s\n", line.dump().c_str());
     } else {
       // fp16: the loss scale the step ran with, and whether it overflowed.
@@ -70,10 +80,22 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
       if (s.loss_scale != 1.0f || s.skipped) {
         std::snprintf(scale, sizeof scale, " | scale %g%s", double(s.loss_scale), s.skipped ? " (overflow, skipped)" : "");
       }
-      std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.0f ms/step | elapsed %s | ETA %s\n",
+      // This step's waits: its forward and backward on the compute stream,
+      // the host's Adam work and the waits for it; with --profile the
+      // stream's kernel time (and busy share) and the chunk copies.
+      char waits[192];
+      std::snprintf(waits, sizeof waits, " | fwd+bwd %.0f ms | adam %.0f ms | waited %.0f ms", 1e3 * s.compute_seconds,
+                    1e3 * s.host_adam_seconds, 1e3 * s.update_wait_seconds);
+      char profile[192] = "";
+      if (profiled) {
+        std::snprintf(profile, sizeof profile, " | kernels %.0f ms (%.0f%% busy) | h2d %.0f ms | d2h %.0f ms",
+                      1e3 * s.kernel_seconds, seconds > 0.0 ? 100.0 * s.kernel_seconds / seconds : 0.0,
+                      1e3 * s.h2d_seconds, 1e3 * s.d2h_seconds);
+      }
+      std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.0f ms/step | elapsed %s | ETA %s%s%s\n",
                    int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss, double(s.lr),
                    s.grad_norm, scale, tokens_per_s, ms_per_step, FormatDuration(seconds_).c_str(),
-                   FormatDuration(eta).c_str());
+                   FormatDuration(eta).c_str(), waits, profile);
     }
     std::fflush(out_);
     window_tokens_ = 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <tuple>
 
 #include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
@@ -271,6 +272,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
     }
   }
   t->speculated_mask_.assign(size_t(t->store_->layout().num_chunks()), 0);
+  t->compute_start_ = t->store_->chunks().backend().CreateTimingEvent();
+  t->compute_end_ = t->store_->chunks().backend().CreateTimingEvent();
 
   t->schedule_.max_lr = config.optimizer.lr;
   t->schedule_.min_lr = tr.min_lr;
@@ -318,6 +321,15 @@ Trainer::~Trainer() {
 
 void Trainer::FinishUpdates() {
   if (updater_ != nullptr) updater_->Drain();
+  TakeOptimizerTimes();
+}
+
+std::pair<double, double> Trainer::TakeOptimizerTimes() {
+  const AsyncUpdater::Times times = updater_ != nullptr ? updater_->TakeTimes() : AsyncUpdater::Times{};
+  const double adam = times.busy_s + optimizer_->TakeHostSeconds();
+  speculation_.host_adam_seconds += adam;
+  speculation_.update_wait_seconds += times.waited_s;
+  return {adam, times.waited_s};
 }
 
 AdamOptimizer::UndoSlot Trainer::UndoSlotAt(size_t slot) const {
@@ -467,6 +479,8 @@ Result<StepStats> Trainer::Step() {
   speculation_grad_scale_ = 1.0f / (float(world_) * scale);
   store_->BeginStep();
   store_->ZeroGrads();
+  DeviceBackend& backend = store_->chunks().backend();
+  backend.Record(*compute_start_, StreamKind::kCompute);
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->Next(tokens_.data(), targets_.data());
     {
@@ -479,6 +493,7 @@ Result<StepStats> Trainer::Step() {
     store_->EndPhase(StepPhase::kBackward);
   }
   speculating_ = false;
+  backend.Record(*compute_end_, StreamKind::kCompute);
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
   store_->EndPhase(StepPhase::kBackward);
@@ -489,6 +504,7 @@ Result<StepStats> Trainer::Step() {
     loss /= double(world_);
   }
   stats.loss = float(loss);
+  stats.compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: TakeLoss waited
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
   // The device is idle here (TakeLoss waited), so the span times the norm alone.
   double summed_norm = 0.0;
@@ -541,7 +557,17 @@ Result<StepStats> Trainer::Step() {
   for (int32_t c : speculated_) speculated_mask_[size_t(c)] = 0;
   speculated_.clear();
   store_->EndStep();
-  if (profiler_ != nullptr) profiler_->EndStep();
+  std::tie(stats.host_adam_seconds, stats.update_wait_seconds) = TakeOptimizerTimes();
+  if (profiler_ != nullptr) {
+    profiler_->EndStep();
+    const Profiler::StepProfile& p = profiler_->last_step();
+    if (p.measured) {
+      stats.kernel_seconds = p.op_seconds;
+      stats.compute_idle_seconds = p.idle_seconds;
+      stats.h2d_seconds = p.move_seconds[size_t(Direction::kHostToDevice)];
+      stats.d2h_seconds = p.move_seconds[size_t(Direction::kDeviceToHost)];
+    }
+  }
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   stats.tokens = accum * int64_t(tokens_.size()) * world_;

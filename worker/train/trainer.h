@@ -38,6 +38,20 @@ struct StepStats {
   // backward pass, and whether the check undid them (a clip or a skip).
   int32_t speculated_chunks = 0;
   bool rolled_back = false;
+  // Where the step waited, always measured (a pair of timing events and host
+  // clocks): the compute stream's span over the forward and backward passes
+  // (GPU time from its first op to its last), the host's Adam work during
+  // this call on any thread (the update thread's and the step thread's), and
+  // the step thread's waits for pending updates.
+  double compute_seconds = 0.0;
+  double host_adam_seconds = 0.0;
+  double update_wait_seconds = 0.0;
+  // Only under --profile (EnableProfiling), else -1: the compute stream's op
+  // time (kernel time on a GPU), its idle time (waiting for the host, a copy
+  // or a collective), and the chunk copies' time each way.
+  double kernel_seconds = -1.0;
+  double compute_idle_seconds = -1.0;
+  double h2d_seconds = -1.0, d2h_seconds = -1.0;
   int64_t tokens = 0;    // tokens consumed by this step, all ranks
 };
 
@@ -102,19 +116,19 @@ class Trainer {
   // Waits for the optimizer's pending updates (Step may leave some running).
   void FinishUpdates();
 
-  // Speculation over the run so far, and how many chunks' undo copies the
-  // host budget (or runtime.undo_memory) holds: at most that many chunks
-  // speculate per step.
+  // The optimizer over the run so far: speculation's counts, the host's
+  // Adam seconds (any thread) and the step thread's waits for pending
+  // updates. And how many chunks' undo copies the host budget (or
+  // runtime.undo_memory) holds: at most that many chunks speculate per step.
   struct SpeculationTotals {
     int64_t steps = 0;          // steps that speculated on at least one chunk
     int64_t chunks = 0;         // chunk updates begun during backward
     int64_t rolled_back = 0;    // steps whose speculation the check undid
+    double host_adam_seconds = 0.0;
+    double update_wait_seconds = 0.0;
   };
   const SpeculationTotals& speculation_totals() const { return speculation_; }
   int32_t undo_chunks() const { return undo_chunks_; }
-  // The update thread's busy time and the step thread's waits for it since
-  // the last call (zeros without an update thread).
-  AsyncUpdater::Times TakeUpdateTimes() { return updater_ != nullptr ? updater_->TakeTimes() : AsyncUpdater::Times{}; }
 
   // Writes a sharded checkpoint of the current state under checkpoint.dir
   // (every rank calls it after the same step).
@@ -141,6 +155,9 @@ class Trainer {
   AdamOptimizer::UndoSlot UndoSlotAt(size_t slot) const;
   // Puts every speculated chunk of this step back (waiting for their updates).
   void UndoSpeculation();
+  // Adds the optimizer's host time and the waits for it since the last call
+  // to the totals; returns this call's share.
+  std::pair<double, double> TakeOptimizerTimes();
 
   Config config_;
   MemoryPlan plan_;
@@ -174,6 +191,8 @@ class Trainer {
   bool speculate_next_ = true;
   float speculation_lr_ = 0.0f, speculation_grad_scale_ = 1.0f;
   SpeculationTotals speculation_;
+  // The compute stream's forward-and-backward span, timed every step.
+  std::unique_ptr<Event> compute_start_, compute_end_;
   LrSchedule schedule_;
   LossScaler scaler_;
   std::vector<int32_t> tokens_, targets_;

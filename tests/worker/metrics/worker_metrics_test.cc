@@ -165,6 +165,8 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   metrics->RecordStep(0.5, 1024, 3.25, 6e-4, 1.5, 1.0, 0.42);
   metrics->RecordStep(1.5, 1024, 3.0, 5e-4, 1.25, 65536.0, 0.45);
   metrics->RecordSkippedStep();
+  metrics->RecordStepWaits(0.5, 0.25, 0.125, 3, true);
+  metrics->RecordStepWaits(0.5, 0.25, 0.0, 2, false);
   metrics->AttachCollectiveCounters(&collectives);
   // Two all_reduce calls of 1 MiB (0.25 s and 0.5 s) and one barrier (0.125 s).
   collectives.calls[int(CollectiveOp::kAllReduce)] = 2;
@@ -192,6 +194,11 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
       {"patrickstar_steps_total", "counter"},
       {"patrickstar_tokens_total", "counter"},
       {"patrickstar_skipped_steps_total", "counter"},
+      {"patrickstar_step_compute_seconds_total", "counter"},
+      {"patrickstar_optimizer_host_seconds_total", "counter"},
+      {"patrickstar_optimizer_wait_seconds_total", "counter"},
+      {"patrickstar_optimizer_speculated_chunks_total", "counter"},
+      {"patrickstar_optimizer_rolled_back_steps_total", "counter"},
       {"patrickstar_loss", "gauge"},
       {"patrickstar_learning_rate", "gauge"},
       {"patrickstar_grad_norm", "gauge"},
@@ -247,6 +254,11 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   EXPECT_EQ(e.Get("patrickstar_steps_total", kConstant), 2);
   EXPECT_EQ(e.Get("patrickstar_tokens_total", kConstant), 2048);
   EXPECT_EQ(e.Get("patrickstar_skipped_steps_total", kConstant), 1);
+  EXPECT_EQ(e.Get("patrickstar_step_compute_seconds_total", kConstant), 1.0);
+  EXPECT_EQ(e.Get("patrickstar_optimizer_host_seconds_total", kConstant), 0.5);
+  EXPECT_EQ(e.Get("patrickstar_optimizer_wait_seconds_total", kConstant), 0.125);
+  EXPECT_EQ(e.Get("patrickstar_optimizer_speculated_chunks_total", kConstant), 5);
+  EXPECT_EQ(e.Get("patrickstar_optimizer_rolled_back_steps_total", kConstant), 1);
   EXPECT_EQ(e.Get("patrickstar_step_duration_seconds_count", kConstant), 2);
   EXPECT_DOUBLE_EQ(e.Get("patrickstar_step_duration_seconds_sum", kConstant).value_or(-1), 2.0);
   int buckets = 0;

@@ -576,5 +576,35 @@ TEST(OptimizerOverlap, TheUndoBudgetBoundsTheChunksSpeculatedAndThePlanCountsIt)
   ExpectBitIdentical(Train(tight, data, "off"), none, "no undo room");
 }
 
+TEST(OptimizerOverlap, EveryStepReportsWhereItWaitedAndTheProfileAddsKernelAndCopyTimes) {
+  auto data = test::RandomTokens(4000, 40, 21);
+  auto t = Trainer::Create(test::TinyGptConfig({"default_chunk_size=1024", "optimizer.params.use_hybrid_adam=false",
+                                                "train.grad_clip=0", "runtime.optimizer_overlap=speculate",
+                                                Set("runtime.device_memory", MinBudget({"default_chunk_size=1024"}))}),
+                           data);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto first = (*t)->Step();
+  ASSERT_TRUE(first.ok());
+  EXPECT_GT(first->compute_seconds, 0.0);
+  EXPECT_GE(first->update_wait_seconds, 0.0);
+  EXPECT_EQ(first->kernel_seconds, -1.0) << "not profiled";
+  EXPECT_EQ(first->h2d_seconds, -1.0);
+  (*t)->EnableProfiling(0);
+  double adam = first->host_adam_seconds;
+  for (int s = 0; s < 3; ++s) {
+    auto st = (*t)->Step();
+    ASSERT_TRUE(st.ok());
+    EXPECT_GT(st->compute_seconds, 0.0);
+    EXPECT_GE(st->kernel_seconds, 0.0);
+    EXPECT_GE(st->compute_idle_seconds, 0.0);
+    EXPECT_GT(st->h2d_seconds, 0.0) << "the smallest budget moves chunks every step";
+    EXPECT_GE(st->d2h_seconds, 0.0);
+    adam += st->host_adam_seconds;
+  }
+  (*t)->FinishUpdates();
+  EXPECT_GT(adam, 0.0);
+  EXPECT_GE((*t)->speculation_totals().host_adam_seconds, adam) << "the totals hold every step's and the drained rest";
+}
+
 }  // namespace
 }  // namespace pstar
