@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <omp.h>
 #include <tuple>
 
 #include "worker/ckpt/hf_import.h"
@@ -241,8 +242,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   const std::string& overlap = t->config_.runtime.optimizer_overlap;
   if (overlap == "pipeline" || overlap == "speculate") {
     ChunkManager& chunks = t->store_->chunks();
+    // The update thread's kernels leave one core to the step's thread,
+    // which queues the compute meanwhile (and on the CPU backend runs it).
+    const int cores = config.train.threads > 0 ? int(config.train.threads) : omp_get_num_procs();
     t->updater_ = std::make_unique<AsyncUpdater>(t->store_->layout().num_chunks(),
-                                                 [backend = &chunks.backend()] { backend->BindThread(); });
+                                                 [backend = &chunks.backend(), cores] {
+                                                   backend->BindThread();
+                                                   omp_set_num_threads(std::max(1, cores - 1));
+                                                 });
     // An update reads the gradient and writes the rest: reading a gradient
     // beside it is safe, anything else waits for it.
     chunks.SetHostFence([updater = t->updater_.get()](int32_t chunk, StateKind kind, bool writes) {
