@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-kubernetes python3-jsonschema
   prometheus  # promtool, which the metrics tests run
   clang libomp-dev  # the libFuzzer targets (scripts/fuzz.sh)
+  iproute2  # ip netns and tc: ZeRO ranks over shaped links (bench/zero_netns.sh)
 )
 # node and npm run the tokenizer's references (scripts/npm-refs.sh); a node
 # from elsewhere (e.g. NodeSource, which bundles npm) is kept.

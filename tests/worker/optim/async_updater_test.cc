@@ -47,12 +47,12 @@ TEST(AsyncUpdater, RunsInSubmissionOrderAndWaitSeesTheChunksWrites) {
 
 TEST(AsyncUpdater, ASecondUpdateOfAChunkWaitsForTheFirst) {
   AsyncUpdater updater(1);
-  int64_t value = 0;
+  uint64_t value = 0;  // unsigned: the products wrap, defined
   for (int i = 0; i < 100; ++i) {
     updater.Submit(0, i, [&value] { value = value * 3 + 1; });
   }
   updater.Drain();
-  int64_t want = 0;
+  uint64_t want = 0;
   for (int i = 0; i < 100; ++i) want = want * 3 + 1;
   EXPECT_EQ(value, want);
 }
