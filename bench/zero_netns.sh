@@ -77,39 +77,42 @@ if [ "$(id -u)" != 0 ] || ! ip netns add "$sw" 2>/dev/null; then
   exit 3
 fi
 made+=("$sw")
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
+if ! { ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up; } 2>/dev/null; then
+  echo "zero_netns: skipped: a bridge cannot be made in a network namespace here"
+  exit 3
+fi
 
 make_world() {  # N: namespaces 0..N-1 on the bridge (kept from an earlier world)
   local k ns
   for ((k = 0; k < $1; ++k)); do
     ns=$(rank_ns "$k")
     ip netns list | grep -qw "$ns" && continue
-    ip netns add "$ns"
+    ip netns add "$ns" || return 1
     made+=("$ns")
-    ip link add "$(rank_if "$k")" type veth peer name "pz${id}r${k}b"
-    ip link set "$(rank_if "$k")" netns "$ns"
-    ip link set "pz${id}r${k}b" netns "$sw"
-    ip -n "$sw" link set "pz${id}r${k}b" master br0
-    ip -n "$sw" link set "pz${id}r${k}b" up
-    ip -n "$ns" addr add "$(rank_ip "$k")/24" dev "$(rank_if "$k")"
-    ip -n "$ns" link set "$(rank_if "$k")" up
-    ip -n "$ns" link set lo up
+    ip link add "$(rank_if "$k")" type veth peer name "pz${id}r${k}b" || return 1
+    ip link set "$(rank_if "$k")" netns "$ns" || return 1
+    ip link set "pz${id}r${k}b" netns "$sw" || return 1
+    ip -n "$sw" link set "pz${id}r${k}b" master br0 || return 1
+    ip -n "$sw" link set "pz${id}r${k}b" up || return 1
+    ip -n "$ns" addr add "$(rank_ip "$k")/24" dev "$(rank_if "$k")" || return 1
+    ip -n "$ns" link set "$(rank_if "$k")" up || return 1
+    ip -n "$ns" link set lo up || return 1
   done
 }
 
 shape_links() {  # N rate: every rank's outgoing link at `rate` (unshaped: none)
-  local k ns dev bytes burst
+  local k ns dev bits burst
   for ((k = 0; k < $1; ++k)); do
     ns=$(rank_ns "$k") dev=$(rank_if "$k")
     ip netns exec "$ns" tc qdisc del dev "$dev" root 2>/dev/null || true
     [ "$2" = unshaped ] && continue
-    bytes=$(rate_bits "$2")
+    bits=$(rate_bits "$2")
     # A burst of 5 ms of the rate (at least 64 KiB), as tbf needs at least rate / HZ.
-    burst=$(( bytes / 8 / 200 ))
+    burst=$(( bits / 8 / 200 ))
     [ "$burst" -ge 65536 ] || burst=65536
-    ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$2" burst "$burst" latency 200ms
+    ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$2" burst "$burst" latency 200ms || return 1
   done
+  return 0
 }
 
 rate_bits() {  # "1gbit" | "500mbit" | "250kbit" -> bits per second
@@ -174,8 +177,8 @@ job_args() {  # N
 
 run_world() {  # N rate -> one "netns ..." line
   local n=$1 rate=$2 k pids=() rc=0 token args before=() after=() log
-  make_world "$n"
-  shape_links "$n" "$rate"
+  make_world "$n" || die "cannot add rank namespaces for $n ranks"
+  shape_links "$n" "$rate" || die "tc cannot shape the links to $rate"
   mapfile -t args < <(job_args "$n")
   # The smallest device budget: every param chunk gathered for each use.
   local plan min
@@ -224,7 +227,10 @@ run_world() {  # N rate -> one "netns ..." line
 }
 
 echo "shape: $shape (layers $L, heads $NH, width $C, vocab $V, seq $T, global batch $GB, chunk $CHUNK elements); $steps steps; logs in $log_dir"
-make_world 2
+if ! make_world 2 2>/dev/null || ! shape_links 2 1gbit 2>/dev/null || ! shape_links 2 unshaped; then
+  echo "zero_netns: skipped: veth links or tc's tbf cannot be set up in network namespaces here"
+  exit 3
+fi
 link=$(measure_link)
 echo "link unshaped_bits_per_s=${link:-0}"
 half=$(awk -v l="${link:-0}" 'BEGIN { printf "%.0f", l / 2 }')
