@@ -1,6 +1,8 @@
 // The NCCL communicator on real GPUs: two ranks (threads, one GPU each)
 // rendezvous through the Store and run every collective against a host
-// reference. Skips where fewer than two CUDA devices are present.
+// reference (skipped with fewer than two CUDA devices); and a world of one
+// on one GPU, every collective in place and not, so that every GPU host
+// exercises the NCCL path it can reach.
 #include "worker/dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -70,6 +72,65 @@ TEST(NcclCommunicator, CollectivesMatchAHostReference) {
     }
     EXPECT_EQ(sums[size_t(r)], 1.5 + 2.5);
   }
+}
+
+TEST(NcclCommunicator, AWorldOfOneRunsEveryCollectiveInPlaceAndNot) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  PSTAR_REQUIRE_GPUS_FOUND(1, devices);
+  StoreOptions o;
+  o.port = test::FreePort();
+  o.rdzv_id = "nccl-one";
+  o.rank = 0;
+  o.world_size = 1;
+  o.timeout = std::chrono::seconds(30);
+  auto store = Store::Connect(o);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  auto comm = MakeNcclCommunicator(**store, 0, 1, 0, std::chrono::seconds(30));
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  ASSERT_TRUE((*comm)->device_buffers());
+  ASSERT_EQ((*comm)->world_size(), 1);
+  const int64_t n = 4099;  // not a multiple of any vector width
+  std::vector<float> host(static_cast<size_t>(n)), back(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) host[size_t(i)] = 0.5f * float(i) - 7.0f;
+  float *full = nullptr, *shard = nullptr;
+  ASSERT_EQ(cudaMalloc(&full, size_t(n) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&shard, size_t(n) * 4), cudaSuccess);
+  auto expect_host = [&](const float* device, const char* what) {
+    ASSERT_EQ(cudaMemcpy(back.data(), device, size_t(n) * 4, cudaMemcpyDeviceToHost), cudaSuccess) << what;
+    ASSERT_EQ(back, host) << what;
+  };
+  // Out of place: a world of one gathers and reduce-scatters its own values.
+  cudaMemcpy(shard, host.data(), size_t(n) * 4, cudaMemcpyHostToDevice);
+  cudaMemset(full, 0, size_t(n) * 4);
+  ASSERT_TRUE((*comm)->AllGather(shard, full, n).ok());
+  expect_host(full, "all_gather");
+  cudaMemset(shard, 0, size_t(n) * 4);
+  ASSERT_TRUE((*comm)->ReduceScatter(full, shard, n).ok());
+  expect_host(shard, "reduce_scatter");
+  // In place: the shard is its own place in the buffer.
+  ASSERT_TRUE((*comm)->AllGather(full, full, n).ok());
+  expect_host(full, "all_gather in place");
+  ASSERT_TRUE((*comm)->ReduceScatter(full, full, n).ok());
+  expect_host(full, "reduce_scatter in place");
+  double sums[3] = {1.5, -2.25, 1e300};
+  ASSERT_TRUE((*comm)->AllReduceSum(sums, 3).ok());
+  EXPECT_EQ(sums[0], 1.5);
+  EXPECT_EQ(sums[1], -2.25);
+  EXPECT_EQ(sums[2], 1e300);
+  int32_t token = 42;
+  ASSERT_TRUE((*comm)->Broadcast(&token, sizeof(token), 0).ok());
+  EXPECT_EQ(token, 42);
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  // Every call counted.
+  const CollectiveCounters& c = (*comm)->counters();
+  EXPECT_EQ(c.calls[int(CollectiveOp::kAllGather)].load(), 2);
+  EXPECT_EQ(c.calls[int(CollectiveOp::kReduceScatter)].load(), 2);
+  EXPECT_EQ(c.calls[int(CollectiveOp::kAllReduce)].load(), 2) << "the barrier is an all-reduce of one value";
+  EXPECT_EQ(c.calls[int(CollectiveOp::kBroadcast)].load(), 1);
+  EXPECT_EQ(c.bytes[int(CollectiveOp::kAllGather)].load(), 0) << "a world of one sends nothing";
+  cudaFree(full);
+  cudaFree(shard);
 }
 
 }  // namespace
