@@ -181,6 +181,35 @@ TEST(Cli, SpecialFilesAndUnsafeOutputsAreRefused) {
                      "model.n_embd: is 2147483648, more than the 1048576 channels");
 }
 
+// pstar plan --scale: the step-time table for 1 GPU up to the cluster's;
+// bad cluster flags get one line and exit 2.
+TEST(Cli, PlanScalePrintsTheTableAndRefusesBadClusterFlags) {
+  const std::string bin = test::PstarBinary();
+  const std::vector<std::string> job = {bin, "plan", "--scale", "--set", "model.preset=gpt2-124m", "--set",
+                                        "runtime.device=cuda", "--set", "train.batch_size=2", "--gpu-memory",
+                                        "16GiB", "--host-memory", "16GiB"};
+  std::vector<std::string> two_nodes = job;
+  two_nodes.insert(two_nodes.end(), {"--gpus", "16"});
+  const test::ProcessResult r = RunProcess(two_nodes);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rate: compute_tflops 85.5 TFLOP/s (measured: bench/RESULTS.md"), std::string::npos) << r.out;
+  for (const char* row : {"\n     1     1 ", "\n     8     1 ", "\n    16     2 "}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
+  }
+  auto bad = [&](std::vector<std::string> flags, const std::string& needle) {
+    std::vector<std::string> argv = job;
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    ExpectOneLineError(RunProcess(argv), needle);
+  };
+  bad({"--inter-bw", "0"}, "--inter-bw: expected a positive number, got '0'");
+  bad({"--intra-bw", "-5"}, "--intra-bw: expected a positive number");
+  bad({"--gpus", "12"}, "--gpus: 12 GPUs are not whole nodes of 8 (--gpus-per-node)");
+  bad({"--nodes", "200000"}, "at most 1048576 GPUs");
+  bad({"--gpus", "2000000"}, "--gpus: expected a whole number from 1 to 1048576");
+  bad({"--gpus-per-node", "2.5"}, "--gpus-per-node: expected a whole number");
+  bad({"--tflops"}, "--tflops needs a value");
+}
+
 // Config that would be silently half-read is refused: duplicate keys, a key
 // with no value (in the file or through --set), and a checkpoint.dir that
 // cannot be written, found before the first step rather than at the first save.

@@ -29,12 +29,18 @@ constexpr CommandHelp kCommands[] = {
      "  --chunk-events FILE  write every step's chunk uses, gradient-final points, optimizer updates and\n"
      "                     waits for them as CSV (seq,step,event,chunk,time_s) when the run ends\n"
      "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
-    {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json]",
-     "print the job's memory plan: chunks, bytes per tier, minimum memory",
+    {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json] [--scale [CLUSTER FLAGS]]",
+     "print the job's memory plan: chunks, bytes per tier, minimum memory; or its step time at scale",
      "  --config FILE      the job's YAML config; default: the built-in default job\n"
      "  --set KEY=VALUE    override one config key (repeatable)\n"
      "  --world-size N     plan one of N data-parallel ranks (default 1)\n"
-     "  --json             print the plan as one JSON object\n"},
+     "  --json             print the plan as one JSON object\n"
+     "  --scale            predict the step on 1, 2, 4, ... GPUs up to the cluster's: compute, PCIe copies,\n"
+     "                     collectives (and what overlap leaves exposed), host Adam, disk, tokens/s and the\n"
+     "                     largest model of the job's width that fits (batch is per GPU)\n"
+     "  cluster flags: --nodes N (128) or --gpus N (whole nodes) --gpus-per-node G (8) --intra-bw GB/s (370)\n"
+     "                 --inter-bw Gbit/s (400) --tflops T --pcie-bw GB/s --adam-rate params/s (measured)\n"
+     "                 --disk-bw GB/s (2) --gpu-memory BYTES (80GiB) --host-memory BYTES (256GiB per GPU)\n"},
     {"tokenize",
      "tokenize --input TEXT [--input TEXT]... --output SHARD.bin [--tokenizer byte|gpt2]\n"
      "         [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]\n"

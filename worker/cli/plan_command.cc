@@ -1,11 +1,14 @@
 // pstar plan: the memory plan of a job, computed without allocating it.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
 #include "worker/cli/commands.h"
+#include "worker/core/bytes.h"
 #include "worker/plan/memory_plan.h"
+#include "worker/plan/step_time_model.h"
 
 namespace pstar::cli {
 
@@ -48,30 +51,98 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"disk_file", p.disk_file}};
 }
 
+// A flag's value: a whole number from 1 to 1,048,576, or a positive rate.
+Result<double> NumberFlag(const std::string& flag, const std::string& v, bool whole) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const bool number = !v.empty() && *end == '\0' && std::isfinite(x);
+  if (whole && (!number || x < 1 || x > 1048576 || x != std::floor(x))) {
+    return Status::InvalidArgument(flag + ": expected a whole number from 1 to 1048576, got '" + v + "'");
+  }
+  if (!whole && (!number || !(x > 0))) {
+    return Status::InvalidArgument(flag + ": expected a positive number, got '" + v + "'");
+  }
+  return x;
+}
+
 }  // namespace
 
 int PlanCommand(const std::vector<std::string>& args) {
-  // --world-size N: the plan of one of N data-parallel ranks.
+  // --world-size N: the plan of one of N data-parallel ranks. --scale and
+  // its flags: the step-time model for 1 GPU up to the cluster's.
   int world_size = 1;
+  bool scale = false;
+  ClusterSpec spec;
+  spec.nodes = 128;
+  int64_t gpus = 0;  // --gpus: the cluster in GPUs, whole nodes
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] != "--world-size") {
-      rest.push_back(args[i]);
+    const std::string& a = args[i];
+    if (a == "--scale") {
+      scale = true;
       continue;
     }
-    if (i + 1 >= args.size()) return UsageError("--world-size needs a value");
-    const std::string& v = args[++i];
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || n < 1 || n > 65536) {
-      return UsageError("--world-size: expected a positive integer, got '" + v + "'");
+    static const char* kValueFlags[] = {"--world-size", "--nodes", "--gpus", "--gpus-per-node", "--intra-bw",
+                                        "--inter-bw",   "--tflops",    "--pcie-bw",       "--adam-rate",
+                                        "--disk-bw",    "--gpu-memory", "--host-memory"};
+    bool known = false;
+    for (const char* f : kValueFlags) known = known || a == f;
+    if (!known) {
+      rest.push_back(a);
+      continue;
     }
-    world_size = int(n);
+    if (i + 1 >= args.size()) return UsageError(a + " needs a value");
+    const std::string& v = args[++i];
+    if (a == "--gpu-memory" || a == "--host-memory") {
+      auto bytes = ParseBytes(v);
+      if (!bytes.ok() || *bytes <= 0) return UsageError(a + ": expected a positive byte count, got '" + v + "'");
+      (a == "--gpu-memory" ? spec.gpu_memory_bytes : spec.host_memory_bytes) = *bytes;
+      continue;
+    }
+    const bool whole = a == "--world-size" || a == "--nodes" || a == "--gpus" || a == "--gpus-per-node";
+    auto x = NumberFlag(a, v, whole);
+    if (!x.ok()) return UsageError(x.status().message());
+    if (a == "--world-size") {
+      if (*x > 65536) return UsageError("--world-size: expected a positive integer up to 65536, got '" + v + "'");
+      world_size = int(*x);
+    } else if (a == "--nodes") {
+      spec.nodes = int64_t(*x);
+    } else if (a == "--gpus") {
+      gpus = int64_t(*x);
+    } else if (a == "--gpus-per-node") {
+      spec.gpus_per_node = int64_t(*x);
+    } else if (a == "--intra-bw") {
+      spec.intra_node_gbytes_per_s = *x;
+    } else if (a == "--inter-bw") {
+      spec.inter_node_gbits_per_s = *x;
+    } else if (a == "--tflops") {
+      spec.compute_tflops = *x;
+    } else if (a == "--pcie-bw") {
+      spec.pcie_gbytes_per_s = *x;
+    } else if (a == "--adam-rate") {
+      spec.host_adam_params_per_s = *x;
+    } else if (a == "--disk-bw") {
+      spec.disk_gbytes_per_s = *x;
+    }
   }
   auto job = ParseJobArgs("plan", rest, {"--json"});
   if (!job.ok()) return UsageError(job.status().message());
   auto config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
+  if (scale) {
+    if (gpus > 0) {
+      if (gpus % spec.gpus_per_node != 0) {
+        return UsageError("--gpus: " + std::to_string(gpus) + " GPUs are not whole nodes of " +
+                          std::to_string(spec.gpus_per_node) + " (--gpus-per-node)");
+      }
+      spec.nodes = gpus / spec.gpus_per_node;
+    }
+    if (Status valid = ValidateClusterSpec(spec); !valid.ok()) return UsageError(valid.message());
+    auto rows = PredictScaling(*config, spec);
+    if (!rows.ok()) return ReportError(rows.status());
+    std::fputs(FormatScaling(*config, spec, *rows).c_str(), stdout);
+    return kExitOk;
+  }
   auto plan = PlanMemory(*config, world_size);
   if (!plan.ok()) return ReportError(plan.status());
   if (job->Has("--json")) {

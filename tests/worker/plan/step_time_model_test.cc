@@ -1,0 +1,133 @@
+// The step-time model of `pstar plan --scale`: its terms follow the plan and
+// the rates given (compute per token, ring collectives' bytes and the
+// network they cross, copies, host Adam), overlap never makes a step
+// slower, more GPUs fit larger models, the measured rates cite rows that
+// exist, and bad cluster flags are refused naming the flag.
+#include "worker/plan/step_time_model.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/test_util.h"
+#include "worker/plan/memory_plan.h"
+
+namespace pstar {
+namespace {
+
+Config Job(const std::vector<std::string>& more = {}) {
+  std::vector<std::string> o = {"model.preset=gpt2-1.5b", "model.max_seq_len=2048", "train.seq_len=2048",
+                                "train.batch_size=1", "runtime.device=cuda", "train.activation_checkpointing=true"};
+  o.insert(o.end(), more.begin(), more.end());
+  auto c = ParseConfig("", "test", o);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+TEST(StepTimeModel, BadClusterFlagsAreRefusedNamingTheFlag) {
+  auto bad = [](ClusterSpec s, const std::string& flag) {
+    const Status st = ValidateClusterSpec(s);
+    EXPECT_FALSE(st.ok()) << flag;
+    EXPECT_NE(st.message().find(flag), std::string::npos) << st.message();
+  };
+  ClusterSpec s;
+  s.inter_node_gbits_per_s = 0;
+  bad(s, "--inter-bw");
+  s = ClusterSpec{};
+  s.intra_node_gbytes_per_s = -1;
+  bad(s, "--intra-bw");
+  s = ClusterSpec{};
+  s.nodes = 131073;  // x 8 > 1,048,576
+  bad(s, "--nodes x --gpus-per-node");
+  s = ClusterSpec{};
+  s.compute_tflops = -1;
+  bad(s, "--tflops");
+  EXPECT_TRUE(ValidateClusterSpec(ClusterSpec{}).ok());
+}
+
+// Small GPUs and hosts, so the largest models stay small and quick to plan.
+ClusterSpec SmallCluster(int64_t nodes) {
+  ClusterSpec spec;
+  spec.nodes = nodes;
+  spec.gpu_memory_bytes = int64_t(24) << 30;
+  spec.host_memory_bytes = int64_t(24) << 30;
+  return spec;
+}
+
+TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
+  ClusterSpec spec = SmallCluster(4);
+  spec.compute_tflops = 100;
+  const Config c = Job();
+  auto one = PredictStep(c, spec, 1);
+  auto eight = PredictStep(c, spec, 8);
+  auto sixteen = PredictStep(c, spec, 16);
+  ASSERT_TRUE(one.ok() && eight.ok() && sixteen.ok());
+  // Compute: 8 N + 8 L C T FLOP per token (checkpointing), tokens per GPU.
+  const double fpt = 8.0 * double(one->parameters) + 8.0 * 48 * 1600 * 2048;
+  EXPECT_NEAR(one->compute_s, 2048 * fpt / 100e12, 1e-9);
+  EXPECT_DOUBLE_EQ(eight->compute_s, one->compute_s) << "batch is per GPU";
+  EXPECT_EQ(one->gather_bytes, 0.0);
+  EXPECT_EQ(one->collective_s, 0.0);
+  // Ring bytes per rank: (N-1)/N of the param chunks per gather pass, of the fp32 gradients once.
+  auto plan8 = PlanMemory([&] {
+    Config r = c;
+    r.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
+    r.runtime.host_memory = spec.host_memory_bytes;
+    return r;
+  }(), 8);
+  ASSERT_TRUE(plan8.ok()) << plan8.status().message();
+  const double elements = double(plan8->num_chunks) * double(plan8->chunk_elems);
+  EXPECT_DOUBLE_EQ(eight->scatter_bytes, 7.0 / 8.0 * elements * 4.0);
+  const double passes = eight->gather_bytes / (7.0 / 8.0 * elements * 2.0);
+  EXPECT_TRUE(passes == 1.0 || passes == 2.0) << passes;
+  // Within a node NVLink, across nodes the network: 16 GPUs on 2 nodes are slower per byte.
+  EXPECT_NEAR(eight->collective_s, (eight->gather_bytes + eight->scatter_bytes) / 370e9, 1e-12);
+  EXPECT_EQ(sixteen->nodes, 2);
+  EXPECT_NEAR(sixteen->collective_s, (sixteen->gather_bytes + sixteen->scatter_bytes) / (400e9 * 0.9 / 8), 1e-12);
+  // Host Adam shards with the ranks.
+  EXPECT_NEAR(sixteen->adam_s * 2, eight->adam_s, 1e-12);
+  for (const auto& p : {*one, *eight, *sixteen}) {
+    EXPECT_LE(p.step_overlap_s, p.step_sync_s + 1e-12) << p.gpus;
+    EXPECT_GE(p.step_overlap_s, p.compute_s) << p.gpus;
+    EXPECT_NEAR(p.exposed_collective_s,
+                std::max(0.0, p.collective_s + p.collective_latency_s - p.compute_s), 1e-12);
+  }
+  EXPECT_GT(sixteen->tokens_per_s, eight->tokens_per_s);
+}
+
+TEST(StepTimeModel, MoreGpusFitLargerModelsAndTheTableSaysWhere) {
+  ClusterSpec spec = SmallCluster(2);
+  auto rows = PredictScaling(Job(), spec);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 5u);  // 1, 2, 4, 8, 16
+  EXPECT_EQ(rows->back().gpus, 16);
+  for (size_t i = 1; i < rows->size(); ++i) {
+    EXPECT_GE((*rows)[i].largest_layers, (*rows)[i - 1].largest_layers);
+  }
+  EXPECT_GT(rows->back().largest_parameters, rows->front().largest_parameters);
+  const std::string text = FormatScaling(Job(), spec, *rows);
+  EXPECT_NE(text.find("rate: compute_tflops 85.5 TFLOP/s (measured: bench/RESULTS.md"), std::string::npos) << text;
+  EXPECT_NE(text.find("    16     2 "), std::string::npos) << text;
+  // A cluster not a power of two ends on its own size.
+  spec.nodes = 3;
+  auto odd = PredictScaling(Job(), spec);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->back().gpus, 24);
+}
+
+TEST(StepTimeModel, TheMeasuredRatesCiteSectionsOfTheResults) {
+  std::ifstream f(test::SourceDir() + "/bench/RESULTS.md");
+  std::stringstream results;
+  results << f.rdbuf();
+  for (const MeasuredRate& r : MeasuredRates()) {
+    const std::string source = r.source;
+    ASSERT_EQ(source.rfind("bench/RESULTS.md, ", 0), 0u) << source;
+    const std::string section = source.substr(18, source.find(':') - 18);
+    EXPECT_NE(results.str().find("## " + section), std::string::npos) << section;
+    EXPECT_GT(r.value, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace pstar
