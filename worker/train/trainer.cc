@@ -544,6 +544,7 @@ Result<StepStats> Trainer::Step() {
                             " (set runtime.optimizer_overlap: pipeline)");
   }
   if (!std::isfinite(stats.loss) || (!finite && (!scaler_.enabled() || scaler_.at_minimum()))) {
+    if (!speculated_.empty()) UndoSpeculation();  // the state stays the last step's
     return Status::Internal("training diverged at step " + std::to_string(step_ + 1) + ": loss " +
                             std::to_string(stats.loss) + ", gradient norm " + std::to_string(stats.grad_norm) +
                             (scaler_.enabled() ? " at loss scale " + std::to_string(scale) : std::string()) +
