@@ -32,8 +32,14 @@ TEST(AsyncUpdater, RunsInSubmissionOrderAndWaitSeesTheChunksWrites) {
   EXPECT_TRUE(updater.pending(0));
   EXPECT_FALSE(updater.pending(1));
   updater.Wait(1);  // nothing pending: returns at once
-  release = true;
+  // Chunk 0's update cannot run before chunk 2's, held until the release:
+  // this Wait blocks.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
   updater.Wait(0);
+  releaser.join();
   EXPECT_FALSE(updater.pending(0));
   EXPECT_FALSE(updater.pending(2)) << "2 was submitted first";
   EXPECT_EQ(values[0], 10);
