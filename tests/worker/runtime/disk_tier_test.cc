@@ -51,7 +51,11 @@ TEST(DiskTier, HomesSurviveManyMoreHomesThanWindowsWithReadAheadAndWriteBehind) 
   (*tier)->Sync();
   const int64_t stride = TierLayout::DiskHomeStride(kHomeFloats * 4);
   EXPECT_EQ((*tier)->written_bytes(), 3 * homes * stride);
-  EXPECT_EQ((*tier)->read_bytes(), 2 * homes * stride) << "the first round's zeros cost no read";
+  // The first round's zeros cost no read; each later round reads every home
+  // but those still in one of the 4 windows, which depends on when the
+  // writes behind landed (a window whose write is in flight is not taken).
+  EXPECT_LE((*tier)->read_bytes(), 2 * homes * stride) << "the first round's zeros cost no read";
+  EXPECT_GE((*tier)->read_bytes(), 2 * (homes - 4) * stride);
   // Reading only: nothing is written back.
   (*tier)->UnpinAll();
   const float* w = (*tier)->Open(5, false, false);
