@@ -181,6 +181,22 @@ TEST(Cli, SpecialFilesAndUnsafeOutputsAreRefused) {
                      "model.n_embd: is 2147483648, more than the 1048576 channels");
 }
 
+// pstar train --chunk-events FILE: the CSV is written when the run ends; a
+// missing or empty value is refused in one line.
+TEST(Cli, ChunkEventsAreWrittenAndABadValueIsRefused) {
+  test::TempDir dir("chunk-events");
+  const std::string bin = test::PstarBinary(), csv = dir.path() + "/events.csv";
+  const test::ProcessResult r = RunProcess({bin, "train", "--set", "train.steps=2", "--chunk-events", csv});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto text = ReadFile(csv);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text->rfind("seq,step,event,chunk,time_s\n", 0), 0u);
+  EXPECT_NE(text->find(",forward_use,"), std::string::npos);
+  EXPECT_NE(text->find(",update_end,"), std::string::npos);
+  ExpectOneLineError(RunProcess({bin, "train", "--chunk-events"}), "--chunk-events needs a file to write");
+  ExpectOneLineError(RunProcess({bin, "train", "--chunk-events="}), "--chunk-events needs a file to write");
+}
+
 // pstar plan --scale: the step-time table for 1 GPU up to the cluster's;
 // bad cluster flags get one line and exit 2.
 TEST(Cli, PlanScalePrintsTheTableAndRefusesBadClusterFlags) {
