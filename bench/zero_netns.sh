@@ -7,22 +7,37 @@
 # all: the multi-node path, on real sockets through a real (if virtual) link.
 #
 # First the unshaped link is measured (TCP between two of the namespaces);
-# only rates at most half of it are used. Then, per world size and rate, one
-# run reports per step: the step time, the time inside collectives (the
-# communication a synchronous step pays in full), the compute left (step
-# less collectives), the all-gather and reduce-scatter payload against
-# ZeRO-3's count (2 and 1 times (N-1)/N param bytes a step: every param chunk
-# gathered for forward and for backward, every gradient chunk
-# reduce-scattered once; the smallest device budget sends more, as a chunk
-# used twice in a pass, like the tied embedding's, is gathered, and its
-# partial gradient reduce-scattered, once per use), and the bytes on the wire
-# (every rank's veth tx bytes) over the payload. The exact count for a plan
-# comes with the step-time model.
+# only rates at most half of it are used. Then per world size: one unshaped
+# run with the collectives waited for as they start (runtime.comm_overlap
+# off) gives the compute alone (its step less its time in collectives);
+# then per rate and overlap setting one run reports, as medians over the
+# steps after the first:
+#   step_s          the step time
+#   collective_s    time inside collectives (on the communicator's thread)
+#   waited_s        the part of it the step waited for
+#   compute_alone_s the unshaped run's step less its collectives
+#   comm_alone_s    the last step's gathers and reduce-scatters replayed
+#                   without compute at this rate (pstar train --comm-alone)
+#   hidden          the share of comm_alone hidden: (compute + comm - step) / comm
+#   step_over_max   step / max(compute alone, comm alone): 1 is perfect overlap
+#   step_over_sum   step / (compute alone + comm alone): 1 is none
+# and the all-gather and reduce-scatter payload against ZeRO-3's count (2
+# and 1 times (N-1)/N param bytes a step: every param chunk gathered for
+# forward and for backward, every gradient chunk reduce-scattered once; the
+# smallest device budget sends more, as a chunk used twice in a pass, like
+# the tied embedding's, is gathered, and its partial gradient
+# reduce-scattered, once per use), the replay's payload (the same calls:
+# equal to the step's), and the bytes on the wire (every rank's veth tx
+# bytes) over the payload.
 #
-# Usage: bench/zero_netns.sh [--ranks "2 3"] [--rates "unshaped 1gbit 500mbit 250mbit"]
-#                            [--steps N] [--shape bench|tiny] [--log-dir DIR]
-#   Lines "netns ranks=... rate=... status=ok step_s=... ..." (one per run)
-#   and "link unshaped_bits_per_s=..."; a run's logs in DIR.
+# Usage: bench/zero_netns.sh [--ranks "2 3"] [--rates "1gbit 500mbit 250mbit"]
+#                            [--overlap "off on"] [--extra-chunks K] [--steps N]
+#                            [--shape bench|tiny] [--log-dir DIR]
+#   The device budget is the plan's smallest plus K chunks (default 2);
+#   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead).
+#   Lines "netns ranks=... rate=... overlap=... status=ok step_s=... ..."
+#   (one per run; the unshaped reference first in each world) and
+#   "link unshaped_bits_per_s=..."; a run's logs in DIR.
 #   Needs root and network namespaces; without them it says so in one line
 #   and exits 3 (the test's skip).
 # Environment: PSTAR_BUILD_DIR (build), PYTHON3 (python3).
@@ -30,12 +45,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pstar="${PSTAR_BUILD_DIR:-$root/build}/bin/pstar"
 py="${PYTHON3:-python3}"
-ranks_list="2 3" rates="unshaped 1gbit 500mbit 250mbit" steps=6 shape=bench log_dir=""
+ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=""
 die() { echo "zero_netns: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --ranks) ranks_list="$2"; shift ;;
     --rates) rates="$2"; shift ;;
+    --overlap) overlaps="$2"; shift ;;
+    --extra-chunks) extra="$2"; shift ;;
+    --prefetch-depth) depth="$2"; shift ;;
     --steps) steps="$2"; shift ;;
     --shape) shape="$2"; shift ;;
     --log-dir) log_dir="$2"; shift ;;
@@ -45,8 +63,14 @@ while [ "$#" -gt 0 ]; do
   shift
 done
 [[ "$steps" =~ ^[0-9]+$ ]] && [ "$steps" -ge 2 ] || die "--steps: a whole number of at least 2, got '$steps'"
+[[ "$extra" =~ ^[0-9]+$ ]] && [ "$extra" -le 64 ] || die "--extra-chunks: a whole number from 0 to 64, got '$extra'"
+[ -z "$depth" ] || [[ "$depth" =~ ^[0-9]+$ ]] || die "--prefetch-depth: a whole number, got '$depth'"
 for n in $ranks_list; do [[ "$n" =~ ^[2-8]$ ]] || die "--ranks: each from 2 to 8, got '$n'"; done
 case "$shape" in bench | tiny) ;; *) die "--shape: bench or tiny, got '$shape'" ;; esac
+for o in $overlaps; do case "$o" in on | off) ;; *) die "--overlap: each on or off, got '$o'" ;; esac; done
+for r in $rates; do
+  [ "$r" = unshaped ] || [[ "$r" =~ ^[1-9][0-9]*(k|m|g)?bit$ ]] || die "--rates: '$r' is not a rate (like 1gbit, 500mbit)"
+done
 [ -x "$pstar" ] || die "no pstar at $pstar (build first: scripts/build.sh)"
 log_dir="${log_dir:-$(mktemp -d)}"
 mkdir -p "$log_dir"
@@ -169,61 +193,102 @@ else
 fi
 job_args() {  # N
   local args=(--set "model={n_layer: $L, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}"
-              --set "train={batch_size: $((GB / $1 > 0 ? GB / $1 : 1)), seq_len: $T, steps: $steps, log_every: 1000, threads: 1}"
+              --set "train={batch_size: $((GB / $1 > 0 ? GB / $1 : 1)), seq_len: $T, steps: $steps, log_every: 1, threads: 1}"
               --set "data={source: generated, generated_tokens: 262144}" --set "default_chunk_size=$CHUNK"
               --set "dist.timeout_seconds=120")
+  [ -z "$depth" ] || args+=(--set "runtime.prefetch_depth=$depth")
   printf '%s\n' "${args[@]}"
 }
 
-run_world() {  # N rate -> one "netns ..." line
-  local n=$1 rate=$2 k pids=() rc=0 token args before=() after=() log
+run_world() {  # N rate overlap [compute_alone_s] -> one "netns ..." line
+  local n=$1 rate=$2 overlap=$3 compute_alone=${4:-} k pids=() rc=0 token args before=() after=() log
   make_world "$n" || die "cannot add rank namespaces for $n ranks"
   shape_links "$n" "$rate" || die "tc cannot shape the links to $rate"
   mapfile -t args < <(job_args "$n")
-  # The smallest device budget: every param chunk gathered for each use.
+  # The smallest device budget and --extra-chunks chunks more: room for the
+  # gathers ahead (ZeRO-3's prefetch buffer); 0 gathers each param chunk for
+  # each use, with no room to gather any ahead.
   local plan min
   plan=$("$pstar" plan "${args[@]}" --world-size "$n" --json 2>&1) || die "pstar plan refused the job: $plan"
   min=$(sed -nE 's/.*"min_device_bytes": ([0-9]+).*/\1/p' <<<"$plan")
   [ -n "$min" ] || die "pstar plan printed no min_device_bytes"
-  args+=(--set "runtime.device_memory=$min")
+  local budget=$(( min + extra * CHUNK * 4 ))
+  args+=(--set "runtime.device_memory=$budget" --set "runtime.comm_overlap=$([ "$overlap" = on ] && echo true || echo false)")
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   for ((k = 0; k < n; ++k)); do before[k]=$(tx_bytes "$k"); done
+  local tag="n${n}_${rate}_${overlap}${compute_alone:+_measured}"
   for ((k = 0; k < n; ++k)); do
-    log="$log_dir/netns_n${n}_${rate}_rank$k.log"
+    log="$log_dir/netns_${tag}_rank$k.log"
     ip netns exec "$(rank_ns "$k")" env PSTAR_STORE_TOKEN="$token" OMP_NUM_THREADS=1 \
       timeout 600 "$pstar" launch --nnodes "$n" --node-rank "$k" --nproc-per-node 1 \
-        --master-addr "$(rank_ip 0)" --master-port 29500 -- train "${args[@]}" > "$log" 2>&1 &
+        --master-addr "$(rank_ip 0)" --master-port 29500 -- train "${args[@]}" --log-format json --comm-alone \
+        > "$log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   for ((k = 0; k < n; ++k)); do after[k]=$(tx_bytes "$k"); done
-  log="$log_dir/netns_n${n}_${rate}_rank0.log"
+  log="$log_dir/netns_${tag}_rank0.log"
   if [ "$rc" -ne 0 ]; then
-    echo "netns ranks=$n rate=$rate overlap=off status=failed rc=$rc log=$log"
-    grep -h -m2 'error\|pstar:' "$log_dir"/netns_n${n}_${rate}_rank*.log | sed 's/^/  /' || true
+    echo "netns ranks=$n rate=$rate overlap=$overlap status=failed rc=$rc log=$log"
+    grep -h -m2 'error\|pstar:' "$log_dir"/netns_${tag}_rank*.log | sed 's/^/  /' || true
     return 0
   fi
   local wire=0
   for ((k = 0; k < n; ++k)); do wire=$(( wire + after[k] - before[k] )); done
-  local losses
-  losses=$(for ((k = 0; k < n; ++k)); do sed -nE 's/^summary:.* final_loss=([0-9.]+).*/\1/p' "$log_dir/netns_n${n}_${rate}_rank$k.log"; done | sort -u | wc -l)
-  awk -v n="$n" -v rate="$rate" -v steps="$steps" -v wire="$wire" -v losses="$losses" -v logf="$log" '
-    /^summary:/ { for (i = 2; i <= NF; ++i) { split($i, kv, "="); s[kv[1]] = kv[2] } }
-    /^collectives:/ { for (i = 2; i <= NF; ++i) { split($i, kv, "="); c[kv[1]] = kv[2] } }
-    END {
-      step = s["seconds"] / steps; coll = c["seconds_total"] / steps
-      gather = c["all_gather_bytes_per_step"]; scatter = c["reduce_scatter_bytes_per_step"]
-      payload = gather + scatter + c["all_reduce_bytes_per_step"] + c["broadcast_bytes_per_step"]
-      # ZeRO-3 at accum 1: (2 + 1) (N-1)/N param bytes, the gathers 2 parts of the 3.
-      plan_gather = c["zero3_bytes_per_step"] * 2 / 3; plan_scatter = plan_gather / 2
-      # Every rank sends as much as rank 0 (ring collectives): the wire per rank.
-      wire_step = wire / steps / n
-      printf "netns ranks=%d rate=%s overlap=off status=ok step_s=%.4f collective_s=%.4f compute_s=%.4f " \
-             "gather_bytes=%d zero3_gather_bytes=%d scatter_bytes=%d zero3_scatter_bytes=%d " \
-             "payload_bytes=%d wire_bytes=%d wire_over_payload=%.3f " \
-             "ranks_agree=%s final_loss=%s log=%s\n",
-        n, rate, step, coll, step - coll, gather, plan_gather, scatter, plan_scatter, payload, wire_step,
-        (payload > 0 ? wire_step / payload : 0), (losses == 1 ? "yes" : "no"), s["final_loss"], logf }' "$log"
+  # The step-time model (pstar plan --scale) for this run: N nodes of one
+  # device at this rate, this device budget, fp32 as the CPU trains, the
+  # compute rate that gives the compute alone (the model's compute term is
+  # linear in it), copies and Adam free (the device tier is host memory).
+  local model="" scale=() c1 tflops
+  if [ "$rate" != unshaped ] && [ -n "$compute_alone" ]; then
+    scale=("${args[@]}" --set train.precision=fp32 --set client.mem_tracer.overall_gpu_mem_ratio=1.0 --scale
+           --nodes "$n" --gpus-per-node 1 --inter-bw "$(awk -v b="$(rate_bits "$rate")" 'BEGIN { print b / 1e9 }')"
+           --pcie-bw 100000 --adam-rate 1e15 --gpu-memory "$budget")
+    c1=$("$pstar" plan "${scale[@]}" --tflops 1 | awk -v n="$n" '$1 == n && $2 == n { print $3 }')
+    tflops=$(awk -v c1="$c1" -v s="$compute_alone" 'BEGIN { if (c1 > 0 && s > 0) printf "%.6g", c1 / (s * 1e3) }')
+    [ -z "$tflops" ] || model=$("$pstar" plan "${scale[@]}" --tflops "$tflops" |
+                                 awk -v n="$n" '$1 == n && $2 == n { print $9 / 1e3, $10 / 1e3 }')
+  fi
+  "$py" - "$n" "$rate" "$overlap" "$steps" "$wire" "${compute_alone:-}" "$log_dir/netns_${tag}_rank" "$model" <<'PY'
+import json, statistics, sys
+n, rate, overlap, steps, wire = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+compute_alone, prefix, model = sys.argv[6], sys.argv[7], sys.argv[8].split()
+def fields(line):
+    return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+# Rank 0 prints the run (the loss it prints is every rank's mean); the
+# others print only errors, and every rank exited 0 to get here.
+text = open("%s0.log" % prefix).read().splitlines()
+steps_json = [json.loads(l) for l in text if l.startswith("{") and '"ms_per_step"' in l]
+line = lambda tag: next(fields(l) for l in text if l.startswith(tag))
+summary, coll, alone = line("summary:"), line("collectives:"), line("comm_alone:")
+later = steps_json[1:] or steps_json
+med = lambda key: statistics.median(float(s[key]) for s in later)
+step, collective, waited = med("ms_per_step") / 1e3, med("collective_s"), med("collective_wait_s")
+comm = float(alone["seconds_per_step"])
+compute = float(compute_alone) if compute_alone else step - collective
+gather, scatter = int(coll["all_gather_bytes_per_step"]), int(coll["reduce_scatter_bytes_per_step"])
+payload = sum(int(v) for key, v in coll.items() if key.endswith("_bytes_per_step") and key != "sent_bytes_per_step"
+              and not key.startswith("zero3"))
+plan_gather = float(coll["zero3_bytes_per_step"]) * 2 / 3
+# Every rank sends as much as rank 0 (ring collectives): the wire per rank,
+# per step of the run and of the replay after it (the same calls again).
+wire_step = wire / (steps + int(alone["repeats"])) / n
+hidden = max(0.0, min(1.0, (compute + comm - step) / comm)) if comm > 0 else 0.0
+# The model's step: collectives synchronous (overlap off) or under compute (on).
+model_s, model_error = "-", "-"
+if len(model) == 2:
+    predicted = float(model[1] if overlap == "on" else model[0])
+    model_s, model_error = "%.4f" % predicted, "%+.3f" % ((predicted - step) / step)
+print("netns ranks=%d rate=%s overlap=%s status=ok step_s=%.4f collective_s=%.4f waited_s=%.4f "
+      "compute_alone_s=%.4f comm_alone_s=%.4f hidden=%.3f step_over_max=%.3f step_over_sum=%.3f "
+      "gather_bytes=%d zero3_gather_bytes=%d scatter_bytes=%d zero3_scatter_bytes=%d "
+      "payload_bytes=%d replay_payload_bytes=%d wire_bytes=%d wire_over_payload=%.3f "
+      "model_s=%s model_error=%s ranks_ok=yes final_loss=%s log=%s0.log" % (
+          n, rate, overlap, step, collective, waited, compute, comm, hidden,
+          step / max(compute, comm, 1e-9), step / max(compute + comm, 1e-9),
+          gather, plan_gather, scatter, plan_gather / 2, payload, int(alone["payload_bytes_per_step"]), wire_step,
+          wire_step / payload if payload > 0 else 0.0, model_s, model_error, summary["final_loss"], prefix))
+PY
 }
 
 echo "shape: $shape (layers $L, heads $NH, width $C, vocab $V, seq $T, global batch $GB, chunk $CHUNK elements); $steps steps; logs in $log_dir"
@@ -235,15 +300,20 @@ link=$(measure_link)
 echo "link unshaped_bits_per_s=${link:-0}"
 half=$(awk -v l="${link:-0}" 'BEGIN { printf "%.0f", l / 2 }')
 for n in $ranks_list; do
+  # The reference: unshaped, each collective waited for as it starts. (Its
+  # namespaces are made here, not in the subshell, so that cleanup knows them.)
+  make_world "$n" || die "cannot add rank namespaces for $n ranks"
+  ref=$(run_world "$n" unshaped off)
+  echo "$ref"
+  compute_alone=$(sed -nE 's/.* compute_alone_s=([0-9.]+) .*/\1/p' <<<"$ref")
+  [ -n "$compute_alone" ] || continue
   for rate in $rates; do
-    if [ "$rate" != unshaped ]; then
-      bits=$(rate_bits "$rate")
-      [ "$bits" -gt 0 ] || die "--rates: '$rate' is not a rate (like 1gbit, 500mbit)"
-      if [ "$bits" -gt "$half" ]; then
-        echo "netns ranks=$n rate=$rate status=skipped: above half the unshaped link ($half bits/s)"
-        continue
-      fi
+    [ "$rate" = unshaped ] && continue
+    bits=$(rate_bits "$rate")
+    if [ "$bits" -gt "$half" ]; then
+      echo "netns ranks=$n rate=$rate status=skipped: above half the unshaped link ($half bits/s)"
+      continue
     fi
-    run_world "$n" "$rate"
+    for overlap in $overlaps; do run_world "$n" "$rate" "$overlap" "$compute_alone"; done
   done
 done

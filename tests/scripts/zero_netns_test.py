@@ -2,10 +2,12 @@
 """ZeRO ranks in network namespaces over shaped links (bench/zero_netns.sh),
 tiny shape: 2 and 3 ranks, each `pstar launch --nnodes N --node-rank K` in a
 namespace of its own, the links unshaped and then shaped to 100 Mbit/s with
-tc's token bucket. The ranks agree and train the same numbers at any rate,
-the payload is at least ZeRO-3's count, the wire carries it with a small
-protocol overhead, the shaped link makes the collectives slower, and every
-namespace is gone afterwards. Speed targets stay in bench/.
+tc's token bucket, the collectives waited for as they start and run under
+compute (runtime.comm_overlap off and on). Every rank finishes, the run
+trains the same numbers at any rate, overlap on and off agree, the payload is at least
+ZeRO-3's count and the replayed step's equals it exactly, the wire carries
+it with a small protocol overhead, the shaped link makes the collectives
+slower, and every namespace is gone afterwards. Speed targets stay in bench/.
 
 Where namespaces cannot be made (not root, no netns) the test skips; with
 PSTAR_EXPECT_NETNS=1 a skip fails.
@@ -40,7 +42,7 @@ class ZeroNetnsTest(unittest.TestCase):
         env = dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR, PYTHON3="/usr/bin/python3")
         cls.proc = subprocess.run(
             ["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny", "--ranks", "2 3",
-             "--rates", "unshaped 100mbit", "--steps", "4", "--log-dir", cls.tmp.name],
+             "--rates", "100mbit", "--overlap", "off on", "--extra-chunks", "0", "--steps", "4", "--log-dir", cls.tmp.name],
             env=env, capture_output=True, text=True, timeout=900)
         cls.after = namespaces()
         cls.runs = [fields(l) for l in cls.proc.stdout.splitlines() if l.startswith("netns ")]
@@ -59,39 +61,52 @@ class ZeroNetnsTest(unittest.TestCase):
     def test_every_world_trains_at_every_rate_and_the_ranks_agree(self):
         self.assertEqual(self.proc.returncode, 0, self.proc.stdout[-3000:] + self.proc.stderr[-3000:])
         self.assertRegex(self.proc.stdout, r"link unshaped_bits_per_s=[1-9]")
-        self.assertEqual([(r["ranks"], r["rate"]) for r in self.runs],
-                         [("2", "unshaped"), ("2", "100mbit"), ("3", "unshaped"), ("3", "100mbit")])
+        self.assertEqual([(r["ranks"], r["rate"], r["overlap"]) for r in self.runs],
+                         [("2", "unshaped", "off"), ("2", "100mbit", "off"), ("2", "100mbit", "on"),
+                          ("3", "unshaped", "off"), ("3", "100mbit", "off"), ("3", "100mbit", "on")])
         for r in self.runs:
             self.assertEqual(r["status"], "ok", r)
-            self.assertEqual(r["ranks_agree"], "yes", r)
+            self.assertEqual(r["ranks_ok"], "yes", r)
         for n in ("2", "3"):
-            losses = {r["final_loss"] for r in self.runs if r["ranks"] == n}
-            self.assertEqual(len(losses), 1, "the link's rate changes no number: %s" % losses)
+            off = {r["final_loss"] for r in self.runs if r["ranks"] == n and r["overlap"] == "off"}
+            self.assertEqual(len(off), 1, "the link's rate changes no number: %s" % off)
+            on = [float(r["final_loss"]) for r in self.runs if r["ranks"] == n and r["overlap"] == "on"]
+            self.assertAlmostEqual(on[0], float(off.pop()), delta=2e-3)
 
-    def test_the_payload_is_zero3s_and_the_wire_carries_it_with_a_small_overhead(self):
+    def test_the_payload_is_zero3s_the_replay_sends_it_again_and_the_wire_carries_it(self):
         for r in self.runs:
             self.assertGreaterEqual(int(r["gather_bytes"]), int(r["zero3_gather_bytes"]), r)
             self.assertGreaterEqual(int(r["scatter_bytes"]), int(r["zero3_scatter_bytes"]), r)
             self.assertGreater(int(r["zero3_gather_bytes"]), 0, r)
+            # The communication alone is the step's own gathers and scatters.
+            self.assertEqual(int(r["replay_payload_bytes"]), int(r["gather_bytes"]) + int(r["scatter_bytes"]), r)
             # TCP/IP and Gloo framing: a few percent over the payload.
             self.assertGreaterEqual(float(r["wire_over_payload"]), 1.0, r)
             self.assertLess(float(r["wire_over_payload"]), 1.15, r)
+            for key in ("compute_alone_s", "comm_alone_s", "collective_s"):
+                self.assertGreater(float(r[key]), 0.0, r)
+            self.assertGreaterEqual(float(r["hidden"]), 0.0, r)
+            self.assertLessEqual(float(r["hidden"]), 1.0, r)
+            self.assertLessEqual(float(r["waited_s"]), float(r["step_s"]), r)
 
     def test_the_shaped_link_holds_the_collectives_to_its_rate(self):
         # Each rank sends wire_bytes a step through its own shaped link: at
-        # 100 Mbit/s that cannot take less than wire_bytes * 8 / 1e8 seconds.
+        # 100 Mbit/s that cannot take less than wire_bytes * 8 / 1e8 seconds,
+        # with the compute or without it, overlapped or not.
         for r in self.runs:
             if r["rate"] != "100mbit":
                 continue
             floor = int(r["wire_bytes"]) * 8 / 1e8
             self.assertGreater(float(r["collective_s"]), 0.8 * floor, r)
+            self.assertGreater(float(r["comm_alone_s"]), 0.8 * floor, r)
             self.assertGreater(float(r["step_s"]), 0.8 * floor, r)
 
     def test_no_namespace_is_left_behind(self):
         self.assertEqual(self.after, self.before)
 
     def test_bad_arguments_get_one_line_and_exit_2(self):
-        for args in (["--ranks", "9"], ["--steps", "1"], ["--shape", "huge"], ["--rates", "fast"]):
+        for args in (["--ranks", "9"], ["--steps", "1"], ["--shape", "huge"], ["--rates", "fast"],
+                     ["--overlap", "sometimes"]):
             r = subprocess.run(["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny"] + args,
                                env=dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR), capture_output=True, text=True,
                                timeout=120)

@@ -17,7 +17,7 @@ struct CommandHelp {
 
 constexpr CommandHelp kCommands[] = {
     {"train", "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile] [--log-format text|json] "
-     "[--chunk-events FILE]",
+     "[--chunk-events FILE] [--comm-alone]",
      "train a GPT; without --config, the built-in default job",
      "  --config FILE      the job's YAML config (docs/config.md); default: the built-in default job\n"
      "  --set KEY=VALUE    override one config key, e.g. --set train.steps=50 (repeatable)\n"
@@ -28,6 +28,8 @@ constexpr CommandHelp kCommands[] = {
      "                     val_loss, eval_s)\n"
      "  --chunk-events FILE  write every step's chunk uses, gradient-final points, optimizer updates and\n"
      "                     waits for them as CSV (seq,step,event,chunk,time_s) when the run ends\n"
+     "  --comm-alone       with several ranks: replay the last step's gathers and reduce-scatters without\n"
+     "                     compute when training ends, and print their time (the step's communication alone)\n"
      "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
     {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json] [--scale [CLUSTER FLAGS]]",
      "print the job's memory plan: chunks, bytes per tier, minimum memory; or its step time at scale",

@@ -13,6 +13,7 @@
 #include "worker/config/config.h"
 #include "worker/core/file_util.h"
 #include "worker/core/bytes.h"
+#include "worker/dist/collective_replay.h"
 #include "worker/dist/dist_env.h"
 #include "worker/data/token_source.h"
 #include "worker/metrics/worker_metrics.h"
@@ -77,7 +78,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (value == "json") log_format = LogFormat::kJson;
     else if (value != "text") return UsageError("--log-format: expected text or json, got '" + value + "'");
   }
-  auto job = ParseJobArgs("train", rest, {"--print-config", "--profile"});
+  auto job = ParseJobArgs("train", rest, {"--print-config", "--profile", "--comm-alone"});
   if (!job.ok()) return UsageError(job.status().message());
   Result<Config> config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
@@ -249,6 +250,7 @@ int TrainCommand(const std::vector<std::string>& args) {
     std::fflush(stdout);
   };
 
+  t.SetStopFlag(&g_stop_requested);
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   ProgressReporter progress(stdout, c.train.steps, c.train.log_every, log_format);
@@ -309,11 +311,32 @@ int TrainCommand(const std::vector<std::string>& args) {
         ns += cc.nanoseconds[size_t(op)].load();
         per_op += std::string(" ") + CollectiveOpName(CollectiveOp(op)) + "_bytes_per_step=" + std::to_string(b);
       }
-      std::printf("collectives:%s sent_bytes_per_step=%lld zero3_bytes_per_step=%.0f ratio=%.3f seconds_total=%.3f\n",
-                  per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9);
+      std::printf("collectives:%s sent_bytes_per_step=%lld zero3_bytes_per_step=%.0f ratio=%.3f seconds_total=%.3f "
+                  "waited_s=%.3f overlap=%s\n",
+                  per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9,
+                  double((*comm)->waited_nanoseconds()) * 1e-9, c.runtime.comm_overlap ? "on" : "off");
     }
   };
+  // --comm-alone: the last step's gathers and reduce-scatters, replayed
+  // without compute once training ends (every rank the same list).
+  const bool comm_alone = job->Has("--comm-alone") && env->world_size > 1;
+  std::vector<CollectiveCall> last_step_calls;
+  auto print_comm_alone = [&]() -> bool {
+    if (!comm_alone) return true;
+    t.store().chunks().RecordCollectives(nullptr);
+    t.store().chunks().WaitCollectives();
+    constexpr int kRepeats = 3;
+    auto replay = ReplayCollectives(**comm, last_step_calls, kRepeats);
+    if (!replay.ok()) {
+      ReportError(replay.status());
+      return false;
+    }
+    std::printf("comm_alone: seconds_per_step=%.4f calls=%zu payload_bytes_per_step=%lld repeats=%d\n",
+                replay->seconds_per_repeat, last_step_calls.size(), (long long)replay->payload_bytes, kRepeats);
+    return true;
+  };
   for (int64_t s = first_step; s < c.train.steps; ++s) {
+    if (comm_alone && s + 1 == c.train.steps) t.store().chunks().RecordCollectives(&last_step_calls);
     auto start = std::chrono::steady_clock::now();
     auto stats = t.Step();
     if (!stats.ok()) return ReportError(env->world_size > 1 ? stats.status().WithPrefix("rank " + std::to_string(env->rank))
@@ -327,15 +350,9 @@ int TrainCommand(const std::vector<std::string>& args) {
       disk_written_at_warmup = chunks.counters().disk_written_bytes;
       for (int op = 0; op < kNumCollectiveOps; ++op) comm_at_warmup[size_t(op)] = (*comm)->counters().bytes[size_t(op)];
     }
-    // A stop signal may reach the ranks at different steps; they agree on it
-    // so that all stop after the same step (and save the same checkpoint).
-    double stop = g_stop_requested.load() ? 1.0 : 0.0;
-    if (env->world_size > 1) {
-      NvtxRange range("all_reduce");
-      Status agreed = (*comm)->AllReduceSum(&stop, 1);
-      if (!agreed.ok()) return ReportError(agreed);
-    }
-    const bool stopping = stop > 0.0;
+    // A stop signal may reach the ranks at different steps; the step agrees
+    // on it, so that all stop after the same step (and save the same checkpoint).
+    const bool stopping = stats->stop;
     const bool last = s + 1 == c.train.steps;
     if (c.train.sample_every > 0 && ((s + 1) % c.train.sample_every == 0 || last)) {
       // GPT-2's tokenizer: after <|endoftext|>, until the next; bytes: after the prompt.
@@ -391,6 +408,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   progress.PrintSummary();
   print_chunk_summary(c.train.steps - first_step);
   print_profile();
+  if (!print_comm_alone()) return kExitFailure;
   return kExitOk;
 }
 

@@ -331,6 +331,7 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   s.Read("nvme_spill", r.nvme_spill);
   s.Read("optimizer_overlap", r.optimizer_overlap);
   r.undo_memory = ReadBytes(s, "undo_memory", r.undo_memory);
+  s.Read("comm_overlap", r.comm_overlap);
   s.CheckNoUnknownKeys();
   if (r.optimizer_overlap != "auto" && r.optimizer_overlap != "off" && r.optimizer_overlap != "pipeline" &&
       r.optimizer_overlap != "speculate") {
@@ -679,6 +680,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::Key << "nvme_spill" << YAML::Value << c.runtime.nvme_spill;
   e << YAML::Key << "optimizer_overlap" << YAML::Value << c.runtime.optimizer_overlap;
   e << YAML::Key << "undo_memory" << YAML::Value << c.runtime.undo_memory;
+  e << YAML::Key << "comm_overlap" << YAML::Value << c.runtime.comm_overlap;
   e << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;

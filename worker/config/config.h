@@ -121,6 +121,11 @@ struct RuntimeSection {
   // chunk); 0 = what the host budget has beyond the plan. A value is counted
   // in the plan's host minimum (and so in a pod's memory).
   int64_t undo_memory = 0;
+  // With several ranks, run the chunks' all-gathers and reduce-scatters
+  // under the compute (gathers queued ahead along the chunk trace, each
+  // gradient reduce-scattered once final); false waits for each as it
+  // starts. The results are the same either way up to reduction order.
+  bool comm_overlap = true;
 };
 
 // Sharded checkpoints (docs/checkpoints.md).

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "worker/core/status.h"
@@ -25,6 +26,9 @@ inline const char* CollectiveOpName(CollectiveOp op) {
   }
   return "?";
 }
+
+// A unit of work started with Communicator::Start; 0 names none (done).
+using CollectiveTicket = int64_t;
 
 // Per op: calls, payload bytes this rank sent, and seconds spent (totals).
 struct CollectiveCounters {
@@ -56,11 +60,46 @@ class Communicator {
   virtual Status Broadcast(void* data, int64_t bytes, int root) = 0;
   virtual Status Barrier() = 0;
 
-  const CollectiveCounters& counters() const { return counters_; }
+  // Collectives under compute. Start runs `work` after everything called or
+  // started on this communicator before it and returns a ticket for it;
+  // `work` calls collectives directly on the communicator it is given. Every
+  // rank must start the same collectives in the same order, as with the
+  // direct calls. Here (the base) the work runs at once, on the caller's
+  // thread; a queued communicator (MakeQueuedCommunicator) runs it on a
+  // thread of its own and returns before it is done.
+  virtual CollectiveTicket Start(std::function<Status(Communicator&)> work);
+  // Returns once the work of `ticket`, and of every ticket before it, is
+  // done: OK, or the communicator's first failure if that came no later.
+  virtual Status Wait(CollectiveTicket ticket);
+  // Whether the work of `ticket` is done, without waiting.
+  virtual bool Done(CollectiveTicket ticket) { return ticket <= started_; }
+  // Whether Start returns before its work is done.
+  virtual bool queued() const { return false; }
+
+  virtual const CollectiveCounters& counters() const { return counters_; }
+  // Nanoseconds callers have waited for collectives (totals): the part of
+  // their time that nothing overlapped. Here every call waits for its own,
+  // so it is all of it.
+  virtual int64_t waited_nanoseconds() const;
 
  protected:
   CollectiveCounters counters_;
+
+ private:
+  // The base Start's bookkeeping: tickets given, and the first failure.
+  CollectiveTicket started_ = 0;
+  CollectiveTicket failed_at_ = 0;
+  Status failure_;
 };
+
+// `inner` with its collectives, direct calls and started work alike, run on
+// one thread of the communicator's own, in the order they came: Start returns
+// at once, a direct call waits for everything before it and then its own
+// collective. So a rank's step can queue all-gathers ahead and
+// reduce-scatters behind while it computes, and every caller (the step, the
+// optimizer's norm, a checkpoint's verdict) still shares one order of
+// collectives with the other ranks. Destruction waits for the queue.
+std::unique_ptr<Communicator> MakeQueuedCommunicator(std::unique_ptr<Communicator> inner);
 
 // A world of one rank: gathers and scatters are copies, reductions identities.
 std::unique_ptr<Communicator> MakeSingleRankCommunicator();

@@ -94,12 +94,17 @@ Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, st
   options.timeout = timeout;
   options.token = env.store_token;
   PSTAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Connect(options));
+  // Queued, so that collectives can run under the compute (every caller
+  // shares the one queue, and with it one order of collectives).
 #ifdef PSTAR_WITH_NCCL
   if (transport == Transport::kNccl) {
-    return MakeNcclCommunicator(std::move(store), env.rank, env.world_size, env.local_rank, timeout);
+    PSTAR_ASSIGN_OR_RETURN(auto nccl,
+                           MakeNcclCommunicator(std::move(store), env.rank, env.world_size, env.local_rank, timeout));
+    return MakeQueuedCommunicator(std::move(nccl));
   }
 #endif
-  return MakeGlooCommunicator(std::move(store), env.rank, env.world_size, timeout);
+  PSTAR_ASSIGN_OR_RETURN(auto gloo, MakeGlooCommunicator(std::move(store), env.rank, env.world_size, timeout));
+  return MakeQueuedCommunicator(std::move(gloo));
 }
 
 }  // namespace pstar

@@ -37,7 +37,8 @@ enum class Transport { kGloo, kNccl };
 
 // A world of one gets MakeSingleRankCommunicator(); otherwise the rank
 // rendezvouses through the Store at MASTER_ADDR:MASTER_PORT (hosted by rank 0)
-// and connects a communicator of `transport`, which keeps the Store alive.
+// and connects a communicator of `transport`, which keeps the Store alive,
+// queued (MakeQueuedCommunicator) so that collectives can run under compute.
 // `timeout` bounds the rendezvous and every collective step. NCCL fails with
 // FailedPrecondition in a build without it.
 Result<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env, std::chrono::milliseconds timeout,

@@ -85,6 +85,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   r.min_chunks_per_moment = p.max_chunks_per_moment;
   r.eviction = c.runtime.eviction == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kOpt;
   r.prefetch_depth = int32_t(c.runtime.prefetch_depth);
+  r.comm_overlap = c.runtime.comm_overlap;
   // With several ranks every update runs on the host shards (the device holds
   // whole chunks, the moments are sharded), so no slots are kept for them.
   r.hybrid_adam = c.optimizer.use_hybrid_adam && world_size == 1;

@@ -122,6 +122,9 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     m->states_[size_t(i)].zero = !placement.DeviceHomed(i) || i < 2 * num_chunks;
   }
   m->compute_done_ = b.CreateEvent();
+  m->slot_ticket_.assign(size_t(m->device_.slot_count()), 0);
+  m->home_read_by_.assign(size_t(placement.total()), 0);
+  m->home_written_by_.assign(size_t(placement.total()), 0);
 
   RuntimeCounters& c = m->counters_;
   for (int k = 0; k < kNumStateKinds; ++k) {
@@ -248,8 +251,11 @@ void ChunkManager::Access(std::span<const ChunkAccess> accesses) {
   }
   // Compute reads the chunks only after their copies landed, and writes one
   // only after any copy home of its earlier contents read them.
+  // With N ranks, a chunk's gather (or its slot's last collective) is done
+  // first: the step waits for the chunks it needs now, not those ahead.
   for (const ChunkAccess& a : accesses) {
     if (!placement_.Streams(Index(a.key))) continue;
+    WaitTicket(slot_ticket_[size_t(state(a.key).slot)]);
     const DeviceTier::SlotEvents& ev = device_.events(state(a.key).slot);
     backend_->StreamWait(StreamKind::kCompute, *ev.loaded);
     if (a.writes) backend_->StreamWait(StreamKind::kCompute, *ev.copied_out);
@@ -298,7 +304,26 @@ float* ChunkManager::DeviceMasterForUpdate(int32_t chunk) {
   return device_.Home(i);
 }
 
-ChunkManager::~ChunkManager() { FlushHostWindow(); }
+ChunkManager::~ChunkManager() {
+  // Started collectives read and write the tiers' memory: they end first.
+  if (comm_ != nullptr) (void)comm_->Wait(last_ticket_);
+  FlushHostWindow();
+}
+
+void ChunkManager::WaitTicket(CollectiveTicket ticket) {
+  if (ticket <= done_ticket_) return;
+  const Status s = comm_->Wait(ticket);
+  if (!s.ok()) CollectiveFailed(rank_, s.message());
+  done_ticket_ = ticket;
+}
+
+void ChunkManager::NoteCollective(CollectiveTicket ticket, int32_t slot, int32_t index, bool writes_home) {
+  if (ticket == 0) return;
+  last_ticket_ = ticket;
+  slot_ticket_[size_t(slot)] = ticket;
+  (writes_home ? home_written_by_ : home_read_by_)[size_t(index)] = ticket;
+  if (!options_.comm_overlap) WaitTicket(ticket);
+}
 
 void ChunkManager::FlushHostWindow() {
   if (host_window_index_ < 0) return;
@@ -309,9 +334,14 @@ void ChunkManager::FlushHostWindow() {
 }
 
 bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
-  FenceHost(index, /*writes=*/false);
+  // A copy or gather reads the home after an update on another thread; the
+  // collectives the home waits for are ordered before this one already.
+  FenceUpdates(index, /*writes=*/false);
   const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive);
   if (slot < 0) return false;
+  // The slot's last collective (a reduce-scatter reading it, or a gather
+  // never used) is done before anything writes it.
+  WaitTicket(slot_ticket_[size_t(slot)]);
   ChunkState& st = states_[size_t(index)];
   DeviceTier::SlotEvents& ev = device_.events(slot);
   st.slot = slot;
@@ -320,7 +350,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.computed);
   backend_->StreamWait(StreamKind::kHostToDevice, *ev.copied_out);
   if (placement_.HalfParam(index)) {
-    copier_->LoadHalfParam(index, slot, device_, host_);
+    NoteCollective(copier_->LoadHalfParam(index, slot, device_, host_), slot, index, /*writes_home=*/false);
     st.device_dirty = false;
   } else if (AccumulatesHome(index) || st.zero) {
     // A fill, not a transfer: nothing to count as prefetched. With N ranks a
@@ -331,7 +361,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
     st.device_dirty = true;
     prefetch = false;
   } else {
-    copier_->LoadHome(index, slot, device_, host_);
+    NoteCollective(copier_->LoadHome(index, slot, device_, host_), slot, index, /*writes_home=*/false);
     st.device_dirty = false;
   }
   backend_->Record(*ev.loaded, StreamKind::kHostToDevice);
@@ -347,7 +377,9 @@ bool ChunkManager::PrefetchLoad(int32_t index, int64_t must_outlive) {
 }
 
 int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive) {
-  const int32_t free = device_.TakeFreeSlot(pool);
+  // A free slot no collective still reads or writes, if there is one.
+  const int32_t free =
+      device_.TakeFreeSlot(pool, [this](int32_t s) { return comm_ == nullptr || comm_->Done(slot_ticket_[size_t(s)]); });
   if (free >= 0) return free;
   candidates_.clear();
   for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
@@ -377,9 +409,12 @@ void ChunkManager::WriteHome(int32_t index) {
   if ((world_ > 1 && !AccumulatesHome(index)) || placement_.HalfParam(index)) {
     RuntimeBug("a sharded chunk other than a gradient, or a 16-bit param copy, was written on the device");
   }
-  FenceHost(index, /*writes=*/true);
+  // A copy home is ordered after the host's uses by this thread, a
+  // reduce-scatter after the collectives before it: only updates on
+  // another thread are waited for.
+  FenceUpdates(index, /*writes=*/true);
   ChunkState& st = states_[size_t(index)];
-  copier_->WriteHome(index, st.slot, device_, host_, st.zero);
+  NoteCollective(copier_->WriteHome(index, st.slot, device_, host_, st.zero), st.slot, index, /*writes_home=*/true);
   st.device_dirty = false;
 }
 
@@ -399,6 +434,7 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
     if (st.pins > 0) RuntimeBug("host read of a chunk an op is writing on the device");
     WriteHome(i);
     if (AccumulatesHome(i)) DropDeviceCopy(i);
+    WaitTicket(home_written_by_[size_t(i)]);
   }
   // This write-home, or one from an eviction still in flight.
   backend_->Synchronize(copier_->home_written(i));
@@ -407,6 +443,17 @@ void ChunkManager::MakeHomeCurrent(int32_t i) {
     std::memset(host_.Home(i), 0, size_t(host_.HomeBytes(i)));
     st.zero = false;
   }
+}
+
+void ChunkManager::StartGradReduce(int32_t chunk) {
+  FlushHostWindow();
+  const int32_t i = Index({StateKind::kGrad, chunk});
+  if (!AccumulatesHome(i)) RuntimeBug("a reduce-scatter of a gradient with one rank");
+  ChunkState& st = states_[size_t(i)];
+  if (st.slot < 0 || !st.device_dirty) return;
+  if (st.pins > 0) RuntimeBug("reduce-scatter of a gradient an op is writing");
+  WriteHome(i);
+  DropDeviceCopy(i);
 }
 
 ChunkManager::GradHome ChunkManager::StartGradHome(int32_t chunk) {
@@ -571,6 +618,15 @@ void ChunkManager::ZeroFill(StateKind kind) {
 void ChunkManager::Flush(StateKind kind) {
   FlushHostWindow();
   if (world_ > 1) {
+    // Every reduce-scatter started, then waited for.
+    for (int32_t c = 0; c < num_chunks_; ++c) {
+      const int32_t i = Index({kind, c});
+      const ChunkState& st = states_[size_t(i)];
+      if (!AccumulatesHome(i) || st.slot < 0 || !st.device_dirty) continue;
+      if (st.pins > 0) RuntimeBug("flush of a chunk pinned on the device");
+      WriteHome(i);
+      DropDeviceCopy(i);
+    }
     for (int32_t c = 0; c < num_chunks_; ++c) HostRead({kind, c});
     return;
   }

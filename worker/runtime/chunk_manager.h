@@ -208,10 +208,20 @@ class ChunkManager {
   GradHome StartGradHome(int32_t chunk);
   // Whether an op holds the chunk now.
   bool Pinned(ChunkKey key) const { return state(key).pins > 0; }
+  // With N ranks and runtime.comm_overlap: the gradient of `chunk`, final
+  // for this step, starts its reduce-scatter into the home shards now, under
+  // the compute that follows, and its slot is freed. Every rank calls it at
+  // the same point. Nothing to do for a gradient not dirty on the device.
+  void StartGradReduce(int32_t chunk);
+  // Waits for every collective this manager started.
+  void WaitCollectives() { WaitTicket(last_ticket_); }
   // Called after every moment's loads and prefetches (tests check the budget with it).
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
   // Told of every copy between the tiers; null (the default) for none. Not owned.
   void SetMoveObserver(MoveObserver* observer) { copier_->SetMoveObserver(observer); }
+  // Appends every collective the runtime starts from now on (gathers and
+  // reduce-scatters, in order) to `log`; null stops. Not owned.
+  void RecordCollectives(std::vector<CollectiveCall>* log) { copier_->SetCallLog(log); }
   const ChunkRuntimeOptions& options() const { return options_; }
 
  private:
@@ -228,10 +238,23 @@ class ChunkManager {
                const ChunkRuntimeOptions& options, Communicator* comm);
 
   int32_t Index(ChunkKey key) const { return placement_.Index(key); }
-  // The host fence for chunk index `index`'s home.
-  void FenceHost(int32_t index, bool writes) const {
+  // Before the host touches chunk index `index`'s home: the collectives
+  // writing it (and, to write it, reading it) are done, and the host fence
+  // is passed.
+  void FenceHost(int32_t index, bool writes) {
+    WaitTicket(home_written_by_[size_t(index)]);
+    if (writes) WaitTicket(home_read_by_[size_t(index)]);
+    FenceUpdates(index, writes);
+  }
+  // The host fence alone: for collectives, which the communicator already
+  // orders after the ones before them.
+  void FenceUpdates(int32_t index, bool writes) const {
     if (host_fence_) host_fence_(index % num_chunks_, placement_.KindOf(index), writes);
   }
+  // Waits for a collective's ticket (0: none); a failed one ends the process.
+  void WaitTicket(CollectiveTicket ticket);
+  // A collective just started on `slot` and the home it reads or writes.
+  void NoteCollective(CollectiveTicket ticket, int32_t slot, int32_t index, bool writes_home);
   ChunkState& state(ChunkKey key) { return states_[size_t(Index(key))]; }
   const ChunkState& state(ChunkKey key) const { return states_[size_t(Index(key))]; }
   // A host home made current: a dirty device copy written home and waited
@@ -294,6 +317,11 @@ class ChunkManager {
   StepResidency step_residency_;
   std::function<void(const ChunkManager&)> observer_;
   HostFence host_fence_;
+  // With N ranks: the last collective started on each streaming slot, and
+  // on each home (reading it: a gather; writing it: a reduce-scatter), the
+  // last one started at all, and the last one known done.
+  std::vector<CollectiveTicket> slot_ticket_, home_read_by_, home_written_by_;
+  CollectiveTicket last_ticket_ = 0, done_ticket_ = 0;
 };
 
 }  // namespace pstar

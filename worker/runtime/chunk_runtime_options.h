@@ -65,6 +65,12 @@ struct ChunkRuntimeOptions {
   int32_t disk_master_chunks = 0;
   int32_t disk_read_ahead = 2;
   int32_t disk_io_threads = 2;
+  // With N ranks: collectives run under the compute (the communicator's
+  // queue): a gather is waited for only where its chunk is used, a
+  // reduce-scatter only where its home is read or its slot reused, and a
+  // gradient final for the step is reduce-scattered at once
+  // (ChunkManager::StartGradReduce). Off, each is waited for as it starts.
+  bool comm_overlap = true;
 };
 
 }  // namespace pstar

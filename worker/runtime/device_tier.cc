@@ -48,11 +48,20 @@ float* DeviceTier::SlotData(int32_t slot) const {
   return reinterpret_cast<float*>(block_.data() + pool.offset + int64_t(slot - pool.first) * pool.stride);
 }
 
-int32_t DeviceTier::TakeFreeSlot(int pool) {
+int32_t DeviceTier::TakeFreeSlot(int pool, const std::function<bool(int32_t slot)>& ready) {
   std::vector<int32_t>& free = pools_[size_t(pool)].free;
   if (free.empty()) return -1;
-  const int32_t slot = free.back();
-  free.pop_back();
+  size_t at = free.size() - 1;
+  if (ready) {
+    for (size_t k = free.size(); k-- > 0;) {
+      if (ready(free[k])) {
+        at = k;
+        break;
+      }
+    }
+  }
+  const int32_t slot = free[at];
+  free.erase(free.begin() + std::ptrdiff_t(at));
   return slot;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -56,8 +57,9 @@ class DeviceTier {
   int64_t half_slot_stride() const { return pools_.back().stride; }
   // The chunk in `slot`, or -1.
   int32_t owner(int32_t slot) const { return owner_[size_t(slot)]; }
-  // A free slot of `pool` (the lowest freed most recently), or -1.
-  int32_t TakeFreeSlot(int pool);
+  // A free slot of `pool`, or -1: the one freed most recently of those
+  // `ready` accepts (null: all), else the one freed most recently.
+  int32_t TakeFreeSlot(int pool, const std::function<bool(int32_t slot)>& ready = nullptr);
   // `index` moves into `slot` (taken), or out of it (the slot is freed).
   void Occupy(int32_t slot, int32_t index);
   void Vacate(int32_t slot);

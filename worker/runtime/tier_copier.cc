@@ -1,8 +1,6 @@
 #include "worker/runtime/tier_copier.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -37,6 +35,12 @@ Result<std::unique_ptr<TierCopier>> TierCopier::Create(DeviceBackend& backend, C
   }
   if (c->world_ > 1) {
     PSTAR_ASSIGN_OR_RETURN(c->scratch_, backend.AllocateHost(size_t(c->shard_bytes_)));
+    if (comm->device_buffers()) {
+      constexpr int kStartEvents = 16;
+      for (int e = 0; e < kStartEvents; ++e) c->start_events_.push_back(backend.CreateEvent());
+      c->start_event_tickets_.assign(kStartEvents, 0);
+      c->comm_copied_ = backend.CreateEvent();
+    }
   }
   for (int32_t i = 0; i < placement.total(); ++i) c->home_written_.push_back(backend.CreateEvent());
   c->compute_done_ = backend.CreateEvent();
@@ -44,11 +48,24 @@ Result<std::unique_ptr<TierCopier>> TierCopier::Create(DeviceBackend& backend, C
 }
 
 void TierCopier::CheckCollective(const Status& status) const {
-  if (status.ok()) return;
-  std::fprintf(stderr, "pstar: error: rank %d: %s\n", rank_, status.message().c_str());
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(1);
+  if (!status.ok()) CollectiveFailed(rank_, status.message());
+}
+
+CollectiveTicket TierCopier::StartAfter(StreamKind stream, std::function<Status(Communicator&)> work) {
+  if (!comm_->device_buffers()) return comm_->Start(std::move(work));  // the device is host memory: done
+  const size_t e = next_start_event_;
+  next_start_event_ = (next_start_event_ + 1) % start_events_.size();
+  CheckCollective(comm_->Wait(start_event_tickets_[e]));  // the work that waited for it has
+  Event& ready = *start_events_[e];
+  backend_.Record(ready, stream);
+  const CollectiveTicket ticket =
+      comm_->Start([backend = &backend_, &ready, work = std::move(work)](Communicator& c) {
+        backend->BindThread();
+        backend->Synchronize(ready);
+        return work(c);
+      });
+  start_event_tickets_[e] = ticket;
+  return ticket;
 }
 
 void TierCopier::CountMove(int32_t index, Direction direction, int64_t bytes) {
@@ -57,8 +74,7 @@ void TierCopier::CountMove(int32_t index, Direction direction, int64_t bytes) {
   counters_->moved_kind_bytes[int(direction)][size_t(placement_.KindOf(index))] += bytes;
 }
 
-void TierCopier::LoadHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host) {
-  DeviceTier::SlotEvents& ev = device.events(slot);
+CollectiveTicket TierCopier::LoadHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host) {
   float* dst = device.SlotData(slot);
   NvtxRange range("h2d");
   if (world_ == 1) {
@@ -73,39 +89,36 @@ void TierCopier::LoadHome(int32_t index, int32_t slot, DeviceTier& device, const
     }
     EndMove(move, Direction::kHostToDevice, bytes);
     CountMove(index, Direction::kHostToDevice, bytes);
-    return;
+    return 0;
   }
   // Each rank's home shard lands in its place; the gather fills the rest.
-  // The collective runs on this thread, so the host waits for the slot first.
   const int64_t n = shard_bytes_ / int64_t(sizeof(float));
   float* own = dst + int64_t(rank_) * n;
+  const int64_t move = BeginMove(Direction::kHostToDevice);
+  CollectiveTicket ticket = 0;
   if (comm_->device_buffers()) {
-    // NCCL reads GPU memory: the home shard is copied up first and gathered in place.
-    backend_.StreamWait(StreamKind::kHostToDevice, home_written(index));
-    const int64_t move = BeginMove(Direction::kHostToDevice);
+    // NCCL reads GPU memory: the home shard is copied up first and gathered
+    // in place, after that copy (and the slot's earlier users, which the
+    // h2d stream already waits for).
     backend_.Copy(own, host.Fp32Home(index), size_t(shard_bytes_), StreamKind::kHostToDevice);
-    backend_.Record(*ev.loaded, StreamKind::kHostToDevice);
-    backend_.Synchronize(*ev.loaded);
-    backend_.Synchronize(*ev.computed);
-    {
+    ticket = StartAfter(StreamKind::kHostToDevice, [own, dst, n](Communicator& c) {
       NvtxRange gather("all_gather");
-      CheckCollective(comm_->AllGather(own, dst, n));
-    }
-    EndMove(move, Direction::kHostToDevice, shard_bytes_);
+      return c.AllGather(own, dst, n);
+    });
   } else {
-    backend_.Synchronize(*ev.computed);
-    backend_.Synchronize(*ev.copied_out);
-    const int64_t move = BeginMove(Direction::kHostToDevice);
-    {
+    const float* home = host.Fp32Home(index);
+    ticket = comm_->Start([home, dst, n](Communicator& c) {
       NvtxRange gather("all_gather");
-      CheckCollective(comm_->AllGather(host.Fp32Home(index), dst, n));
-    }
-    EndMove(move, Direction::kHostToDevice, shard_bytes_);
+      return c.AllGather(home, dst, n);
+    });
   }
+  LogCall(CollectiveOp::kAllGather, n);
+  EndMove(move, Direction::kHostToDevice, shard_bytes_);
   CountMove(index, Direction::kHostToDevice, shard_bytes_);
+  return ticket;
 }
 
-void TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host) {
+CollectiveTicket TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host) {
   const HalfFormat format = *options_.param_device;
   uint16_t* dst = reinterpret_cast<uint16_t*>(device.SlotData(slot));
   NvtxRange range("h2d");
@@ -116,7 +129,7 @@ void TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, 
     backend_.StreamWait(StreamKind::kHostToDevice, *compute_done_);
     backend_.Narrow(dst, device.Home(index), chunk_bytes_ / int64_t(sizeof(float)), format,
                     StreamKind::kHostToDevice);
-    return;
+    return 0;
   }
   const int64_t shard = shard_bytes_ / int64_t(sizeof(float));
   uint16_t* own = dst + int64_t(rank_) * shard;
@@ -125,18 +138,11 @@ void TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, 
     // update) goes up as it is, half the master's bytes.
     const int64_t move = BeginMove(Direction::kHostToDevice);
     backend_.Copy(own, host.HalfParamHome(index), size_t(shard_bytes_ / 2), StreamKind::kHostToDevice);
-    if (world_ > 1) {
-      // The gather reads this rank's part on this thread: it must have landed.
-      backend_.Record(*compute_done_, StreamKind::kHostToDevice);
-      backend_.Synchronize(*compute_done_);
-      backend_.Synchronize(*device.events(slot).computed);
-      NvtxRange gather("all_gather");
-      CheckCollective(
-          comm_->AllGather(reinterpret_cast<const float*>(own), reinterpret_cast<float*>(dst), shard / 2));
-    }
+    // The gather reads this rank's part: it starts once that has landed.
+    const CollectiveTicket ticket = world_ > 1 ? StartAfter(StreamKind::kHostToDevice, GatherHalf(own, dst, shard)) : 0;
     EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
     CountMove(index, Direction::kHostToDevice, shard_bytes_ / 2);
-    return;
+    return ticket;
   }
   // The master is on the host: narrowed there (into the slot where the device
   // is host memory, else into a pinned buffer copied up), half its bytes moved.
@@ -158,55 +164,74 @@ void TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTier& device, 
       backend_.Record(*param_staged_[b], StreamKind::kHostToDevice);
     }
   }
-  if (world_ > 1) {
-    // Every rank narrowed its own shard into place; the gather fills the rest
-    // (16-bit pairs travel as floats, bit for bit).
-    if (!backend_.device_is_host_memory()) backend_.Synchronize(*param_staged_[1 - param_staging_next_]);
-    backend_.Synchronize(*device.events(slot).computed);
-    NvtxRange gather("all_gather");
-    CheckCollective(comm_->AllGather(reinterpret_cast<const float*>(own), reinterpret_cast<float*>(dst), shard / 2));
-  }
+  // Every rank narrowed its own shard into place; the gather fills the rest,
+  // once the copies up have landed.
+  const CollectiveTicket ticket = world_ > 1 ? StartAfter(StreamKind::kHostToDevice, GatherHalf(own, dst, shard)) : 0;
   EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
   CountMove(index, Direction::kHostToDevice, shard_bytes_ / 2);
+  return ticket;
 }
 
-void TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host,
-                           bool& home_zero) {
+std::function<Status(Communicator&)> TierCopier::GatherHalf(const uint16_t* own, uint16_t* dst, int64_t shard) {
+  LogCall(CollectiveOp::kAllGather, shard / 2);
+  // 16-bit pairs travel as floats, bit for bit.
+  return [own, dst, shard](Communicator& c) {
+    NvtxRange gather("all_gather");
+    return c.AllGather(reinterpret_cast<const float*>(own), reinterpret_cast<float*>(dst), shard / 2);
+  };
+}
+
+CollectiveTicket TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host,
+                                       bool& home_zero) {
   DeviceTier::SlotEvents& ev = device.events(slot);
   float* src = device.SlotData(slot);
   backend_.StreamWait(StreamKind::kDeviceToHost, *ev.computed);  // the last writes landed
   backend_.StreamWait(StreamKind::kDeviceToHost, *ev.loaded);    // and a fill or load into the slot
   NvtxRange range("d2h");
   const int64_t move = BeginMove(Direction::kDeviceToHost);
+  CollectiveTicket ticket = 0;
   if (world_ > 1) {
     // home += this step's partials of every rank, reduced; the device copy is
-    // then spent (it is in the home sum) and the caller drops it.
+    // then spent (it is in the home sum) and the caller drops it. The sum
+    // lands in the scratch shard: the communicator runs one piece of work at
+    // a time, so one is enough.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
     float* sum = reinterpret_cast<float*>(scratch_.data());
-    backend_.Synchronize(*ev.computed);  // the collective reads the slot on this thread
-    backend_.Synchronize(*ev.loaded);
-    if (comm_->device_buffers()) {
-      // NCCL writes GPU memory: reduce into this rank's place in the slot,
-      // then copy that part down.
-      float* own = src + int64_t(rank_) * n;
-      {
-        NvtxRange scatter("reduce_scatter");
-        CheckCollective(comm_->ReduceScatter(src, own, n));
-      }
-      backend_.Copy(sum, own, size_t(shard_bytes_), StreamKind::kDeviceToHost);
-      backend_.Record(*ev.copied_out, StreamKind::kDeviceToHost);
-      backend_.Synchronize(*ev.copied_out);
-    } else {
-      NvtxRange scatter("reduce_scatter");
-      CheckCollective(comm_->ReduceScatter(src, sum, n));
-    }
     float* home = host.Fp32Home(index);
-    if (home_zero) {
-      std::memcpy(home, sum, size_t(shard_bytes_));
-      home_zero = false;
+    const bool replace = std::exchange(home_zero, false);
+    auto add_home = [home, sum, n, replace] {
+      if (replace) {
+        std::memcpy(home, sum, size_t(n) * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < n; ++i) home[i] += sum[i];
+      }
+    };
+    if (comm_->device_buffers()) {
+      // NCCL writes GPU memory: reduced into this rank's place in the slot,
+      // that part copied down on the communicator's own stream.
+      float* own = src + int64_t(rank_) * n;
+      ticket = StartAfter(StreamKind::kDeviceToHost, [this, src, own, sum, n, add_home](Communicator& c) {
+        {
+          NvtxRange scatter("reduce_scatter");
+          PSTAR_RETURN_IF_ERROR(c.ReduceScatter(src, own, n));
+        }
+        backend_.Copy(sum, own, size_t(n) * sizeof(float), StreamKind::kComm);
+        backend_.Record(*comm_copied_, StreamKind::kComm);
+        backend_.Synchronize(*comm_copied_);
+        add_home();
+        return Status();
+      });
     } else {
-      for (int64_t i = 0; i < n; ++i) home[i] += sum[i];
+      ticket = comm_->Start([src, sum, n, add_home](Communicator& c) {
+        {
+          NvtxRange scatter("reduce_scatter");
+          PSTAR_RETURN_IF_ERROR(c.ReduceScatter(src, sum, n));
+        }
+        add_home();
+        return Status();
+      });
     }
+    LogCall(CollectiveOp::kReduceScatter, n);
     counters_->moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;
     counters_->moved_kind_bytes[int(Direction::kDeviceToHost)][size_t(placement_.KindOf(index))] += shard_bytes_;
     EndMove(move, Direction::kDeviceToHost, shard_bytes_);
@@ -225,6 +250,7 @@ void TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& device, cons
   }
   backend_.Record(*ev.copied_out, StreamKind::kDeviceToHost);
   ++counters_->moves[int(Direction::kDeviceToHost)];
+  return ticket;
 }
 
 }  // namespace pstar

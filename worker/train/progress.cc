@@ -65,7 +65,8 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
                              {"eta_s", eta},           {"h2d_bytes", h2d_bytes},
                              {"d2h_bytes", d2h_bytes}, {"compute_s", s.compute_seconds},
                              {"host_adam_s", s.host_adam_seconds}, {"update_wait_s", s.update_wait_seconds},
-                             {"speculated_chunks", s.speculated_chunks}, {"rolled_back", s.rolled_back}};
+                             {"speculated_chunks", s.speculated_chunks}, {"rolled_back", s.rolled_back},
+                             {"collective_s", s.collective_seconds}, {"collective_wait_s", s.collective_wait_seconds}};
       if (profiled) {
         line["kernel_s"] = s.kernel_seconds;
         line["compute_idle_s"] = s.compute_idle_seconds;
@@ -86,16 +87,22 @@ void ProgressReporter::OnStep(const StepStats& s, double seconds, int64_t h2d_by
       char waits[192];
       std::snprintf(waits, sizeof waits, " | fwd+bwd %.0f ms | adam %.0f ms | waited %.0f ms", 1e3 * s.compute_seconds,
                     1e3 * s.host_adam_seconds, 1e3 * s.update_wait_seconds);
+      // With N ranks: the step's collectives, and the part it waited for.
+      char comm[96] = "";
+      if (s.collective_seconds > 0.0) {
+        std::snprintf(comm, sizeof comm, " | comm %.0f ms (waited %.0f)", 1e3 * s.collective_seconds,
+                      1e3 * s.collective_wait_seconds);
+      }
       char profile[192] = "";
       if (profiled) {
         std::snprintf(profile, sizeof profile, " | kernels %.0f ms (%.0f%% busy) | h2d %.0f ms | d2h %.0f ms",
                       1e3 * s.kernel_seconds, seconds > 0.0 ? 100.0 * s.kernel_seconds / seconds : 0.0,
                       1e3 * s.h2d_seconds, 1e3 * s.d2h_seconds);
       }
-      std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.0f ms/step | elapsed %s | ETA %s%s%s\n",
+      std::fprintf(out_, "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | %.0f ms/step | elapsed %s | ETA %s%s%s%s\n",
                    int(std::to_string(total_).size()), (long long)step, (long long)total_, s.loss, double(s.lr),
                    s.grad_norm, scale, tokens_per_s, ms_per_step, FormatDuration(seconds_).c_str(),
-                   FormatDuration(eta).c_str(), waits, profile);
+                   FormatDuration(eta).c_str(), waits, comm, profile);
     }
     std::fflush(out_);
     window_tokens_ = 0;

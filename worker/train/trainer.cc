@@ -275,8 +275,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
                                          FormatBytes(int64_t(t->undo_chunks_) * per_chunk) +
                                          " of undo copies for speculation");
       }
-      t->store_->SetGradFinalObserver([trainer = t.get()](int32_t chunk) { trainer->OnGradFinal(chunk); });
     }
+  }
+  // With N ranks a final gradient is reduce-scattered at once, under the
+  // rest of the backward pass.
+  t->reduce_when_final_ = t->world_ > 1 && config.runtime.comm_overlap;
+  if (t->reduce_when_final_ || t->undo_chunks_ > 0) {
+    t->store_->SetGradFinalObserver([trainer = t.get()](int32_t chunk) { trainer->OnGradFinal(chunk); });
   }
   t->speculated_mask_.assign(size_t(t->store_->layout().num_chunks()), 0);
   t->compute_start_ = t->store_->chunks().backend().CreateTimingEvent();
@@ -346,6 +351,7 @@ AdamOptimizer::UndoSlot Trainer::UndoSlotAt(size_t slot) const {
 }
 
 void Trainer::OnGradFinal(int32_t chunk) {
+  if (reduce_when_final_) store_->chunks().StartGradReduce(chunk);
   if (!speculating_ || int32_t(speculated_.size()) >= undo_chunks_ || !AdamOptimizer::Speculable(*store_, chunk)) {
     return;
   }
@@ -466,6 +472,17 @@ Result<std::vector<int32_t>> Trainer::Sample(std::vector<int32_t> context, const
   return out;
 }
 
+namespace {
+
+// Nanoseconds the communicator has spent in collectives, every op.
+int64_t CollectiveNanoseconds(const Communicator& comm) {
+  int64_t ns = 0;
+  for (const auto& n : comm.counters().nanoseconds) ns += n.load();
+  return ns;
+}
+
+}  // namespace
+
 Result<StepStats> Trainer::Step() {
   NvtxRange step_range("step");
   const int64_t accum = config_.train.grad_accum_steps;
@@ -474,6 +491,8 @@ Result<StepStats> Trainer::Step() {
   // fp16: the loss, and with it every gradient, is scaled up by `scale`.
   const float scale = scaler_.scale();
   stats.loss_scale = scale;
+  const int64_t collective_ns_before = CollectiveNanoseconds(*comm_);
+  const int64_t waited_ns_before = comm_->waited_nanoseconds();
   if (event_log_ != nullptr) {
     event_log_->set_step(step_);
     event_log_->Record(step_, ChunkEventKind::kStepBegin);
@@ -505,12 +524,18 @@ Result<StepStats> Trainer::Step() {
   store_->FlushGrads();
   store_->EndPhase(StepPhase::kBackward);
   double loss = model_->TakeLoss();  // the mean over the step's micro-batches
+  // The stop vote rides with the loss: a rank asked to stop makes every rank
+  // stop after this step, without a collective of its own.
+  double stop = stop_flag_ != nullptr && stop_flag_->load() ? 1.0 : 0.0;
   if (world_ > 1) {
     NvtxRange range("all_reduce");
-    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
-    loss /= double(world_);
+    double reduced[2] = {loss, stop};
+    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(reduced, 2));
+    loss = reduced[0] / double(world_);
+    stop = reduced[1];
   }
   stats.loss = float(loss);
+  stats.stop = stop > 0.0;
   stats.compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: TakeLoss waited
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
   // The device is idle here (TakeLoss waited), so the span times the norm alone.
@@ -579,6 +604,8 @@ Result<StepStats> Trainer::Step() {
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   stats.tokens = accum * int64_t(tokens_.size()) * world_;
+  stats.collective_seconds = double(CollectiveNanoseconds(*comm_) - collective_ns_before) * 1e-9;
+  stats.collective_wait_seconds = double(comm_->waited_nanoseconds() - waited_ns_before) * 1e-9;
   if (event_log_ != nullptr) event_log_->Record(step_, ChunkEventKind::kStepEnd);
   ++step_;
   return stats;

@@ -3,6 +3,7 @@
 // schedule. Owns the model state, the activation arena and the data cursor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,11 @@ struct StepStats {
   double compute_seconds = 0.0;
   double host_adam_seconds = 0.0;
   double update_wait_seconds = 0.0;
+  // With N ranks: the time the communicator spent in collectives during this
+  // call (on its own thread where it has one), and the part of it the
+  // step's threads waited for (not hidden under compute).
+  double collective_seconds = 0.0;
+  double collective_wait_seconds = 0.0;
   // Only under --profile (EnableProfiling), else -1: the compute stream's op
   // time (kernel time on a GPU), its idle time (waiting for the host, a copy
   // or a collective), and the chunk copies' time each way.
@@ -53,6 +59,9 @@ struct StepStats {
   double compute_idle_seconds = -1.0;
   double h2d_seconds = -1.0, d2h_seconds = -1.0;
   int64_t tokens = 0;    // tokens consumed by this step, all ranks
+  // Some rank's stop flag (SetStopFlag) was set by this step's end: every
+  // rank sees the same value, so all stop after the same step.
+  bool stop = false;
 };
 
 class Trainer {
@@ -103,6 +112,10 @@ class Trainer {
   // checkpoints carry it, for `pstar sample` and `pstar export`.
   const BpeTokenizer* tokenizer() const { return tokenizer_.get(); }
 
+  // A flag (a signal handler's) that asks every rank to stop: read once a
+  // step and agreed on with the step's loss (StepStats::stop). Not owned.
+  void SetStopFlag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
+
   // Times every op, chunk copy and collective of the steps from now on (see
   // Profiler), leaving out the first `warmup_steps` of them. Numerics are
   // untouched; each step waits once more for the device.
@@ -149,8 +162,9 @@ class Trainer {
   Trainer() = default;
   // This rank's pieces of every saved kind, at their home shards.
   std::vector<OwnedRange> CheckpointRanges();
-  // A chunk's gradient became final in this step's last backward pass:
-  // its update starts now when this step speculates and an undo slot is free.
+  // A chunk's gradient became final in this step's last backward pass: with
+  // N ranks its reduce-scatter starts (runtime.comm_overlap); its update
+  // starts now when this step speculates and an undo slot is free.
   void OnGradFinal(int32_t chunk);
   AdamOptimizer::UndoSlot UndoSlotAt(size_t slot) const;
   // Puts every speculated chunk of this step back (waiting for their updates).
@@ -184,6 +198,8 @@ class Trainer {
   // backward pass under way may speculate, with what, and whether the next
   // step does (the last one needed neither clip nor skip).
   int32_t undo_chunks_ = 0;
+  bool reduce_when_final_ = false;
+  const std::atomic<bool>* stop_flag_ = nullptr;
   std::unique_ptr<float[]> undo_;
   std::vector<int32_t> speculated_;
   std::vector<uint8_t> speculated_mask_;

@@ -24,12 +24,18 @@ struct WorldResult {
 
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
-// Trains `config` with `world` ranks; batch_size in `config` is the global batch.
-WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data) {
+// Trains `config` with `world` ranks; batch_size in `config` is the global
+// batch. `queued`: each rank's communicator runs its collectives on a thread
+// of its own (as pstar's do), so runtime.comm_overlap puts them under compute.
+WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data,
+                       bool queued = false) {
   Config global = test::TinyGptConfig(overrides);
   overrides.push_back(Set("train.batch_size", global.train.batch_size / world));
   const Config config = test::TinyGptConfig(overrides);
   auto comms = test::MakeThreadGroupCommunicators(world);
+  if (queued) {
+    for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
+  }
   WorldResult result;
   result.optimizer_bytes.assign(size_t(world), 0);
   std::vector<std::vector<float>> params;
@@ -163,6 +169,58 @@ TEST(ZeroTraining, SixteenBitParamChunksGatherAndAgreeWithOneRank) {
   const WorldResult two = TrainWorld(2, tight, data);
   EXPECT_GT(two.evictions, 0);
   ExpectClose(two, one, "bf16, world 2 at the minimum device budget", 1e-4, 1e-3);
+}
+
+void ExpectSameBits(const WorldResult& a, const WorldResult& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+  for (size_t s = 0; s < a.losses.size(); ++s) EXPECT_EQ(a.losses[s], b.losses[s]) << what << " step " << s;
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  for (size_t t = 0; t < a.params.size(); ++t) ASSERT_EQ(a.params[t], b.params[t]) << what << " tensor " << t;
+}
+
+TEST(ZeroTraining, CollectivesUnderComputeAgreeWithOneRankAndRepeatTheirBits) {
+  // Gathers queued ahead along the trace and each final gradient
+  // reduce-scattered at once (runtime.comm_overlap, the default), at 2 and
+  // 3 ranks, roomy and at the minimum budget with accumulation.
+  auto data = test::RandomTokens(6000, 40, 24);
+  const std::vector<std::string> base = {"train.batch_size=6", "train.steps=4", "default_chunk_size=1536"};
+  const WorldResult one = TrainWorld(1, base, data);
+  for (int world : {2, 3}) {
+    const std::string what = "world " + std::to_string(world) + " with comm_overlap";
+    const WorldResult on = TrainWorld(world, base, data, /*queued=*/true);
+    ExpectClose(on, one, what);
+    ExpectSameBits(TrainWorld(world, base, data, /*queued=*/true), on, what + ", run again");
+    auto off = base;
+    off.push_back("runtime.comm_overlap=false");
+    ExpectClose(TrainWorld(world, off, data, /*queued=*/true), on, what + " against without");
+  }
+  auto accum = base;
+  accum.push_back("train.grad_accum_steps=2");
+  const WorldResult one_accum = TrainWorld(1, accum, data);
+  Config c = test::TinyGptConfig(accum);
+  auto plan = PlanMemory(c, 2);
+  ASSERT_TRUE(plan.ok());
+  accum.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const WorldResult tight = TrainWorld(2, accum, data, /*queued=*/true);
+  EXPECT_GT(tight.grad_evictions, 0);
+  ExpectClose(tight, one_accum, "world 2 with comm_overlap at the minimum budget, accumulating");
+  ExpectSameBits(TrainWorld(2, accum, data, /*queued=*/true), tight, "the same, run again");
+}
+
+TEST(ZeroTraining, SixteenBitParamGathersUnderComputeAgreeWithOneRank) {
+  auto data = test::RandomTokens(4000, 40, 25);
+  const std::vector<std::string> base = {"train.batch_size=4", "train.steps=4", "train.precision=bf16",
+                                         "default_chunk_size=1024"};
+  const WorldResult one = TrainWorld(1, base, data);
+  Config c = test::TinyGptConfig(base);
+  auto plan = PlanMemory(c, 2);
+  ASSERT_TRUE(plan.ok());
+  auto tight = base;
+  tight.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const WorldResult two = TrainWorld(2, tight, data, /*queued=*/true);
+  EXPECT_GT(two.evictions, 0);
+  ExpectClose(two, one, "bf16, world 2 with comm_overlap at the minimum device budget", 1e-4, 1e-3);
+  ExpectSameBits(TrainWorld(2, tight, data, /*queued=*/true), two, "the same, run again");
 }
 
 }  // namespace
