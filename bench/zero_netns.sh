@@ -34,7 +34,8 @@
 #                            [--overlap "off on"] [--extra-chunks K] [--steps N]
 #                            [--shape bench|tiny] [--log-dir DIR]
 #   The device budget is the plan's smallest plus K chunks (default 2);
-#   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead).
+#   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead,
+#   default 16: a gather must start a chunk's worth of ops ahead).
 #   Lines "netns ranks=... rate=... overlap=... status=ok step_s=... ..."
 #   (one per run; the unshaped reference first in each world) and
 #   "link unshaped_bits_per_s=..."; a run's logs in DIR.
@@ -45,7 +46,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pstar="${PSTAR_BUILD_DIR:-$root/build}/bin/pstar"
 py="${PYTHON3:-python3}"
-ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=""
+ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=16
 die() { echo "zero_netns: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -184,16 +185,17 @@ PY
 
 # --- the job ----------------------------------------------------------------------
 if [ "$shape" = tiny ]; then
-  L=2 NH=2 C=64 V=256 T=32 GB=4 CHUNK=16384
+  L=2 NH=2 C=64 V=256 T=32 B=2 CHUNK=16384
 else
   # Width 256, 4 layers, vocabulary 2048: 3.7M parameters in 4 MiB chunks,
-  # gathered twice and reduce-scattered once a step: at 1 Gbit/s about as
-  # long as the compute of 4 x 128 tokens per rank on one core each.
-  L=4 NH=4 C=256 V=2048 T=128 GB=8 CHUNK=1048576
+  # gathered twice and reduce-scattered once a step: at 1 Gbit/s 1.3 (2
+  # ranks) to 1.7 (3 ranks) times the compute of 5 x 128 tokens per rank on
+  # one core each, inside the 0.5-2x an overlap measurement needs.
+  L=4 NH=4 C=256 V=2048 T=128 B=5 CHUNK=1048576
 fi
 job_args() {  # N
   local args=(--set "model={n_layer: $L, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}"
-              --set "train={batch_size: $((GB / $1 > 0 ? GB / $1 : 1)), seq_len: $T, steps: $steps, log_every: 1, threads: 1}"
+              --set "train={batch_size: $B, seq_len: $T, steps: $steps, log_every: 1, threads: 1}"
               --set "data={source: generated, generated_tokens: 262144}" --set "default_chunk_size=$CHUNK"
               --set "dist.timeout_seconds=120")
   [ -z "$depth" ] || args+=(--set "runtime.prefetch_depth=$depth")
@@ -291,7 +293,7 @@ print("netns ranks=%d rate=%s overlap=%s status=ok step_s=%.4f collective_s=%.4f
 PY
 }
 
-echo "shape: $shape (layers $L, heads $NH, width $C, vocab $V, seq $T, global batch $GB, chunk $CHUNK elements); $steps steps; logs in $log_dir"
+echo "shape: $shape (layers $L, heads $NH, width $C, vocab $V, seq $T, batch $B per rank, chunk $CHUNK elements); $steps steps; logs in $log_dir"
 if ! make_world 2 2>/dev/null || ! shape_links 2 1gbit 2>/dev/null || ! shape_links 2 unshaped; then
   echo "zero_netns: skipped: veth links or tc's tbf cannot be set up in network namespaces here"
   exit 3

@@ -106,7 +106,7 @@ class ZeroNetnsTest(unittest.TestCase):
 
     def test_bad_arguments_get_one_line_and_exit_2(self):
         for args in (["--ranks", "9"], ["--steps", "1"], ["--shape", "huge"], ["--rates", "fast"],
-                     ["--overlap", "sometimes"]):
+                     ["--overlap", "sometimes"], ["--extra-chunks", "many"], ["--prefetch-depth", "deep"]):
             r = subprocess.run(["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny"] + args,
                                env=dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR), capture_output=True, text=True,
                                timeout=120)

@@ -393,6 +393,7 @@ int TrainCommand(const std::vector<std::string>& args) {
       // MFU needs a device peak; the CPU backend has none to compare with.
       metrics->RecordStep(seconds, stats->tokens / env->world_size, stats->loss, stats->lr, stats->grad_norm,
                           stats->loss_scale, /*mfu=*/0.0);
+      metrics->RecordCollectiveWait(stats->collective_wait_seconds);
       metrics->RecordStepWaits(stats->compute_seconds, stats->host_adam_seconds, stats->update_wait_seconds,
                                stats->speculated_chunks, stats->rolled_back);
       metrics->RecordProgress(s + 1, seconds > 0 ? double(stats->tokens) / seconds : 0.0);

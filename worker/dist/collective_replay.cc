@@ -30,7 +30,10 @@ Result<ReplayResult> ReplayCollectives(Communicator& comm, const std::vector<Col
   for (int r = 0; r < repeats; ++r) {
     for (const CollectiveCall& c : calls) {
       Status s = c.op == CollectiveOp::kAllGather ? comm.AllGather(shard.data(), full.data(), c.shard_elems)
-                                                  : comm.ReduceScatter(full.data(), shard.data(), c.shard_elems);
+                 : c.half ? comm.ReduceScatterHalf(reinterpret_cast<const uint16_t*>(full.data()),
+                                                   reinterpret_cast<uint16_t*>(shard.data()), c.shard_elems,
+                                                   HalfFormat::kBf16)
+                          : comm.ReduceScatter(full.data(), shard.data(), c.shard_elems);
       PSTAR_RETURN_IF_ERROR(s.WithPrefix("collective replay"));
     }
   }

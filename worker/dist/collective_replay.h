@@ -14,10 +14,11 @@
 namespace pstar {
 
 // One collective as the runtime started it: all-gather or reduce-scatter of
-// `shard_elems` floats per rank.
+// `shard_elems` floats (or 16-bit values) per rank.
 struct CollectiveCall {
   CollectiveOp op = CollectiveOp::kAllGather;
   int64_t shard_elems = 0;
+  bool half = false;  // a reduce-scatter of 16-bit values (ReduceScatterHalf)
 };
 
 struct ReplayResult {

@@ -14,6 +14,10 @@ CollectiveTicket Communicator::Start(std::function<Status(Communicator&)> work) 
   return ticket;
 }
 
+Status Communicator::ReduceScatterHalf(const uint16_t*, uint16_t*, int64_t, HalfFormat) {
+  return Status::FailedPrecondition("this communicator has no 16-bit reduce-scatter");
+}
+
 int64_t Communicator::waited_nanoseconds() const {
   int64_t ns = 0;
   for (const auto& n : counters_.nanoseconds) ns += n.load();

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "worker/core/status.h"
+#include "worker/runtime/half_format.h"
 
 namespace pstar {
 
@@ -54,6 +55,12 @@ class Communicator {
   // taken in the same order on every call for a given world size. `shard`
   // may alias this rank's own place in `full`.
   virtual Status ReduceScatter(const float* full, float* shard, int64_t shard_elems) = 0;
+  // The same over 16-bit values of `format` (train.grad_precision: 16bit
+  // with N ranks): each partial sum is taken in fp32 and rounded to the
+  // format before it travels on, so half the bytes cross the network at
+  // the cost of one rounding per ring step (N-1 in all). The order is
+  // ReduceScatter's. Not every communicator has it (FailedPrecondition).
+  virtual Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t shard_elems, HalfFormat format);
   // data = element-wise sum over ranks, in place.
   virtual Status AllReduceSum(double* data, int64_t n) = 0;
   // bytes of `data` from `root` to every rank.

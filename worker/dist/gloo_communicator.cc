@@ -148,6 +148,12 @@ class GlooCommunicator final : public Communicator {
                    [&](int64_t* sent) { return RingReduceScatter(full, shard, shard_elems, sent); });
   }
 
+  Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t shard_elems, HalfFormat format) override {
+    if (shard_elems < 0) return Status::InvalidArgument("reduce_scatter: negative shard size");
+    return Counted(CollectiveOp::kReduceScatter,
+                   [&](int64_t* sent) { return RingReduceScatterHalf(full, shard, shard_elems, format, sent); });
+  }
+
   Status AllReduceSum(double* data, int64_t n) override {
     if (n < 0) return Status::InvalidArgument("all_reduce: negative element count");
     return Counted(CollectiveOp::kAllReduce, [&](int64_t* sent) { return RingAllReduce(data, n, sent); });
@@ -261,6 +267,29 @@ class GlooCommunicator final : public Communicator {
     return Status();
   }
 
+  // The same ring over 16-bit values: each partial sum taken in fp32 (the
+  // received value and this rank's part, both widened exactly) and rounded
+  // to `format` before it is passed on.
+  Status RingReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t n, HalfFormat format, int64_t* sent) {
+    const size_t bytes = size_t(n) * sizeof(uint16_t);
+    acc_half_.resize(size_t(n));
+    recv_half_.resize(size_t(n));
+    acc_.resize(size_t(n));
+    recv_.resize(size_t(n));
+    for (int s = 0; s < size_ - 1; ++s) {
+      const int cs = Mod(rank_ - s - 1), cr = Mod(rank_ - s - 2);
+      void* out = s == 0 ? const_cast<uint16_t*>(full + int64_t(cs) * n) : acc_half_.data();
+      PSTAR_RETURN_IF_ERROR(Exchange(CollectiveOp::kReduceScatter, s, {Next(), out, bytes},
+                                     {Prev(), recv_half_.data(), bytes}, sent));
+      WidenFromHalf(recv_.data(), recv_half_.data(), n, format);
+      WidenFromHalf(acc_.data(), full + int64_t(cr) * n, n, format);
+      for (int64_t i = 0; i < n; ++i) acc_[size_t(i)] = recv_[size_t(i)] + acc_[size_t(i)];
+      NarrowToHalf(acc_half_.data(), acc_.data(), n, format);
+    }
+    std::memcpy(shard, acc_half_.data(), bytes);
+    return Status();
+  }
+
   // Ring all-reduce in place: the reduce-scatter above over N near-equal
   // blocks, then an all-gather of the totals.
   Status RingAllReduce(double* data, int64_t n, int64_t* sent) {
@@ -295,6 +324,7 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<gloo::transport::UnboundBuffer> ack_out_;  // every acknowledgement is sent from here
   Status broken_;
   std::vector<float> acc_, recv_;  // reduce-scatter scratch, reused
+  std::vector<uint16_t> acc_half_, recv_half_;
 };
 
 Status GlooCommunicator::Connect(Store& store) {

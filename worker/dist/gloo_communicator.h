@@ -6,7 +6,7 @@
 //
 // Bytes counted per call (this rank's sends; N = world size):
 //   all_gather:      (N-1) * shard_elems * 4
-//   reduce_scatter:  (N-1) * shard_elems * 4
+//   reduce_scatter:  (N-1) * shard_elems * 4 (* 2 for the 16-bit one)
 //   all_reduce:      (2n - n_r - n_(r+1)) * 8, n_i = |block i| (n/N rounded):
 //                    a ring reduce-scatter, then a ring all-gather
 //   broadcast:       (N-1) * bytes at the root, 0 elsewhere

@@ -87,6 +87,15 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t n, HalfFormat format) override {
+    // NCCL sums 16-bit values in its own order and precision: the bits are
+    // NCCL's, the same on every run of one build and topology.
+    const ncclDataType_t type = format == HalfFormat::kBf16 ? ncclBfloat16 : ncclFloat16;
+    return Run(CollectiveOp::kReduceScatter, (world_ - 1) * n * 2, [&] {
+      return ncclReduceScatter(full, shard, size_t(n), type, ncclSum, comm_, stream_);
+    });
+  }
+
   Status AllReduceSum(double* data, int64_t n) override {
     const size_t bytes = size_t(n) * sizeof(double);
     if (bytes > kScratchBytes) return Status::InvalidArgument("all_reduce of more than the staging buffer");

@@ -38,6 +38,9 @@ class QueuedCommunicator final : public Communicator {
   Status ReduceScatter(const float* full, float* shard, int64_t shard_elems) override {
     return Direct([&](Communicator& c) { return c.ReduceScatter(full, shard, shard_elems); });
   }
+  Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t shard_elems, HalfFormat format) override {
+    return Direct([&](Communicator& c) { return c.ReduceScatterHalf(full, shard, shard_elems, format); });
+  }
   Status AllReduceSum(double* data, int64_t n) override {
     return Direct([&](Communicator& c) { return c.AllReduceSum(data, n); });
   }

@@ -18,6 +18,10 @@ class SingleRankCommunicator final : public Communicator {
     if (shard != full) std::memmove(shard, full, size_t(shard_elems) * sizeof(float));
     return Status();
   }
+  Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t shard_elems, HalfFormat) override {
+    if (shard != full) std::memmove(shard, full, size_t(shard_elems) * sizeof(uint16_t));
+    return Status();
+  }
   Status AllReduceSum(double*, int64_t) override { return Status(); }
   Status Broadcast(void*, int64_t, int) override { return Status(); }
   Status Barrier() override { return Status(); }

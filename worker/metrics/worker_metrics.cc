@@ -307,6 +307,10 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const MetricsOptions
   m->update_wait_seconds_ = &counter("patrickstar_optimizer_wait_seconds_total",
                                      "Time the step thread waited for pending optimizer updates.")
                                  .Add({});
+  m->collective_wait_seconds_ =
+      &counter("patrickstar_collective_wait_seconds_total",
+               "Time the step waited for collectives: what running them under compute did not hide.")
+           .Add({});
   m->speculated_chunks_ = &counter("patrickstar_optimizer_speculated_chunks_total",
                                    "Chunk updates begun during the backward pass (optimizer_overlap speculate).")
                                .Add({});
@@ -384,6 +388,8 @@ void WorkerMetrics::RecordStepWaits(double compute_seconds, double host_adam_sec
   speculated_chunks_->Increment(double(std::max<int64_t>(0, speculated_chunks)));
   if (rolled_back) rolled_back_steps_->Increment();
 }
+
+void WorkerMetrics::RecordCollectiveWait(double seconds) { collective_wait_seconds_->Increment(std::max(0.0, seconds)); }
 
 void WorkerMetrics::SetTarget(int64_t target_steps, int64_t start_step, int world_size) {
   target_steps_->Set(double(target_steps));

@@ -62,6 +62,9 @@ class WorkerMetrics {
   // pending updates; chunks speculated and whether the step undid them.
   void RecordStepWaits(double compute_seconds, double host_adam_seconds, double update_wait_seconds,
                        int64_t speculated_chunks, bool rolled_back);
+  // With N ranks, per step: the seconds its threads waited for collectives
+  // (StepStats::collective_wait_seconds), what overlap did not hide.
+  void RecordCollectiveWait(double seconds);
   // A step whose update was skipped (non-finite gradients).
   void RecordSkippedStep();
   // The run's place: the training step reached (resumed steps included, so
@@ -94,6 +97,7 @@ class WorkerMetrics {
   prometheus::Counter* compute_seconds_ = nullptr;
   prometheus::Counter* host_adam_seconds_ = nullptr;
   prometheus::Counter* update_wait_seconds_ = nullptr;
+  prometheus::Counter* collective_wait_seconds_ = nullptr;
   prometheus::Counter* speculated_chunks_ = nullptr;
   prometheus::Counter* rolled_back_steps_ = nullptr;
   // Per-step gauges get their series at the first step, so no made-up zero

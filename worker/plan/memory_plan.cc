@@ -91,10 +91,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   r.hybrid_adam = c.optimizer.use_hybrid_adam && world_size == 1;
   r.margin_use_ratio = c.mem_tracer.margin_use_ratio;
   if (c.train.grad_precision == "16bit") {
-    if (world_size > 1) {
-      return Status::InvalidArgument("train.grad_precision: 16bit needs one rank (several reduce their gradients in fp32), this job has " +
-                                     std::to_string(world_size));
-    }
+    // With several ranks the gradients are also reduce-scattered in 16 bits.
     r.grad_home = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
     p.grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
   }

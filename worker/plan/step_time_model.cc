@@ -73,8 +73,6 @@ Config RankConfig(Config c, const ClusterSpec& spec, int64_t gpus) {
   c.runtime.device = "cuda";
   c.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
   c.runtime.host_memory = spec.host_memory_bytes;
-  // 16-bit gradient homes need one rank; several reduce in fp32.
-  if (gpus > 1) c.train.grad_precision = "fp32";
   return c;
 }
 
@@ -196,9 +194,9 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   } else {
     // Each rank copies its shard up and the ring gathers the rest.
     h2d = passes * elements / n * param_bytes;
-    d2h = elements / n * 4.0;
+    d2h = elements / n * grad_bytes;
     p.gather_bytes = passes * (n - 1) / n * elements * param_bytes;
-    p.scatter_bytes = (n - 1) / n * elements * 4.0;
+    p.scatter_bytes = (n - 1) / n * elements * grad_bytes;
     const bool across = p.nodes > 1;
     const double bandwidth = across ? spec.inter_node_gbits_per_s * spec.link_efficiency / 8.0 * 1e9
                                     : spec.intra_node_gbytes_per_s * 1e9;
@@ -212,7 +210,8 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   p.disk_s = 2.0 * double(plan.disk_bytes) / (spec.disk_gbytes_per_s * 1e9);
 
   // Copies overlap compute (prefetch) and the optimizer overlaps it
-  // (runtime.optimizer_overlap) in both; collectives are synchronous today.
+  // (runtime.optimizer_overlap) in both; collectives overlap only in the
+  // second (runtime.comm_overlap).
   const double comm = p.collective_s + p.collective_latency_s;
   const double beside = std::max(p.pcie_s, p.adam_s + p.disk_s);
   p.step_sync_s = p.compute_s + comm + std::max(0.0, beside - p.compute_s);
@@ -285,7 +284,7 @@ std::string FormatScaling(const Config& config, const ClusterSpec& spec, const s
     out += line;
   }
   out += "largest: the most layers of this width whose plan fits that many GPUs (ZeRO shards model data 1/N; "
-         ">= at the 10000 layers a config takes); sync: collectives synchronous (today), ovl: under compute\n";
+         ">= at the 10000 layers a config takes); sync: collectives waited for as they start (runtime.comm_overlap false), ovl: under compute\n";
   return out;
 }
 

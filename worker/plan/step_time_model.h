@@ -3,7 +3,7 @@
 // --scale`. Per rank and step: compute, the PCIe copies of chunks, the ZeRO
 // collectives (ring all-gather and reduce-scatter, bandwidth and latency
 // terms), the host's Adam and the disk tier; the step with collectives
-// synchronous (today's) and with them under compute, tokens/s, and the
+// synchronous (runtime.comm_overlap false) and under compute, tokens/s, and the
 // largest model of the job's width that fits each world size.
 //
 // The rates a step depends on most were measured on a GPU host and are
@@ -59,7 +59,7 @@ struct StepPrediction {
   double compute_s = 0, pcie_s = 0, collective_s = 0, collective_latency_s = 0;
   double adam_s = 0, disk_s = 0;
   double gather_bytes = 0, scatter_bytes = 0;  // per rank per step
-  double step_sync_s = 0;       // collectives synchronous (today)
+  double step_sync_s = 0;       // collectives synchronous (comm_overlap false)
   double step_overlap_s = 0;    // collectives, copies and Adam under compute
   double exposed_collective_s = 0;  // of the overlapped step
   double tokens_per_s = 0;      // with overlap

@@ -43,9 +43,6 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
                                    " bytes cannot be split into aligned 16-bit shards (needs a multiple of " +
                                    std::to_string(2 * kAlign * world) + " bytes)");
   }
-  if (world > 1 && options.grad_home.has_value()) {
-    return Status::InvalidArgument("16-bit gradient homes need one rank (several reduce their gradients in fp32)");
-  }
   if (world > 1 && comm->device_buffers() == backend->device_is_host_memory()) {
     return Status::FailedPrecondition(
         std::string(backend->device_is_host_memory()

@@ -181,6 +181,48 @@ std::function<Status(Communicator&)> TierCopier::GatherHalf(const uint16_t* own,
   };
 }
 
+Status TierCopier::ReduceHalfHome(Communicator& c, const float* src, uint16_t* staging, uint16_t* home,
+                                  bool replace) {
+  const HalfFormat format = *options_.grad_home;
+  const int64_t chunk = chunk_bytes_ / int64_t(sizeof(float)), n = chunk / world_;
+  uint16_t* sum = reinterpret_cast<uint16_t*>(scratch_.data());
+  if (comm_->device_buffers()) {
+    // On the device: narrowed into the staging area, reduced into this
+    // rank's part of it, and that part copied down.
+    backend_.BindThread();
+    backend_.Narrow(staging, src, chunk, format, StreamKind::kComm);
+    backend_.Record(*comm_copied_, StreamKind::kComm);
+    backend_.Synchronize(*comm_copied_);
+    uint16_t* own = staging + int64_t(rank_) * n;
+    {
+      NvtxRange scatter("reduce_scatter");
+      PSTAR_RETURN_IF_ERROR(c.ReduceScatterHalf(staging, own, n, format));
+    }
+    backend_.Copy(sum, own, size_t(n) * sizeof(uint16_t), StreamKind::kComm);
+    backend_.Record(*comm_copied_, StreamKind::kComm);
+    backend_.Synchronize(*comm_copied_);
+  } else {
+    NarrowToHalf(staging, src, chunk, format);
+    NvtxRange scatter("reduce_scatter");
+    PSTAR_RETURN_IF_ERROR(c.ReduceScatterHalf(staging, sum, n, format));
+  }
+  if (replace) {
+    std::memcpy(home, sum, size_t(n) * sizeof(uint16_t));
+    return Status();
+  }
+  // home = round(home + sum), a piece at a time.
+  constexpr int64_t kPiece = 1024;
+  float a[kPiece], b[kPiece];
+  for (int64_t first = 0; first < n; first += kPiece) {
+    const int64_t m = std::min(kPiece, n - first);
+    WidenFromHalf(a, home + first, m, format);
+    WidenFromHalf(b, sum + first, m, format);
+    for (int64_t i = 0; i < m; ++i) a[i] += b[i];
+    NarrowToHalf(home + first, a, m, format);
+  }
+  return Status();
+}
+
 CollectiveTicket TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host,
                                        bool& home_zero) {
   DeviceTier::SlotEvents& ev = device.events(slot);
@@ -196,9 +238,24 @@ CollectiveTicket TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& 
     // lands in the scratch shard: the communicator runs one piece of work at
     // a time, so one is enough.
     const int64_t n = shard_bytes_ / int64_t(sizeof(float));
+    const bool replace = std::exchange(home_zero, false);
+    if (placement_.HalfHomed(index)) {
+      // 16-bit gradients: reduced in 16 bits, half the bytes on the wire.
+      uint16_t* staging = reinterpret_cast<uint16_t*>(device.downward_staging());
+      uint16_t* home = host.HalfHome(index);
+      ticket = StartAfter(StreamKind::kDeviceToHost, [this, src, staging, home, replace](Communicator& c) {
+        return ReduceHalfHome(c, src, staging, home, replace);
+      });
+      LogCall(CollectiveOp::kReduceScatter, n, /*half=*/true);
+      counters_->moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_ / 2;
+      counters_->moved_kind_bytes[int(Direction::kDeviceToHost)][size_t(StateKind::kGrad)] += shard_bytes_ / 2;
+      EndMove(move, Direction::kDeviceToHost, shard_bytes_ / 2);
+      backend_.Record(*ev.copied_out, StreamKind::kDeviceToHost);
+      ++counters_->moves[int(Direction::kDeviceToHost)];
+      return ticket;
+    }
     float* sum = reinterpret_cast<float*>(scratch_.data());
     float* home = host.Fp32Home(index);
-    const bool replace = std::exchange(home_zero, false);
     auto add_home = [home, sum, n, replace] {
       if (replace) {
         std::memcpy(home, sum, size_t(n) * sizeof(float));

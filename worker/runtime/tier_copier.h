@@ -100,9 +100,14 @@ class TierCopier {
   RuntimeCounters* counters_;
   MoveObserver* move_observer_ = nullptr;
   std::vector<CollectiveCall>* call_log_ = nullptr;
-  void LogCall(CollectiveOp op, int64_t shard_elems) {
-    if (call_log_ != nullptr) call_log_->push_back({op, shard_elems});
+  void LogCall(CollectiveOp op, int64_t shard_elems, bool half = false) {
+    if (call_log_ != nullptr) call_log_->push_back({op, shard_elems, half});
   }
+  // With N ranks, the work of a 16-bit gradient's reduce-scatter: the
+  // slot's partials narrowed (exactly: the model keeps them 16-bit values)
+  // into `staging`, reduce-scattered in 16 bits, and added to the 16-bit
+  // home (replacing it when `replace`), rounded once more.
+  Status ReduceHalfHome(Communicator& c, const float* src, uint16_t* staging, uint16_t* home, bool replace);
   std::vector<std::unique_ptr<Event>> home_written_;
   // One shard of host memory (pinned on a GPU) for reduce-scatter results, with N > 1 ranks.
   MemoryBlock scratch_;

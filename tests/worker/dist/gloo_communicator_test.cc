@@ -1,4 +1,5 @@
 #include "worker/dist/gloo_communicator.h"
+#include "worker/runtime/half_format.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -148,6 +149,43 @@ TEST_P(GlooWorld, CollectivesMatchAReference) {
     ASSERT_EQ(all_reduced[size_t(r)].size(), all_reduced[0].size());
     EXPECT_EQ(std::memcmp(all_reduced[size_t(r)].data(), all_reduced[0].data(), all_reduced[0].size() * 8), 0)
         << "rank " << r;
+  }
+}
+
+TEST_P(GlooWorld, SixteenBitReduceScatterRoundsEachRingStepAndSendsHalfTheBytes) {
+  const int world = GetParam();
+  SCOPED_TRACE(SeedNote());
+  constexpr int64_t kShard = 1000;
+  for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
+    // Every rank's 16-bit contribution, reproducible by every thread.
+    auto contribution = [&](int rank) {
+      const std::vector<float> x = RankData<float>(rank, world * kShard, 5);
+      std::vector<uint16_t> h(x.size());
+      NarrowToHalf(h.data(), x.data(), int64_t(x.size()), format);
+      return h;
+    };
+    RunRanks(world, [&](Communicator& comm) {
+      const int r = comm.rank();
+      const std::vector<uint16_t> mine = contribution(r);
+      std::vector<uint16_t> out(static_cast<size_t>(kShard)), again(static_cast<size_t>(kShard));
+      ASSERT_TRUE(comm.ReduceScatterHalf(mine.data(), out.data(), kShard, format).ok());
+      ASSERT_TRUE(comm.ReduceScatterHalf(mine.data(), again.data(), kShard, format).ok());
+      EXPECT_EQ(out, again);
+      // The ring's order: block r summed from rank r+1 on, each partial sum
+      // rounded to the format before the next rank adds its part.
+      std::vector<float> acc(static_cast<size_t>(kShard)), x(static_cast<size_t>(kShard));
+      const std::vector<uint16_t> first = contribution((r + 1) % world);
+      std::vector<uint16_t> rounded(first.begin() + r * kShard, first.begin() + (r + 1) * kShard);
+      for (int k = 2; k <= world; ++k) {
+        const std::vector<uint16_t> part = contribution((r + k) % world);
+        WidenFromHalf(acc.data(), rounded.data(), kShard, format);
+        WidenFromHalf(x.data(), part.data() + r * kShard, kShard, format);
+        for (int64_t i = 0; i < kShard; ++i) acc[size_t(i)] += x[size_t(i)];
+        NarrowToHalf(rounded.data(), acc.data(), kShard, format);
+      }
+      EXPECT_EQ(out, rounded);
+      EXPECT_EQ(Bytes(comm, CollectiveOp::kReduceScatter), 2 * (world - 1) * kShard * 2);
+    });
   }
 }
 

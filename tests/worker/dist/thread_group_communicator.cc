@@ -63,6 +63,22 @@ class ThreadGroupCommunicator final : public Communicator {
     return Status();
   }
 
+  Status ReduceScatterHalf(const uint16_t* full, uint16_t* shard, int64_t n, HalfFormat format) override {
+    PSTAR_RETURN_IF_ERROR(Post(full, 4, n));
+    // In rank order, each partial sum rounded to the format.
+    std::vector<float> acc(static_cast<size_t>(n), 0.0f), x(static_cast<size_t>(n));
+    std::vector<uint16_t> rounded(static_cast<size_t>(n));
+    for (int r = 0; r < group_->size; ++r) {
+      WidenFromHalf(x.data(), static_cast<const uint16_t*>(group_->posted[size_t(r)]) + int64_t(rank_) * n, n, format);
+      for (int64_t i = 0; i < n; ++i) acc[size_t(i)] += x[size_t(i)];
+      NarrowToHalf(rounded.data(), acc.data(), n, format);
+      WidenFromHalf(acc.data(), rounded.data(), n, format);
+    }
+    group_->Barrier();
+    std::memcpy(shard, rounded.data(), size_t(n) * sizeof(uint16_t));
+    return Status();
+  }
+
   Status AllReduceSum(double* data, int64_t n) override {
     PSTAR_RETURN_IF_ERROR(Post(data, 2, n));
     std::vector<double> out(size_t(n), 0.0);

@@ -167,6 +167,8 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   metrics->RecordSkippedStep();
   metrics->RecordStepWaits(0.5, 0.25, 0.125, 3, true);
   metrics->RecordStepWaits(0.5, 0.25, 0.0, 2, false);
+  metrics->RecordCollectiveWait(0.375);
+  metrics->RecordCollectiveWait(-1.0);  // never counts down
   metrics->AttachCollectiveCounters(&collectives);
   // Two all_reduce calls of 1 MiB (0.25 s and 0.5 s) and one barrier (0.125 s).
   collectives.calls[int(CollectiveOp::kAllReduce)] = 2;
@@ -197,6 +199,7 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
       {"patrickstar_step_compute_seconds_total", "counter"},
       {"patrickstar_optimizer_host_seconds_total", "counter"},
       {"patrickstar_optimizer_wait_seconds_total", "counter"},
+      {"patrickstar_collective_wait_seconds_total", "counter"},
       {"patrickstar_optimizer_speculated_chunks_total", "counter"},
       {"patrickstar_optimizer_rolled_back_steps_total", "counter"},
       {"patrickstar_loss", "gauge"},
@@ -257,6 +260,7 @@ TEST(WorkerMetrics, ServesEveryFamilyWithConstantLabels) {
   EXPECT_EQ(e.Get("patrickstar_step_compute_seconds_total", kConstant), 1.0);
   EXPECT_EQ(e.Get("patrickstar_optimizer_host_seconds_total", kConstant), 0.5);
   EXPECT_EQ(e.Get("patrickstar_optimizer_wait_seconds_total", kConstant), 0.125);
+  EXPECT_EQ(e.Get("patrickstar_collective_wait_seconds_total", kConstant), 0.375);
   EXPECT_EQ(e.Get("patrickstar_optimizer_speculated_chunks_total", kConstant), 5);
   EXPECT_EQ(e.Get("patrickstar_optimizer_rolled_back_steps_total", kConstant), 1);
   EXPECT_EQ(e.Get("patrickstar_step_duration_seconds_count", kConstant), 2);
