@@ -251,10 +251,17 @@ run_world() {  # N rate overlap [compute_alone_s] -> one "netns ..." line
     [ -z "$tflops" ] || model=$("$pstar" plan "${scale[@]}" --tflops "$tflops" |
                                  awk -v n="$n" '$1 == n && $2 == n { print $9 / 1e3, $10 / 1e3 }')
   fi
-  "$py" - "$n" "$rate" "$overlap" "$steps" "$wire" "${compute_alone:-}" "$log_dir/netns_${tag}_rank" "$model" <<'PY'
+  # The plan's count of the step's payload (pstar plan --payload: the job's
+  # chunk traffic run as rank 0 of N), which the step's must equal.
+  local planned
+  planned=$("$pstar" plan "${args[@]}" --world-size "$n" --payload 2>&1 |
+              sed -nE 's/^payload: all_gather_bytes_per_step=([0-9]+) reduce_scatter_bytes_per_step=([0-9]+).*/\1 \2/p')
+  "$py" - "$n" "$rate" "$overlap" "$steps" "$wire" "${compute_alone:-}" "$log_dir/netns_${tag}_rank" "$model" \
+    "$planned" <<'PY'
 import json, statistics, sys
 n, rate, overlap, steps, wire = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 compute_alone, prefix, model = sys.argv[6], sys.argv[7], sys.argv[8].split()
+planned = sum(int(x) for x in sys.argv[9].split()) if sys.argv[9].strip() else -1
 def fields(line):
     return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
 # Rank 0 prints the run (the loss it prints is every rank's mean); the
@@ -284,11 +291,13 @@ if len(model) == 2:
 print("netns ranks=%d rate=%s overlap=%s status=ok step_s=%.4f collective_s=%.4f waited_s=%.4f "
       "compute_alone_s=%.4f comm_alone_s=%.4f hidden=%.3f step_over_max=%.3f step_over_sum=%.3f "
       "gather_bytes=%d zero3_gather_bytes=%d scatter_bytes=%d zero3_scatter_bytes=%d "
-      "payload_bytes=%d replay_payload_bytes=%d wire_bytes=%d wire_over_payload=%.3f "
+      "payload_bytes=%d replay_payload_bytes=%d plan_payload_bytes=%d payload_matches_plan=%s "
+      "wire_bytes=%d wire_over_payload=%.3f "
       "model_s=%s model_error=%s ranks_ok=yes final_loss=%s log=%s0.log" % (
           n, rate, overlap, step, collective, waited, compute, comm, hidden,
           step / max(compute, comm, 1e-9), step / max(compute + comm, 1e-9),
-          gather, plan_gather, scatter, plan_gather / 2, payload, int(alone["payload_bytes_per_step"]), wire_step,
+          gather, plan_gather, scatter, plan_gather / 2, payload, int(alone["payload_bytes_per_step"]), planned,
+          "yes" if planned == int(alone["payload_bytes_per_step"]) == gather + scatter else "no", wire_step,
           wire_step / payload if payload > 0 else 0.0, model_s, model_error, summary["final_loss"], prefix))
 PY
 }

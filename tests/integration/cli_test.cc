@@ -226,6 +226,52 @@ TEST(Cli, PlanScalePrintsTheTableAndRefusesBadClusterFlags) {
   bad({"--tflops"}, "--tflops needs a value");
 }
 
+// pstar plan --payload: the collectives' bytes per step of one rank of N,
+// counted by running the job's chunk traffic. With every chunk resident each
+// param chunk is gathered once a step (after its update) and each gradient
+// chunk reduce-scattered once: (N-1)/N of the chunks' bytes each.
+TEST(Cli, PlanPayloadCountsTheStepsCollectives) {
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  const std::string bin = test::PstarBinary();
+  const std::vector<std::string> job = {bin, "plan", "--config", dir.path() + "/job.yaml", "--set",
+                                        "default_chunk_size=4096", "--set", "model.n_layer=3"};
+  auto with = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = job;
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return RunProcess(argv);
+  };
+  const test::ProcessResult plan = with({"--world-size", "2", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto p = nlohmann::json::parse(plan.out);
+  const int64_t chunk_bytes = p["chunk_bytes"], chunks = p["chunks_per_kind"];
+  ASSERT_GT(chunks, 2);
+  const test::ProcessResult r = with({"--world-size", "2", "--payload", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto payload = nlohmann::json::parse(r.out)["payload"];
+  EXPECT_EQ(payload["all_gather_bytes_per_step"].get<int64_t>(), chunks * chunk_bytes / 2) << r.out;
+  EXPECT_EQ(payload["reduce_scatter_bytes_per_step"].get<int64_t>(), chunks * chunk_bytes / 2) << r.out;
+  EXPECT_TRUE(payload["steady"].get<bool>()) << r.out;
+  // In text, the same numbers; at the smallest budget more is gathered.
+  const test::ProcessResult text = with({"--world-size", "2", "--payload"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("payload: all_gather_bytes_per_step=" + std::to_string(chunks * chunk_bytes / 2) +
+                          " reduce_scatter_bytes_per_step="),
+            std::string::npos)
+      << text.out;
+  const test::ProcessResult tight =
+      with({"--world-size", "2", "--payload", "--json", "--set",
+            "runtime.device_memory=" + std::to_string(p["min_device_bytes"].get<int64_t>())});
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  EXPECT_GT(nlohmann::json::parse(tight.out)["payload"]["all_gather_bytes_per_step"].get<int64_t>(),
+            chunks * chunk_bytes / 2);
+  ExpectOneLineError(with({"--payload"}), "--payload needs --world-size of at least 2");
+  const test::ProcessResult gpu = with({"--world-size", "2", "--payload", "--set", "runtime.device=cuda"});
+  EXPECT_NE(gpu.exit_code, 0);
+  EXPECT_EQ(CountLines(gpu.err), 1) << gpu.err;
+  EXPECT_NE(gpu.err.find("simulated for CPU jobs"), std::string::npos) << gpu.err;
+}
+
 // Config that would be silently half-read is refused: duplicate keys, a key
 // with no value (in the file or through --set), and a checkpoint.dir that
 // cannot be written, found before the first step rather than at the first save.

@@ -5,7 +5,7 @@ namespace of its own, the links unshaped and then shaped to 100 Mbit/s with
 tc's token bucket, the collectives waited for as they start and run under
 compute (runtime.comm_overlap off and on). Every rank finishes, the run
 trains the same numbers at any rate, overlap on and off agree, the payload is at least
-ZeRO-3's count and the replayed step's equals it exactly, the wire carries
+ZeRO-3's count, the replayed step's and `pstar plan --payload`'s equal it exactly, the wire carries
 it with a small protocol overhead, the shaped link makes the collectives
 slower, and every namespace is gone afterwards. Speed targets stay in bench/.
 
@@ -78,8 +78,11 @@ class ZeroNetnsTest(unittest.TestCase):
             self.assertGreaterEqual(int(r["gather_bytes"]), int(r["zero3_gather_bytes"]), r)
             self.assertGreaterEqual(int(r["scatter_bytes"]), int(r["zero3_scatter_bytes"]), r)
             self.assertGreater(int(r["zero3_gather_bytes"]), 0, r)
-            # The communication alone is the step's own gathers and scatters.
+            # The communication alone is the step's own gathers and scatters,
+            # and the plan counted them exactly beforehand.
             self.assertEqual(int(r["replay_payload_bytes"]), int(r["gather_bytes"]) + int(r["scatter_bytes"]), r)
+            self.assertEqual(int(r["plan_payload_bytes"]), int(r["replay_payload_bytes"]), r)
+            self.assertEqual(r["payload_matches_plan"], "yes", r)
             # TCP/IP and Gloo framing: a few percent over the payload.
             self.assertGreaterEqual(float(r["wire_over_payload"]), 1.0, r)
             self.assertLess(float(r["wire_over_payload"]), 1.15, r)

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,7 @@
 #include "worker/core/bytes.h"
 #include "worker/plan/memory_plan.h"
 #include "worker/plan/step_time_model.h"
+#include "worker/train/step_payload.h"
 
 namespace pstar::cli {
 
@@ -125,7 +127,7 @@ int PlanCommand(const std::vector<std::string>& args) {
       spec.disk_gbytes_per_s = *x;
     }
   }
-  auto job = ParseJobArgs("plan", rest, {"--json"});
+  auto job = ParseJobArgs("plan", rest, {"--json", "--payload"});
   if (!job.ok()) return UsageError(job.status().message());
   auto config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
@@ -145,10 +147,32 @@ int PlanCommand(const std::vector<std::string>& args) {
   }
   auto plan = PlanMemory(*config, world_size);
   if (!plan.ok()) return ReportError(plan.status());
+  // --payload: the collectives' bytes per step, counted by running the
+  // job's chunk traffic as rank 0 (SimulateStepPayload).
+  std::optional<StepPayload> payload;
+  if (job->Has("--payload")) {
+    if (world_size < 2) return UsageError("--payload needs --world-size of at least 2 (one rank sends nothing)");
+    auto simulated = SimulateStepPayload(*config, world_size);
+    if (!simulated.ok()) return ReportError(simulated.status().WithPrefix("--payload"));
+    payload = *simulated;
+  }
   if (job->Has("--json")) {
-    std::printf("%s\n", PlanJson(*plan).dump(2).c_str());
+    nlohmann::json j = PlanJson(*plan);
+    if (payload) {
+      j["payload"] = {{"all_gather_bytes_per_step", payload->all_gather_bytes},
+                      {"reduce_scatter_bytes_per_step", payload->reduce_scatter_bytes},
+                      {"simulated_steps", payload->steps},
+                      {"steady", payload->steady}};
+    }
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::fputs(FormatPlan(*plan).c_str(), stdout);
+    if (payload) {
+      std::printf("payload: all_gather_bytes_per_step=%lld reduce_scatter_bytes_per_step=%lld per rank "
+                  "(the last of %lld steps run as rank 0 of %d%s)\n",
+                  (long long)payload->all_gather_bytes, (long long)payload->reduce_scatter_bytes,
+                  (long long)payload->steps, world_size, payload->steady ? "" : "; the last two steps differed");
+    }
   }
   return kExitOk;
 }
