@@ -336,10 +336,14 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   FenceUpdates(index, /*writes=*/false);
   const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive);
   if (slot < 0) return false;
-  // The slot's last collective (a reduce-scatter reading it, or a gather
-  // never used) is done before anything writes it.
-  WaitTicket(slot_ticket_[size_t(slot)]);
   ChunkState& st = states_[size_t(index)];
+  // The slot's last collective (a reduce-scatter reading it, or a gather
+  // never used) is done before anything writes it. A gather of host-memory
+  // shards writes the slot from the communicator's thread, after that
+  // collective already: the step does not wait for it here.
+  const bool gathered_on_queue =
+      world_ > 1 && !comm_->device_buffers() && !placement_.HalfParam(index) && !AccumulatesHome(index) && !st.zero;
+  if (!gathered_on_queue) WaitTicket(slot_ticket_[size_t(slot)]);
   DeviceTier::SlotEvents& ev = device_.events(slot);
   st.slot = slot;
   device_.Occupy(slot, index);
