@@ -272,6 +272,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   };
   auto print_chunk_summary = [&](int64_t steps) {
     print_overlap_summary();
+    t.store().chunks().WaitCollectives();  // the last step's queued ones, counted
     const RuntimeCounters& rc = chunks.counters();
     int64_t evictions = 0;
     for (const auto& e : rc.evictions) evictions += e;
@@ -344,6 +345,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.OnStep(*stats, seconds, chunks.counters().moved_bytes[0].load(), chunks.counters().moved_bytes[1].load());
     if (s == first_step) {
+      // The step's collectives still queued (the next step's first gathers)
+      // are counted with it, whenever the communicator's thread runs them.
+      t.store().chunks().WaitCollectives();
       for (int d = 0; d < kNumDirections; ++d) moved_at_warmup[d] = chunks.counters().moved_bytes[size_t(d)];
       param_h2d_at_warmup = chunks.counters().moved_kind_bytes[0][size_t(StateKind::kParam)];
       disk_read_at_warmup = chunks.counters().disk_read_bytes;
