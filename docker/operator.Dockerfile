@@ -5,6 +5,8 @@
 #     -t ghcr.io/patrickstar-k8s/pstar-operator:0.1.0 .
 
 FROM debian:12.12 AS build
+# scripts/build-images.sh removes this stage's image by its label.
+LABEL io.patrickstar.stage=build
 ARG DEBIAN_FRONTEND=noninteractive
 # The whole project configures (the operator links the worker's config and
 # memory planner), so the build needs the worker's libraries too.

@@ -9,6 +9,8 @@
 # them by digest too (debian:12.12-slim@sha256:...; docs/install.md says how).
 
 FROM debian:12.12 AS build
+# scripts/build-images.sh removes this stage's image by its label.
+LABEL io.patrickstar.stage=build
 ARG DEBIAN_FRONTEND=noninteractive
 # The worker's distribution packages (scripts/install-deps.sh less the
 # operator's, the tests' and CUDA).

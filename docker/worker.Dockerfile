@@ -13,6 +13,8 @@ ARG CUDA_VERSION=13.0.1
 ARG UBUNTU=ubuntu24.04
 
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
+# scripts/build-images.sh removes this stage's image by its label.
+LABEL io.patrickstar.stage=build
 ARG DEBIAN_FRONTEND=noninteractive
 # The devel image brings nvcc, cuBLAS and NCCL; the rest are distribution
 # packages (the same list as scripts/install-deps.sh, less the test tools).

@@ -7,7 +7,8 @@
 //
 // qkv (B, T, 3C) holds q | k | v, head h at columns h*hs of each third
 // (hs = C/NH). out (B, T, C). lse (B, NH, T).
-#pragma once
+#ifndef PSTAR_KERNELS_ATTENTION_H_
+#define PSTAR_KERNELS_ATTENTION_H_
 #include <cstdint>
 
 namespace pstar::kernels {
@@ -22,6 +23,11 @@ inline constexpr int64_t kAttentionBlock = 64;
 inline constexpr int64_t kMaxGpuAttentionHeadSize = 128;
 
 }  // namespace pstar::kernels
+#endif  // PSTAR_KERNELS_ATTENTION_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

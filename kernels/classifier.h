@@ -3,8 +3,14 @@
 // vocabulary for the GEMMs and are not part of the softmax. The gradient is
 // written over the logits (zero in the padding), so one (N, Vp) buffer holds
 // the logits and then dlogits: the classifier keeps no other copy.
-#pragma once
+#ifndef PSTAR_KERNELS_CLASSIFIER_H_
+#define PSTAR_KERNELS_CLASSIFIER_H_
 #include <cstdint>
+#endif  // PSTAR_KERNELS_CLASSIFIER_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

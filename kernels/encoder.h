@@ -1,6 +1,12 @@
 // Token + position embedding. Layout: wte (V, C), wpe (maxT, C), out (B, T, C).
-#pragma once
+#ifndef PSTAR_KERNELS_ENCODER_H_
+#define PSTAR_KERNELS_ENCODER_H_
 #include <cstdint>
+#endif  // PSTAR_KERNELS_ENCODER_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

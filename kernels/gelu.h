@@ -1,6 +1,12 @@
 // GELU, tanh approximation (GPT-2's "gelu_new", PyTorch approximate='tanh').
-#pragma once
+#ifndef PSTAR_KERNELS_GELU_H_
+#define PSTAR_KERNELS_GELU_H_
 #include <cstdint>
+#endif  // PSTAR_KERNELS_GELU_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

@@ -11,7 +11,16 @@
 #include <bit>
 #include <cstdint>
 
+// Every instruction-set variant of the CPU kernels compiles these inline
+// functions with its own flags (kernels/cpu/isa.h): the inline namespace,
+// named per variant, keeps a copy the compiler did not inline from standing
+// in for another variant's.
+#ifndef PSTAR_CPU_ISA_TAG
+#define PSTAR_CPU_ISA_TAG isa_default
+#endif
+
 namespace pstar::kernels {
+inline namespace PSTAR_CPU_ISA_TAG {
 
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -88,4 +97,5 @@ struct NarrowHalf {
   uint16_t operator()(float x) const { return FloatToHalf(x); }
 };
 
+}  // namespace PSTAR_CPU_ISA_TAG
 }  // namespace pstar::kernels

@@ -1,10 +1,18 @@
 // LayerNorm over the last dimension (eps 1e-5). inp/out (N, C); mean/rstd (N).
-#pragma once
+#ifndef PSTAR_KERNELS_LAYERNORM_H_
+#define PSTAR_KERNELS_LAYERNORM_H_
 #include <cstdint>
 
 namespace pstar::kernels::cpu {
-
 inline constexpr float kLayerNormEps = 1e-5f;
+}  // namespace pstar::kernels::cpu
+#endif  // PSTAR_KERNELS_LAYERNORM_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
+
+namespace pstar::kernels::cpu {
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int64_t N, int64_t C);

@@ -1,8 +1,14 @@
 // Linear layer y = x W^T + b with W stored (OC, C) as in PyTorch. x (N, C), y (N, OC).
 // GEMMs go through BLAS, split by Gemm below so that results do not depend on
 // the thread count; bias sums are deterministic.
-#pragma once
+#ifndef PSTAR_KERNELS_MATMUL_H_
+#define PSTAR_KERNELS_MATMUL_H_
 #include <cstdint>
+#endif  // PSTAR_KERNELS_MATMUL_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

@@ -1,6 +1,12 @@
 // Residual connection out = a + b.
-#pragma once
+#ifndef PSTAR_KERNELS_RESIDUAL_H_
+#define PSTAR_KERNELS_RESIDUAL_H_
 #include <cstdint>
+#endif  // PSTAR_KERNELS_RESIDUAL_H_
+
+// The kernels' declarations stay outside the include guard: kernels/cpu/dispatch.cc
+// includes this header once more per instruction-set variant, with `cpu`
+// renamed to the variant's namespace (kernels/cpu/isa.h).
 
 namespace pstar::kernels::cpu {
 

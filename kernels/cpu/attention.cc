@@ -9,7 +9,9 @@
 #include "kernels/cpu/vector_math.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -215,3 +217,4 @@ void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, cons
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

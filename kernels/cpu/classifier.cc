@@ -5,7 +5,9 @@
 
 #include "kernels/cpu/vector_math.h"
 #include "kernels/half.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -74,3 +76,4 @@ void CrossEntropy(float* losses, uint16_t* logits, bool bf16, const int32_t* tar
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

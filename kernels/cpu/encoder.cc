@@ -2,7 +2,9 @@
 
 #include "kernels/cpu/column_sum.h"
 #include "kernels/half.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -65,3 +67,4 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

@@ -4,7 +4,9 @@
 
 #include "kernels/cpu/vector_math.h"
 #include "kernels/half.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -77,3 +79,4 @@ void GeluBackward(float* dinp, const uint16_t* inp, bool bf16, const float* dout
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

@@ -7,7 +7,9 @@
 
 #include "kernels/cpu/column_sum.h"
 #include "kernels/half.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -149,3 +151,4 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

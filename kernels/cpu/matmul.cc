@@ -7,7 +7,9 @@
 #include <cmath>
 
 #include "kernels/cpu/column_sum.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -74,3 +76,4 @@ void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

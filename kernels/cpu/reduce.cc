@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 namespace {
@@ -71,3 +73,4 @@ bool AllFinite(const float* x, int64_t n) {
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

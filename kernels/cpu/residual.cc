@@ -1,7 +1,9 @@
 #include "kernels/residual.h"
 
 #include "kernels/half.h"
+#include "kernels/cpu/isa_target.h"
 
+PSTAR_CPU_ISA_BEGIN
 namespace pstar::kernels::cpu {
 
 void ResidualForward(float* out, const float* a, const float* b, int64_t n) {
@@ -20,3 +22,4 @@ void ResidualForward(uint16_t* out, const uint16_t* a, const float* b, bool bf16
 }
 
 }  // namespace pstar::kernels::cpu
+PSTAR_CPU_ISA_END

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/cpu/isa.h"
 #include "tests/test_util.h"
 #include "worker/core/file_util.h"
 #include "worker/data/token_shard.h"
@@ -40,6 +41,60 @@ TEST(Cli, TrainsAndPrintsProgressAndSummary) {
   EXPECT_NE(r.out.find(" ms/step | elapsed "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" | ETA "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("summary: steps=3 tokens=48 "), std::string::npos) << r.out;
+}
+
+// The CPU kernels' instruction-set variants (kernels/cpu/isa.h): each one this
+// build has and this CPU runs trains to the same losses to rounding, the same
+// variant twice gives the same bits, `pstar info` names the variant chosen, and
+// a PSTAR_CPU_ISA that cannot be honoured is refused in one line.
+TEST(Cli, EveryCpuKernelVariantTrainsToTheSameLosses) {
+  namespace kc = kernels::cpu;
+  test::TempDir dir("cli");
+  test::WriteText(dir.path() + "/job.yaml", kTiny);
+  auto run = [&](const std::vector<std::string>& argv, const std::string& isa) {
+    test::ChildProcess child(argv, {"PSTAR_CPU_ISA=" + isa});
+    return child.Wait();
+  };
+  auto losses = [](const std::string& out) {
+    std::vector<double> v;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    }
+    return v;
+  };
+  const std::vector<std::string> train = {test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml",
+                                          "--log-format", "json"};
+  std::vector<double> first;
+  int variants = 0;
+  for (kc::CpuIsa isa : kc::BuiltCpuIsas()) {
+    const std::string name = kc::CpuIsaName(isa);
+    if (!kc::CpuIsaSupported(isa)) {
+      ExpectOneLineError(run({test::PstarBinary(), "info"}, name), "this CPU cannot run that variant");
+      continue;
+    }
+    ++variants;
+    const auto info = run({test::PstarBinary(), "info"}, name);
+    ASSERT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find("cpu kernels: " + name + " "), std::string::npos) << info.out;
+    const auto a = run(train, name);
+    const auto b = run(train, name);
+    ASSERT_EQ(a.exit_code, 0) << name << ": " << a.err;
+    ASSERT_EQ(b.exit_code, 0) << name << ": " << b.err;
+    const std::vector<double> la = losses(a.out);
+    ASSERT_EQ(la.size(), 3u) << a.out;
+    EXPECT_EQ(la, losses(b.out)) << name << ": the same variant, other bits";
+    if (first.empty()) first = la;
+    for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], first[i], 1e-4 * first[i]) << name << " step " << i + 1;
+  }
+  EXPECT_GE(variants, 1);
+  ExpectOneLineError(run({test::PstarBinary(), "info"}, "x86-64-v9"), "not a CPU kernel variant of this build");
+  // Unset or empty: the CPU's best.
+  const auto best = run({test::PstarBinary(), "info"}, "");
+  EXPECT_NE(best.out.find(std::string("cpu kernels: ") + kc::CpuIsaName(kc::SelectedCpuIsa()) + " "),
+            std::string::npos)
+      << best.out;
 }
 
 // --log-format json: each progress line is one JSON object a tool can read.

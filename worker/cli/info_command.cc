@@ -2,7 +2,10 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <string>
 
+#include "kernels/adam.h"
+#include "kernels/cpu/isa.h"
 #include "worker/cli/commands.h"
 #include "worker/core/build_info.h"
 
@@ -12,6 +15,15 @@ int InfoCommand(const std::vector<std::string>& args) {
   if (!args.empty()) return UsageError("info takes no options");
   std::printf("pstar %s\n", kPstarVersion);
   std::printf("cpu: %d threads (OpenMP), BLAS: OpenBLAS\n", omp_get_max_threads());
+  namespace kc = kernels::cpu;
+  std::string built;
+  for (kc::CpuIsa isa : kc::BuiltCpuIsas()) {
+    built += built.empty() ? "" : ", ";
+    built += kc::CpuIsaName(isa);
+    if (!kc::CpuIsaSupported(isa)) built += " (not on this cpu)";
+  }
+  std::printf("cpu kernels: %s (built: %s; PSTAR_CPU_ISA pins one), adam: %s\n", kc::CpuIsaName(kc::SelectedCpuIsa()),
+              built.c_str(), kc::AdamIsa());
   std::printf("cuda: %s\n", CudaDeviceSummary().c_str());
   return kExitOk;
 }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "worker/cli/commands.h"
 #include "worker/core/build_info.h"
 
@@ -142,6 +143,11 @@ int main(int argc, char** argv) {
   }
   std::string command = args[0];
   args.erase(args.begin());
+  // A PSTAR_CPU_ISA the kernels cannot honour is refused, not run as another
+  // variant, whose bits would differ from what the user pinned.
+  if (const std::string isa_error = pstar::kernels::cpu::CpuIsaRequestError(); !isa_error.empty()) {
+    return pstar::cli::UsageError(isa_error);
+  }
   if (const CommandHelp* c = FindCommand(command); c != nullptr && AsksForHelp(args)) {
     PrintCommandHelp(*c);
     return pstar::cli::kExitOk;
