@@ -12,7 +12,13 @@ PACKAGES=(
   prometheus  # promtool, which the metrics tests run
   clang libomp-dev  # the libFuzzer targets (scripts/fuzz.sh)
   iproute2  # ip netns and tc: ZeRO ranks over shaped links (bench/zero_netns.sh)
+  debootstrap  # the images' Debian base without a registry (scripts/lib/docker.sh)
 )
+# A Docker engine for the images and the container-mode tests: Debian's,
+# unless one (e.g. docker-ce) is installed already.
+if ! command -v dockerd >/dev/null 2>&1; then
+  PACKAGES+=(docker.io)
+fi
 # node and npm run the tokenizer's references (scripts/npm-refs.sh); a node
 # from elsewhere (e.g. NodeSource, which bundles npm) is kept.
 if ! command -v npm >/dev/null 2>&1; then

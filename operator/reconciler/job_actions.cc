@@ -96,6 +96,39 @@ std::string FailureText(const Json& pod) {
   return "pod " + NameOf(pod) + " failed" + (why.empty() ? "" : " (" + why + ")");
 }
 
+// Whether the kernel killed the pod's worker container at its memory limit
+// (the kubelet's terminated reason OOMKilled).
+bool OomKilled(const Json& pod) {
+  const Json& statuses = At(pod, "/status/containerStatuses");
+  if (!statuses.is_array()) return false;
+  for (const Json& c : statuses) {
+    if (Str(c, "/name") == kContainerName && Str(c, "/state/terminated/reason") == "OOMKilled") return true;
+  }
+  return false;
+}
+
+// One line for an OOM-killed rank: which ranks, the limit they had, what the
+// plan needed, and what to change. The same limit fails the same way, so the
+// job is not restarted.
+std::string OutOfMemoryText(const Json& pod, const JobSpec& spec, const PodSizing& sizing) {
+  const int index = LabelInt(pod, kNodeIndexLabel);
+  std::string ranks;
+  if (index >= 0) {
+    const int first = index * spec.nproc_per_node;
+    ranks = spec.nproc_per_node == 1 ? "rank " + std::to_string(first)
+                                     : "ranks " + std::to_string(first) + "-" +
+                                           std::to_string(first + spec.nproc_per_node - 1);
+  }
+  // The limit the pods were created with (the cache keeps no pod specs).
+  return (ranks.empty() ? "" : ranks + " (") + "pod " + NameOf(pod) + (ranks.empty() ? "" : ")") +
+         " was killed at its memory limit of " + HumanBytes(sizing.limit_bytes) +
+         " (OOMKilled, exit 137); the plan needs " + HumanBytes(sizing.need_bytes) + " per pod (" +
+         HumanBytes(sizing.host_bytes_per_rank) + " per rank), so the rank held more than its plan: raise "
+         "spec.hostMemory.limit or "
+         "spec.hostMemory.headroomPercent, or shrink what the plan does not count (a text data file is read "
+         "whole); the job is not restarted, the same limit would fail the same way";
+}
+
 // Status with Kubernetes condition semantics: lastTransitionTime changes only
 // when a condition's status flips.
 class StatusBuilder {
@@ -434,6 +467,13 @@ JobActions Decider::Run() {
         (pod_permanent == permanent && FinishedBefore(*pod, *failed))) {
       failed = pod;
       permanent = pod_permanent;
+    }
+  }
+  // An OOM kill decides before any other failure: restarting with the same
+  // limit would end the same way.
+  for (const auto& [index, pod] : gang) {
+    if (PodPhase(*pod) == "Failed" && OomKilled(*pod)) {
+      return Fail("OutOfMemory", OutOfMemoryText(*pod, *spec, *sizing), policy.clean_pod_policy);
     }
   }
   std::string failure;

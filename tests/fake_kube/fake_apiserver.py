@@ -93,6 +93,8 @@ def main(argv=None):
     ap.add_argument("--kubelet", action="store_true")
     ap.add_argument("--bin-dir")
     ap.add_argument("--work-dir")
+    ap.add_argument("--container-runtime", choices=["docker"],
+                    help="run pods as containers from their images (tests/fake_kube/containers.py)")
     ap.add_argument("--node", action="append", type=parse_node, default=[])
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
     ap.add_argument("--event-history", type=int, default=10000)
@@ -111,7 +113,15 @@ def main(argv=None):
     kubelet = None
     if args.kubelet:
         work_dir = args.work_dir or tempfile.mkdtemp(prefix="fake-kubelet-")
-        kubelet = Kubelet(store, args.bin_dir, work_dir, args.gang_scheduler)
+        if args.container_runtime:
+            import containers
+            try:
+                containers.docker("info", timeout=30)
+            except Exception as e:  # noqa: BLE001 - any failure: no daemon
+                print("fake_apiserver: --container-runtime docker: no Docker daemon answers: %s" % e,
+                      file=sys.stderr)
+                sys.exit(2)
+        kubelet = Kubelet(store, args.bin_dir, work_dir, args.gang_scheduler, args.container_runtime)
         node_type = registry.lookup("", "v1", "nodes")
         for name, mem, cpu, gpu in args.node or [("node-1", "64Gi", "16", None)]:
             store.create(node_type, None, make_node(name, mem, cpu, gpu))

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 
+import containers
 from gang import GangSchedulers
 from store import now_rfc3339
 
@@ -30,6 +31,13 @@ def quantity(q):
     if not m:
         return 0.0
     return float(m.group(1)) * _SUFFIX.get(m.group(2), 1)
+
+
+def _format_quantity(n):
+    for suffix, size in (("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10)):
+        if n >= size and n % size == 0:
+            return "%d%s" % (n // size, suffix)
+    return str(int(n))
 
 
 def expand_vars(text, env):
@@ -87,6 +95,8 @@ class PodProc:
         self.ip = (pod.get("status") or {}).get("podIP")
         self.done = threading.Event()
         self.killing = False
+        self.container = None    # containers.DockerContainer in container mode
+        self.evicted = None      # the eviction message, when the kubelet evicted the pod
 
 
 def make_node(name, memory, cpu, gpu=None):
@@ -111,8 +121,12 @@ def make_node(name, memory, cpu, gpu=None):
 
 
 class Kubelet:
-    def __init__(self, store, bin_dir, work_dir, gang_schedulers=()):
+    def __init__(self, store, bin_dir, work_dir, gang_schedulers=(), container_runtime=None):
         self.store = store
+        # None: pods run as local processes; "docker": as containers from their
+        # images (containers.py).
+        self.container_runtime = container_runtime
+        self.container_label = "%d-%s" % (os.getpid(), os.path.basename(os.path.abspath(work_dir)))
         self.gang = GangSchedulers(store, gang_schedulers)
         self.bin_dir = os.path.abspath(bin_dir) if bin_dir else None
         self.work_dir = os.path.abspath(work_dir)
@@ -176,7 +190,9 @@ class Kubelet:
                         "children": self.children(p.pid) if p.pid and not p.done.is_set() else [],
                         "running": p.popen is not None and not p.done.is_set(),
                         "phase": (pod.get("status") or {}).get("phase") if same else "Deleted",
-                        "exit_code": p.exit_code, "ip": p.ip, "dir": p.dir})
+                        "exit_code": p.exit_code, "ip": p.ip, "dir": p.dir,
+                        "container": p.container.stats.to_json() if p.container else None,
+                        "evicted": p.evicted})
         return out
 
     def signal(self, ns, name, sig, target="main"):
@@ -185,6 +201,9 @@ class Kubelet:
         if not procs or procs[-1].pid is None:
             return None
         p = procs[-1]
+        if p.container is not None:
+            p.container.signal(sig)
+            return p.pid
         try:
             if target == "child":
                 kids = self.children(p.pid)
@@ -206,12 +225,21 @@ class Kubelet:
         with self.lock:
             procs = [p for p in self.procs.values() if p.pid and not p.done.is_set()]
         for p in procs:
-            self._killpg(p.pid, signal.SIGTERM)
+            self._signal_pod(p, signal.SIGTERM)
         deadline = time.monotonic() + 2.0
         for p in procs:
             p.done.wait(max(0.0, deadline - time.monotonic()))
         for p in procs:
-            self._killpg(p.pid, signal.SIGKILL)
+            self._signal_pod(p, signal.SIGKILL)
+        if self.container_runtime:
+            containers.remove_all(self.container_label)
+
+    def _signal_pod(self, proc, sig):
+        """The pod's container (container mode) or its process group."""
+        if proc.container is not None:
+            proc.container.signal(sig)
+        elif proc.pid:
+            self._killpg(proc.pid, sig)
 
     @staticmethod
     def _killpg(pid, sig):
@@ -287,7 +315,7 @@ class Kubelet:
         for uid in [u for u in self.first_try if u not in present]:
             del self.first_try[uid]
         for p in gone:  # force-deleted pods: no grace
-            self._killpg(p.pid, signal.SIGKILL)
+            self._signal_pod(p, signal.SIGKILL)
 
     def _usage(self, pods):
         usage = {}
@@ -421,8 +449,17 @@ class Kubelet:
         # Volumes.
         local_vols = {}
         files = {}
+        memory_vols = {}   # emptyDir medium Memory: name -> sizeLimit bytes (0: none)
+        sized_vols = {}    # emptyDir on disk with a sizeLimit: name -> bytes
         for v in spec.get("volumes") or []:
             vdir = os.path.join(directory, "volumes", v["name"])
+            empty = v.get("emptyDir")
+            if isinstance(empty, dict):
+                limit = int(quantity(empty.get("sizeLimit"))) if empty.get("sizeLimit") else 0
+                if empty.get("medium") == "Memory":
+                    memory_vols[v["name"]] = limit
+                elif limit:
+                    sized_vols[v["name"]] = limit
             src = v.get("configMap") or v.get("secret")
             if src is not None:
                 is_cm = "configMap" in v
@@ -454,6 +491,7 @@ class Kubelet:
             else:  # emptyDir (any medium) and anything else: a fresh directory
                 local_vols[v["name"]] = vdir
         mounts = []
+        mount_info = []  # (volume, mountPath, local, readOnly)
         for vm in c.get("volumeMounts") or []:
             local = local_vols.get(vm.get("name"))
             if local is None:
@@ -461,6 +499,7 @@ class Kubelet:
             if vm.get("subPath"):
                 local = os.path.join(local, vm["subPath"])
             mounts.append((vm["mountPath"].rstrip("/") or "/", local))
+            mount_info.append((vm.get("name"), vm["mountPath"].rstrip("/") or "/", local, bool(vm.get("readOnly"))))
         mounts.sort(key=lambda m: -len(m[0]))
         # Environment.
         env_map = {}
@@ -521,6 +560,10 @@ class Kubelet:
                 text = _DNS_RE.sub(lambda m: dns.get(m.group(0), m.group(0)), text)
             return text
 
+        if self.container_runtime:
+            self._start_container(pod, c, directory, local_vols, files, memory_vols, sized_vols, mount_info,
+                                  env_map, dns)
+            return
         argv = [localize(a) for a in argv]
         env = dict(os.environ)
         env["PATH"] = (self.bin_dir + ":" if self.bin_dir else "") + os.environ.get("PATH", "/usr/bin:/bin")
@@ -559,9 +602,130 @@ class Kubelet:
         self._set_running(proc, c, started)
         threading.Thread(target=self._reap, args=(proc, c, started), daemon=True).start()
 
+    def _materialize(self, directory, local_vols, files):
+        """The pod directory, its volumes' folders (0777, as the kubelet makes
+        emptyDirs) and its configMap and secret files."""
+        os.makedirs(directory, exist_ok=True)
+        for name, vdir in local_vols.items():
+            if vdir.startswith(directory):
+                os.makedirs(vdir, exist_ok=True)
+                os.chmod(vdir, 0o777)
+        for path, content in files.items():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(content)
+            os.chmod(path, 0o644)
+
+    def _start_container(self, pod, c, directory, local_vols, files, memory_vols, sized_vols, mount_info, env_map,
+                         dns):
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        uid = meta["uid"]
+        security = dict((spec.get("securityContext") or {}))
+        security.update(c.get("securityContext") or {})
+        image = c.get("image", "")
+        proc = PodProc(pod, directory)
+        with self.lock:
+            self.procs[uid] = proc
+        self.first_try.pop(uid, None)
+        started = now_rfc3339()
+        refusal = containers.refuse_root(image, security)
+        if refusal:
+            proc.exit_code = 128
+            proc.done.set()
+            self._set_waiting_error(proc, c, "CreateContainerConfigError", "Error: " + refusal)
+            return
+        self._materialize(directory, local_vols, files)
+        bind, tmpfs = [], []
+        for vol, path, local, ro in mount_info:
+            if vol in memory_vols:
+                tmpfs.append((path, memory_vols[vol]))
+            else:
+                bind.append((local, path, ro))
+        env = {k: v for k, v in env_map.items()}
+        env.setdefault("HOSTNAME", spec.get("hostname") or meta["name"])
+        command = [expand_vars(str(a), env_map) for a in c.get("command") or []]
+        args = [expand_vars(str(a), env_map) for a in c.get("args") or []]
+        container = containers.DockerContainer("pstar-fake-%s" % uid[:13], self.container_label)
+        run = container.run_args(container.name, self.container_label, image, command, args, env, bind, tmpfs,
+                                 c.get("resources") or {}, security, dns or {}, c.get("workingDir"))
+        log = open(os.path.join(directory, "log"), "ab")
+        try:
+            container.start(run, log)
+        except OSError as e:
+            log.write(("failed to start container: %s\n" % e).encode())
+            log.close()
+            proc.exit_code = 128
+            proc.done.set()
+            self._set_terminated(proc, c, started, 128, None, "StartError", str(e))
+            return
+        log.close()
+        proc.container = container
+        proc.popen = container.popen
+        proc.pid = container.popen.pid
+        self._set_running(proc, c, started)
+        threading.Thread(target=self._reap_container, args=(proc, c, started), daemon=True).start()
+        limit = quantity(((c.get("resources") or {}).get("limits") or {}).get("ephemeral-storage"))
+        sized = {local_vols[n]: (n, b) for n, b in sized_vols.items() if n in local_vols}
+        if sized or limit:
+            threading.Thread(target=self._watch_storage, args=(proc, sized, int(limit)), daemon=True).start()
+
+    def _watch_storage(self, proc, sized, limit):
+        """Evicts the pod when an emptyDir outgrows its sizeLimit or the pod's
+        emptyDirs and log outgrow the container's ephemeral-storage limit, as
+        the kubelet's local storage eviction does."""
+        def usage(path):
+            total = 0
+            for dirpath, _, names in os.walk(path):
+                for n in names:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, n)).st_blocks * 512
+                    except OSError:
+                        pass
+            return total
+        while not proc.done.wait(1.0):
+            message = None
+            used_total = 0
+            for path, (name, cap) in sized.items():
+                used = usage(path)
+                used_total += used
+                if used > cap:
+                    message = 'Usage of EmptyDir volume "%s" exceeds the limit "%s". ' % (name, _format_quantity(cap))
+                    break
+            if message is None and limit:
+                used_total = usage(os.path.join(proc.dir, "volumes")) + usage(os.path.join(proc.dir, "log"))
+                if used_total > limit:
+                    message = "Pod ephemeral local storage usage exceeds the total limit of containers %s. " % \
+                        _format_quantity(limit)
+            if message:
+                proc.evicted = message
+                self._signal_pod(proc, signal.SIGKILL)
+                return
+
+    def _reap_container(self, proc, c, started):
+        code, oom = proc.container.wait()
+        proc.exit_code = code
+        proc.done.set()
+        proc.container.remove()
+        if proc.evicted:
+            self._set_terminated(proc, c, started, code, None, "Error", None, evicted=proc.evicted)
+        else:
+            self._set_terminated(proc, c, started, code, None,
+                                 "OOMKilled" if oom else "Completed" if code == 0 else "Error")
+
+    def _set_waiting_error(self, proc, c, reason, message):
+        """A container the kubelet will not start: Pending, waiting with the reason."""
+        def waiting(p):
+            st = p.setdefault("status", {})
+            st["phase"] = "Pending"
+            st["containerStatuses"] = [self._container_status(c, proc, {"waiting": {"reason": reason,
+                                                                                      "message": message}}, False)]
+            return p
+        self.store.mutate("/pods", proc.ns, proc.name, waiting, proc.uid)
+
     def _container_status(self, c, proc, state, ready):
         return {"name": c.get("name", "main"), "image": c.get("image", ""), "imageID": "",
-                "containerID": "fake://%s" % (proc.pid or 0), "ready": ready, "started": ready,
+                "containerID": ("docker://%s" % proc.container.id) if proc.container and proc.container.id
+                else "fake://%s" % (proc.pid or 0), "ready": ready, "started": ready,
                 "restartCount": 0, "state": state, "lastState": {}}
 
     def _set_running(self, proc, c, started):
@@ -579,14 +743,18 @@ class Kubelet:
             return p
         self.store.mutate("/pods", proc.ns, proc.name, running, proc.uid)
 
-    def _set_terminated(self, proc, c, started, code, sig, reason, message=None):
+    def _set_terminated(self, proc, c, started, code, sig, reason, message=None, evicted=None):
         def terminated(p):
             st = p.setdefault("status", {})
-            st["phase"] = "Succeeded" if code == 0 else "Failed"
+            st["phase"] = "Succeeded" if code == 0 and not evicted else "Failed"
+            if evicted:
+                st["reason"] = "Evicted"
+                st["message"] = evicted
             st.setdefault("startTime", started)
             t = now_rfc3339()
             term = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": t,
-                    "containerID": "fake://%s" % (proc.pid or 0)}
+                    "containerID": ("docker://%s" % proc.container.id) if proc.container and proc.container.id
+                    else "fake://%s" % (proc.pid or 0)}
             if sig:
                 term["signal"] = sig
             if message:
@@ -614,6 +782,6 @@ class Kubelet:
         self._set_terminated(proc, c, started, code, sig, "Completed" if code == 0 else "Error")
 
     def _kill(self, proc, grace):
-        self._killpg(proc.pid, signal.SIGTERM)
+        self._signal_pod(proc, signal.SIGTERM)
         if not proc.done.wait(max(0.0, float(grace or 0))):
-            self._killpg(proc.pid, signal.SIGKILL)
+            self._signal_pod(proc, signal.SIGKILL)

@@ -1,5 +1,6 @@
 // pstar train: runs a training job from a config file or the built-in default.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <array>
 #include <atomic>
@@ -270,6 +271,14 @@ int TrainCommand(const std::vector<std::string>& args) {
                 c.runtime.optimizer_overlap.c_str(), sp.host_adam_seconds, sp.update_wait_seconds, t.undo_chunks(),
                 (long long)sp.steps, (long long)sp.chunks, (long long)sp.rolled_back);
   };
+  // The rank's peak resident memory against its plan: what the operator's
+  // pod sizing promised this rank (tests hold one to the other).
+  auto print_memory_summary = [&] {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    std::printf("host_memory: peak_rss_bytes=%lld planned_host_bytes=%lld\n", (long long)usage.ru_maxrss * 1024,
+                (long long)t.plan().min_host_bytes);
+  };
   auto print_chunk_summary = [&](int64_t steps) {
     print_overlap_summary();
     t.store().chunks().WaitCollectives();  // the last step's queued ones, counted
@@ -317,6 +326,7 @@ int TrainCommand(const std::vector<std::string>& args) {
                   per_op.c_str(), (long long)sent, zero3, zero3 > 0 ? double(sent) / zero3 : 0.0, double(ns) * 1e-9,
                   double((*comm)->waited_nanoseconds()) * 1e-9, c.runtime.comm_overlap ? "on" : "off");
     }
+    print_memory_summary();
   };
   // --comm-alone: the last step's gathers and reduce-scatters, replayed
   // without compute once training ends (every rank the same list).

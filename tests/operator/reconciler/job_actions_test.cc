@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <regex>
 #include <set>
 
 namespace pstar::op {
@@ -264,6 +265,45 @@ TEST(JobActions, APermanentExitCodeFailsAtOnce) {
   EXPECT_EQ(w.status()["restarts"], 0);
   EXPECT_EQ(a.delete_pods, std::vector<std::string>{"tiny-node-0"});
   EXPECT_TRUE(HasEvent(a, "PermanentFailure"));
+}
+
+// A rank the kernel killed at its memory limit fails the job at once, with
+// its own reason naming the rank, the limit and the plan: a restart with the
+// same limit would end the same way, even where the restart policy and the
+// backoff limit would allow one. An exit 137 without OOMKilled (a kill from
+// outside) still restarts the gang.
+TEST(JobActions, AnOomKilledRankFailsTheJobAsOutOfMemory) {
+  World w(TinyJob());
+  w.Step();
+  w.SetPhase(0, "Running");
+  w.SetPhase(1, "Running");
+  w.Step();
+  w.SetPhase(1, "Failed", 137);
+  w.Step();
+  EXPECT_EQ(w.status()["phase"], kPhaseRestarting) << w.status().dump(1);
+
+  World oom(TinyJob());
+  oom.Step();
+  oom.SetPhase(0, "Running");
+  oom.SetPhase(1, "Running");
+  oom.Step();
+  oom.SetPhase(0, "Failed", 1);  // a peer's exit that follows from the OOM kill
+  oom.SetPhase(1, "Failed", 137);
+  for (Json& p : oom.o.pods) {
+    if (p["metadata"]["labels"][kNodeIndexLabel] != "1") continue;
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled";
+  }
+  JobActions a = oom.Step();
+  EXPECT_EQ(oom.status()["phase"], kPhaseFailed);
+  EXPECT_EQ(oom.Condition("Failed", "reason"), "OutOfMemory");
+  const std::string message = oom.Condition("Failed", "message");
+  EXPECT_TRUE(std::regex_search(
+      message, std::regex(R"(^rank 1 \(pod tiny-node-1\) was killed at its memory limit of [0-9.]+ [MG]iB \(OOMKilled, exit 137\))")))
+      << message;
+  EXPECT_NE(message.find("the plan needs "), std::string::npos) << message;
+  EXPECT_NE(message.find("spec.hostMemory.limit"), std::string::npos) << message;
+  EXPECT_EQ(oom.status()["restarts"], 0);
+  EXPECT_TRUE(HasEvent(a, "OutOfMemory"));
 }
 
 TEST(JobActions, ARunningGangThatLosesAPodRestarts) {
