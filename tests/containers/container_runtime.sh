@@ -2,7 +2,9 @@
 # ctest fixture of the container-mode tests: `setup` reaches a Docker daemon
 # (starting one when none runs, as root) and makes the runtime image
 # (scripts/runtime-image.sh); `cleanup` stops the daemon if setup started it.
-# Setup writes STATE_DIR/state: "ready IMAGE CGROUP_VERSION" or "skip REASON".
+# Setup writes STATE_DIR/state: "ready IMAGE CGROUP_VERSION LIB_DIR" or
+# "skip REASON"; LIB_DIR holds the libraries the binaries link from outside
+# Debian, which containers mount read-only at /opt/pstar/lib.
 # Where Docker cannot run here the tests skip on that reason; with
 # PSTAR_EXPECT_DOCKER=1 setup fails instead.
 #
@@ -46,11 +48,11 @@ case "$action" in
     [ "$(docker info --format '{{.MemoryLimit}}' 2> /dev/null)" = true ] ||
       skip "the Docker daemon cannot set memory limits (no cgroup memory controller)"
     cgroup=$(docker info --format '{{.CgroupVersion}}' 2> /dev/null)
-    out=$(bash "$root/scripts/runtime-image.sh" "$build" 2>&1)
+    out=$(bash "$root/scripts/runtime-image.sh" "$build" "$state/lib" 2>&1)
     rc=$?
     echo "$out"
     [ $rc = 0 ] || skip "the runtime image could not be made: $(tail -n 1 <<<"$out")"
-    echo "ready $(tail -n 1 <<<"$out") ${cgroup:-1}" > "$state/state"
+    echo "ready $(tail -n 1 <<<"$out") ${cgroup:-1} $state/lib" > "$state/state"
     ;;
   cleanup)
     state="$2"

@@ -233,6 +233,8 @@ class Walk:
             return self.build_line(cmd)
         if tool == "build/bin/pstar-operator":
             return self.run_operator(cmd)
+        if tool == "scripts/build-images.sh":
+            return self.build_images(words)
         if tool == "/usr/bin/python3" and "tests/fake_kube/fake_apiserver.py" in cmd:
             self.test.assertIsNone(self.cluster.poll(), "the fake API server, started first, is gone")
             return
@@ -252,6 +254,29 @@ class Walk:
             self.test.assertIn(words[2], self.built_tags, "pushes an image the page did not build")
         else:
             self.test.fail("unknown docker step: " + " ".join(words))
+
+    def build_images(self, words):
+        """The image script is in a clone and executable; its images are the
+        Dockerfiles' and carry the tags the chart expects, so pushes of them
+        may follow."""
+        script = os.path.join(self.root, words[0])
+        self.test.assertTrue(os.access(script, os.X_OK), words[0] + " is not an executable file in a clone")
+        repo, names, i = "ghcr.io/patrickstar-k8s", [], 1
+        while i < len(words):
+            self.test.assertIn(words[i], ("--repository", "--only"), "unknown build-images.sh option " + words[i])
+            if words[i] == "--repository":
+                repo = words[i + 1]
+            else:
+                names.append(words[i + 1])
+            i += 2
+        with open(os.path.join(self.root, "CMakeLists.txt")) as f:
+            version = re.search(r"project\(patrickstar VERSION ([0-9.]+)", f.read()).group(1)
+        for name in names or ["worker-cpu", "operator", "worker"]:
+            self.test.assertTrue(os.path.isfile(os.path.join(self.root, "docker", name + ".Dockerfile")),
+                                 "build-images.sh --only " + name + ": no such Dockerfile")
+            tag = "%s/pstar-%s:%s" % (repo, name, version)
+            self.check_tag(tag)
+            self.built_tags.add(tag)
 
     def yaml_file(self, rel):
         with open(os.path.join(self.root, rel)) as f:

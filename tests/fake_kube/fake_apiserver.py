@@ -95,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--work-dir")
     ap.add_argument("--container-runtime", choices=["docker"],
                     help="run pods as containers from their images (tests/fake_kube/containers.py)")
+    ap.add_argument("--container-mount", action="append", default=[], metavar="HOST:PATH[:ro]",
+                    help="a node folder mounted into every container (as a GPU node mounts its driver's libraries)")
     ap.add_argument("--node", action="append", type=parse_node, default=[])
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
     ap.add_argument("--event-history", type=int, default=10000)
@@ -121,7 +123,14 @@ def main(argv=None):
                 print("fake_apiserver: --container-runtime docker: no Docker daemon answers: %s" % e,
                       file=sys.stderr)
                 sys.exit(2)
-        kubelet = Kubelet(store, args.bin_dir, work_dir, args.gang_scheduler, args.container_runtime)
+        node_mounts = []
+        for m in args.container_mount:
+            parts = m.split(":")
+            if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] != "ro"):
+                print("fake_apiserver: --container-mount %r: expected HOST:PATH or HOST:PATH:ro" % m, file=sys.stderr)
+                sys.exit(2)
+            node_mounts.append((parts[0], parts[1], len(parts) == 3))
+        kubelet = Kubelet(store, args.bin_dir, work_dir, args.gang_scheduler, args.container_runtime, node_mounts)
         node_type = registry.lookup("", "v1", "nodes")
         for name, mem, cpu, gpu in args.node or [("node-1", "64Gi", "16", None)]:
             store.create(node_type, None, make_node(name, mem, cpu, gpu))

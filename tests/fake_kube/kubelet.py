@@ -121,11 +121,13 @@ def make_node(name, memory, cpu, gpu=None):
 
 
 class Kubelet:
-    def __init__(self, store, bin_dir, work_dir, gang_schedulers=(), container_runtime=None):
+    def __init__(self, store, bin_dir, work_dir, gang_schedulers=(), container_runtime=None, node_mounts=()):
         self.store = store
         # None: pods run as local processes; "docker": as containers from their
-        # images (containers.py).
+        # images (containers.py), with the node's own mounts (host, path,
+        # read_only) in every one.
         self.container_runtime = container_runtime
+        self.node_mounts = list(node_mounts)
         self.container_label = "%d-%s" % (os.getpid(), os.path.basename(os.path.abspath(work_dir)))
         self.gang = GangSchedulers(store, gang_schedulers)
         self.bin_dir = os.path.abspath(bin_dir) if bin_dir else None
@@ -635,7 +637,7 @@ class Kubelet:
             self._set_waiting_error(proc, c, "CreateContainerConfigError", "Error: " + refusal)
             return
         self._materialize(directory, local_vols, files)
-        bind, tmpfs = [], []
+        bind, tmpfs = list(self.node_mounts), []
         for vol, path, local, ro in mount_info:
             if vol in memory_vols:
                 tmpfs.append((path, memory_vols[vol]))

@@ -1,7 +1,9 @@
 #include "worker/runtime/host_memory.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace pstar {
 
@@ -16,7 +18,7 @@ std::string FirstLine(const std::string& path) {
 }
 
 bool ParseCount(const std::string& text, int64_t* out) {
-  if (text.empty()) return false;
+  if (text.empty() || text.size() > 19) return false;
   int64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
@@ -26,16 +28,7 @@ bool ParseCount(const std::string& text, int64_t* out) {
   return true;
 }
 
-}  // namespace
-
-Result<HostBudget> DetectHostBudget(int64_t configured, const std::string& cgroup_memory_max,
-                                    const std::string& meminfo) {
-  if (configured > 0) return HostBudget{configured, "config"};
-  std::string limit = FirstLine(cgroup_memory_max);
-  int64_t bytes = 0;
-  if (limit != "max" && ParseCount(limit, &bytes)) {
-    return HostBudget{bytes, "cgroup v2 limit (" + cgroup_memory_max + ")"};
-  }
+int64_t MemTotal(const std::string& meminfo) {
   std::ifstream in(meminfo);
   std::string line;
   while (std::getline(in, line)) {
@@ -43,12 +36,56 @@ Result<HostBudget> DetectHostBudget(int64_t configured, const std::string& cgrou
     std::istringstream fields(line.substr(9));
     int64_t kib = 0;
     std::string unit;
-    if (fields >> kib >> unit && unit == "kB" && kib > 0) {
-      return HostBudget{kib * 1024, "physical RAM"};
+    if (fields >> kib >> unit && unit == "kB" && kib > 0) return kib * 1024;
+  }
+  return 0;
+}
+
+// The cgroup path of this process for the v2 hierarchy ("0::/path") or for
+// v1's memory controller ("N:...memory...:/path"); empty when not listed.
+std::string OwnCgroupPath(const std::string& proc_self_cgroup, bool v2) {
+  std::ifstream in(proc_self_cgroup);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? std::string::npos : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (v2 && line.compare(0, a, "0") == 0 && controllers.empty()) return path;
+    if (!v2) {
+      std::istringstream list(controllers);
+      for (std::string c; std::getline(list, c, ',');) {
+        if (c == "memory") return path;
+      }
     }
   }
-  return Status::Internal("cannot determine host memory: no cgroup v2 limit in " + cgroup_memory_max +
-                          " and no MemTotal in " + meminfo + " (set runtime.host_memory)");
+  return "";
+}
+
+}  // namespace
+
+Result<HostBudget> DetectHostBudget(int64_t configured, const HostMemoryFiles& files) {
+  if (configured > 0) return HostBudget{configured, "config"};
+  const int64_t ram = MemTotal(files.meminfo);
+  const bool v2 = std::filesystem::exists(files.cgroup_root + "/cgroup.controllers");
+  const std::string base = v2 ? files.cgroup_root : files.cgroup_root + "/memory";
+  const char* file = v2 ? "/memory.max" : "/memory.limit_in_bytes";
+  std::vector<std::string> candidates;
+  if (const std::string own = OwnCgroupPath(files.proc_self_cgroup, v2); !own.empty() && own != "/") {
+    candidates.push_back(base + own + file);
+  }
+  candidates.push_back(base + file);
+  for (const std::string& path : candidates) {
+    int64_t limit = 0;
+    // v2 writes "max" for none; v1 a number near 2^63. A limit at or above
+    // the machine's memory limits nothing.
+    if (!ParseCount(FirstLine(path), &limit) || limit <= 0 || (ram > 0 && limit >= ram)) continue;
+    return HostBudget{limit, std::string(v2 ? "cgroup v2" : "cgroup v1") + " limit (" + path + ")"};
+  }
+  if (ram > 0) return HostBudget{ram, "physical RAM"};
+  return Status::Internal("cannot determine host memory: no cgroup limit under " + files.cgroup_root +
+                          " and no MemTotal in " + files.meminfo + " (set runtime.host_memory)");
 }
 
 }  // namespace pstar

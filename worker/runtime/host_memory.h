@@ -1,6 +1,8 @@
-// The host memory budget: the configured size, else the cgroup v2 limit of the
-// container, else physical RAM. Plans are checked against it at start-up so a
-// job too large for its pod fails with numbers instead of an OOM kill mid-run.
+// The host memory budget: the configured size, else the memory limit of the
+// cgroup this process runs in (v2 memory.max or v1 memory.limit_in_bytes,
+// where it is below physical RAM), else physical RAM. Plans are checked
+// against it at start-up, so a job too large for its container fails with
+// numbers instead of an OOM kill mid-run.
 #pragma once
 
 #include <cstdint>
@@ -12,13 +14,22 @@ namespace pstar {
 
 struct HostBudget {
   int64_t bytes = 0;
-  std::string source;  // "config", "cgroup v2 limit (<path>)" or "physical RAM"
+  // "config", "cgroup v2 limit (<file>)", "cgroup v1 limit (<file>)" or
+  // "physical RAM".
+  std::string source;
 };
 
-// `configured` > 0 wins; otherwise `cgroup_memory_max` (a cgroup v2 memory.max
-// file: a byte count or "max"), otherwise MemTotal from `meminfo`.
-Result<HostBudget> DetectHostBudget(int64_t configured,
-                                    const std::string& cgroup_memory_max = "/sys/fs/cgroup/memory.max",
-                                    const std::string& meminfo = "/proc/meminfo");
+// Where the limits are read; tests point them at files of their own.
+struct HostMemoryFiles {
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";
+  std::string meminfo = "/proc/meminfo";
+};
+
+// `configured` > 0 wins. Otherwise the process's own cgroup's limit (the path
+// /proc/self/cgroup names under the cgroup mount, then the mount's root, which
+// is the container's own cgroup inside a container), when it is below
+// MemTotal; otherwise MemTotal.
+Result<HostBudget> DetectHostBudget(int64_t configured, const HostMemoryFiles& files = {});
 
 }  // namespace pstar

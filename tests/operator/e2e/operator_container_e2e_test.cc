@@ -66,11 +66,14 @@ int64_t Quantity(const std::string& q) {
   return n;
 }
 
-// "ready IMAGE CGROUP_VERSION" or "skip REASON", from the fixture.
+// "ready IMAGE CGROUP_VERSION LIB_DIR" or "skip REASON", from the fixture.
+// LIB_DIR: the libraries the binaries link from outside Debian (CUDA's),
+// which every container mounts at /opt/pstar/lib, as a node would.
 struct Runtime {
   bool ready = false;
-  std::string image, reason;
+  std::string image, reason, lib_dir;
   int cgroup_version = 0;
+  std::string LibMount() const { return "type=bind,source=" + lib_dir + ",target=/opt/pstar/lib,readonly"; }
 };
 
 Runtime ReadRuntime() {
@@ -80,7 +83,7 @@ Runtime ReadRuntime() {
   if (!(in >> word)) {
     r.reason = "the container fixture did not run (" + std::string(PSTAR_CONTAINER_STATE) + " is missing)";
   } else if (word == "ready") {
-    r.ready = bool(in >> r.image >> r.cgroup_version);
+    r.ready = bool(in >> r.image >> r.cgroup_version >> r.lib_dir);
   } else {
     std::getline(in, r.reason);
   }
@@ -102,7 +105,7 @@ class ContainerE2e : public ::testing::Test {
     o.kubelet = true;
     o.bin_dir = std::filesystem::path(PstarBinary()).parent_path().string();
     o.nodes = {"node-1:32Gi:8", "node-2:32Gi:8"};
-    o.extra_args = {"--container-runtime", "docker"};
+    o.extra_args = {"--container-runtime", "docker", "--container-mount", runtime_.lib_dir + ":/opt/pstar/lib:ro"};
     auto s = FakeApiServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(s).value();
@@ -390,6 +393,25 @@ TEST_F(ContainerE2e, APodPastItsEmptyDirSizeLimitIsEvicted) {
   EXPECT_EQ(status["message"], "Usage of EmptyDir volume \"scratch\" exceeds the limit \"4Mi\". ") << status.dump(1);
 }
 
+// Without the operator, a container's memory limit is the rank's host
+// budget (its cgroup's limit, not the machine's RAM), and a plan above it is
+// refused at start with both numbers rather than OOM-killed mid-run.
+TEST_F(ContainerE2e, APlainContainerBudgetsToItsCgroupLimit) {
+  const std::string name = "pstar-budget-" + std::to_string(::getpid());
+  ProcessResult fits = RunProcess({DockerPath(), "run", "--rm", "--name", name, "--network", "none", "--memory",
+                                   "768m", "--read-only", "--tmpfs", "/tmp", "--mount", runtime_.LibMount(),
+                                   runtime_.image, "train", "--set", "train.steps=1"});
+  ASSERT_EQ(fits.exit_code, 0) << fits.out << fits.err;
+  // 768 MiB x overall_cpu_mem_ratio 0.8.
+  EXPECT_NE(fits.out.find("host budget 614.4 MiB (cgroup v"), std::string::npos) << fits.out;
+  ProcessResult refused = RunProcess({DockerPath(), "run", "--rm", "--name", name, "--network", "none", "--memory",
+                                      "256m", "--read-only", "--tmpfs", "/tmp", "--mount", runtime_.LibMount(),
+                                      runtime_.image, "train", "--set", "train.steps=1"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("pstar: error: "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("cgroup v"), std::string::npos) << refused.err;
+}
+
 // The operator itself from the image, against the loopback API server.
 TEST_F(ContainerE2e, RunsTheOperatorFromItsImage) {
   // The kubeconfig and its certificate, readable by the image's user.
@@ -399,7 +421,8 @@ TEST_F(ContainerE2e, RunsTheOperatorFromItsImage) {
   const std::string name = "pstar-operator-" + std::to_string(::getpid());
   ChildProcess op({DockerPath(), "run", "--rm", "--name", name, "--network", "host", "--read-only",
                    "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", "65532:65532", "--mount",
-                   "type=bind,source=" + kubeconfig + ",target=/etc/pstar/kubeconfig,readonly", "--entrypoint",
+                   "type=bind,source=" + kubeconfig + ",target=/etc/pstar/kubeconfig,readonly", "--mount",
+                   runtime_.LibMount(), "--entrypoint",
                    "/usr/local/bin/pstar-operator", runtime_.image, "--kubeconfig", "/etc/pstar/kubeconfig",
                    "--metrics-address", "127.0.0.1", "--metrics-port", "0", "--cpu-worker-image", runtime_.image});
   Create(Job("tiny", {{"model", {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 16}, {"vocab_size", 64},
