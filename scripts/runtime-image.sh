@@ -52,6 +52,9 @@ if ! docker image inspect "$tag" > /dev/null 2>&1; then
   echo "built $tag in $(($(date +%s) - start)) s ($(docker image inspect --format '{{.Size}}' "$tag" |
     awk '{ printf "%d MB", $1 / 1e6 }'))"
 fi
+# Images of earlier binaries go, unless a container still uses one.
+docker images pstar-runtime --format '{{.Repository}}:{{.Tag}}' | grep -vx "$tag" |
+  xargs -r docker rmi > /dev/null 2>&1 || true
 # Every library resolves in the container, with the node's mounted.
 check=$(docker run --rm --network none --mount "type=bind,source=$libs,target=/opt/pstar/lib,readonly" \
   --entrypoint /bin/sh "$tag" -c \
