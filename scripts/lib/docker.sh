@@ -40,12 +40,18 @@ docker_ensure_daemon() {
     fi
     if ! kill -0 "$PSTAR_DOCKERD_PID" 2> /dev/null; then
       PSTAR_DOCKERD_PID=""
-      docker_fail "dockerd exited at start: $(grep -v '^$' "$state/dockerd.log" | tail -n 1)"
+      docker_fail "dockerd exited at start: $(docker_log_reason "$state/dockerd.log")"
     fi
     sleep 0.5
   done
   docker_stop_daemon
-  docker_fail "dockerd did not answer within 30 s: $(tail -n 1 "$state/dockerd.log")"
+  docker_fail "dockerd did not answer within 30 s: $(docker_log_reason "$state/dockerd.log")"
+}
+
+# The line of a log that says why: its first error, else its last line.
+docker_log_reason() {
+  grep -m 1 -iE 'error|unknown|fail|denied|cannot|not found|no such' "$1" 2> /dev/null ||
+    grep -v '^$' "$1" 2> /dev/null | tail -n 1
 }
 
 docker_stop_daemon() {
@@ -90,7 +96,7 @@ docker_debian_base() {
       rm -rf "$rootfs"
       echo "debootstrap --variant=minbase $codename from $mirror (for $tag)"
       if ! debootstrap --variant=minbase "$codename" "$rootfs" "$mirror" > "$tmp/debootstrap-$codename.log" 2>&1; then
-        docker_fail "debootstrap of $codename from $mirror failed: $(grep -v '^$' "$tmp/debootstrap-$codename.log" | tail -n 1)"
+        docker_fail "debootstrap of $codename from $mirror failed: $(docker_log_reason "$tmp/debootstrap-$codename.log")"
       fi
       rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
       touch "$rootfs/.complete"
