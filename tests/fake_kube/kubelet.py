@@ -572,15 +572,7 @@ class Kubelet:
         env["HOME"] = directory
         env["HOSTNAME"] = spec.get("hostname") or meta["name"]
         env.update({k: localize(v) for k, v in env_map.items()})
-        # Materialize the pod directory.
-        os.makedirs(directory, exist_ok=True)
-        for name, vdir in local_vols.items():
-            if vdir.startswith(directory):
-                os.makedirs(vdir, exist_ok=True)
-        for path, content in files.items():
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(content)
+        self._materialize(directory, local_vols, files)
         proc = PodProc(pod, directory)
         with self.lock:
             self.procs[uid] = proc
@@ -594,15 +586,19 @@ class Kubelet:
                                           stdin=subprocess.DEVNULL, start_new_session=True)
             proc.pid = proc.popen.pid
         except OSError as e:
-            log.write(("failed to start container: %s\n" % e).encode())
-            log.close()
-            proc.exit_code = 128
-            proc.done.set()
-            self._set_terminated(proc, c, started, 128, None, "StartError", str(e))
+            self._start_failed(proc, c, started, log, e)
             return
         log.close()
         self._set_running(proc, c, started)
         threading.Thread(target=self._reap, args=(proc, c, started), daemon=True).start()
+
+    def _start_failed(self, proc, c, started, log, error):
+        """A container that could not start: Failed, exit code 128, StartError."""
+        log.write(("failed to start container: %s\n" % error).encode())
+        log.close()
+        proc.exit_code = 128
+        proc.done.set()
+        self._set_terminated(proc, c, started, 128, None, "StartError", str(error))
 
     def _materialize(self, directory, local_vols, files):
         """The pod directory, its volumes' folders (0777, as the kubelet makes
@@ -654,11 +650,7 @@ class Kubelet:
         try:
             container.start(run, log)
         except OSError as e:
-            log.write(("failed to start container: %s\n" % e).encode())
-            log.close()
-            proc.exit_code = 128
-            proc.done.set()
-            self._set_terminated(proc, c, started, 128, None, "StartError", str(e))
+            self._start_failed(proc, c, started, log, e)
             return
         log.close()
         proc.container = container
