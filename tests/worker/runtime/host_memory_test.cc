@@ -82,6 +82,26 @@ TEST(HostBudget, CgroupV1LimitBelowRam) {
   EXPECT_EQ(above->source, "physical RAM");
 }
 
+// A limit file that is garbage, truncated, negative or too long for int64
+// limits nothing: the budget falls back to RAM, never to a wrong number.
+TEST(HostBudget, AGarbledLimitFileFallsBackToRam) {
+  FakeHost h;
+  h.Write("/cgroup.controllers", "memory\n");
+  test::WriteText(h.files.proc_self_cgroup, "0::/\n");
+  for (const char* text : {"12abc\n", "", "-5\n", "99999999999999999999999\n", "0\n", " 1024\n"}) {
+    h.Write("/memory.max", text);
+    auto b = DetectHostBudget(0, h.files);
+    ASSERT_TRUE(b.ok()) << text;
+    EXPECT_EQ(b->source, "physical RAM") << text;
+    EXPECT_EQ(b->bytes, int64_t(2) << 30) << text;
+  }
+  test::WriteText(h.files.proc_self_cgroup, "garbage without colons\n0:\n");
+  h.Write("/memory.max", "1048576\n");
+  auto root = DetectHostBudget(0, h.files);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->bytes, 1048576);
+}
+
 TEST(HostBudget, NothingReadableIsAnError) {
   test::TempDir dir("host_budget");
   auto none = DetectHostBudget(0, {dir.path() + "/a", dir.path() + "/b", dir.path() + "/c"});
