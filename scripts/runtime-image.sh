@@ -44,11 +44,17 @@ if ! docker image inspect "$tag" > /dev/null 2>&1; then
   mkdir -p "$tmp/context/bin"
   cp "$build/bin/pstar" "$build/bin/pstar-operator" "$tmp/context/bin/"
   start=$(date +%s)
-  docker build --network host --rm --force-rm -f "$root/tests/containers/runtime.Dockerfile" -t "$tag" \
-    "$tmp/context" > "$tmp/build.log" 2>&1 || {
+  # One retry: a build on a busy daemon has failed once and passed at once.
+  for try in 1 2; do
+    if docker build --network host --rm --force-rm -f "$root/tests/containers/runtime.Dockerfile" -t "$tag" \
+      "$tmp/context" > "$tmp/build.log" 2>&1; then
+      break
+    fi
     tail -n 15 "$tmp/build.log" >&2
-    docker_fail "docker build of $tag failed"
-  }
+    [ "$try" = 2 ] && docker_fail "docker build of $tag failed twice: $(docker_log_reason "$tmp/build.log")"
+    echo "docker build of $tag failed ($(docker_log_reason "$tmp/build.log")); trying once more" >&2
+    sleep 2
+  done
   echo "built $tag in $(($(date +%s) - start)) s ($(docker image inspect --format '{{.Size}}' "$tag" |
     awk '{ printf "%d MB", $1 / 1e6 }'))"
 fi

@@ -5,7 +5,9 @@
 # Setup writes STATE_DIR/state: "ready IMAGE CGROUP_VERSION LIB_DIR" or
 # "skip REASON"; LIB_DIR holds the libraries the binaries link from outside
 # Debian, which containers mount read-only at /opt/pstar/lib.
-# Where Docker cannot run here the tests skip on that reason; with
+# Where Docker cannot run here, or its data root has less than
+# PSTAR_CONTAINER_MIN_FREE_MB free (default 3072: the vfs driver copies the
+# image for every layer and container), the tests skip on that reason; with
 # PSTAR_EXPECT_DOCKER=1 setup fails instead.
 #
 # Usage: container_runtime.sh setup BUILD_DIR STATE_DIR | cleanup STATE_DIR
@@ -48,10 +50,17 @@ case "$action" in
     [ "$(docker info --format '{{.MemoryLimit}}' 2> /dev/null)" = true ] ||
       skip "the Docker daemon cannot set memory limits (no cgroup memory controller)"
     cgroup=$(docker info --format '{{.CgroupVersion}}' 2> /dev/null)
+    data_root=$(docker info --format '{{.DockerRootDir}}' 2> /dev/null)
+    need_mb=${PSTAR_CONTAINER_MIN_FREE_MB:-3072}
+    free_mb=$(df -Pm "${data_root:-/var/lib/docker}" 2> /dev/null | awk 'NR == 2 { print $4 }')
+    [ -n "$free_mb" ] || skip "the Docker data root ${data_root:-/var/lib/docker} cannot be read"
+    [ "$free_mb" -ge "$need_mb" ] ||
+      skip "the Docker data root $data_root has $free_mb MB free, under the $need_mb MB the tests need"
     out=$(bash "$root/scripts/runtime-image.sh" "$build" "$state/lib" 2>&1)
     rc=$?
     echo "$out"
-    [ $rc = 0 ] || skip "the runtime image could not be made: $(tail -n 1 <<<"$out")"
+    # The build's own error lines come before the script's last line.
+    [ $rc = 0 ] || skip "the runtime image could not be made: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
     echo "ready $(tail -n 1 <<<"$out") ${cgroup:-1} $state/lib" > "$state/state"
     ;;
   cleanup)
