@@ -32,10 +32,12 @@
 #
 # Usage: bench/zero_netns.sh [--ranks "2 3"] [--rates "1gbit 500mbit 250mbit"]
 #                            [--overlap "off on"] [--extra-chunks K] [--steps N]
-#                            [--shape bench|tiny] [--log-dir DIR]
+#                            [--shape bench|tiny] [--log-dir DIR] [--events]
 #   The device budget is the plan's smallest plus K chunks (default 2);
 #   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead,
 #   default 16: a gather must start a chunk's worth of ops ahead).
+#   --events writes each rank's chunk event log (DIR/events_<run>.csv.rank<K>)
+#   and prints rank 0's link timeline (bench/collective_timeline.py).
 #   Lines "netns ranks=... rate=... overlap=... status=ok step_s=... ..."
 #   (one per run; the unshaped reference first in each world) and
 #   "link unshaped_bits_per_s=..."; a run's logs in DIR.
@@ -47,6 +49,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pstar="${PSTAR_BUILD_DIR:-$root/build}/bin/pstar"
 py="${PYTHON3:-python3}"
 ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=16
+events=0 chunk=""
 die() { echo "zero_netns: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -58,6 +61,8 @@ while [ "$#" -gt 0 ]; do
     --steps) steps="$2"; shift ;;
     --shape) shape="$2"; shift ;;
     --log-dir) log_dir="$2"; shift ;;
+    --events) events=1 ;;
+    --chunk) chunk="$2"; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" ;;
   esac
@@ -193,6 +198,7 @@ else
   # one core each, inside the 0.5-2x an overlap measurement needs.
   L=4 NH=4 C=256 V=2048 T=128 B=5 CHUNK=1048576
 fi
+[ -z "$chunk" ] || CHUNK=$chunk
 job_args() {  # N
   local args=(--set "model={n_layer: $L, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}"
               --set "train={batch_size: $B, seq_len: $T, steps: $steps, log_every: 1, threads: 1}"
@@ -219,11 +225,13 @@ run_world() {  # N rate overlap [compute_alone_s] -> one "netns ..." line
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   for ((k = 0; k < n; ++k)); do before[k]=$(tx_bytes "$k"); done
   local tag="n${n}_${rate}_${overlap}${compute_alone:+_measured}"
+  local events_args=()
+  [ "$events" = 0 ] || events_args=(--chunk-events "$log_dir/events_${tag}.csv")
   for ((k = 0; k < n; ++k)); do
     log="$log_dir/netns_${tag}_rank$k.log"
     ip netns exec "$(rank_ns "$k")" env PSTAR_STORE_TOKEN="$token" OMP_NUM_THREADS=1 \
       timeout 600 "$pstar" launch --nnodes "$n" --node-rank "$k" --nproc-per-node 1 \
-        --master-addr "$(rank_ip 0)" --master-port 29500 -- train "${args[@]}" --log-format json --comm-alone \
+        --master-addr "$(rank_ip 0)" --master-port 29500 -- train "${args[@]}" "${events_args[@]}" --log-format json --comm-alone \
         > "$log" 2>&1 &
     pids+=($!)
   done
@@ -300,6 +308,9 @@ print("netns ranks=%d rate=%s overlap=%s status=ok step_s=%.4f collective_s=%.4f
           "yes" if planned == int(alone["payload_bytes_per_step"]) == gather + scatter else "no", wire_step,
           wire_step / payload if payload > 0 else 0.0, model_s, model_error, summary["final_loss"], prefix))
 PY
+  if [ "$events" = 1 ]; then
+    "$py" "$root/bench/collective_timeline.py" "$log_dir/events_${tag}.csv.rank0" --gaps 3 | sed 's/^/  timeline /'
+  fi
 }
 
 echo "shape: $shape (layers $L, heads $NH, width $C, vocab $V, seq $T, batch $B per rank, chunk $CHUNK elements); $steps steps; logs in $log_dir"

@@ -124,6 +124,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   // Outlives the trainer, whose update thread records into it.
   std::unique_ptr<ChunkEventLog> chunk_events;
   if (!chunk_events_path.empty()) chunk_events = std::make_unique<ChunkEventLog>();
+  // With several ranks each writes its own file: FILE.rank<K>.
+  if (!chunk_events_path.empty() && env->world_size > 1) chunk_events_path += ".rank" + std::to_string(env->rank);
   auto trainer = Trainer::Create(c, **data, comm->get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return ReportError(trainer.status());
   Trainer& t = **trainer;

@@ -135,7 +135,10 @@ class ParamStore {
 
   // Records every op's param chunks (forward and backward uses) as events of
   // the log's current step; null (the default) for none. Not owned.
-  void SetEventLog(ChunkEventLog* log) { event_log_ = log; }
+  void SetEventLog(ChunkEventLog* log) {
+    event_log_ = log;
+    chunks_->SetEventLog(log);
+  }
   ChunkEventLog* event_log() const { return event_log_; }
 
   TensorState state(TensorId id) const { return states_[size_t(id)]; }

@@ -120,8 +120,12 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale, AsyncUpd
                  layout.num_chunks());
     std::abort();
   }
+  chunks.BeginUpdates();
   for (int32_t c : chunk_order) {
-    if (done != nullptr && (*done)[size_t(c)]) continue;
+    if (done != nullptr && (*done)[size_t(c)]) {
+      chunks.UpdateDone(c);
+      continue;
+    }
     const std::vector<Span>& spans = SpansOf(store, c);
     ParamStore::ChunkUpdate u = store.AcquireForUpdate(c);
     // The hybrid placement: chunks whose moments live on a GPU update there,
@@ -157,6 +161,7 @@ void AdamOptimizer::Step(ParamStore& store, float lr, float grad_scale, AsyncUpd
     host.Run(spans, p);
     host_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log != nullptr) log->Record(event_step, ChunkEventKind::kUpdateEnd, c);
+    chunks.UpdateDone(c);
   }
 }
 

@@ -17,6 +17,10 @@ const char* ChunkEventKindName(ChunkEventKind kind) {
     case ChunkEventKind::kUpdateUndone: return "update_undone";
     case ChunkEventKind::kUpdateWait: return "update_wait";
     case ChunkEventKind::kStepEnd: return "step_end";
+    case ChunkEventKind::kGatherBegin: return "gather_begin";
+    case ChunkEventKind::kGatherEnd: return "gather_end";
+    case ChunkEventKind::kReduceScatterBegin: return "reduce_scatter_begin";
+    case ChunkEventKind::kReduceScatterEnd: return "reduce_scatter_end";
   }
   return "?";
 }

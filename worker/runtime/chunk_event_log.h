@@ -2,7 +2,7 @@
 // every thread of a rank (the step's, and the optimizer's update thread).
 // It is how a run shows its overlap: a chunk's next-forward use after its own
 // update, the forward under way before the last update ends, updates during
-// backward. Off unless a caller attaches one (tests, `pstar train
+// backward, and with N ranks each chunk's collectives against the compute. Off unless a caller attaches one (tests, `pstar train
 // --chunk-events`); recording takes a lock, so it is not for hot loops of
 // many thousand chunks per millisecond.
 #pragma once
@@ -29,6 +29,12 @@ enum class ChunkEventKind : uint8_t {
   kUpdateUndone,   // a speculative update was rolled back (it is redone or skipped)
   kUpdateWait,     // the step's thread waited for the chunk's update
   kStepEnd,        // chunk -1: the step's thread is done (updates may still run)
+  // With N ranks, on the communicator's thread: the chunk's param all-gather
+  // and its gradient reduce-scatter (into the home shard) ran between these.
+  kGatherBegin,
+  kGatherEnd,
+  kReduceScatterBegin,
+  kReduceScatterEnd,
 };
 const char* ChunkEventKindName(ChunkEventKind kind);
 

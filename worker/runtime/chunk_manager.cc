@@ -645,15 +645,38 @@ void ChunkManager::BeginStep() {
   step_residency_.BeginStep(counters_);
 }
 
+void ChunkManager::BeginUpdates() {
+  if (world_ == 1 || !options_.comm_overlap || placement_.disk_chunks > 0 || placement_.disk_master_chunks > 0) return;
+  trace_.EndStep();
+  updates_begun_ = true;
+  updated_.assign(size_t(num_chunks()), 0);
+  next_prefetch_.Reset();
+}
+
+void ChunkManager::UpdateDone(int32_t chunk) {
+  if (!updates_begun_) return;
+  updated_[size_t(chunk)] = 1;
+  clean_victims_only_ = true;
+  next_prefetch_.Advance(
+      trace_, options_.prefetch_depth, placement_,
+      [this](int32_t index, int64_t must_outlive) { return PrefetchLoad(index, must_outlive); },
+      [this](int32_t index) { return updated_[size_t(placement_.KeyOf(index).chunk)] != 0; });
+  clean_victims_only_ = false;
+}
+
 void ChunkManager::EndStep() {
   FlushHostWindow();
   CloseDiskChunk();  // the optimizer's last chunk, written behind
-  trace_.EndStep();
-  // The params of the next step's first moments: after the optimizer they
-  // are current, and their copies overlap whatever runs until it starts.
+  if (!std::exchange(updates_begun_, false)) {
+    trace_.EndStep();
+    next_prefetch_.Reset();
+  }
+  // The params of the next step's first moments (those BeginUpdates did not
+  // start already): after the optimizer they are current, and their copies
+  // overlap whatever runs until it starts.
   clean_victims_only_ = true;
-  PrefetchNextStep(trace_, options_.prefetch_depth, placement_,
-                   [this](int32_t index, int64_t must_outlive) { return PrefetchLoad(index, must_outlive); });
+  next_prefetch_.Finish(trace_, options_.prefetch_depth, placement_,
+                        [this](int32_t index, int64_t must_outlive) { return PrefetchLoad(index, must_outlive); });
   clean_victims_only_ = false;
   step_residency_.EndStep(&counters_);
 }

@@ -40,6 +40,7 @@
 #include "worker/runtime/disk_tier.h"
 #include "worker/runtime/eviction.h"
 #include "worker/runtime/host_tier.h"
+#include "worker/runtime/prefetch.h"
 #include "worker/runtime/runtime_counters.h"
 #include "worker/runtime/step_residency.h"
 #include "worker/runtime/tier_copier.h"
@@ -158,6 +159,14 @@ class ChunkManager {
   // current, and their copies overlap whatever runs until that step starts.
   void BeginStep();
   void EndStep();
+  // The optimizer's step begins (the step's last use is over). With N ranks
+  // and collectives under compute, and no disk tier, the next step's
+  // gathers then start chunk by chunk as UpdateDone reports each update
+  // over, in the trace's order, so the link works while the rest update;
+  // EndStep walks what is left. Otherwise both do nothing. Every rank
+  // updates in the same order, so every rank starts the same collectives.
+  void BeginUpdates();
+  void UpdateDone(int32_t chunk);
   // Marks the end of a phase of the step for the step-aligned residency
   // series (EndStep ends the optimizer phase).
   void EndPhase(StepPhase phase) { step_residency_.EndPhase(phase, counters_); }
@@ -219,6 +228,8 @@ class ChunkManager {
   void SetMomentObserver(std::function<void(const ChunkManager&)> observer) { observer_ = std::move(observer); }
   // Told of every copy between the tiers; null (the default) for none. Not owned.
   void SetMoveObserver(MoveObserver* observer) { copier_->SetMoveObserver(observer); }
+  // Records the collectives' begin and end events in `log` (null: stop).
+  void SetEventLog(ChunkEventLog* log) { copier_->SetEventLog(log); }
   // Appends every collective the runtime starts from now on (gathers and
   // reduce-scatters, in order) to `log`; null stops. Not owned.
   void RecordCollectives(std::vector<CollectiveCall>* log) { copier_->SetCallLog(log); }
@@ -309,6 +320,11 @@ class ChunkManager {
   std::vector<ChunkState> states_;
   std::unique_ptr<Event> compute_done_;
   bool clean_victims_only_ = false;  // set while EndStep prefetches
+  // The next step's prefetch, walked in pieces between BeginUpdates and
+  // EndStep; `updated_` marks the chunks whose update is over.
+  NextStepPrefetch next_prefetch_;
+  bool updates_begun_ = false;
+  std::vector<uint8_t> updated_;
   std::vector<EvictionCandidate> candidates_;  // ChooseVictim's input, reused
   MemoryBlock peek_buffer_;  // one chunk of host memory, allocated on first use
   std::vector<float> widen_buffer_;  // one shard: a 16-bit home as the host reads it

@@ -24,4 +24,25 @@ void PrefetchWithinStep(const ChunkTrace& trace, int32_t depth, const PrefetchLo
 // Distances count from just before that step's first moment.
 void PrefetchNextStep(ChunkTrace& trace, int32_t depth, const ChunkPlacement& placement, const PrefetchLoad& load);
 
+// The same walk in pieces, for chunks that become ready one by one (their
+// optimizer updates end): each Advance goes on from where the last one
+// stopped and stops at the first chunk `ready` refuses; the walk ends for
+// good at the depth or at a chunk without room. The trace's moment is -1
+// from the first Advance until Finish, which walks the rest as ready and
+// sets it to 0.
+class NextStepPrefetch {
+ public:
+  using Ready = std::function<bool(int32_t index)>;
+  void Reset() { moment_ = 0, position_ = 0, ended_ = false; }
+  void Advance(ChunkTrace& trace, int32_t depth, const ChunkPlacement& placement, const PrefetchLoad& load,
+               const Ready& ready);
+  void Finish(ChunkTrace& trace, int32_t depth, const ChunkPlacement& placement, const PrefetchLoad& load);
+  bool ended() const { return ended_; }
+
+ private:
+  int64_t moment_ = 0;   // the next moment to load
+  size_t position_ = 0;  // within it
+  bool ended_ = false;
+};
+
 }  // namespace pstar

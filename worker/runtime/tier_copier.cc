@@ -10,8 +10,8 @@
 
 namespace pstar {
 
-TierCopier::TierCopier(DeviceBackend& backend, Communicator* comm, const ChunkPlacement& placement,
-                       int64_t chunk_bytes, const ChunkRuntimeOptions& options, RuntimeCounters* counters)
+TierCopier::TierCopier(DeviceBackend& backend, Communicator* comm, const ChunkPlacement& placement, int64_t chunk_bytes,
+                       const ChunkRuntimeOptions& options, RuntimeCounters* counters)
     : backend_(backend),
       comm_(comm),
       placement_(placement),
@@ -24,11 +24,9 @@ TierCopier::TierCopier(DeviceBackend& backend, Communicator* comm, const ChunkPl
 
 Result<std::unique_ptr<TierCopier>> TierCopier::Create(DeviceBackend& backend, Communicator* comm,
                                                        const ChunkPlacement& placement, int64_t chunk_bytes,
-                                                       const ChunkRuntimeOptions& options,
-                                                       RuntimeCounters* counters) {
+                                                       const ChunkRuntimeOptions& options, RuntimeCounters* counters) {
   auto c = std::unique_ptr<TierCopier>(new TierCopier(backend, comm, placement, chunk_bytes, options, counters));
-  if (const int64_t bytes =
-          TierLayout::ParamStagingBytes(c->shard_bytes_, options, backend.device_is_host_memory());
+  if (const int64_t bytes = TierLayout::ParamStagingBytes(c->shard_bytes_, options, backend.device_is_host_memory());
       bytes > 0) {
     PSTAR_ASSIGN_OR_RETURN(c->param_staging_, backend.AllocateHost(size_t(bytes)));
     for (auto& e : c->param_staged_) e = backend.CreateEvent();
@@ -58,14 +56,27 @@ CollectiveTicket TierCopier::StartAfter(StreamKind stream, std::function<Status(
   CheckCollective(comm_->Wait(start_event_tickets_[e]));  // the work that waited for it has
   Event& ready = *start_events_[e];
   backend_.Record(ready, stream);
-  const CollectiveTicket ticket =
-      comm_->Start([backend = &backend_, &ready, work = std::move(work)](Communicator& c) {
-        backend->BindThread();
-        backend->Synchronize(ready);
-        return work(c);
-      });
+  const CollectiveTicket ticket = comm_->Start([backend = &backend_, &ready, work = std::move(work)](Communicator& c) {
+    backend->BindThread();
+    backend->Synchronize(ready);
+    return work(c);
+  });
   start_event_tickets_[e] = ticket;
   return ticket;
+}
+
+std::function<Status(Communicator&)> TierCopier::Traced(int32_t index, std::function<Status(Communicator&)> work) {
+  if (event_log_ == nullptr) return work;
+  const bool gather = placement_.KindOf(index) == StateKind::kParam;
+  const ChunkEventKind begin = gather ? ChunkEventKind::kGatherBegin : ChunkEventKind::kReduceScatterBegin;
+  const ChunkEventKind end = gather ? ChunkEventKind::kGatherEnd : ChunkEventKind::kReduceScatterEnd;
+  return
+      [log = event_log_, begin, end, chunk = placement_.KeyOf(index).chunk, work = std::move(work)](Communicator& c) {
+        log->Record(log->step(), begin, chunk);
+        Status s = work(c);
+        log->Record(log->step(), end, chunk);
+        return s;
+      };
 }
 
 void TierCopier::CountMove(int32_t index, Direction direction, int64_t bytes) {
@@ -101,16 +112,16 @@ CollectiveTicket TierCopier::LoadHome(int32_t index, int32_t slot, DeviceTier& d
     // in place, after that copy (and the slot's earlier users, which the
     // h2d stream already waits for).
     backend_.Copy(own, host.Fp32Home(index), size_t(shard_bytes_), StreamKind::kHostToDevice);
-    ticket = StartAfter(StreamKind::kHostToDevice, [own, dst, n](Communicator& c) {
-      NvtxRange gather("all_gather");
-      return c.AllGather(own, dst, n);
-    });
+    ticket = StartAfter(StreamKind::kHostToDevice, Traced(index, [own, dst, n](Communicator& c) {
+                          NvtxRange gather("all_gather");
+                          return c.AllGather(own, dst, n);
+                        }));
   } else {
     const float* home = host.Fp32Home(index);
-    ticket = comm_->Start([home, dst, n](Communicator& c) {
+    ticket = comm_->Start(Traced(index, [home, dst, n](Communicator& c) {
       NvtxRange gather("all_gather");
       return c.AllGather(home, dst, n);
-    });
+    }));
   }
   LogCall(CollectiveOp::kAllGather, n);
   EndMove(move, Direction::kHostToDevice, shard_bytes_);
@@ -127,8 +138,7 @@ CollectiveTicket TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTi
     // (the optimizer's update), nothing crosses the bus.
     backend_.Record(*compute_done_, StreamKind::kCompute);
     backend_.StreamWait(StreamKind::kHostToDevice, *compute_done_);
-    backend_.Narrow(dst, device.Home(index), chunk_bytes_ / int64_t(sizeof(float)), format,
-                    StreamKind::kHostToDevice);
+    backend_.Narrow(dst, device.Home(index), chunk_bytes_ / int64_t(sizeof(float)), format, StreamKind::kHostToDevice);
     return 0;
   }
   const int64_t shard = shard_bytes_ / int64_t(sizeof(float));
@@ -139,7 +149,8 @@ CollectiveTicket TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTi
     const int64_t move = BeginMove(Direction::kHostToDevice);
     backend_.Copy(own, host.HalfParamHome(index), size_t(shard_bytes_ / 2), StreamKind::kHostToDevice);
     // The gather reads this rank's part: it starts once that has landed.
-    const CollectiveTicket ticket = world_ > 1 ? StartAfter(StreamKind::kHostToDevice, GatherHalf(own, dst, shard)) : 0;
+    const CollectiveTicket ticket =
+        world_ > 1 ? StartAfter(StreamKind::kHostToDevice, Traced(index, GatherHalf(own, dst, shard))) : 0;
     EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
     CountMove(index, Direction::kHostToDevice, shard_bytes_ / 2);
     return ticket;
@@ -166,7 +177,8 @@ CollectiveTicket TierCopier::LoadHalfParam(int32_t index, int32_t slot, DeviceTi
   }
   // Every rank narrowed its own shard into place; the gather fills the rest,
   // once the copies up have landed.
-  const CollectiveTicket ticket = world_ > 1 ? StartAfter(StreamKind::kHostToDevice, GatherHalf(own, dst, shard)) : 0;
+  const CollectiveTicket ticket =
+      world_ > 1 ? StartAfter(StreamKind::kHostToDevice, Traced(index, GatherHalf(own, dst, shard))) : 0;
   EndMove(move, Direction::kHostToDevice, shard_bytes_ / 2);
   CountMove(index, Direction::kHostToDevice, shard_bytes_ / 2);
   return ticket;
@@ -181,8 +193,7 @@ std::function<Status(Communicator&)> TierCopier::GatherHalf(const uint16_t* own,
   };
 }
 
-Status TierCopier::ReduceHalfHome(Communicator& c, const float* src, uint16_t* staging, uint16_t* home,
-                                  bool replace) {
+Status TierCopier::ReduceHalfHome(Communicator& c, const float* src, uint16_t* staging, uint16_t* home, bool replace) {
   const HalfFormat format = *options_.grad_home;
   const int64_t chunk = chunk_bytes_ / int64_t(sizeof(float)), n = chunk / world_;
   uint16_t* sum = reinterpret_cast<uint16_t*>(scratch_.data());
@@ -243,9 +254,10 @@ CollectiveTicket TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& 
       // 16-bit gradients: reduced in 16 bits, half the bytes on the wire.
       uint16_t* staging = reinterpret_cast<uint16_t*>(device.downward_staging());
       uint16_t* home = host.HalfHome(index);
-      ticket = StartAfter(StreamKind::kDeviceToHost, [this, src, staging, home, replace](Communicator& c) {
-        return ReduceHalfHome(c, src, staging, home, replace);
-      });
+      ticket =
+          StartAfter(StreamKind::kDeviceToHost, Traced(index, [this, src, staging, home, replace](Communicator& c) {
+                       return ReduceHalfHome(c, src, staging, home, replace);
+                     }));
       LogCall(CollectiveOp::kReduceScatter, n, /*half=*/true);
       counters_->moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_ / 2;
       counters_->moved_kind_bytes[int(Direction::kDeviceToHost)][size_t(StateKind::kGrad)] += shard_bytes_ / 2;
@@ -267,26 +279,26 @@ CollectiveTicket TierCopier::WriteHome(int32_t index, int32_t slot, DeviceTier& 
       // NCCL writes GPU memory: reduced into this rank's place in the slot,
       // that part copied down on the communicator's own stream.
       float* own = src + int64_t(rank_) * n;
-      ticket = StartAfter(StreamKind::kDeviceToHost, [this, src, own, sum, n, add_home](Communicator& c) {
-        {
-          NvtxRange scatter("reduce_scatter");
-          PSTAR_RETURN_IF_ERROR(c.ReduceScatter(src, own, n));
-        }
-        backend_.Copy(sum, own, size_t(n) * sizeof(float), StreamKind::kComm);
-        backend_.Record(*comm_copied_, StreamKind::kComm);
-        backend_.Synchronize(*comm_copied_);
-        add_home();
-        return Status();
-      });
+      ticket = StartAfter(StreamKind::kDeviceToHost, Traced(index, [this, src, own, sum, n, add_home](Communicator& c) {
+                            {
+                              NvtxRange scatter("reduce_scatter");
+                              PSTAR_RETURN_IF_ERROR(c.ReduceScatter(src, own, n));
+                            }
+                            backend_.Copy(sum, own, size_t(n) * sizeof(float), StreamKind::kComm);
+                            backend_.Record(*comm_copied_, StreamKind::kComm);
+                            backend_.Synchronize(*comm_copied_);
+                            add_home();
+                            return Status();
+                          }));
     } else {
-      ticket = comm_->Start([src, sum, n, add_home](Communicator& c) {
+      ticket = comm_->Start(Traced(index, [src, sum, n, add_home](Communicator& c) {
         {
           NvtxRange scatter("reduce_scatter");
           PSTAR_RETURN_IF_ERROR(c.ReduceScatter(src, sum, n));
         }
         add_home();
         return Status();
-      });
+      }));
     }
     LogCall(CollectiveOp::kReduceScatter, n);
     counters_->moved_bytes[int(Direction::kDeviceToHost)] += shard_bytes_;

@@ -22,6 +22,7 @@
 #include "worker/core/status.h"
 #include "worker/dist/collective_replay.h"
 #include "worker/dist/communicator.h"
+#include "worker/runtime/chunk_event_log.h"
 #include "worker/runtime/chunk_placement.h"
 #include "worker/runtime/chunk_runtime_options.h"
 #include "worker/runtime/device_backend.h"
@@ -62,8 +63,7 @@ class TierCopier {
   // ranks, gradients) reduce-scattered and added to the home shard, which
   // `home_zero` says holds zeros (then the sum replaces it, and it is reset):
   // the ticket of that reduce-scatter, whose work ends with the home's sum.
-  CollectiveTicket WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host,
-                             bool& home_zero);
+  CollectiveTicket WriteHome(int32_t index, int32_t slot, DeviceTier& device, const HostTier& host, bool& home_zero);
   // The end of the last copy into the chunk's host home (d2h stream): the
   // host touches the home, and a load copies from it, only after it.
   Event& home_written(int32_t index) { return *home_written_[size_t(index)]; }
@@ -71,6 +71,9 @@ class TierCopier {
   void SetMoveObserver(MoveObserver* observer) { move_observer_ = observer; }
   // Appends every collective started from now on to `log` (null: stop).
   void SetCallLog(std::vector<CollectiveCall>* log) { call_log_ = log; }
+  // Records each collective's begin and end (on the communicator's thread)
+  // in `log`; null for none. Not owned.
+  void SetEventLog(ChunkEventLog* log) { event_log_ = log; }
 
  private:
   TierCopier(DeviceBackend& backend, Communicator* comm, const ChunkPlacement& placement, int64_t chunk_bytes,
@@ -89,6 +92,9 @@ class TierCopier {
   // The all-gather of 16-bit shards of `shard` values each into `dst`
   // (logged as started).
   std::function<Status(Communicator&)> GatherHalf(const uint16_t* own, uint16_t* dst, int64_t shard);
+  // `work`, the collective of placement index `index`, between its begin and
+  // end events when an event log is attached.
+  std::function<Status(Communicator&)> Traced(int32_t index, std::function<Status(Communicator&)> work);
 
   DeviceBackend& backend_;
   Communicator* comm_;
@@ -100,6 +106,7 @@ class TierCopier {
   RuntimeCounters* counters_;
   MoveObserver* move_observer_ = nullptr;
   std::vector<CollectiveCall>* call_log_ = nullptr;
+  ChunkEventLog* event_log_ = nullptr;
   void LogCall(CollectiveOp op, int64_t shard_elems, bool half = false) {
     if (call_log_ != nullptr) call_log_->push_back({op, shard_elems, half});
   }

@@ -50,5 +50,59 @@ TEST(Prefetch, BetweenStepsSkipsGradientsAndCountsFromBeforeTheFirstMoment) {
   EXPECT_EQ(t.moment(), 0);
 }
 
+TEST(Prefetch, BetweenStepsInPiecesLoadsWhatTheWholeWalkDoesAsChunksBecomeReady) {
+  ChunkPlacement p;
+  p.num_chunks = 3;  // 3, 4, 5 are gradients
+  ChunkTrace t(p.total());
+  test::RecordStep(t, {{0, 3}, {1}, {2, 4}, {1, 5}});
+  std::vector<std::pair<int32_t, int64_t>> whole, pieces;
+  PrefetchNextStep(t, 3, p, [&](int32_t i, int64_t d) {
+    whole.push_back({i, d});
+    return true;
+  });
+  std::vector<bool> ready(3, false);
+  NextStepPrefetch walk;
+  auto load = [&](int32_t i, int64_t d) {
+    EXPECT_TRUE(ready[size_t(i)]) << "chunk " << i << " loaded before it was ready";
+    pieces.push_back({i, d});
+    return true;
+  };
+  auto is_ready = [&](int32_t i) { return bool(ready[size_t(i)]); };
+  walk.Advance(t, 3, p, load, is_ready);  // nothing ready: nothing loaded
+  EXPECT_TRUE(pieces.empty());
+  EXPECT_EQ(t.moment(), -1);
+  ready[1] = true;  // not the first: still nothing
+  walk.Advance(t, 3, p, load, is_ready);
+  EXPECT_TRUE(pieces.empty());
+  ready[0] = true;
+  walk.Advance(t, 3, p, load, is_ready);  // moments 0 and 1, then 2 waits
+  EXPECT_EQ(pieces, (std::vector<std::pair<int32_t, int64_t>>{{0, 1}, {1, 2}}));
+  EXPECT_FALSE(walk.ended());
+  walk.Finish(t, 3, p, [&](int32_t i, int64_t d) {
+    pieces.push_back({i, d});
+    return true;
+  });
+  EXPECT_EQ(pieces, whole);
+  EXPECT_TRUE(walk.ended());
+  EXPECT_EQ(t.moment(), 0);
+
+  // Without room the walk ends for good, ready or not.
+  pieces.clear();
+  walk.Reset();
+  walk.Advance(
+      t, 3, p,
+      [&](int32_t i, int64_t d) {
+        pieces.push_back({i, d});
+        return i != 1;
+      },
+      [](int32_t) { return true; });
+  EXPECT_TRUE(walk.ended());
+  walk.Finish(t, 3, p, [&](int32_t i, int64_t d) {
+    pieces.push_back({i, d});
+    return true;
+  });
+  EXPECT_EQ(pieces, (std::vector<std::pair<int32_t, int64_t>>{{0, 1}, {1, 2}}));
+}
+
 }  // namespace
 }  // namespace pstar

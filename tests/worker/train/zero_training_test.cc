@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "tests/worker/dist/thread_group_communicator.h"
@@ -14,10 +15,10 @@ namespace pstar {
 namespace {
 
 struct WorldResult {
-  std::vector<float> losses;                 // rank 0's view (all ranks agree)
-  std::vector<std::vector<float>> params;    // whole tensors, assembled from every rank
-  std::vector<int64_t> optimizer_bytes;      // per rank: host bytes of exp_avg + exp_avg_sq
-  int64_t total_optimizer_bytes = 0;         // of the whole model, as laid out for this world
+  std::vector<float> losses;               // rank 0's view (all ranks agree)
+  std::vector<std::vector<float>> params;  // whole tensors, assembled from every rank
+  std::vector<int64_t> optimizer_bytes;    // per rank: host bytes of exp_avg + exp_avg_sq
+  int64_t total_optimizer_bytes = 0;       // of the whole model, as laid out for this world
   int64_t evictions = 0;
   int64_t grad_evictions = 0;  // each one reduce-scatters a partial sum into the home shard
   int64_t grad_d2h_bytes = 0;  // rank 0's gradient bytes reduce-scattered home
@@ -28,8 +29,7 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // Trains `config` with `world` ranks; batch_size in `config` is the global
 // batch. `queued`: each rank's communicator runs its collectives on a thread
 // of its own (as pstar's do), so runtime.comm_overlap puts them under compute.
-WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data,
-                       bool queued = false) {
+WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data, bool queued = false) {
   Config global = test::TinyGptConfig(overrides);
   overrides.push_back(Set("train.batch_size", global.train.batch_size / world));
   const Config config = test::TinyGptConfig(overrides);
@@ -207,6 +207,140 @@ TEST(ZeroTraining, CollectivesUnderComputeAgreeWithOneRankAndRepeatTheirBits) {
   EXPECT_GT(tight.grad_evictions, 0);
   ExpectClose(tight, one_accum, "world 2 with comm_overlap at the minimum budget, accumulating");
   ExpectSameBits(TrainWorld(2, accum, data, /*queued=*/true), tight, "the same, run again");
+}
+
+TEST(ZeroTraining, TheEventLogShowsEachCollectiveOnceAndEveryUseAfterItsGather) {
+  // At the minimum budget every param chunk is gathered for each use; rank
+  // 0's event log must hold one begin/end pair per collective it started,
+  // never two at once (one communicator thread), and each use of a chunk
+  // after that chunk's gather ended.
+  auto data = test::RandomTokens(6000, 40, 24);
+  std::vector<std::string> o = {"train.batch_size=2", "train.steps=2", "default_chunk_size=1536"};
+  auto plan = PlanMemory(test::TinyGptConfig(o), 2);
+  ASSERT_TRUE(plan.ok());
+  o.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const Config config = test::TinyGptConfig(o);
+  auto comms = test::MakeThreadGroupCommunicators(2);
+  for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
+  ChunkEventLog log;
+  std::vector<CollectiveCall> calls;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto t = Trainer::Create(config, data, comms[size_t(rank)].get());
+      if (!t.ok()) {
+        errors[size_t(rank)] = t.status().message();
+        return;
+      }
+      if (rank == 0) {
+        (*t)->SetEventLog(&log);
+        (*t)->store().chunks().RecordCollectives(&calls);
+      }
+      for (int64_t s = 0; s < config.train.steps; ++s) {
+        if (auto st = (*t)->Step(); !st.ok()) {
+          errors[size_t(rank)] = st.status().message();
+          return;
+        }
+      }
+      (*t)->FinishUpdates();
+      if (rank == 0) (*t)->store().chunks().RecordCollectives(nullptr);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  int64_t gathers = 0, scatters = 0;
+  for (const CollectiveCall& c : calls) (c.op == CollectiveOp::kAllGather ? gathers : scatters) += 1;
+  ASSERT_GT(gathers, 0);
+  ASSERT_GT(scatters, 0);
+  std::map<ChunkEventKind, int64_t> count;
+  ChunkEvent open{};
+  bool running = false;
+  std::map<int32_t, bool> gathered;  // chunk -> its last gather has ended
+  for (const ChunkEvent& e : log.Events()) {
+    ++count[e.kind];
+    switch (e.kind) {
+      case ChunkEventKind::kGatherBegin:
+      case ChunkEventKind::kReduceScatterBegin:
+        ASSERT_FALSE(running) << "collective event " << e.seq << " began while " << open.seq << " ran";
+        running = true;
+        open = e;
+        if (e.kind == ChunkEventKind::kGatherBegin) gathered[e.chunk] = false;
+        break;
+      case ChunkEventKind::kGatherEnd:
+      case ChunkEventKind::kReduceScatterEnd:
+        ASSERT_TRUE(running) << "event " << e.seq << " ends no collective";
+        EXPECT_EQ(e.chunk, open.chunk) << "event " << e.seq;
+        EXPECT_EQ(int(e.kind), int(open.kind) + 1) << "event " << e.seq;
+        running = false;
+        if (e.kind == ChunkEventKind::kGatherEnd) gathered[e.chunk] = true;
+        break;
+      case ChunkEventKind::kForwardUse:
+      case ChunkEventKind::kBackwardUse:
+        EXPECT_TRUE(gathered.count(e.chunk) && gathered[e.chunk])
+            << "use " << e.seq << " of chunk " << e.chunk << " before its gather ended";
+        break;
+      default:
+        break;
+    }
+  }
+  EXPECT_FALSE(running);
+  EXPECT_EQ(count[ChunkEventKind::kGatherBegin], gathers);
+  EXPECT_EQ(count[ChunkEventKind::kGatherEnd], gathers);
+  EXPECT_EQ(count[ChunkEventKind::kReduceScatterBegin], scatters);
+  EXPECT_EQ(count[ChunkEventKind::kReduceScatterEnd], scatters);
+}
+
+TEST(ZeroTraining, TheNextStepsGathersStartBetweenTheOptimizersUpdates) {
+  // With N ranks the link need not idle while the optimizer runs: once a
+  // chunk's update is over, its gather for the next step's first moments
+  // starts, before the later chunks update. Counted on rank 0's thread: the
+  // gathers started by each update_begin of a step after the first.
+  auto data = test::RandomTokens(6000, 40, 24);
+  const Config config = test::TinyGptConfig({"train.batch_size=2", "train.steps=3", "default_chunk_size=1536"});
+  auto comms = test::MakeThreadGroupCommunicators(2);
+  for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
+  ChunkEventLog log;
+  std::vector<CollectiveCall> calls;
+  std::vector<std::pair<int64_t, size_t>> started_at_update;  // (step, gathers started so far)
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto t = Trainer::Create(config, data, comms[size_t(rank)].get());
+      if (!t.ok()) {
+        errors[size_t(rank)] = t.status().message();
+        return;
+      }
+      if (rank == 0) {
+        (*t)->SetEventLog(&log);
+        (*t)->store().chunks().RecordCollectives(&calls);
+        log.SetListener([&](const ChunkEvent& e) {
+          if (e.kind == ChunkEventKind::kUpdateBegin) started_at_update.push_back({e.step, calls.size()});
+        });
+      }
+      for (int64_t s = 0; s < config.train.steps; ++s) {
+        if (auto st = (*t)->Step(); !st.ok()) {
+          errors[size_t(rank)] = st.status().message();
+          return;
+        }
+      }
+      if (rank == 0) {
+        log.SetListener(nullptr);
+        (*t)->store().chunks().RecordCollectives(nullptr);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (int64_t step = 1; step < config.train.steps; ++step) {
+    std::vector<size_t> counts;
+    for (const auto& [s, n] : started_at_update) {
+      if (s == step) counts.push_back(n);
+    }
+    ASSERT_GE(counts.size(), 2u) << "step " << step;
+    EXPECT_GT(counts.back(), counts.front()) << "step " << step << ": no gather started between its updates";
+  }
 }
 
 TEST(ZeroTraining, SixteenBitParamGathersUnderComputeAgreeWithOneRank) {
