@@ -187,7 +187,7 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   const bool resident = plan.device_bytes >= plan.all_resident_device_bytes;
   const double passes = resident ? 1.0 : 2.0 * double(c.train.grad_accum_steps);
   const double host_updated = double(plan.num_chunks - plan.device_adam_chunks) / double(plan.num_chunks);
-  double h2d = 0, d2h = 0;
+  double h2d = 0, d2h = 0, ends = 0;
   if (gpus == 1) {
     h2d = (resident ? host_updated : passes) * elements * param_bytes;
     d2h = (resident ? host_updated : 1.0) * elements * grad_bytes;
@@ -202,8 +202,15 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
                                     : spec.intra_node_gbytes_per_s * 1e9;
     p.collective_s = (p.gather_bytes + p.scatter_bytes) / bandwidth;
     const double collectives = (passes + 1.0) * double(plan.num_chunks);
-    p.collective_latency_s =
-        collectives * (n - 1) * (across ? spec.inter_latency_s : spec.intra_latency_s);
+    const double hop = across ? spec.inter_latency_s : spec.intra_latency_s;
+    p.collective_latency_s = collectives * (n - 1) * hop;
+    // The chunk pipeline's ends: the step's first op waits for its chunk's
+    // gather, which starts only once the optimizer has updated that chunk,
+    // and the optimizer waits for the last gradient's reduce-scatter, which
+    // starts only after the last backward op. One chunk's gather and one
+    // chunk's reduce-scatter run with nothing beside them, whatever the
+    // overlap (bench/zero_netns.sh's runs show both ends idle but for them).
+    ends = (p.gather_bytes / passes + p.scatter_bytes) / double(plan.num_chunks) / bandwidth + 2.0 * (n - 1) * hop;
   }
   p.pcie_s = std::max(h2d, d2h) / (Or(spec.pcie_gbytes_per_s, "pcie_gbytes_per_s") * 1e9);
   p.adam_s = host_updated * elements / n / Or(spec.host_adam_params_per_s, "host_adam_params_per_s");
@@ -215,8 +222,9 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   const double comm = p.collective_s + p.collective_latency_s;
   const double beside = std::max(p.pcie_s, p.adam_s + p.disk_s);
   p.step_sync_s = p.compute_s + comm + std::max(0.0, beside - p.compute_s);
-  p.step_overlap_s = std::max({p.compute_s, comm, beside});
-  p.exposed_collective_s = std::max(0.0, comm - p.compute_s);
+  p.pipeline_ends_s = ends;
+  p.step_overlap_s = std::min(p.step_sync_s, std::max({p.compute_s, comm, beside}) + ends);
+  p.exposed_collective_s = std::max(0.0, p.step_overlap_s - std::max(p.compute_s, beside));
   p.tokens_per_s = p.step_overlap_s > 0 ? n * p.tokens_per_rank / p.step_overlap_s : 0.0;
 
   // The largest model of this width that fits this world size.

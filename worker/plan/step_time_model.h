@@ -3,8 +3,9 @@
 // --scale`. Per rank and step: compute, the PCIe copies of chunks, the ZeRO
 // collectives (ring all-gather and reduce-scatter, bandwidth and latency
 // terms), the host's Adam and the disk tier; the step with collectives
-// synchronous (runtime.comm_overlap false) and under compute, tokens/s, and the
-// largest model of the job's width that fits each world size.
+// synchronous (runtime.comm_overlap false) and under compute (the larger of
+// compute and communication, plus the chunk pipeline's ends), tokens/s, and
+// the largest model of the job's width that fits each world size.
 //
 // The rates a step depends on most were measured on a GPU host and are
 // cited (kMeasuredRates); the network's are modelled (NCCL-class bus
@@ -60,6 +61,7 @@ struct StepPrediction {
   double adam_s = 0, disk_s = 0;
   double gather_bytes = 0, scatter_bytes = 0;  // per rank per step
   double step_sync_s = 0;       // collectives synchronous (comm_overlap false)
+  double pipeline_ends_s = 0;   // one chunk's gather and one's reduce-scatter, with nothing beside them
   double step_overlap_s = 0;    // collectives, copies and Adam under compute
   double exposed_collective_s = 0;  // of the overlapped step
   double tokens_per_s = 0;      // with overlap

@@ -87,11 +87,22 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   EXPECT_NEAR(sixteen->collective_s, (sixteen->gather_bytes + sixteen->scatter_bytes) / (400e9 * 0.9 / 8), 1e-12);
   // Host Adam shards with the ranks.
   EXPECT_NEAR(sixteen->adam_s * 2, eight->adam_s, 1e-12);
+  // The pipeline's ends: one chunk's gather (of one pass) and one chunk's
+  // reduce-scatter, with their ring latencies; none on one GPU.
+  EXPECT_EQ(one->pipeline_ends_s, 0.0);
+  EXPECT_NEAR(eight->pipeline_ends_s,
+              (eight->gather_bytes / passes + eight->scatter_bytes) / double(plan8->num_chunks) / 370e9 + 2 * 7 * 3e-6,
+              1e-12);
   for (const auto& p : {*one, *eight, *sixteen}) {
     EXPECT_LE(p.step_overlap_s, p.step_sync_s + 1e-12) << p.gpus;
     EXPECT_GE(p.step_overlap_s, p.compute_s) << p.gpus;
-    EXPECT_NEAR(p.exposed_collective_s,
-                std::max(0.0, p.collective_s + p.collective_latency_s - p.compute_s), 1e-12);
+    const double comm = p.collective_s + p.collective_latency_s;
+    const double beside = std::max(p.pcie_s, p.adam_s + p.disk_s);
+    EXPECT_NEAR(p.step_overlap_s,
+                std::min(p.step_sync_s, std::max({p.compute_s, comm, beside}) + p.pipeline_ends_s), 1e-12)
+        << p.gpus;
+    EXPECT_NEAR(p.exposed_collective_s, std::max(0.0, p.step_overlap_s - std::max(p.compute_s, beside)), 1e-12)
+        << p.gpus;
   }
   EXPECT_GT(sixteen->tokens_per_s, eight->tokens_per_s);
 }
