@@ -22,6 +22,10 @@
 #     offload-sweep    that size at batches 2..16: where Adam stops bounding (5-9 min)
 #     offload-margin   margin_use_ratio 0.8 and 1.0: the largest each plans, trained (3-6 min)
 #     adam             CPU Adam against the bandwidth bound, 1..16 threads (1-2 min)
+#     zero-netns       not by default: ZeRO over a 1 Gbit/s shaped link at 2 and 3
+#                      ranks on the CPU backend, each rank with cores of its own
+#                      (bench/zero_netns.sh; skipped where namespaces or tc are
+#                      missing)                                          (1-2 min)
 #   "offload" stands for offload-plan, offload-pstar, offload-fsdp and offload-compare.
 #   Three invocations of under 10 minutes each (the same OUT_DIR each time:
 #   later parts read what earlier ones wrote there):
@@ -59,7 +63,7 @@ while [ "$#" -gt 0 ]; do
     --archive) archive="${1:?--archive needs a file}"; shift ;;
     offload) parts+=(offload-plan offload-pstar offload-fsdp offload-compare) ;;
     env | transfer | in-memory | step | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
-      offload-waits | offload-sweep | offload-margin | adam) parts+=("$a") ;;
+      offload-waits | offload-sweep | offload-margin | adam | zero-netns) parts+=("$a") ;;
     *) die "unknown part $a (try --help)" ;;
   esac
 done
@@ -116,6 +120,7 @@ run_part() {
         offload-margin) cmd=("$here/gpu_offload_scale.sh" --part margin) ;;
         overlap) cmd=("$here/chunk_transfer.sh" --skip-bandwidth) ;;
         adam) cmd=("$here/cpu_adam_bandwidth.sh") ;;
+        zero-netns) cmd=("$here/zero_netns.sh" --ranks "2 3" --rates 1gbit --steps 12 --events) ;;
       esac
       timeout "${PART_TIMEOUT:-540}" bash "${cmd[@]}" ${dry[@]+"${dry[@]}"} --log-dir "$out" 2>&1 | tee "$log"
       rc=${PIPESTATUS[0]}
@@ -134,6 +139,7 @@ run_part() {
       offload-waits | offload-sweep | offload-margin) grep -E '^(==|   )' "$log" | grep -v '^== plan' ;;
       overlap) grep -E '^overlap' "$log" ;;
       adam) grep -E '^ +[0-9]+ |^pstar/pytorch|^pytorch' "$log" ;;
+      zero-netns) grep -E '^(netns|link|zero_netns|shape)|timeline +(step|median)' "$log" ;;
     esac
   } >> "$out/summary.txt"
   return 0

@@ -33,9 +33,13 @@
 # Usage: bench/zero_netns.sh [--ranks "2 3"] [--rates "1gbit 500mbit 250mbit"]
 #                            [--overlap "off on"] [--extra-chunks K] [--steps N]
 #                            [--shape bench|tiny] [--log-dir DIR] [--events]
+#                            [--chunk ELEMENTS] [--dry-run]
 #   The device budget is the plan's smallest plus K chunks (default 2);
 #   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead,
 #   default 16: a gather must start a chunk's worth of ops ahead).
+#   --chunk sets default_chunk_size (the bench shape's default 1048576;
+#   at least 524288, its largest tensor). --dry-run: the tiny shape, 2 ranks,
+#   1 Gbit/s, 3 steps (what bench/run-gpu-benchmarks.sh --dry-run runs).
 #   --events writes each rank's chunk event log (DIR/events_<run>.csv.rank<K>)
 #   and prints rank 0's link timeline (bench/collective_timeline.py).
 #   Lines "netns ranks=... rate=... overlap=... status=ok step_s=... ..."
@@ -49,7 +53,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pstar="${PSTAR_BUILD_DIR:-$root/build}/bin/pstar"
 py="${PYTHON3:-python3}"
 ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=16
-events=0 chunk=""
+events=0 chunk="" dry_run=0
 die() { echo "zero_netns: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -63,6 +67,7 @@ while [ "$#" -gt 0 ]; do
     --log-dir) log_dir="$2"; shift ;;
     --events) events=1 ;;
     --chunk) chunk="$2"; shift ;;
+    --dry-run) dry_run=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" ;;
   esac
@@ -71,7 +76,9 @@ done
 [[ "$steps" =~ ^[0-9]+$ ]] && [ "$steps" -ge 2 ] || die "--steps: a whole number of at least 2, got '$steps'"
 [[ "$extra" =~ ^[0-9]+$ ]] && [ "$extra" -le 64 ] || die "--extra-chunks: a whole number from 0 to 64, got '$extra'"
 [ -z "$depth" ] || [[ "$depth" =~ ^[0-9]+$ ]] || die "--prefetch-depth: a whole number, got '$depth'"
+[ -z "$chunk" ] || [[ "$chunk" =~ ^[1-9][0-9]*$ ]] || die "--chunk: a number of elements, got '$chunk'"
 for n in $ranks_list; do [[ "$n" =~ ^[2-8]$ ]] || die "--ranks: each from 2 to 8, got '$n'"; done
+[ "$dry_run" = 0 ] || { shape=tiny ranks_list=2 rates=1gbit steps=3; }
 case "$shape" in bench | tiny) ;; *) die "--shape: bench or tiny, got '$shape'" ;; esac
 for o in $overlaps; do case "$o" in on | off) ;; *) die "--overlap: each on or off, got '$o'" ;; esac; done
 for r in $rates; do

@@ -3,11 +3,13 @@
 tiny shape: 2 and 3 ranks, each `pstar launch --nnodes N --node-rank K` in a
 namespace of its own, the links unshaped and then shaped to 100 Mbit/s with
 tc's token bucket, the collectives waited for as they start and run under
-compute (runtime.comm_overlap off and on). Every rank finishes, the run
+compute (runtime.comm_overlap off and on), each rank's chunk event log
+recorded. Every rank finishes, the run
 trains the same numbers at any rate, overlap on and off agree, the payload is at least
 ZeRO-3's count, the replayed step's and `pstar plan --payload`'s equal it exactly, the wire carries
 it with a small protocol overhead, the shaped link makes the collectives
-slower, and every namespace is gone afterwards. Speed targets stay in bench/.
+slower, every rank's event log pairs each collective's begin with its end and
+rank 0's timeline adds up, and every namespace is gone afterwards. Speed targets stay in bench/.
 
 Where namespaces cannot be made (not root, no netns) the test skips; with
 PSTAR_EXPECT_NETNS=1 a skip fails.
@@ -42,7 +44,7 @@ class ZeroNetnsTest(unittest.TestCase):
         env = dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR, PYTHON3="/usr/bin/python3")
         cls.proc = subprocess.run(
             ["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny", "--ranks", "2 3",
-             "--rates", "100mbit", "--overlap", "off on", "--extra-chunks", "0", "--steps", "4", "--log-dir", cls.tmp.name],
+             "--rates", "100mbit", "--overlap", "off on", "--extra-chunks", "0", "--steps", "4", "--events", "--log-dir", cls.tmp.name],
             env=env, capture_output=True, text=True, timeout=900)
         cls.after = namespaces()
         cls.runs = [fields(l) for l in cls.proc.stdout.splitlines() if l.startswith("netns ")]
@@ -104,12 +106,47 @@ class ZeroNetnsTest(unittest.TestCase):
             self.assertGreater(float(r["comm_alone_s"]), 0.8 * floor, r)
             self.assertGreater(float(r["step_s"]), 0.8 * floor, r)
 
+    def test_every_ranks_event_log_pairs_its_collectives_and_the_timeline_adds_up(self):
+        logs = sorted(f for f in os.listdir(self.tmp.name) if f.startswith("events_"))
+        # One log per rank of every run: 2 ranks x 3 runs, 3 ranks x 3 runs.
+        self.assertEqual(len(logs), 15, logs)
+        for name in logs:
+            with open(os.path.join(self.tmp.name, name)) as f:
+                events = [line.split(",")[2] for line in f.read().splitlines()[1:]]
+            for op in ("gather", "reduce_scatter"):
+                begins, ends = events.count(op + "_begin"), events.count(op + "_end")
+                self.assertGreater(begins, 0, (name, op))
+                self.assertEqual(begins, ends, (name, op))
+        rows = [l.split() for l in self.proc.stdout.splitlines() if re.match(r"  timeline +[0-9]+ ", l)]
+        self.assertGreaterEqual(len(rows), 6 * 3, self.proc.stdout[-2000:])
+        for row in rows:
+            step, busy, idle, head, gaps, tail = (float(x) for x in row[2:8])
+            self.assertAlmostEqual(busy + idle, step, delta=5e-4, msg=row)
+            self.assertAlmostEqual(head + gaps + tail, idle, delta=5e-4, msg=row)
+            self.assertGreater(busy, 0.0, row)
+
+    def test_the_timeline_refuses_what_it_cannot_read_in_one_line(self):
+        one_rank = os.path.join(self.tmp.name, "one_rank.csv")
+        with open(one_rank, "w") as f:
+            f.write("seq,step,event,chunk,time_s\n0,0,step_begin,-1,0.0\n1,0,forward_use,0,0.1\n"
+                    "2,1,step_begin,-1,0.2\n")
+        garbled = os.path.join(self.tmp.name, "garbled.csv")
+        with open(garbled, "w") as f:
+            f.write("seq,step,event,chunk,time_s\n0,0,step_begin,x,y\n")
+        for args in ([os.path.join(self.tmp.name, "missing.csv")], [one_rank], [garbled], [one_rank, "--gaps"]):
+            r = subprocess.run(["/usr/bin/python3", os.path.join(SOURCE_DIR, "bench", "collective_timeline.py")] + args,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, (args, r.stderr))
+            self.assertTrue(r.stderr.startswith("collective_timeline: "), r.stderr)
+
     def test_no_namespace_is_left_behind(self):
         self.assertEqual(self.after, self.before)
 
     def test_bad_arguments_get_one_line_and_exit_2(self):
         for args in (["--ranks", "9"], ["--steps", "1"], ["--shape", "huge"], ["--rates", "fast"],
-                     ["--overlap", "sometimes"], ["--extra-chunks", "many"], ["--prefetch-depth", "deep"]):
+                     ["--overlap", "sometimes"], ["--extra-chunks", "many"], ["--prefetch-depth", "deep"],
+                     ["--chunk", "big"]):
             r = subprocess.run(["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny"] + args,
                                env=dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR), capture_output=True, text=True,
                                timeout=120)
