@@ -20,10 +20,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/tuning.h"
@@ -215,6 +217,43 @@ int main(int argc, char** argv) {
         const std::vector<float> got = dbias.Download(3072);
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 1e-4)});
+      }
+    } else if (std::string(knob.name) == "attention_forward") {
+      // GPT-2 124M's attention (batch 32, 12 heads of 64, T 1024) and a
+      // head size of 128 (batch 4, 32 heads, T 2048), summed.
+      struct Case {
+        int64_t B, T, NH, hs;
+      };
+      const Case cases[] = {{32, 1024, 12, 64}, {4, 2048, 32, 128}};
+      std::vector<std::unique_ptr<Device<__nv_bfloat16>>> qkv, out;
+      std::vector<std::unique_ptr<Device<float>>> lse;
+      for (const Case& c : cases) {
+        qkv.push_back(std::make_unique<Device<__nv_bfloat16>>(size_t(c.B * c.T * 3 * c.NH * c.hs)));
+        FillRandom(qkv.back()->p, qkv.back()->n, rng);
+        out.push_back(std::make_unique<Device<__nv_bfloat16>>(size_t(c.B * c.T * c.NH * c.hs)));
+        lse.push_back(std::make_unique<Device<float>>(size_t(c.B * c.NH * c.T)));
+      }
+      std::vector<float> want;
+      std::vector<int> order = {defaults.*(knob.field)};
+      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      for (int v : order) {
+        const double ms = MedianMs(
+            reps, [] {},
+            [&] {
+              for (size_t k = 0; k < std::size(cases); ++k) {
+                const Case& c = cases[k];
+                kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
+                                     kc::AttentionForwardKernel(v));
+              }
+            });
+        Check(cudaDeviceSynchronize(), "attention forward");
+        std::vector<float> got;
+        for (size_t k = 0; k < std::size(cases); ++k) {
+          const std::vector<float> o = Widen(out[k]->Download(size_t(64 * 1024)));
+          got.insert(got.end(), o.begin(), o.end());
+        }
+        if (want.empty()) want = got;
+        results.push_back({v, ms, Close(got, want, 2e-2)});
       }
     } else {
       std::printf("tune: knob=%s has no timing here\n", knob.name);

@@ -12,6 +12,9 @@
 #                      PyTorch eager and compiled (bench/gpu_in_memory.sh) (4-6 min)
 #     step             GPT-2 124M only, 20 steps: the ratio to PyTorch, the
 #                      profile and its cost (gpu_in_memory.sh --quick)   (under 4 min)
+#     attention        attention alone, each forward kernel and the backward,
+#                      against PyTorch SDPA's flash and cuDNN backends at head
+#                      sizes 64 and 128 (bench/gpu_attention.sh)          (1 min)
 #     offload-plan     the plan of the 2B..20B shapes against this host   (10 s)
 #     offload-pstar    pstar: the largest shape that trains              (2-5 min)
 #     overlap          copy time hidden behind compute at that shape     (2 min)
@@ -62,7 +65,7 @@ while [ "$#" -gt 0 ]; do
     --dry-run) dry=(--dry-run) ;;
     --archive) archive="${1:?--archive needs a file}"; shift ;;
     offload) parts+=(offload-plan offload-pstar offload-fsdp offload-compare) ;;
-    env | transfer | in-memory | step | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
+    env | transfer | in-memory | step | attention | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
       offload-waits | offload-sweep | offload-margin | adam | zero-netns) parts+=("$a") ;;
     *) die "unknown part $a (try --help)" ;;
   esac
@@ -111,6 +114,7 @@ run_part() {
         transfer) cmd=("$here/chunk_transfer.sh" --skip-overlap --sizes-mib "16,32,64,128,256,1024") ;;
         in-memory) cmd=("$here/gpu_in_memory.sh") ;;
         step) cmd=("$here/gpu_in_memory.sh" --quick) ;;
+        attention) cmd=("$here/gpu_attention.sh") ;;
         offload-plan) cmd=("$here/gpu_offload_scale.sh" --part plan) ;;
         offload-pstar) cmd=("$here/gpu_offload_scale.sh" --part pstar) ;;
         offload-fsdp) cmd=("$here/gpu_offload_scale.sh" --part fsdp) ;;
@@ -133,6 +137,7 @@ run_part() {
       env) grep -E '^(gpu|pytorch|cpu|memory):' "$log" ;;
       transfer) grep -E '^(device|summary|skipped|not measured)' "$log" ;;
       in-memory | step) grep -E '^(in_memory:|[0-9]+m: |DRY RUN)|^  pstar (profile:|--profile:|  op )' "$log" ;;
+      attention) grep -E '^(attention:|ratio:|DRY RUN|skipped)' "$log" ;;
       offload-plan) grep -E '^(plan:|DRY RUN)' "$log" ;;
       offload-pstar | offload-fsdp) grep -E '^   (tokens/s|[0-9]+ layers:|failed|giving up|not measured)|^-- ' "$log" ;;
       offload-compare) sed -n '/^== summary/,$p' "$log" ;;

@@ -12,6 +12,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/element.cuh"
+#include "kernels/cuda/mma_primitives.cuh"
 
 namespace pstar::kernels::cuda {
 namespace {
@@ -129,6 +130,7 @@ __device__ __forceinline__ unsigned char* TensorCoreSharedMemory() {
 }
 
 #include "kernels/cuda/attention_tensor_core.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 
 // dsum (B, NH, T) = rowsum(dout * out) per head: one warp per (b, t, h).
 template <typename T, typename A>
@@ -352,9 +354,37 @@ int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return B * NH * T;
 }
 
+namespace {
+
+// The mma.sync forward (attention_mma.cuh) where it applies: head size 64 or
+// 128, qkv 16-byte aligned with C a multiple of 8 (its 16-byte copies), and
+// room for its tiles (sm_80 or later). False where it does not.
+template <typename T, int HS>
+bool LaunchMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, dim3 grid,
+                      cudaStream_t stream) {
+  constexpr size_t smem = MmaForwardSharedBytes<HS>();
+  if (smem > TensorCoreSharedBytesLimit()) return false;
+  AllowSharedBytes(MmaFlashForward<T, HS>, smem, "MmaFlashForward shared memory");
+  const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));  // log2(e) / sqrt(hs)
+  MmaFlashForward<T, HS><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
+  CheckLaunch("MmaFlashForward");
+  return true;
+}
+
+template <typename T>
+bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, int64_t hs, dim3 grid,
+                   cudaStream_t stream) {
+  if (C % 8 != 0 || reinterpret_cast<uintptr_t>(qkv) % 16 != 0) return false;
+  if (hs == 64) return LaunchMmaForward<T, 64>(out, lse, qkv, Tlen, C, NH, grid, stream);
+  if (hs == 128) return LaunchMmaForward<T, 128>(out, lse, qkv, Tlen, C, NH, grid, stream);
+  return false;
+}
+
+}  // namespace
+
 template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, AttentionForwardKernel kernel) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
   CheckHeadSize(hs);
@@ -362,6 +392,7 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   const float scale = 1.0f / std::sqrt(float(hs));
   if constexpr (!std::is_same_v<T, float>) {
+    if (kernel == AttentionForwardKernel::kMma && TryMmaForward(out, lse, qkv, Tlen, C, NH, hs, grid, stream)) return;
     const size_t smem = TensorCoreForwardSharedBytes(int(hs), sizeof(T));
     if (hs % kTcTile == 0 && smem <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreFlashForward<T>, smem, "TensorCoreFlashForward shared memory");
@@ -419,7 +450,8 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
 }
 
 #define PSTAR_INSTANTIATE_ATTENTION(T)                                                                         \
-  template void AttentionForward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);  \
+  template void AttentionForward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, \
+                                    AttentionForwardKernel);                                                  \
   template void AttentionBackward<T>(T*, float*, const T*, const T*, const T*, const float*, int64_t, int64_t, \
                                      int64_t, int64_t, cudaStream_t);
 

@@ -21,9 +21,16 @@ namespace pstar::kernels::cuda {
 // fp32 elements of scratch the backward pass needs (the rowsums of dout·out).
 int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH);
 
+// Which forward a 16-bit run takes where both apply (the KernelTuning knob
+// attention_forward: the tuner times both on the GPU at hand). kMma, the
+// mma.sync kernel with registers for S and O and double-buffered k and v
+// tiles, takes head sizes 64 and 128 with qkv 16-byte aligned and C a
+// multiple of 8; elsewhere, and for fp32, the WMMA or CUDA-core kernels run.
+enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1 };
+
 template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                      cudaStream_t stream);
+                      cudaStream_t stream, AttentionForwardKernel kernel = AttentionForwardKernel::kTensorCore);
 
 // dqkv is overwritten; out and lse are the forward's. The forward's tensors
 // (qkv, out) may be 16-bit (A) where the gradients are fp32 (T = float): a

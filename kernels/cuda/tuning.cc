@@ -8,6 +8,7 @@ const std::vector<TuningKnob>& TuningKnobs() {
   static const std::vector<TuningKnob> knobs = {
       {"cross_entropy_threads", {256, 512, 1024}, &KernelTuning::cross_entropy_threads},
       {"bias_grad_group_rows", {32, 64, 128, 256}, &KernelTuning::bias_grad_group_rows},
+      {"attention_forward", {0, 1}, &KernelTuning::attention_forward},
   };
   return knobs;
 }

@@ -21,6 +21,9 @@ struct KernelTuning {
   // Rows of a bias gradient's row group (at least; at most 256 groups): one
   // block sums this many rows of 32 columns.
   int bias_grad_group_rows = 64;
+  // The attention forward of 16-bit runs (AttentionForwardKernel): 0 the
+  // WMMA tiles, 1 the mma.sync kernel (head sizes 64 and 128).
+  int attention_forward = 0;
 };
 
 // A knob: its name in the table, the candidates the tuner times, and its

@@ -240,7 +240,8 @@ class CudaModelKernels final : public ModelKernels {
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_);
+      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_,
+                           kc::AttentionForwardKernel(tuning_.attention_forward));
     });
   }
   void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,

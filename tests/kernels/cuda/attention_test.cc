@@ -87,6 +87,39 @@ TYPED_TEST(CudaAttentionTest, ForwardMatchesCpu) {
   }
 }
 
+// The mma.sync forward (AttentionForwardKernel::kMma) at the head sizes it
+// takes (64 and 128), and its fallback at the others: every shape matches
+// the CPU kernel and gives the same bits on a second run. fp32 has no mma
+// path and runs the other kernels.
+TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(24);
+  constexpr AttentionShape kMmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},  {1, 77, 192, 3}, {2, 200, 768, 12},
+                                           {1, 129, 128, 1}, {1, 260, 256, 2}, {1, 1030, 512, 4},
+                                           {2, 70, 96, 3}};  // the last: head size 32, the fallback
+  for (const AttentionShape& s : kMmaShapes) {
+    SCOPED_TRACE(Describe(s));
+    const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
+    std::vector<float> out(size_t(s.B * s.T * s.C), kNaN), lse(size_t(s.B * s.NH * s.T), kNaN);
+    DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_out(ToElements<T>(out));
+    DeviceBuffer<float> d_lse(lse);
+    auto run = [&] {
+      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
+                                cuda::AttentionForwardKernel::kMma);
+      return std::make_pair(ToFloats(d_out.Download()), d_lse.Download());
+    };
+    const auto first = run();
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    EXPECT_TRUE(AllClose(first.first, out, Element<T>::kTolerance)) << "out";
+    EXPECT_TRUE(AllClose(first.second, lse, Element<float>::kTolerance)) << "lse";
+    const auto second = run();
+    EXPECT_EQ(first.first, second.first);
+    EXPECT_EQ(first.second, second.second);
+  }
+}
+
 // Backward from the same forward results on both sides (the CPU forward's,
 // out rounded to the element type), so only the backward pass is compared.
 TYPED_TEST(CudaAttentionTest, BackwardMatchesCpu) {

@@ -4,9 +4,15 @@
 // reductions through a per-warp exchange, and WMMA fragments as whole 16x16
 // matrices that lane 0 of a warp loads, multiplies and stores (between two
 // warp barriers) for the warp: the kernels only ever hand fragments to WMMA
-// calls, so the other lanes' copies are never read. It checks indexing,
-// masking and the barriers' placement, not the hardware's fragment layouts,
-// alignment or speed; the GPU tests do that.
+// calls, so the other lanes' copies are never read. For the mma.sync
+// kernels (kernels/cuda/mma_primitives.cuh) it goes further: mma.sync,
+// ldmatrix and shuffles exchange every lane's registers and give each lane
+// what the PTX ISA's fragment layouts give it, ldmatrix and cp.async check
+// their 16-byte alignment and that they address shared memory, and cp.async
+// copies land only at the wait that covers their group (so a read before
+// its wait sees garbage). It checks indexing, masking, the fragment layouts
+// as documented and the barriers' placement, not the hardware or its speed;
+// the GPU tests do that.
 //
 // CUDA's built-in names (threadIdx, blockIdx, blockDim) must be plain names
 // here, so they are thread_local variables that RunBlocks sets per emulated
@@ -18,6 +24,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -38,7 +45,10 @@ constexpr int kWarpSize = 32;
 // dynamic shared memory.
 struct Block {
   explicit Block(unsigned threads, size_t shared_bytes)
-      : all(threads), exchange(threads), shared(shared_bytes + 128, 0xCD) {  // uninitialized, as on a GPU
+      : all(threads),
+        exchange(threads),
+        words(size_t(threads) * kWords),
+        shared(shared_bytes + 128, 0xCD) {  // uninitialized, as on a GPU
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w) {
       warps.push_back(std::make_unique<std::barrier<>>(std::min<unsigned>(kWarpSize, threads - w * kWarpSize)));
     }
@@ -46,10 +56,21 @@ struct Block {
   std::barrier<> all;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<float> exchange;
+  static constexpr size_t kWords = 8;
+  std::vector<uint64_t> words;  // kWords per thread: the registers a warp-wide instruction exchanges
   std::vector<unsigned char> shared;
 };
 
 inline thread_local Block* current_block = nullptr;
+
+// cp.async: each thread's copies wait in groups and land at the wait that
+// covers them.
+struct AsyncCopy {
+  void* dst;
+  const void* src;  // null: zeros
+};
+inline thread_local std::vector<AsyncCopy> uncommitted_copies;
+inline thread_local std::vector<std::vector<AsyncCopy>> committed_copies;
 
 }  // namespace pstar::test::emulation
 
@@ -124,6 +145,11 @@ inline void RunBlocks(Dim3 grid, unsigned threads, size_t shared_bytes, const st
         for (unsigned bx = 0; bx < grid.x; ++bx) {
           blockIdx = {bx, by, 0};
           kernel();
+          if (!uncommitted_copies.empty() || !committed_copies.empty()) {
+            std::fprintf(stderr, "warp emulation: thread %u ended block %u,%u with cp.async copies not waited for\n", t,
+                         bx, by);
+            std::abort();
+          }
           block.all.arrive_and_wait();  // every thread is done with the block
           if (t == 0) std::fill(block.shared.begin(), block.shared.end(), 0xCD);
           block.all.arrive_and_wait();
@@ -132,6 +158,129 @@ inline void RunBlocks(Dim3 grid, unsigned threads, size_t shared_bytes, const st
     });
   }
   for (std::thread& th : pool) th.join();
+}
+
+}  // namespace pstar::test::emulation
+
+namespace pstar::test::emulation {
+
+[[noreturn]] inline void EmulationFault(const char* what, const void* p) {
+  std::fprintf(stderr, "warp emulation: %s (address %p, thread %u, block %u,%u)\n", what, p, threadIdx.x, blockIdx.x,
+               blockIdx.y);
+  std::abort();
+}
+
+inline bool InShared(const void* p, size_t bytes) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  const std::vector<unsigned char>& s = current_block->shared;
+  return c >= s.data() && c + bytes <= s.data() + s.size();
+}
+
+// Every lane of the calling warp publishes `n` words; `read(lane, i)` then
+// gives lane `lane`'s word i until Done.
+struct WarpExchange {
+  explicit WarpExchange(const uint64_t* mine, size_t n) : block(*current_block) {
+    base = threadIdx.x - threadIdx.x % kWarpSize;
+    __syncwarp();
+    std::copy(mine, mine + n, block.words.begin() + ptrdiff_t(threadIdx.x * Block::kWords));
+    __syncwarp();
+  }
+  uint64_t read(unsigned lane, size_t i) const { return block.words[(base + lane) * Block::kWords + i]; }
+  ~WarpExchange() { __syncwarp(); }
+  Block& block;
+  unsigned base = 0;
+};
+
+inline uint16_t LoadHalfBits(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// mma.sync.m16n8k16 with fp32 C/D, for the emulation's 16-bit type.
+template <typename T>
+void MmaM16N8K16(float* d, const uint32_t* a, const uint32_t* b) {
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  const uint64_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  WarpExchange x(mine, 6);
+  auto element = [&](unsigned lane, size_t reg, int high) {
+    const uint32_t w = uint32_t(x.read(lane, reg));
+    return kernels::BFloat16ToFloat(uint16_t(high ? w >> 16 : w & 0xFFFFu));
+  };
+  auto A = [&](int row, int k) {
+    return element(unsigned((row % 8) * 4 + (k % 8) / 2), (row >= 8) + 2 * (k >= 8), k % 2);
+  };
+  auto B = [&](int k, int n) { return element(unsigned(n * 4 + (k % 8) / 2), 4 + (k >= 8), k % 2); };
+  const int lane = int(threadIdx.x) % kWarpSize, g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+    float sum = d[e];
+    for (int k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
+    d[e] = sum;
+  }
+}
+
+inline void LdMatrixX4Impl(uint32_t* r, const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) EmulationFault("ldmatrix row address not 16-byte aligned", row);
+  if (!InShared(row, 16)) EmulationFault("ldmatrix row address outside shared memory", row);
+  const uint64_t mine[1] = {uint64_t(reinterpret_cast<uintptr_t>(row))};
+  WarpExchange x(mine, 1);
+  auto row_of = [&](unsigned lane) { return reinterpret_cast<const uint16_t*>(uintptr_t(x.read(lane, 0))); };
+  const unsigned lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (!trans) {
+      lo = LoadHalfBits(row_of(8 * i + g) + 2 * t);
+      hi = LoadHalfBits(row_of(8 * i + g) + 2 * t + 1);
+    } else {
+      lo = LoadHalfBits(row_of(8 * i + 2 * t) + g);
+      hi = LoadHalfBits(row_of(8 * i + 2 * t + 1) + g);
+    }
+    r[i] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+}
+inline void LdMatrixX4(uint32_t* r, const void* row) { LdMatrixX4Impl(r, row, false); }
+inline void LdMatrixX4Trans(uint32_t* r, const void* row) { LdMatrixX4Impl(r, row, true); }
+
+inline void CpAsync16(void* dst, const void* src, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) EmulationFault("cp.async destination not 16-byte aligned", dst);
+  if (!InShared(dst, 16)) EmulationFault("cp.async destination outside shared memory", dst);
+  if (valid && reinterpret_cast<uintptr_t>(src) % 16 != 0) EmulationFault("cp.async source not 16-byte aligned", src);
+  uncommitted_copies.push_back({dst, valid ? src : nullptr});
+}
+inline void CpAsyncCommit() {
+  committed_copies.push_back(std::move(uncommitted_copies));
+  uncommitted_copies.clear();
+}
+template <int kPending>
+void CpAsyncWait() {
+  while (committed_copies.size() > size_t(kPending)) {
+    for (const AsyncCopy& c : committed_copies.front()) {
+      if (c.src != nullptr) {
+        std::memcpy(c.dst, c.src, 16);
+      } else {
+        std::memset(c.dst, 0, 16);
+      }
+    }
+    committed_copies.erase(committed_copies.begin());
+  }
+}
+
+inline float ShflXor(float v, int mask) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const uint64_t mine[1] = {bits};
+  WarpExchange x(mine, 1);
+  const uint32_t theirs = uint32_t(x.read((threadIdx.x % kWarpSize) ^ unsigned(mask), 0));
+  float out;
+  std::memcpy(&out, &theirs, sizeof out);
+  return out;
+}
+
+template <typename T>
+uint32_t PackPair(float lo, float hi) {
+  static_assert(sizeof(T) == 2, "16-bit pairs");
+  return uint32_t(kernels::FloatToBFloat16(lo)) | uint32_t(kernels::FloatToBFloat16(hi)) << 16;
 }
 
 }  // namespace pstar::test::emulation

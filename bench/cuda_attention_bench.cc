@@ -1,0 +1,197 @@
+// pstar's causal attention alone on one GPU, forward and backward, for
+// bench/gpu_attention.sh: each forward kernel (the WMMA tiles and the
+// mma.sync kernel, AttentionForwardKernel) and the backward, at one shape, in
+// bf16 or fp16 with 16-bit gradients. Times are medians of CUDA-event
+// timings after a warm-up; TFLOP/s count the causal half once: the forward's
+// two products are 4 B NH T^2 hs / 2 FLOP, the backward's five 10 B NH T^2
+// hs / 2 (the count PyTorch's and FlashAttention's benchmarks use). Each
+// kernel's output is checked against the first's and a second run's bits
+// against the first's.
+//
+// Prints per forward kernel:
+//   attention: side=pstar kernel=tc|mma B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
+//              bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
+// Without a CUDA device: "skipped: no CUDA device (...)" and exit 0.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+
+namespace {
+
+namespace kc = pstar::kernels::cuda;
+
+struct Options {
+  int64_t B = 8, NH = 12, T = 1024, hs = 64;
+  std::string dtype = "bf16";
+  int reps = 20;
+};
+
+[[noreturn]] void Usage() {
+  std::fprintf(stderr,
+               "usage: cuda_attention_bench [--batch B] [--heads NH] [--seq T] [--head-size HS] "
+               "[--dtype bf16|fp16] [--reps N]\n");
+  std::exit(2);
+}
+
+void Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "cuda_attention_bench: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+int64_t Positive(const char* flag, const char* text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || v <= 0 || v > (1LL << 20)) {
+    std::fprintf(stderr, "cuda_attention_bench: %s: a positive whole number, got '%s'\n", flag, text);
+    std::exit(2);
+  }
+  return v;
+}
+
+template <typename T>
+struct Device {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Device(size_t count) : n(count) { Check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc"); }
+  ~Device() { cudaFree(p); }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  std::vector<T> Download() const {
+    std::vector<T> h(n);
+    Check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+};
+
+double MedianMs(int reps, const std::function<void()>& run) {
+  cudaEvent_t a, b;
+  Check(cudaEventCreate(&a), "event");
+  Check(cudaEventCreate(&b), "event");
+  std::vector<float> ms;
+  for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
+    Check(cudaEventRecord(a), "record");
+    run();
+    Check(cudaEventRecord(b), "record");
+    Check(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    Check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    if (r > 0) ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+float Widen(__half x) { return __half2float(x); }
+template <typename T>
+T Narrow(float x);
+template <>
+__nv_bfloat16 Narrow<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+template <>
+__half Narrow<__half>(float x) {
+  return __float2half(x);
+}
+
+template <typename T>
+int Run(const Options& o) {
+  const int64_t C = o.NH * o.hs;
+  const size_t n_qkv = size_t(o.B * o.T * 3 * C), n_out = size_t(o.B * o.T * C), n_lse = size_t(o.B * o.NH * o.T);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<T> host(n_qkv);
+  for (T& x : host) x = Narrow<T>(normal(rng));
+  Device<T> qkv(n_qkv), out(n_out), dout(n_out), dqkv(n_qkv);
+  Device<float> lse(n_lse), scratch(size_t(kc::AttentionScratchElements(o.B, o.T, C, o.NH)));
+  Check(cudaMemcpy(qkv.p, host.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  host.resize(n_out);
+  for (T& x : host) x = Narrow<T>(normal(rng));
+  Check(cudaMemcpy(dout.p, host.data(), n_out * sizeof(T), cudaMemcpyHostToDevice), "upload");
+
+  const double flop = double(o.B) * double(o.NH) * double(o.T) * double(o.T) * double(o.hs) / 2.0;
+  std::vector<float> first_out;
+  int rc = 0;
+  for (const auto& [name, kernel] :
+       {std::pair{"tc", kc::AttentionForwardKernel::kTensorCore}, std::pair{"mma", kc::AttentionForwardKernel::kMma}}) {
+    auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, kernel); };
+    auto backward = [&] {
+      kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr);
+    };
+    const double fwd_ms = MedianMs(o.reps, forward);
+    const std::vector<T> a = out.Download();
+    forward();
+    const std::vector<T> b = out.Download();
+    const bool same_bits = std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    std::vector<float> got(a.size());
+    for (size_t i = 0; i < a.size(); ++i) got[i] = Widen(a[i]);
+    bool matches = true;
+    if (first_out.empty()) {
+      first_out = got;
+    } else {
+      for (size_t i = 0; i < got.size() && matches; ++i) {
+        matches = std::fabs(got[i] - first_out[i]) <= 2e-2f * (1.0f + std::fabs(first_out[i]));
+      }
+    }
+    const double bwd_ms = MedianMs(o.reps, backward);
+    Check(cudaDeviceSynchronize(), "attention");
+    std::printf(
+        "attention: side=pstar kernel=%s B=%lld NH=%lld T=%lld hs=%lld dtype=%s fwd_ms=%.4f fwd_tflops=%.1f "
+        "bwd_ms=%.4f bwd_tflops=%.1f same_bits=%s matches=%s\n",
+        name, (long long)o.B, (long long)o.NH, (long long)o.T, (long long)o.hs, o.dtype.c_str(), fwd_ms,
+        4.0 * flop / (fwd_ms * 1e9), bwd_ms, 10.0 * flop / (bwd_ms * 1e9), same_bits ? "yes" : "no",
+        matches ? "yes" : "no");
+    if (!same_bits || !matches) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) Usage();
+    const char* v = argv[++i];
+    if (a == "--batch")
+      o.B = Positive("--batch", v);
+    else if (a == "--heads")
+      o.NH = Positive("--heads", v);
+    else if (a == "--seq")
+      o.T = Positive("--seq", v);
+    else if (a == "--head-size")
+      o.hs = Positive("--head-size", v);
+    else if (a == "--reps")
+      o.reps = int(Positive("--reps", v));
+    else if (a == "--dtype")
+      o.dtype = v;
+    else
+      Usage();
+  }
+  if (o.dtype != "bf16" && o.dtype != "fp16") {
+    std::fprintf(stderr, "cuda_attention_bench: --dtype: bf16 or fp16, got '%s'\n", o.dtype.c_str());
+    return 2;
+  }
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
+    std::printf("skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return 0;
+  }
+  return o.dtype == "bf16" ? Run<__nv_bfloat16>(o) : Run<__half>(o);
+}

@@ -1,0 +1,216 @@
+// The FlashAttention-2-class forward for 16-bit elements at head sizes 64 and
+// 128 (included by attention.cu inside its anonymous namespace, and by a host
+// test that runs it on an emulation of threads, mma.sync, ldmatrix, cp.async
+// and shuffles). Written against what both provide: threadIdx, blockIdx,
+// blockDim, __syncthreads, TensorCoreSharedMemory(), FromFloat, min, kBlock,
+// kWarpSize and the primitives of mma_primitives.cuh.
+//
+// The blocking is the other kernels' (64 queries per thread block, key blocks
+// of 64 up to the diagonal, the online softmax in fp32), with what a
+// FlashAttention-2 kernel keeps where:
+// - each of 4 warps owns 16 query rows; its q fragments, S (16 x 64) and the
+//   O accumulator (16 x head size) live in registers, never in shared memory;
+// - S = q k^T and O += P v are m16n8k16 mma.sync products in fp32, their
+//   operands read with ldmatrix (v transposed on the way);
+// - P goes from S's accumulator registers straight into the A operand of
+//   P v (the accumulator of two adjacent n-tiles is laid out as one A
+//   fragment), rounded to the element type as FlashAttention does;
+// - k and v tiles are double-buffered: the next key block's cp.async copies
+//   run under this block's products;
+// - on the diagonal block a warp computes only the 8-key n-tiles its rows
+//   can see (2w + 2 of 8 for warp w), in both products;
+// - the softmax runs in base 2 (exp2 of scores pre-scaled by log2(e)), each
+//   row's max and sum over the 4 lanes that hold it by two shuffles.
+// Rows sit 8 elements (16 bytes) past their width in shared memory, so the 8
+// row addresses of an ldmatrix fall in different banks and every row starts
+// 16-byte aligned. The caller checks what the copies need: qkv 16-byte
+// aligned and C a multiple of 8.
+#pragma once
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaPad = 8;
+
+template <int HS>
+constexpr int MmaLd() {
+  return HS + kMmaPad;
+}
+
+// The q tile and two buffers each of k and v, 16-bit elements.
+template <int HS>
+constexpr size_t MmaForwardSharedBytes() {
+  return size_t(5) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
+}
+
+// rows x HS elements of src (rows ld_src apart) into a tile, 16 bytes per
+// cp.async, zeros past `rows`. Every thread issues its share; the caller
+// commits the group.
+template <int HS, typename T>
+__device__ __forceinline__ void MmaLoadTile(T* tile, const T* src, int64_t ld_src, int rows) {
+  constexpr int kPieces = HS / 8;
+  for (int e = int(threadIdx.x); e < kBlock * kPieces; e += int(blockDim.x)) {
+    const int r = e / kPieces, d = (e % kPieces) * 8;
+    const bool live = r < rows;
+    CpAsync16(tile + r * MmaLd<HS>() + d, live ? src + int64_t(r) * ld_src + d : src, live);
+  }
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+    MmaFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, float scale_log2) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int ld = MmaLd<HS>();
+  constexpr int kSteps = HS / 16;    // k-steps of q k^T
+  constexpr int kDimTiles = HS / 8;  // n-tiles of O
+  constexpr float kLn2 = 0.69314718055994531f;
+  T* qs = reinterpret_cast<T*>(TensorCoreSharedMemory());
+  T* ks = qs + kBlock * ld;      // two buffers
+  T* vs = ks + 2 * kBlock * ld;  // two buffers
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);  // the longest rows first
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * HS;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const int g = lane / 4, tq = lane % 4;   // the fragments' row group and thread in the group
+  const int mi = lane / 8, mr = lane % 8;  // ldmatrix: the matrix this lane addresses, and its row
+
+  MmaLoadTile<HS>(qs, q + r0 * C3, C3, rows);
+  const int cols0 = int(min(int64_t(kBlock), Tlen));
+  MmaLoadTile<HS>(ks, q + C, C3, cols0);
+  MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
+  CpAsyncCommit();
+
+  uint32_t qf[kSteps][4];
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8; m in base 2
+  const int64_t t_row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+
+  for (int64_t j = 0; j <= i; ++j) {
+    const int buf = int(j & 1);
+    if (j < i) {  // the next key block into the other buffer, under this one's products
+      const int64_t c1 = (j + 1) * kBlock;
+      const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
+      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, q + 2 * C + c1 * C3, C3, cols1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();  // all but that group have landed
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+      // The warp's 16 q rows as A fragments, once: matrices (rows 0-7, 8-15)
+      // x (columns 0-7, 8-15) of each 16-column step.
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        LdMatrixX4(qf[kk], qs + (warp * 16 + (mi & 1) * 8 + mr) * ld + kk * 16 + (mi >> 1) * 8);
+      }
+    }
+    const T* kt = ks + buf * kBlock * ld;
+    const T* vt = vs + buf * kBlock * ld;
+    const int64_t c0 = j * kBlock;
+    // On the diagonal block warp w's rows see keys up to 16 w + 15 only.
+    const int tiles = j == i ? 2 * warp + 2 : 8;
+
+    // S (16 x 64) = q k^T: k's rows are B's columns, read as they lie.
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < 8; nt += 2) {
+        if (nt < tiles) {
+          uint32_t kb[4];  // n-tiles nt and nt + 1, each both k halves
+          LdMatrixX4(kb, kt + ((nt + (mi >> 1)) * 8 + mr) * ld + kk * 16 + (mi & 1) * 8);
+          MmaM16N8K16<T>(s[nt], qf[kk], kb);
+          MmaM16N8K16<T>(s[nt + 1], qf[kk], kb + 2);
+        }
+      }
+    }
+
+    // The online softmax: scale, mask, the rows' new maxima over their quad.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = c0 + nt * 8 + 2 * tq + (e & 1);
+        const float v = nt < tiles && key <= t_row[e / 2] ? s[nt][e] * scale_log2 : -INFINITY;
+        s[nt][e] = v;
+        mx[e / 2] = fmaxf(mx[e / 2], v);
+      }
+    }
+    float alpha[2], rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], ShflXor(mx[r], 1));
+      mx[r] = fmaxf(mx[r], ShflXor(mx[r], 2));
+      alpha[r] = exp2f(m[r] - mx[r]);
+      m[r] = mx[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[nt][e] - m[e / 2]);
+        s[nt][e] = p;
+        rowsum[e / 2] += p;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + rowsum[r];
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      o[dt][0] *= alpha[0];
+      o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1];
+      o[dt][3] *= alpha[1];
+    }
+
+    // O += P v, 16 keys a step: P's A fragment from S's registers; v's
+    // rows are B's k, read transposed.
+#pragma unroll
+    for (int kstep = 0; kstep < 4; ++kstep) {
+      if (2 * kstep < tiles) {
+        const uint32_t pa[4] = {PackPair<T>(s[2 * kstep][0], s[2 * kstep][1]),
+                                PackPair<T>(s[2 * kstep][2], s[2 * kstep][3]),
+                                PackPair<T>(s[2 * kstep + 1][0], s[2 * kstep + 1][1]),
+                                PackPair<T>(s[2 * kstep + 1][2], s[2 * kstep + 1][3])};
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; dt += 2) {
+          uint32_t vb[4];  // n-tiles dt and dt + 1, each both k halves
+          LdMatrixX4Trans(vb, vt + (kstep * 16 + (mi & 1) * 8 + mr) * ld + (dt + (mi >> 1)) * 8);
+          MmaM16N8K16<T>(o[dt], pa, vb);
+          MmaM16N8K16<T>(o[dt + 1], pa, vb + 2);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next copies into it
+  }
+
+  // Each row's sum over its quad, then out = O / l and lse = max + log(l).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += ShflXor(l[r], 1);
+    l[r] += ShflXor(l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= rows) continue;
+    const float inv = 1.0f / l[r];
+    T* o_row = out + (b * Tlen + t_row[r]) * C + h * HS;
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      o_row[dt * 8 + 2 * tq] = FromFloat<T>(o[dt][2 * r] * inv);
+      o_row[dt * 8 + 2 * tq + 1] = FromFloat<T>(o[dt][2 * r + 1] * inv);
+    }
+    if (tq == 0) lse[bh * Tlen + t_row[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
+#endif
+}
