@@ -1,12 +1,13 @@
 // pstar's causal attention alone on one GPU, forward and backward, for
-// bench/gpu_attention.sh: each forward kernel (the WMMA tiles and the
-// mma.sync kernel, AttentionForwardKernel) and the backward, at one shape, in
-// bf16 or fp16 with 16-bit gradients. Times are medians of CUDA-event
+// bench/gpu_attention.sh: each kernel family (the WMMA tiles, kernel=tc, and
+// the mma.sync kernels, kernel=mma: AttentionForwardKernel and
+// AttentionBackwardKernel) at one shape, in bf16 or fp16 with 16-bit
+// gradients. Times are medians of CUDA-event
 // timings after a warm-up; TFLOP/s count the causal half once: the forward's
 // two products are 4 B NH T^2 hs / 2 FLOP, the backward's five 10 B NH T^2
 // hs / 2 (the count PyTorch's and FlashAttention's benchmarks use). Each
-// kernel's output is checked against the first's and a second run's bits
-// against the first's.
+// family's output is checked against the first's and a second run's bits
+// against the first's (forward output, then the backward's dqkv).
 //
 // Prints per forward kernel:
 //   attention: side=pstar kernel=tc|mma B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
@@ -125,19 +126,22 @@ int Run(const Options& o) {
   Check(cudaMemcpy(dout.p, host.data(), n_out * sizeof(T), cudaMemcpyHostToDevice), "upload");
 
   const double flop = double(o.B) * double(o.NH) * double(o.T) * double(o.T) * double(o.hs) / 2.0;
-  std::vector<float> first_out;
+  std::vector<float> first_out, first_grad;
   int rc = 0;
   for (const auto& [name, kernel] :
        {std::pair{"tc", kc::AttentionForwardKernel::kTensorCore}, std::pair{"mma", kc::AttentionForwardKernel::kMma}}) {
     auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, kernel); };
     auto backward = [&] {
-      kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr);
+      kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr,
+                                  kernel == kc::AttentionForwardKernel::kMma
+                                      ? kc::AttentionBackwardKernel::kMma
+                                      : kc::AttentionBackwardKernel::kTensorCore);
     };
     const double fwd_ms = MedianMs(o.reps, forward);
     const std::vector<T> a = out.Download();
     forward();
     const std::vector<T> b = out.Download();
-    const bool same_bits = std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    bool same_bits = std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
     std::vector<float> got(a.size());
     for (size_t i = 0; i < a.size(); ++i) got[i] = Widen(a[i]);
     bool matches = true;
@@ -149,6 +153,23 @@ int Run(const Options& o) {
       }
     }
     const double bwd_ms = MedianMs(o.reps, backward);
+    const std::vector<T> da = dqkv.Download();
+    backward();
+    const std::vector<T> db = dqkv.Download();
+    const bool same_grad_bits = std::memcmp(da.data(), db.data(), da.size() * sizeof(T)) == 0;
+    std::vector<float> grad(da.size());
+    for (size_t i = 0; i < da.size(); ++i) grad[i] = Widen(da[i]);
+    if (first_grad.empty()) {
+      first_grad = grad;
+    } else {
+      double scale = 0, worst = 0;  // against the largest gradient: dq and dk hold near-zero cancellations
+      for (size_t i = 0; i < grad.size(); ++i) {
+        scale = std::max(scale, double(std::fabs(first_grad[i])));
+        worst = std::max(worst, double(std::fabs(grad[i] - first_grad[i])));
+      }
+      matches = matches && worst <= 3e-2 * scale;
+    }
+    same_bits = same_bits && same_grad_bits;
     Check(cudaDeviceSynchronize(), "attention");
     std::printf(
         "attention: side=pstar kernel=%s B=%lld NH=%lld T=%lld hs=%lld dtype=%s fwd_ms=%.4f fwd_tflops=%.1f "

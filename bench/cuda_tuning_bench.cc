@@ -218,20 +218,31 @@ int main(int argc, char** argv) {
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 1e-4)});
       }
-    } else if (std::string(knob.name) == "attention_forward") {
+    } else if (std::string(knob.name) == "attention_forward" || std::string(knob.name) == "attention_backward") {
       // GPT-2 124M's attention (batch 32, 12 heads of 64, T 1024) and a
-      // head size of 128 (batch 4, 32 heads, T 2048), summed.
+      // head size of 128 (batch 4, 32 heads, T 2048), summed; forward, or
+      // backward with 16-bit gradients.
       struct Case {
         int64_t B, T, NH, hs;
       };
       const Case cases[] = {{32, 1024, 12, 64}, {4, 2048, 32, 128}};
-      std::vector<std::unique_ptr<Device<__nv_bfloat16>>> qkv, out;
-      std::vector<std::unique_ptr<Device<float>>> lse;
+      const bool forward = std::string(knob.name) == "attention_forward";
+      std::vector<std::unique_ptr<Device<__nv_bfloat16>>> qkv, out, dout, dqkv;
+      std::vector<std::unique_ptr<Device<float>>> lse, scratch;
       for (const Case& c : cases) {
-        qkv.push_back(std::make_unique<Device<__nv_bfloat16>>(size_t(c.B * c.T * 3 * c.NH * c.hs)));
+        const size_t n = size_t(c.B * c.T * c.NH * c.hs);
+        qkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
         FillRandom(qkv.back()->p, qkv.back()->n, rng);
-        out.push_back(std::make_unique<Device<__nv_bfloat16>>(size_t(c.B * c.T * c.NH * c.hs)));
+        out.push_back(std::make_unique<Device<__nv_bfloat16>>(n));
         lse.push_back(std::make_unique<Device<float>>(size_t(c.B * c.NH * c.T)));
+        if (!forward) {
+          dout.push_back(std::make_unique<Device<__nv_bfloat16>>(n));
+          FillRandom(dout.back()->p, n, rng);
+          dqkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
+          scratch.push_back(std::make_unique<Device<float>>(
+              size_t(kc::AttentionScratchElements(c.B, c.T, c.NH * c.hs, c.NH))));
+          kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr);
+        }
       }
       std::vector<float> want;
       std::vector<int> order = {defaults.*(knob.field)};
@@ -242,14 +253,20 @@ int main(int argc, char** argv) {
             [&] {
               for (size_t k = 0; k < std::size(cases); ++k) {
                 const Case& c = cases[k];
-                kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
-                                     kc::AttentionForwardKernel(v));
+                if (forward) {
+                  kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
+                                       kc::AttentionForwardKernel(v));
+                } else {
+                  kc::AttentionBackward<__nv_bfloat16, __nv_bfloat16>(
+                      dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.B, c.T,
+                      c.NH * c.hs, c.NH, nullptr, kc::AttentionBackwardKernel(v));
+                }
               }
             });
-        Check(cudaDeviceSynchronize(), "attention forward");
+        Check(cudaDeviceSynchronize(), forward ? "attention forward" : "attention backward");
         std::vector<float> got;
         for (size_t k = 0; k < std::size(cases); ++k) {
-          const std::vector<float> o = Widen(out[k]->Download(size_t(64 * 1024)));
+          const std::vector<float> o = Widen((forward ? out[k] : dqkv[k])->Download(size_t(64 * 1024)));
           got.insert(got.end(), o.begin(), o.end());
         }
         if (want.empty()) want = got;

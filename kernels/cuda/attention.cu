@@ -380,6 +380,35 @@ bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, in
   return false;
 }
 
+// The mma.sync backward passes where they apply (as TryMmaForward, and dqkv
+// and dout aligned too).
+template <typename T, int HS>
+bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                       int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
+  constexpr size_t keys = MmaBackwardKeysSharedBytes<HS>(), queries = MmaBackwardQueriesSharedBytes<HS>();
+  if (std::max(keys, queries) > TensorCoreSharedBytesLimit()) return false;
+  const float scale = 1.0f / std::sqrt(float(HS));
+  AllowSharedBytes(MmaFlashBackwardKeys<T, HS>, keys, "MmaFlashBackwardKeys shared memory");
+  MmaFlashBackwardKeys<T, HS><<<grid, kMmaWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
+                                                                             int(NH), scale);
+  CheckLaunch("MmaFlashBackwardKeys");
+  AllowSharedBytes(MmaFlashBackwardQueries<T, HS>, queries, "MmaFlashBackwardQueries shared memory");
+  MmaFlashBackwardQueries<T, HS><<<grid, kMmaWarps * kWarpSize, queries, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
+                                                                                   C, int(NH), scale);
+  CheckLaunch("MmaFlashBackwardQueries");
+  return true;
+}
+
+template <typename T>
+bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                    int64_t C, int64_t NH, int64_t hs, dim3 grid, cudaStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv)) return false;
+  if (hs == 64) return LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, grid, stream);
+  if (hs == 128) return LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, grid, stream);
+  return false;
+}
+
 }  // namespace
 
 template <typename T>
@@ -410,7 +439,8 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
 
 template <typename T, typename A>
 void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
-                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
+                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream,
+                       AttentionBackwardKernel kernel) {
   if (B * Tlen * C == 0) return;
   const int64_t hs = C / NH;
   CheckHeadSize(hs);
@@ -422,6 +452,12 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
                                                                         int(hs));
   CheckLaunch("RowDots");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
+  if constexpr (std::is_same_v<T, A> && !std::is_same_v<A, float>) {
+    if (kernel == AttentionBackwardKernel::kMma &&
+        TryMmaBackward(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, hs, grid, stream)) {
+      return;
+    }
+  }
   if constexpr (!std::is_same_v<A, float>) {
     const size_t keys_tc = TensorCoreBackwardKeysSharedBytes(int(hs), sizeof(A));
     const size_t queries_tc = TensorCoreBackwardQueriesSharedBytes(int(hs), sizeof(A));
@@ -453,7 +489,7 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
   template void AttentionForward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, \
                                     AttentionForwardKernel);                                                  \
   template void AttentionBackward<T>(T*, float*, const T*, const T*, const T*, const float*, int64_t, int64_t, \
-                                     int64_t, int64_t, cudaStream_t);
+                                     int64_t, int64_t, cudaStream_t, AttentionBackwardKernel);
 
 PSTAR_INSTANTIATE_ATTENTION(float)
 PSTAR_INSTANTIATE_ATTENTION(bf16)
@@ -463,8 +499,10 @@ PSTAR_INSTANTIATE_ATTENTION(fp16)
 
 // A 16-bit run's backward: 16-bit activations, fp32 gradients.
 template void AttentionBackward<float, bf16>(float*, float*, const float*, const bf16*, const bf16*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t,
+                                             AttentionBackwardKernel);
 template void AttentionBackward<float, fp16>(float*, float*, const float*, const fp16*, const fp16*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t,
+                                             AttentionBackwardKernel);
 
 }  // namespace pstar::kernels::cuda

@@ -32,11 +32,18 @@ template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream, AttentionForwardKernel kernel = AttentionForwardKernel::kTensorCore);
 
+// Which backward a 16-bit run with 16-bit gradients takes where both apply
+// (the knob attention_backward): kMma, the mma.sync passes with their
+// accumulators in registers, takes head sizes 64 and 128 with every tensor
+// 16-byte aligned and C a multiple of 8.
+enum class AttentionBackwardKernel : int { kTensorCore = 0, kMma = 1 };
+
 // dqkv is overwritten; out and lse are the forward's. The forward's tensors
 // (qkv, out) may be 16-bit (A) where the gradients are fp32 (T = float): a
 // 16-bit run's activations.
 template <typename T, typename A = T>
 void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
-                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream);
+                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream,
+                       AttentionBackwardKernel kernel = AttentionBackwardKernel::kTensorCore);
 
 }  // namespace pstar::kernels::cuda

@@ -214,3 +214,323 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   }
 #endif
 }
+
+// The mma.sync backward for 16-bit activations and gradients at head sizes
+// 64 and 128: the two deterministic passes of the other kernels (keys: dK
+// and dV per key block; queries: dQ per query block; every gradient element
+// has one writer and a fixed order of additions), each with its
+// accumulators in registers, every product an m16n8k16 mma.sync fed by
+// ldmatrix, P and dS passed from accumulator registers into A fragments, the
+// streamed tiles double-buffered by cp.async, and on the diagonal block only
+// the n-tiles and k-steps that hold live pairs computed. dsum is the rowsum
+// of dout * out (RowDots), lse the forward's.
+
+// Keys pass: k and v tiles, then two buffers each of q and dout tiles, and
+// two buffers each of the query block's lse and dsum.
+template <int HS>
+constexpr size_t MmaBackwardKeysSharedBytes() {
+  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4;
+}
+// Queries pass: q and dout tiles, then two buffers each of k and v tiles.
+template <int HS>
+constexpr size_t MmaBackwardQueriesSharedBytes() {
+  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
+}
+
+// A fragments of 16 rows of a tile (rows `row0`..+15), k-step kk.
+template <int HS, typename T>
+__device__ __forceinline__ void MmaLoadA(uint32_t* a, const T* tile, int row0, int kk) {
+  const int lane = int(threadIdx.x) % kWarpSize, mi = lane / 8, mr = lane % 8;
+  LdMatrixX4(a, tile + (row0 + (mi & 1) * 8 + mr) * MmaLd<HS>() + kk * 16 + (mi >> 1) * 8);
+}
+// B fragments of n-tiles nt and nt + 1 for a product with the tile's rows as
+// B's columns (x tile^T), k-step kk.
+template <int HS, typename T>
+__device__ __forceinline__ void MmaLoadBRows(uint32_t* b, const T* tile, int nt, int kk) {
+  const int lane = int(threadIdx.x) % kWarpSize, mi = lane / 8, mr = lane % 8;
+  LdMatrixX4(b, tile + ((nt + (mi >> 1)) * 8 + mr) * MmaLd<HS>() + kk * 16 + (mi & 1) * 8);
+}
+// B fragments of n-tiles dt and dt + 1 for a product with the tile's rows as
+// B's k (x tile), 16 rows from `row0`.
+template <int HS, typename T>
+__device__ __forceinline__ void MmaLoadBColumns(uint32_t* b, const T* tile, int row0, int dt) {
+  const int lane = int(threadIdx.x) % kWarpSize, mi = lane / 8, mr = lane % 8;
+  LdMatrixX4Trans(b, tile + (row0 + (mi & 1) * 8 + mr) * MmaLd<HS>() + (dt + (mi >> 1)) * 8);
+}
+// The A fragment of k-step `kstep` from an accumulator of 8 n-tiles.
+template <typename T>
+__device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc)[4], int kstep) {
+  a[0] = PackPair<T>(acc[2 * kstep][0], acc[2 * kstep][1]);
+  a[1] = PackPair<T>(acc[2 * kstep][2], acc[2 * kstep][3]);
+  a[2] = PackPair<T>(acc[2 * kstep + 1][0], acc[2 * kstep + 1][1]);
+  a[3] = PackPair<T>(acc[2 * kstep + 1][2], acc[2 * kstep + 1][3]);
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+    MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                         int64_t C, int NH, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int ld = MmaLd<HS>();
+  constexpr int kSteps = HS / 16, kDimTiles = HS / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  T* ks = reinterpret_cast<T*>(TensorCoreSharedMemory());
+  T* vs = ks + kBlock * ld;
+  T* qs = vs + kBlock * ld;                                        // two buffers
+  T* dos = qs + 2 * kBlock * ld;                                   // two buffers
+  float* lse_s = reinterpret_cast<float*>(dos + 2 * kBlock * ld);  // two buffers
+  float* dsum_s = lse_s + 2 * kBlock;                              // two buffers
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t j = int64_t(blockIdx.y);
+  const int64_t c0 = j * kBlock, C3 = 3 * C;
+  const int cols = int(min(int64_t(kBlock), Tlen - c0));
+  const T* q = qkv + b * Tlen * C3 + h * HS;
+  const T* dy = dout + b * Tlen * C + h * HS;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const int g = lane / 4, tq = lane % 4;
+  const int64_t key[2] = {c0 + warp * 16 + g, c0 + warp * 16 + g + 8};
+  const float scale_log2 = scale * kLog2e;
+
+  // The query block i's tiles and row statistics into buffer `buf`.
+  auto load_queries = [&](int64_t i, int buf) {
+    const int64_t r0 = i * kBlock;
+    const int rows = int(min(int64_t(kBlock), Tlen - r0));
+    MmaLoadTile<HS>(qs + buf * kBlock * ld, q + r0 * C3, C3, rows);
+    MmaLoadTile<HS>(dos + buf * kBlock * ld, dy + r0 * C, C, rows);
+    for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
+      lse_s[buf * kBlock + r] = r < rows ? lse[bh * Tlen + r0 + r] * kLog2e : 0.0f;
+      dsum_s[buf * kBlock + r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
+    }
+  };
+  MmaLoadTile<HS>(ks, q + C + c0 * C3, C3, cols);
+  MmaLoadTile<HS>(vs, q + 2 * C + c0 * C3, C3, cols);
+  load_queries(j, 0);
+  CpAsyncCommit();
+
+  float dk[kDimTiles][4], dv[kDimTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
+  }
+  for (int64_t i = j; i < nb; ++i) {
+    const int buf = int((i - j) & 1);
+    if (i + 1 < nb) {
+      load_queries(i + 1, 1 - buf);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    const T* qt = qs + buf * kBlock * ld;
+    const T* dot = dos + buf * kBlock * ld;
+    const float* lse_t = lse_s + buf * kBlock;
+    const float* dsum_t = dsum_s + buf * kBlock;
+    const int64_t r0 = i * kBlock;
+    // On the diagonal block warp w's keys see queries from 16 w on: the
+    // n-tiles (and P's k-steps) before that are all masked.
+    const int first = i == j ? 2 * warp : 0;
+
+    // S^T (16 keys x 64 queries) = k q^T, then P^T.
+    float p[8][4], dp[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[nt][e] = dp[nt][e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t ka[4], va[4];
+      MmaLoadA<HS>(ka, ks, warp * 16, kk);
+      MmaLoadA<HS>(va, vs, warp * 16, kk);
+#pragma unroll
+      for (int nt = 0; nt < 8; nt += 2) {
+        if (nt >= first) {
+          uint32_t qb[4], db[4];
+          MmaLoadBRows<HS>(qb, qt, nt, kk);
+          MmaLoadBRows<HS>(db, dot, nt, kk);
+          MmaM16N8K16<T>(p[nt], ka, qb);
+          MmaM16N8K16<T>(p[nt + 1], ka, qb + 2);
+          MmaM16N8K16<T>(dp[nt], va, db);  // dP^T = v dout^T
+          MmaM16N8K16<T>(dp[nt + 1], va, db + 2);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * tq + (e & 1);
+        const int64_t query = r0 + col;
+        const bool live = nt >= first && query < Tlen && query >= key[e / 2] && key[e / 2] < Tlen;
+        const float pe = live ? exp2f(p[nt][e] * scale_log2 - lse_t[col]) : 0.0f;
+        p[nt][e] = pe;
+        dp[nt][e] = pe * (dp[nt][e] - dsum_t[col]) * scale;  // dS^T
+      }
+    }
+    // dV += P^T dout and dK += dS^T q, 16 queries a step.
+#pragma unroll
+    for (int kstep = 0; kstep < 4; ++kstep) {
+      if (2 * kstep + 1 >= first) {
+        uint32_t pa[4], sa[4];
+        MmaAccumulatorAsA<T>(pa, p, kstep);
+        MmaAccumulatorAsA<T>(sa, dp, kstep);
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; dt += 2) {
+          uint32_t db[4], qb[4];
+          MmaLoadBColumns<HS>(db, dot, kstep * 16, dt);
+          MmaLoadBColumns<HS>(qb, qt, kstep * 16, dt);
+          MmaM16N8K16<T>(dv[dt], pa, db);
+          MmaM16N8K16<T>(dv[dt + 1], pa, db + 2);
+          MmaM16N8K16<T>(dk[dt], sa, qb);
+          MmaM16N8K16<T>(dk[dt + 1], sa, qb + 2);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next copies into it
+  }
+  T* base = dqkv + b * Tlen * C3 + h * HS;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= Tlen) continue;
+    T* dk_row = base + C + key[r] * C3;
+    T* dv_row = base + 2 * C + key[r] * C3;
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      dk_row[dt * 8 + 2 * tq] = FromFloat<T>(dk[dt][2 * r]);
+      dk_row[dt * 8 + 2 * tq + 1] = FromFloat<T>(dk[dt][2 * r + 1]);
+      dv_row[dt * 8 + 2 * tq] = FromFloat<T>(dv[dt][2 * r]);
+      dv_row[dt * 8 + 2 * tq + 1] = FromFloat<T>(dv[dt][2 * r + 1]);
+    }
+  }
+#endif
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+    MmaFlashBackwardQueries(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
+                            int64_t C, int NH, float scale) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int ld = MmaLd<HS>();
+  constexpr int kSteps = HS / 16, kDimTiles = HS / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  T* qs = reinterpret_cast<T*>(TensorCoreSharedMemory());
+  T* dos = qs + kBlock * ld;
+  T* ks = dos + kBlock * ld;     // two buffers
+  T* vs = ks + 2 * kBlock * ld;  // two buffers
+
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const int64_t i = nb - 1 - int64_t(blockIdx.y);  // the longest rows first
+  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const T* q = qkv + b * Tlen * C3 + h * HS;
+  const T* dy = dout + b * Tlen * C + h * HS;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const int g = lane / 4, tq = lane % 4;
+  const int64_t t_row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+  float row_lse[2], row_dsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_lse[r] = t_row[r] < Tlen ? lse[bh * Tlen + t_row[r]] * kLog2e : 0.0f;
+    row_dsum[r] = t_row[r] < Tlen ? dsum[bh * Tlen + t_row[r]] : 0.0f;
+  }
+  const float scale_log2 = scale * kLog2e;
+
+  MmaLoadTile<HS>(qs, q + r0 * C3, C3, rows);
+  MmaLoadTile<HS>(dos, dy + r0 * C, C, rows);
+  const int cols0 = int(min(int64_t(kBlock), Tlen));
+  MmaLoadTile<HS>(ks, q + C, C3, cols0);
+  MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
+  CpAsyncCommit();
+
+  float dq[kDimTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+  for (int64_t j = 0; j <= i; ++j) {
+    const int buf = int(j & 1);
+    if (j < i) {
+      const int64_t c1 = (j + 1) * kBlock;
+      const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
+      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, q + 2 * C + c1 * C3, C3, cols1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    const T* kt = ks + buf * kBlock * ld;
+    const T* vt = vs + buf * kBlock * ld;
+    const int64_t c0 = j * kBlock;
+    const int tiles = j == i ? 2 * warp + 2 : 8;
+
+    // S = q k^T and dP = dout v^T (16 queries x 64 keys).
+    float p[8][4], ds[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t qa[4], da[4];
+      MmaLoadA<HS>(qa, qs, warp * 16, kk);
+      MmaLoadA<HS>(da, dos, warp * 16, kk);
+#pragma unroll
+      for (int nt = 0; nt < 8; nt += 2) {
+        if (nt < tiles) {
+          uint32_t kb[4], vb[4];
+          MmaLoadBRows<HS>(kb, kt, nt, kk);
+          MmaLoadBRows<HS>(vb, vt, nt, kk);
+          MmaM16N8K16<T>(p[nt], qa, kb);
+          MmaM16N8K16<T>(p[nt + 1], qa, kb + 2);
+          MmaM16N8K16<T>(ds[nt], da, vb);
+          MmaM16N8K16<T>(ds[nt + 1], da, vb + 2);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t k_at = c0 + nt * 8 + 2 * tq + (e & 1);
+        const int64_t t = t_row[e / 2];
+        const bool live = nt < tiles && t < Tlen && k_at <= t;
+        const float pe = live ? exp2f(p[nt][e] * scale_log2 - row_lse[e / 2]) : 0.0f;
+        ds[nt][e] = pe * (ds[nt][e] - row_dsum[e / 2]) * scale;
+      }
+    }
+    // dQ += dS k, 16 keys a step.
+#pragma unroll
+    for (int kstep = 0; kstep < 4; ++kstep) {
+      if (2 * kstep < tiles) {
+        uint32_t sa[4];
+        MmaAccumulatorAsA<T>(sa, ds, kstep);
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; dt += 2) {
+          uint32_t kb[4];
+          MmaLoadBColumns<HS>(kb, kt, kstep * 16, dt);
+          MmaM16N8K16<T>(dq[dt], sa, kb);
+          MmaM16N8K16<T>(dq[dt + 1], sa, kb + 2);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  T* base = dqkv + b * Tlen * C3 + h * HS;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (t_row[r] >= Tlen) continue;
+    T* dq_row = base + t_row[r] * C3;
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      dq_row[dt * 8 + 2 * tq] = FromFloat<T>(dq[dt][2 * r]);
+      dq_row[dt * 8 + 2 * tq + 1] = FromFloat<T>(dq[dt][2 * r + 1]);
+    }
+  }
+#endif
+}

@@ -24,6 +24,9 @@ struct KernelTuning {
   // The attention forward of 16-bit runs (AttentionForwardKernel): 0 the
   // WMMA tiles, 1 the mma.sync kernel (head sizes 64 and 128).
   int attention_forward = 0;
+  // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
+  // WMMA tiles, 1 the mma.sync passes (head sizes 64 and 128).
+  int attention_backward = 0;
 };
 
 // A knob: its name in the table, the candidates the tuner times, and its

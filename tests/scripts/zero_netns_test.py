@@ -97,14 +97,18 @@ class ZeroNetnsTest(unittest.TestCase):
     def test_the_shaped_link_holds_the_collectives_to_its_rate(self):
         # Each rank sends wire_bytes a step through its own shaped link: at
         # 100 Mbit/s that cannot take less than wire_bytes * 8 / 1e8 seconds,
-        # with the compute or without it, overlapped or not.
+        # with the compute or without it, overlapped or not, less what the
+        # token bucket lets through at once: its 64 KiB burst (5 ms at this
+        # rate) refills in every pause between collectives, which the step's
+        # compute makes many of (the replay has none to speak of).
         for r in self.runs:
             if r["rate"] != "100mbit":
                 continue
             floor = int(r["wire_bytes"]) * 8 / 1e8
-            self.assertGreater(float(r["collective_s"]), 0.8 * floor, r)
+            self.assertGreater(float(r["collective_s"]), 0.5 * floor, r)
             self.assertGreater(float(r["comm_alone_s"]), 0.8 * floor, r)
             self.assertGreater(float(r["step_s"]), 0.8 * floor, r)
+
 
     def test_every_ranks_event_log_pairs_its_collectives_and_the_timeline_adds_up(self):
         logs = sorted(f for f in os.listdir(self.tmp.name) if f.startswith("events_"))

@@ -255,7 +255,8 @@ class CudaModelKernels final : public ModelKernels {
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_);
+      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
+                                  kc::AttentionBackwardKernel(tuning_.attention_backward));
     });
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {

@@ -1,5 +1,5 @@
-// The mma.sync attention forward (kernels/cuda/attention_mma.cuh) run on the
-// host through the warp emulation (tests/kernels/cuda/warp_emulation.h),
+// The mma.sync attention forward and backward (kernels/cuda/attention_mma.cuh)
+// run on the host through the warp emulation (tests/kernels/cuda/warp_emulation.h),
 // whose mma.sync, ldmatrix and shuffles hand each lane what the PTX ISA's
 // fragment layouts give it and whose cp.async copies land only at their
 // wait: the kernel's fragment indexing, the P-to-A-fragment reuse, the
@@ -32,9 +32,9 @@ struct Shape {
   int64_t B, T, NH;
 };
 
-// The largest |got - want| over the largest |want|.
-double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, worst = 0;
+// The largest |got - want| over the largest |want| (at least `floor`).
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want, double floor = 0) {
+  double scale = floor, worst = 0;
   for (float w : want) scale = std::max(scale, double(std::fabs(w)));
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::fabs(double(got[i]) - double(want[i]));
@@ -69,6 +69,72 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   EXPECT_LT(RelativeError(got, out_cpu), 1e-2) << "out";
   // The scores' products are exact and their sums fp32: lse is fp32's.
   EXPECT_LT(RelativeError(lse, lse_cpu), 1e-5) << "lse";
+}
+
+// The backward passes from the CPU forward's results (lse, and dsum =
+// rowsum(dout * out)), all 16-bit, against the CPU backward.
+template <int HS>
+void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << "backward B=" << s.B << " T=" << s.T << " NH=" << s.NH << " head size " << HS);
+  const int64_t C = HS * s.NH, blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
+  std::normal_distribution<float> normal;
+  std::vector<float> qkv(size_t(s.B * s.T * 3 * C)), dout(size_t(s.B * s.T * C));
+  for (float& x : qkv) x = float(Bf16(2.0f * normal(rng)));
+  for (float& x : dout) x = float(Bf16(normal(rng)));
+  std::vector<float> out(dout.size()), lse(size_t(s.B * s.NH * s.T)), dqkv_cpu(qkv.size());
+  kernels::cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, C, s.NH);
+  kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, C, s.NH);
+  std::vector<float> dsum(lse.size());
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.NH; ++h) {
+      for (int64_t t = 0; t < s.T; ++t) {
+        double d = 0;
+        for (int64_t e = 0; e < HS; ++e) {
+          const size_t at = size_t((b * s.T + t) * C + h * HS + e);
+          d += double(dout[at]) * out[at];
+        }
+        dsum[size_t((b * s.NH + h) * s.T + t)] = float(d);
+      }
+    }
+  }
+  std::vector<Bf16> qkv_in, dout_in, dqkv(qkv.size(), Bf16(NAN));  // NaN wherever the kernels should write
+  for (float x : qkv) qkv_in.push_back(Bf16(x));
+  for (float x : dout) dout_in.push_back(Bf16(x));
+  const float scale = 1.0f / std::sqrt(float(HS));
+  const emulation::Dim3 grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
+  const unsigned threads = mma::kMmaWarps * emulation::kWarpSize;
+  emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
+    mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
+                                        int(s.NH), scale);
+  });
+  emulation::RunBlocks(grid, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
+    mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
+                                           int(s.NH), scale);
+  });
+  // q, k and v gradients each against their own scale, at least the whole
+  // gradient's: dq and dk cancel to zero at one position (T = 1), where
+  // only rounding is left of them. P, dS and the outputs are rounded to bf16.
+  double floor = 0;
+  for (float w : dqkv_cpu) floor = std::max(floor, double(std::fabs(w)));
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> got, want;
+    for (int64_t row = 0; row < s.B * s.T; ++row) {
+      for (int64_t c = 0; c < C; ++c) {
+        got.push_back(float(dqkv[size_t(row * 3 * C + part * C + c)]));
+        want.push_back(dqkv_cpu[size_t(row * 3 * C + part * C + c)]);
+      }
+    }
+    EXPECT_LT(RelativeError(got, want, floor), 2e-2) << "d"
+                                                     << "qkv"[part];
+  }
+}
+
+TEST(MmaAttentionEmulated, BackwardMatchesTheCpuKernel) {
+  std::mt19937 rng(std::random_device{}());
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{1, 64, 1}, Shape{2, 77, 1}, Shape{1, 130, 1}}) {
+    ExpectBackwardMatchesCpu<64>(s, rng);
+  }
+  for (const Shape& s : {Shape{1, 5, 1}, Shape{1, 129, 1}}) ExpectBackwardMatchesCpu<128>(s, rng);
 }
 
 TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize64) {
