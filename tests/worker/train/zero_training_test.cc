@@ -209,21 +209,13 @@ TEST(ZeroTraining, CollectivesUnderComputeAgreeWithOneRankAndRepeatTheirBits) {
   ExpectSameBits(TrainWorld(2, accum, data, /*queued=*/true), tight, "the same, run again");
 }
 
-TEST(ZeroTraining, TheEventLogShowsEachCollectiveOnceAndEveryUseAfterItsGather) {
-  // At the minimum budget every param chunk is gathered for each use; rank
-  // 0's event log must hold one begin/end pair per collective it started,
-  // never two at once (one communicator thread), and each use of a chunk
-  // after that chunk's gather ended.
-  auto data = test::RandomTokens(6000, 40, 24);
-  std::vector<std::string> o = {"train.batch_size=2", "train.steps=2", "default_chunk_size=1536"};
-  auto plan = PlanMemory(test::TinyGptConfig(o), 2);
-  ASSERT_TRUE(plan.ok());
-  o.push_back(Set("runtime.device_memory", plan->min_device_bytes));
-  const Config config = test::TinyGptConfig(o);
+// Trains `config` with two ranks whose collectives run on their own
+// threads, rank 0 recording into `log` and `calls` from before its first
+// step to after its last update. The ranks' errors, "" for none.
+std::vector<std::string> TrainTwoRanksRecordingRankZero(const Config& config, const TokenSource& data,
+                                                        ChunkEventLog* log, std::vector<CollectiveCall>* calls) {
   auto comms = test::MakeThreadGroupCommunicators(2);
   for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
-  ChunkEventLog log;
-  std::vector<CollectiveCall> calls;
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -234,8 +226,8 @@ TEST(ZeroTraining, TheEventLogShowsEachCollectiveOnceAndEveryUseAfterItsGather) 
         return;
       }
       if (rank == 0) {
-        (*t)->SetEventLog(&log);
-        (*t)->store().chunks().RecordCollectives(&calls);
+        (*t)->SetEventLog(log);
+        (*t)->store().chunks().RecordCollectives(calls);
       }
       for (int64_t s = 0; s < config.train.steps; ++s) {
         if (auto st = (*t)->Step(); !st.ok()) {
@@ -248,6 +240,23 @@ TEST(ZeroTraining, TheEventLogShowsEachCollectiveOnceAndEveryUseAfterItsGather) 
     });
   }
   for (auto& th : threads) th.join();
+  return errors;
+}
+
+TEST(ZeroTraining, TheEventLogShowsEachCollectiveOnceAndEveryUseAfterItsGather) {
+  // At the minimum budget every param chunk is gathered for each use; rank
+  // 0's event log must hold one begin/end pair per collective it started,
+  // never two at once (one communicator thread), and each use of a chunk
+  // after that chunk's gather ended.
+  auto data = test::RandomTokens(6000, 40, 24);
+  std::vector<std::string> o = {"train.batch_size=2", "train.steps=2", "default_chunk_size=1536"};
+  auto plan = PlanMemory(test::TinyGptConfig(o), 2);
+  ASSERT_TRUE(plan.ok());
+  o.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const Config config = test::TinyGptConfig(o);
+  ChunkEventLog log;
+  std::vector<CollectiveCall> calls;
+  const std::vector<std::string> errors = TrainTwoRanksRecordingRankZero(config, data, &log, &calls);
   for (const auto& e : errors) ASSERT_EQ(e, "");
   int64_t gathers = 0, scatters = 0;
   for (const CollectiveCall& c : calls) (c.op == CollectiveOp::kAllGather ? gathers : scatters) += 1;
@@ -298,40 +307,14 @@ TEST(ZeroTraining, TheNextStepsGathersStartBetweenTheOptimizersUpdates) {
   // gathers started by each update_begin of a step after the first.
   auto data = test::RandomTokens(6000, 40, 24);
   const Config config = test::TinyGptConfig({"train.batch_size=2", "train.steps=3", "default_chunk_size=1536"});
-  auto comms = test::MakeThreadGroupCommunicators(2);
-  for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
   ChunkEventLog log;
-  std::vector<CollectiveCall> calls;
+  std::vector<CollectiveCall> calls;  // appended on rank 0's thread, as its update_begin events are
   std::vector<std::pair<int64_t, size_t>> started_at_update;  // (step, gathers started so far)
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto t = Trainer::Create(config, data, comms[size_t(rank)].get());
-      if (!t.ok()) {
-        errors[size_t(rank)] = t.status().message();
-        return;
-      }
-      if (rank == 0) {
-        (*t)->SetEventLog(&log);
-        (*t)->store().chunks().RecordCollectives(&calls);
-        log.SetListener([&](const ChunkEvent& e) {
-          if (e.kind == ChunkEventKind::kUpdateBegin) started_at_update.push_back({e.step, calls.size()});
-        });
-      }
-      for (int64_t s = 0; s < config.train.steps; ++s) {
-        if (auto st = (*t)->Step(); !st.ok()) {
-          errors[size_t(rank)] = st.status().message();
-          return;
-        }
-      }
-      if (rank == 0) {
-        log.SetListener(nullptr);
-        (*t)->store().chunks().RecordCollectives(nullptr);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  log.SetListener([&](const ChunkEvent& e) {
+    if (e.kind == ChunkEventKind::kUpdateBegin) started_at_update.push_back({e.step, calls.size()});
+  });
+  const std::vector<std::string> errors = TrainTwoRanksRecordingRankZero(config, data, &log, &calls);
+  log.SetListener(nullptr);
   for (const auto& e : errors) ASSERT_EQ(e, "");
   for (int64_t step = 1; step < config.train.steps; ++step) {
     std::vector<size_t> counts;
