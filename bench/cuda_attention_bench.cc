@@ -1,7 +1,8 @@
 // pstar's causal attention alone on one GPU, forward and backward, for
-// bench/gpu_attention.sh: each kernel family (the WMMA tiles, kernel=tc, and
-// the mma.sync kernels, kernel=mma: AttentionForwardKernel and
-// AttentionBackwardKernel) at one shape, in bf16 or fp16 with 16-bit
+// bench/gpu_attention.sh: each kernel family (the WMMA tiles, kernel=tc; the
+// mma.sync kernels with the two-pass backward, kernel=mma, and with the
+// five-product one-pass backward, kernel=mma-onepass: AttentionForwardKernel
+// and AttentionBackwardKernel) at one shape, in bf16 or fp16 with 16-bit
 // gradients. Times are medians of CUDA-event
 // timings after a warm-up; TFLOP/s count the causal half once: the forward's
 // two products are 4 B NH T^2 hs / 2 FLOP, the backward's five 10 B NH T^2
@@ -10,7 +11,7 @@
 // against the first's (forward output, then the backward's dqkv).
 //
 // Prints per forward kernel:
-//   attention: side=pstar kernel=tc|mma B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
+//   attention: side=pstar kernel=tc|mma|mma-onepass B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
 //              bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
 // Without a CUDA device: "skipped: no CUDA device (...)" and exit 0.
 #include <cuda_bf16.h>
@@ -119,7 +120,8 @@ int Run(const Options& o) {
   std::vector<T> host(n_qkv);
   for (T& x : host) x = Narrow<T>(normal(rng));
   Device<T> qkv(n_qkv), out(n_out), dout(n_out), dqkv(n_qkv);
-  Device<float> lse(n_lse), scratch(size_t(kc::AttentionScratchElements(o.B, o.T, C, o.NH)));
+  Device<float> lse(n_lse),
+      scratch(size_t(kc::AttentionScratchElements(o.B, o.T, C, o.NH, kc::AttentionBackwardKernel::kMmaOnePass)));
   Check(cudaMemcpy(qkv.p, host.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice), "upload");
   host.resize(n_out);
   for (T& x : host) x = Narrow<T>(normal(rng));
@@ -128,14 +130,21 @@ int Run(const Options& o) {
   const double flop = double(o.B) * double(o.NH) * double(o.T) * double(o.T) * double(o.hs) / 2.0;
   std::vector<float> first_out, first_grad;
   int rc = 0;
-  for (const auto& [name, kernel] :
-       {std::pair{"tc", kc::AttentionForwardKernel::kTensorCore}, std::pair{"mma", kc::AttentionForwardKernel::kMma}}) {
-    auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, kernel); };
+  struct Family {
+    const char* name;
+    kc::AttentionForwardKernel forward;
+    kc::AttentionBackwardKernel backward;
+  };
+  const Family families[] = {
+      {"tc", kc::AttentionForwardKernel::kTensorCore, kc::AttentionBackwardKernel::kTensorCore},
+      {"mma", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMma},
+      {"mma-onepass", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePass}};
+  for (const Family& family : families) {
+    const char* name = family.name;
+    auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, family.forward); };
     auto backward = [&] {
       kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr,
-                                  kernel == kc::AttentionForwardKernel::kMma
-                                      ? kc::AttentionBackwardKernel::kMma
-                                      : kc::AttentionBackwardKernel::kTensorCore);
+                                  family.backward);
     };
     const double fwd_ms = MedianMs(o.reps, forward);
     const std::vector<T> a = out.Download();

@@ -240,7 +240,8 @@ int main(int argc, char** argv) {
           FillRandom(dout.back()->p, n, rng);
           dqkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
           scratch.push_back(std::make_unique<Device<float>>(
-              size_t(kc::AttentionScratchElements(c.B, c.T, c.NH * c.hs, c.NH))));
+              size_t(kc::AttentionScratchElements(c.B, c.T, c.NH * c.hs, c.NH,
+                                                  kc::AttentionBackwardKernel::kMmaOnePass))));
           kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr);
         }
       }

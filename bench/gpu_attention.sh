@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Attention alone on one GPU: pstar's kernels (bin/cuda_attention_bench: each
-# forward kernel, the WMMA tiles and the mma.sync kernel, and the backward)
+# family, the WMMA tiles and the mma.sync kernels with the two-pass and the
+# five-product one-pass backward)
 # against PyTorch's scaled_dot_product_attention with its flash and cuDNN
 # backends (bench/torch_sdpa.py), in the same call, causal, forward and
 # backward, at GPT-2's shape (batch 8, 12 heads, T 1024, head size 64) and at
 # head size 128 (batch 4, 32 heads, T 2048). TFLOP/s count the causal half
 # once. Prints every side's line, then per shape and direction the ratio of
-# pstar's best forward kernel (and its backward) to each PyTorch backend:
+# pstar's best forward kernel and best backward kernel to each PyTorch backend:
 #   ratio: shape=hs64 dir=fwd pstar_kernel=mma pstar_ms=.. torch_backend=flash torch_ms=.. ratio=..
 # (ratio = torch time / pstar time: 1 is parity, above 1 pstar is faster).
 #
@@ -59,12 +60,12 @@ for shape in "${shapes[@]}"; do
     "$PYTHON" "$bench_dir/torch_sdpa.py" --batch "$B" --heads "$NH" --seq "$T" --head-size "$hs" --dtype "$dtype" \
       --reps "$reps" --backends flash,cudnn ${dry[@]+"${dry[@]}"} 2>&1 | tee -a "$log"
   fi
-  # pstar's best forward kernel and its backward against each PyTorch backend.
+  # pstar's best forward kernel and best backward kernel against each PyTorch backend.
   awk -v shape="$name" '
     /^attention: side=pstar / {
       for (i = 1; i <= NF; ++i) { split($i, kv, "="); f[kv[1]] = kv[2] }
       if (best_fwd == "" || f["fwd_ms"] + 0 < best_fwd + 0) { best_fwd = f["fwd_ms"]; best_kernel = f["kernel"] }
-      if (best_bwd == "" || f["bwd_ms"] + 0 < best_bwd + 0) best_bwd = f["bwd_ms"]
+      if (best_bwd == "" || f["bwd_ms"] + 0 < best_bwd + 0) { best_bwd = f["bwd_ms"]; best_bwd_kernel = f["kernel"] }
     }
     /^attention: side=torch / && /fwd_ms=/ {
       for (i = 1; i <= NF; ++i) { split($i, kv, "="); g[kv[1]] = kv[2] }
@@ -75,8 +76,8 @@ for shape in "${shapes[@]}"; do
       for (k = 1; k <= n; ++k) {
         printf "ratio: shape=%s dir=fwd pstar_kernel=%s pstar_ms=%s torch_backend=%s torch_ms=%s ratio=%.3f\n",
                shape, best_kernel, best_fwd, backend[k], tf[k], tf[k] / best_fwd
-        printf "ratio: shape=%s dir=bwd pstar_ms=%s torch_backend=%s torch_ms=%s ratio=%.3f\n",
-               shape, best_bwd, backend[k], tb[k], tb[k] / best_bwd
+        printf "ratio: shape=%s dir=bwd pstar_kernel=%s pstar_ms=%s torch_backend=%s torch_ms=%s ratio=%.3f\n",
+               shape, best_bwd_kernel, best_bwd, backend[k], tb[k], tb[k] / best_bwd
       }
       if (n == 0) print "ratio: shape=" shape " no PyTorch figures to compare with"
     }' "$log"

@@ -22,6 +22,21 @@ inline constexpr int64_t kAttentionBlock = 64;
 // (sm_86/sm_89 allow 99 KiB: head sizes up to 96 there).
 inline constexpr int64_t kMaxGpuAttentionHeadSize = 128;
 
+// fp32 elements of scratch the CUDA backward needs (the planner sizes the
+// GPU's scratch by it; kernels/cuda/attention.h says which kernel is which):
+// a rowsum of dout·out per (batch, head, position), and with `one_pass` at
+// head sizes 64 and 128 the fp32 sum of dq for every (batch, position,
+// column) and one count per (batch, head, query block), each part 16-byte
+// aligned.
+inline int64_t GpuAttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, bool one_pass) {
+  auto aligned = [](int64_t elements) { return (elements + 3) / 4 * 4; };
+  const int64_t rowsums = aligned(B * NH * T);
+  const int64_t hs = NH > 0 ? C / NH : 0;
+  if (!one_pass || (hs != 64 && hs != 128)) return rowsums;
+  const int64_t counts = aligned(B * NH * ((T + kAttentionBlock - 1) / kAttentionBlock));
+  return rowsums + counts + B * T * C;
+}
+
 }  // namespace pstar::kernels
 #endif  // PSTAR_KERNELS_ATTENTION_H_
 

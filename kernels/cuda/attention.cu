@@ -349,9 +349,8 @@ void CheckHeadSize(int64_t hs) {
 
 }  // namespace
 
-int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH) {
-  (void)C;
-  return B * NH * T;
+int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, AttentionBackwardKernel kernel) {
+  return GpuAttentionScratchElements(B, T, C, NH, kernel == AttentionBackwardKernel::kMmaOnePass);
 }
 
 namespace {
@@ -380,6 +379,34 @@ bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, in
   return false;
 }
 
+__global__ void ZeroCounts(int* counts, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) counts[i] = 0;
+}
+
+// The five-product pass: the counts zeroed, then one launch.
+template <typename T, int HS>
+bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B,
+                              int64_t Tlen, int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
+  constexpr size_t smem = MmaBackwardKeysSharedBytes<HS, true>();
+  if (smem > TensorCoreSharedBytesLimit()) return false;
+  // The scratch's parts, as GpuAttentionScratchElements lays them out.
+  auto aligned = [](int64_t elements) { return (elements + 3) / 4 * 4; };
+  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
+  const float* dsum = scratch;
+  int* counts = reinterpret_cast<int*>(scratch + aligned(B * NH * Tlen));
+  float* dq_sum = scratch + aligned(B * NH * Tlen) + aligned(B * NH * nb);
+  const int64_t n_counts = B * NH * nb;
+  ZeroCounts<<<BlocksFor(n_counts, 256), 256, 0, stream>>>(counts, n_counts);
+  CheckLaunch("ZeroCounts");
+  const float scale = 1.0f / std::sqrt(float(HS));
+  AllowSharedBytes(MmaFlashBackwardKeys<T, HS, true>, smem, "MmaFlashBackwardKeys (one pass) shared memory");
+  MmaFlashBackwardKeys<T, HS, true><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(
+      dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale, dq_sum, counts);
+  CheckLaunch("MmaFlashBackwardKeys (one pass)");
+  return true;
+}
+
 // The mma.sync backward passes where they apply (as TryMmaForward, and dqkv
 // and dout aligned too).
 template <typename T, int HS>
@@ -400,12 +427,19 @@ bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, c
 }
 
 template <typename T>
-bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                    int64_t C, int64_t NH, int64_t hs, dim3 grid, cudaStream_t stream) {
+bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B, int64_t Tlen,
+                    int64_t C, int64_t NH, int64_t hs, dim3 grid, bool one_pass, cudaStream_t stream) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv)) return false;
-  if (hs == 64) return LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, grid, stream);
-  if (hs == 128) return LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, grid, stream);
+  if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv) || !aligned(scratch)) return false;
+  if (one_pass) {
+    if (hs == 64) return LaunchMmaBackwardOnePass<T, 64>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+    if (hs == 128) {
+      return LaunchMmaBackwardOnePass<T, 128>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+    }
+    return false;
+  }
+  if (hs == 64) return LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
+  if (hs == 128) return LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
   return false;
 }
 
@@ -453,8 +487,9 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
   CheckLaunch("RowDots");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   if constexpr (std::is_same_v<T, A> && !std::is_same_v<A, float>) {
-    if (kernel == AttentionBackwardKernel::kMma &&
-        TryMmaBackward(dqkv, dout, qkv, lse, dsum, Tlen, C, NH, hs, grid, stream)) {
+    const bool one_pass = kernel == AttentionBackwardKernel::kMmaOnePass;
+    if ((kernel == AttentionBackwardKernel::kMma || one_pass) &&
+        TryMmaBackward(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, hs, grid, one_pass, stream)) {
       return;
     }
   }

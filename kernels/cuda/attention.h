@@ -18,8 +18,6 @@
 
 namespace pstar::kernels::cuda {
 
-// fp32 elements of scratch the backward pass needs (the rowsums of dout·out).
-int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // Which forward a 16-bit run takes where both apply (the KernelTuning knob
 // attention_forward: the tuner times both on the GPU at hand). kMma, the
@@ -32,11 +30,20 @@ template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream, AttentionForwardKernel kernel = AttentionForwardKernel::kTensorCore);
 
-// Which backward a 16-bit run with 16-bit gradients takes where both apply
-// (the knob attention_backward): kMma, the mma.sync passes with their
-// accumulators in registers, takes head sizes 64 and 128 with every tensor
-// 16-byte aligned and C a multiple of 8.
-enum class AttentionBackwardKernel : int { kTensorCore = 0, kMma = 1 };
+// Which backward a 16-bit run with 16-bit gradients takes where more than one
+// applies (the knob attention_backward; the tuner times them all): kMma, the
+// two mma.sync passes (seven products) with their accumulators in
+// registers, and kMmaOnePass, one mma.sync pass of five products that adds
+// each key block's share of dq into an fp32 sum in a fixed order, take head
+// sizes 64 and 128 with every tensor 16-byte aligned and C a multiple of 8.
+// All are deterministic; each gives its own bits.
+enum class AttentionBackwardKernel : int { kTensorCore = 0, kMma = 1, kMmaOnePass = 2 };
+
+// fp32 elements of scratch the backward pass needs: the rowsums of dout·out,
+// and for kMmaOnePass (at the head sizes it takes) the fp32 dq sums and their
+// counts (kernels::GpuAttentionScratchElements).
+int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 AttentionBackwardKernel kernel = AttentionBackwardKernel::kTensorCore);
 
 // dqkv is overwritten; out and lse are the forward's. The forward's tensors
 // (qkv, out) may be 16-bit (A) where the gradients are fp32 (T = float): a

@@ -216,20 +216,35 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
 }
 
 // The mma.sync backward for 16-bit activations and gradients at head sizes
-// 64 and 128: the two deterministic passes of the other kernels (keys: dK
-// and dV per key block; queries: dQ per query block; every gradient element
-// has one writer and a fixed order of additions), each with its
-// accumulators in registers, every product an m16n8k16 mma.sync fed by
-// ldmatrix, P and dS passed from accumulator registers into A fragments, the
-// streamed tiles double-buffered by cp.async, and on the diagonal block only
-// the n-tiles and k-steps that hold live pairs computed. dsum is the rowsum
-// of dout * out (RowDots), lse the forward's.
+// 64 and 128, in one of two deterministic forms:
+// - two passes, as the other kernels (keys: dK and dV per key block;
+//   queries: dQ per query block; every gradient element has one writer):
+//   seven products, S and dP computed in both passes;
+// - one pass of five products (kWithQueries): the keys pass also forms each
+//   query block's share of dQ from its dS (through a shared tile) and adds
+//   it into an fp32 accumulator in a fixed order, key block i first and key
+//   block 0 last, which narrows the sum into dqkv. A count per (batch, head,
+//   query block) orders the additions: key block j waits until the i - j
+//   blocks above it have added theirs. Blocks are launched highest key
+//   block first, so each waits only on blocks launched before it, and a
+//   block reaches query block i one step after the block above it did: in
+//   a steady state no block waits.
+// Each form keeps its accumulators in registers, every product an m16n8k16
+// mma.sync fed by ldmatrix, P and dS passed from accumulator registers into
+// A fragments, the streamed tiles double-buffered by cp.async, and on the
+// diagonal block only the n-tiles and k-steps that hold live pairs
+// computed. dsum is the rowsum of dout * out (RowDots), lse the forward's.
 
-// Keys pass: k and v tiles, then two buffers each of q and dout tiles, and
-// two buffers each of the query block's lse and dsum.
-template <int HS>
+// The dS^T tile of the five-product pass: 64 keys x 64 queries, padded.
+constexpr int kDsLd = int(kBlock) + kMmaPad;
+
+// Keys pass: k and v tiles, then two buffers each of q and dout tiles, two
+// buffers each of the query block's lse and dsum, and with kWithQueries the
+// dS^T tile.
+template <int HS, bool kWithQueries = false>
 constexpr size_t MmaBackwardKeysSharedBytes() {
-  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4;
+  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4 +
+         (kWithQueries ? size_t(kBlock) * size_t(kDsLd) * 2 : 0);
 }
 // Queries pass: q and dout tiles, then two buffers each of k and v tiles.
 template <int HS>
@@ -257,6 +272,13 @@ __device__ __forceinline__ void MmaLoadBColumns(uint32_t* b, const T* tile, int 
   const int lane = int(threadIdx.x) % kWarpSize, mi = lane / 8, mr = lane % 8;
   LdMatrixX4Trans(b, tile + (row0 + (mi & 1) * 8 + mr) * MmaLd<HS>() + (dt + (mi >> 1)) * 8);
 }
+// A fragments of 16 rows (from `row0`), k-step kk, of the transpose of a
+// tile of kDsLd-element rows (the tile's rows are A's k, its columns A's rows).
+template <typename T>
+__device__ __forceinline__ void MmaLoadATransposed(uint32_t* a, const T* tile, int row0, int kk) {
+  const int lane = int(threadIdx.x) % kWarpSize, mi = lane / 8, mr = lane % 8;
+  LdMatrixX4Trans(a, tile + (kk * 16 + (mi >> 1) * 8 + mr) * kDsLd + row0 + (mi & 1) * 8);
+}
 // The A fragment of k-step `kstep` from an accumulator of 8 n-tiles.
 template <typename T>
 __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc)[4], int kstep) {
@@ -266,24 +288,28 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
   a[3] = PackPair<T>(acc[2 * kstep + 1][2], acc[2 * kstep + 1][3]);
 }
 
-template <typename T, int HS>
+// With kWithQueries, dq_sum (B*NH x T x HS fp32) and counts (B*NH x blocks,
+// zero at launch) order the dQ additions; otherwise both are unused.
+template <typename T, int HS, bool kWithQueries = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                         int64_t C, int NH, float scale) {
+                         int64_t C, int NH, float scale, float* dq_sum = nullptr, int* counts = nullptr) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int ld = MmaLd<HS>();
   constexpr int kSteps = HS / 16, kDimTiles = HS / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   T* ks = reinterpret_cast<T*>(TensorCoreSharedMemory());
   T* vs = ks + kBlock * ld;
-  T* qs = vs + kBlock * ld;                                        // two buffers
-  T* dos = qs + 2 * kBlock * ld;                                   // two buffers
-  float* lse_s = reinterpret_cast<float*>(dos + 2 * kBlock * ld);  // two buffers
-  float* dsum_s = lse_s + 2 * kBlock;                              // two buffers
+  T* qs = vs + kBlock * ld;                                             // two buffers
+  T* dos = qs + 2 * kBlock * ld;                                        // two buffers
+  float* lse_s = reinterpret_cast<float*>(dos + 2 * kBlock * ld);       // two buffers
+  float* dsum_s = lse_s + 2 * kBlock;                                   // two buffers
+  [[maybe_unused]] T* dst = reinterpret_cast<T*>(dsum_s + 2 * kBlock);  // dS^T (kWithQueries)
 
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
-  const int64_t j = int64_t(blockIdx.y);
+  // The five-product pass launches the highest key block first (its waits).
+  const int64_t j = kWithQueries ? nb - 1 - int64_t(blockIdx.y) : int64_t(blockIdx.y);
   const int64_t c0 = j * kBlock, C3 = 3 * C;
   const int cols = int(min(int64_t(kBlock), Tlen - c0));
   const T* q = qkv + b * Tlen * C3 + h * HS;
@@ -371,6 +397,18 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
         dp[nt][e] = pe * (dp[nt][e] - dsum_t[col]) * scale;  // dS^T
       }
     }
+    if constexpr (kWithQueries) {
+      // This warp's 16 rows of dS^T into the shared tile, rounded as the dK
+      // product's A fragments are, a pair of queries per word.
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          StoreShared32(dst + (warp * 16 + g + 8 * r) * kDsLd + nt * 8 + 2 * tq,
+                        PackPair<T>(dp[nt][2 * r], dp[nt][2 * r + 1]));
+        }
+      }
+    }
     // dV += P^T dout and dK += dS^T q, 16 queries a step.
 #pragma unroll
     for (int kstep = 0; kstep < 4; ++kstep) {
@@ -390,7 +428,66 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
         }
       }
     }
+    if constexpr (kWithQueries) {
+      __syncthreads();  // every warp's dS^T rows are in the tile
+      // dQ (16 queries of warp w x HS) += dS k, 64 columns at a time; on the
+      // diagonal warp w's queries see the keys of k-steps up to w only.
+      const int turn = int(i - j);  // the key blocks above this one add first
+      const int steps = i == j ? warp + 1 : 4;
+#pragma unroll
+      for (int dg = 0; dg < kDimTiles; dg += 8) {
+        float dq[8][4];
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+#pragma unroll
+        for (int kstep = 0; kstep < 4; ++kstep) {
+          if (kstep < steps) {
+            uint32_t sa[4];
+            MmaLoadATransposed<T>(sa, dst, warp * 16, kstep);
+#pragma unroll
+            for (int dt = 0; dt < 8; dt += 2) {
+              uint32_t kb[4];
+              MmaLoadBColumns<HS>(kb, ks, kstep * 16, dg + dt);
+              MmaM16N8K16<T>(dq[dt], sa, kb);
+              MmaM16N8K16<T>(dq[dt + 1], sa, kb + 2);
+            }
+          }
+        }
+        if (dg == 0) {
+          if (turn > 0 && threadIdx.x == 0) WaitForCount(counts + bh * nb + i, turn);
+          __syncthreads();
+        }
+        // The first adder stores its share, the others add theirs to the
+        // sum; key block 0, the last, narrows the total into dqkv.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t t = r0 + warp * 16 + g + 8 * r;
+          if (t >= Tlen) continue;
+          float* sum_row = dq_sum + (bh * Tlen + t) * HS;
+          T* dq_row = dqkv + b * Tlen * C3 + h * HS + t * C3;
+#pragma unroll
+          for (int dt = 0; dt < 8; ++dt) {
+            const int col = (dg + dt) * 8 + 2 * tq;
+            float2 v{dq[dt][2 * r], dq[dt][2 * r + 1]};
+            if (turn > 0) {
+              const float2 before = LoadPairL2(sum_row + col);
+              v = float2{before.x + v.x, before.y + v.y};
+            }
+            if (j == 0) {
+              dq_row[col] = FromFloat<T>(v.x);
+              dq_row[col + 1] = FromFloat<T>(v.y);
+            } else {
+              StorePairL2(sum_row + col, v);
+            }
+          }
+        }
+      }
+      FenceDevice();
+    }
     __syncthreads();  // every warp is done with this buffer before the next copies into it
+    if constexpr (kWithQueries) {
+      if (j > 0 && threadIdx.x == 0) ReleaseCount(counts + bh * nb + i, int(i - j) + 1);
+    }
   }
   T* base = dqkv + b * Tlen * C3 + h * HS;
 #pragma unroll

@@ -1,7 +1,9 @@
 // The warp-level instructions the mma.sync kernels (attention_mma.cuh) are
 // written against, as inline PTX (sm_80 and later): the m16n8k16 tensor-core
 // product with fp32 accumulators, ldmatrix (plain and transposed), cp.async
-// (16 bytes, zero-filled past the source's end) and the butterfly shuffle.
+// (16 bytes, zero-filled past the source's end), the butterfly shuffle, and
+// the counters that order blocks' additions into one fp32 accumulator
+// (acquire and release at GPU scope, loads and stores that skip L1).
 // tests/kernels/cuda/warp_emulation.h gives the same names on the host, with
 // the per-lane fragment layouts of the PTX ISA, so the kernels' indexing is
 // checked without a GPU.
@@ -101,6 +103,37 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+
+// One 32-bit word (a packed pair) into shared memory, 4-byte aligned.
+__device__ __forceinline__ void StoreShared32(void* p, uint32_t v) { *reinterpret_cast<uint32_t*>(p) = v; }
+
+// Spins until *count (global memory) reads `want`, with acquire semantics at
+// GPU scope: what the block that released `want` wrote before it is visible
+// after. One thread calls it; a __syncthreads follows.
+__device__ __forceinline__ void WaitForCount(const int* count, int want) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(count) : "memory");
+  } while (seen != want);
+#endif
+}
+
+// Every thread's writes so far are visible at GPU scope before its later ones.
+__device__ __forceinline__ void FenceDevice() { __threadfence(); }
+
+// *count = value with release semantics at GPU scope. One thread calls it,
+// after every thread's FenceDevice and a __syncthreads.
+__device__ __forceinline__ void ReleaseCount(int* count, int value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(count), "r"(value) : "memory");
+#endif
+}
+
+// Two fp32 values from (to) global memory through L2 only: another block's
+// writes, ordered by the counters above, are never read from a stale L1 line.
+__device__ __forceinline__ float2 LoadPairL2(const float* p) { return __ldcg(reinterpret_cast<const float2*>(p)); }
+__device__ __forceinline__ void StorePairL2(float* p, float2 v) { __stcg(reinterpret_cast<float2*>(p), v); }
 
 // Two values rounded to T and packed as one register, `lo` in the low half.
 template <typename T>

@@ -25,7 +25,8 @@ struct KernelTuning {
   // WMMA tiles, 1 the mma.sync kernel (head sizes 64 and 128).
   int attention_forward = 0;
   // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
-  // WMMA tiles, 1 the mma.sync passes (head sizes 64 and 128).
+  // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync
+  // pass (1 and 2 at head sizes 64 and 128).
   int attention_backward = 0;
 };
 

@@ -247,7 +247,9 @@ class CudaModelKernels final : public ModelKernels {
   void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
                          int64_t T, int64_t C, int64_t NH) override {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
-    Need(kc::AttentionScratchElements(B, T, C, NH) * int64_t(sizeof(float)), "AttentionBackward");
+    const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
+                                                       : kc::AttentionBackwardKernel(tuning_.attention_backward);
+    Need(kc::AttentionScratchElements(B, T, C, NH, kernel) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
       return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, B, T, C,
@@ -256,7 +258,7 @@ class CudaModelKernels final : public ModelKernels {
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
       kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
-                                  kc::AttentionBackwardKernel(tuning_.attention_backward));
+                                  kernel);
     });
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/attention.h"
+
 namespace pstar {
 
 const char* ComputeDeviceName(ComputeDevice device) {
@@ -78,9 +80,12 @@ int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, 
   // stream, after a 256-byte slot for the mean loss. Each term bounds what
   // the CUDA kernels ask for (checked when the scratch is set):
   const int64_t BT = batch * seq, C = config.n_embd;
-  const int64_t attention = batch * config.n_head * seq * 4;  // rowsums of dout·out per head
-  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const bool half = compute.precision != Precision::kFp32;
+  // Rowsums of dout·out per head; in a 16-bit run, room for the one-pass
+  // backward's fp32 dq sums too (4 bytes per element of the attention's
+  // output), which the tuning table may pick on the GPU at hand.
+  const int64_t attention = kernels::GpuAttentionScratchElements(batch, seq, C, config.n_head, half) * 4;
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   // At most 256 row groups of weight and bias partials; in a 16-bit run then
   // the weight widened to fp32 (backward: the gradients are fp32).
   const int64_t layernorm = aligned(2 * 256 * C * 4) + (half ? aligned(C * 4) : 0);

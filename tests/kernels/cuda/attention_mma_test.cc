@@ -71,11 +71,15 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   EXPECT_LT(RelativeError(lse, lse_cpu), 1e-5) << "lse";
 }
 
-// The backward passes from the CPU forward's results (lse, and dsum =
-// rowsum(dout * out)), all 16-bit, against the CPU backward.
+// The backward from the CPU forward's results (lse, and dsum =
+// rowsum(dout * out)), all 16-bit, against the CPU backward: the two passes,
+// or (one_pass) the five-product pass with its ordered dq sums, whose counts
+// the emulation checks are only ever waited on after an earlier block
+// released them.
 template <int HS>
-void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng) {
-  SCOPED_TRACE(testing::Message() << "backward B=" << s.B << " T=" << s.T << " NH=" << s.NH << " head size " << HS);
+void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass = false) {
+  SCOPED_TRACE(testing::Message() << (one_pass ? "one-pass " : "") << "backward B=" << s.B << " T=" << s.T
+                                  << " NH=" << s.NH << " head size " << HS);
   const int64_t C = HS * s.NH, blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
   std::normal_distribution<float> normal;
   std::vector<float> qkv(size_t(s.B * s.T * 3 * C)), dout(size_t(s.B * s.T * C));
@@ -103,14 +107,28 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng) {
   const float scale = 1.0f / std::sqrt(float(HS));
   const emulation::Dim3 grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
   const unsigned threads = mma::kMmaWarps * emulation::kWarpSize;
-  emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
-    mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
-                                        int(s.NH), scale);
-  });
-  emulation::RunBlocks(grid, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
-    mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
-                                           int(s.NH), scale);
-  });
+  if (one_pass) {
+    // The sums start as garbage (the first adder stores), the counts at zero.
+    std::vector<float> dq_sum(size_t(s.B * s.T * C), NAN);
+    std::vector<int> counts(size_t(s.B * s.NH * blocks), 0);
+    emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS, true>(), [&] {
+      mma::MmaFlashBackwardKeys<Bf16, HS, true>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
+                                                s.T, C, int(s.NH), scale, dq_sum.data(), counts.data());
+    });
+    // Every query block but the first got one release per key block above 0.
+    for (int64_t bh = 0; bh < s.B * s.NH; ++bh) {
+      for (int64_t i = 0; i < blocks; ++i) EXPECT_EQ(counts[size_t(bh * blocks + i)], int(i)) << "count " << i;
+    }
+  } else {
+    emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
+      mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
+                                          int(s.NH), scale);
+    });
+    emulation::RunBlocks(grid, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
+      mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T,
+                                             C, int(s.NH), scale);
+    });
+  }
   // q, k and v gradients each against their own scale, at least the whole
   // gradient's: dq and dk cancel to zero at one position (T = 1), where
   // only rounding is left of them. P, dS and the outputs are rounded to bf16.
@@ -135,6 +153,21 @@ TEST(MmaAttentionEmulated, BackwardMatchesTheCpuKernel) {
     ExpectBackwardMatchesCpu<64>(s, rng);
   }
   for (const Shape& s : {Shape{1, 5, 1}, Shape{1, 129, 1}}) ExpectBackwardMatchesCpu<128>(s, rng);
+}
+
+// Five products: dq from each key block's dS, added in a fixed order across
+// key blocks; one block (T <= 64), several (the diagonal's skipped k-steps,
+// a partial last block), several heads and batches, and a fresh length.
+TEST(MmaAttentionEmulated, OnePassBackwardMatchesTheCpuKernel) {
+  std::mt19937 rng(std::random_device{}());
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{1, 64, 2}, Shape{2, 77, 1}, Shape{1, 200, 2}}) {
+    ExpectBackwardMatchesCpu<64>(s, rng, true);
+  }
+  for (const Shape& s : {Shape{1, 5, 1}, Shape{1, 129, 1}}) ExpectBackwardMatchesCpu<128>(s, rng, true);
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 pick(seed);
+  ExpectBackwardMatchesCpu<64>({1, std::uniform_int_distribution<int64_t>(1, 260)(pick), 1}, rng, true);
 }
 
 TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize64) {

@@ -50,7 +50,9 @@ TEST(KernelTuning, EveryRowOfAGpuKindIsTaken) {
   for (const cuda::TuningRow& row : cuda::TuningTable()) {
     const cuda::KernelTuning t = cuda::TuningFor(row.gpu);
     for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) {
-      if (std::string(knob.name) == row.knob) EXPECT_EQ(t.*(knob.field), row.value) << row.gpu << " " << row.knob;
+      if (std::string(knob.name) == row.knob) {
+        EXPECT_EQ(t.*(knob.field), row.value) << row.gpu << " " << row.knob;
+      }
     }
   }
 }

@@ -10,9 +10,11 @@
 // what the PTX ISA's fragment layouts give it, ldmatrix and cp.async check
 // their 16-byte alignment and that they address shared memory, and cp.async
 // copies land only at the wait that covers their group (so a read before
-// its wait sees garbage). It checks indexing, masking, the fragment layouts
-// as documented and the barriers' placement, not the hardware or its speed;
-// the GPU tests do that.
+// its wait sees garbage). Blocks that order their additions by counters
+// (WaitForCount) must wait only on blocks launched before them: here a wait
+// that is not already satisfied aborts. It checks indexing, masking, the
+// fragment layouts as documented and the barriers' placement, not the
+// hardware or its speed; the GPU tests do that.
 //
 // CUDA's built-in names (threadIdx, blockIdx, blockDim) must be plain names
 // here, so they are thread_local variables that RunBlocks sets per emulated
@@ -277,6 +279,36 @@ inline float ShflXor(float v, int mask) {
   return out;
 }
 
+inline void StoreShared32(void* p, uint32_t v) {
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) EmulationFault("32-bit shared store not 4-byte aligned", p);
+  if (!InShared(p, 4)) EmulationFault("32-bit shared store outside shared memory", p);
+  std::memcpy(p, &v, sizeof v);
+}
+// Blocks run one at a time in launch order, so a count a block waits for must
+// have been released by an earlier block already: one that is not would spin
+// forever on a GPU whose earlier blocks are all done or resident.
+inline void WaitForCount(const int* count, int want) {
+  if (*count != want) {
+    std::fprintf(stderr,
+                 "warp emulation: block %u,%u waits for count %d, which reads %d: no earlier block released it\n",
+                 blockIdx.x, blockIdx.y, want, *count);
+    std::abort();
+  }
+}
+inline void FenceDevice() {}
+inline void ReleaseCount(int* count, int value) { *count = value; }
+struct float2 {
+  float x, y;
+};
+inline float2 LoadPairL2(const float* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) EmulationFault("float2 load not 8-byte aligned", p);
+  return {p[0], p[1]};
+}
+inline void StorePairL2(float* p, float2 v) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) EmulationFault("float2 store not 8-byte aligned", p);
+  p[0] = v.x;
+  p[1] = v.y;
+}
 template <typename T>
 uint32_t PackPair(float lo, float hi) {
   static_assert(sizeof(T) == 2, "16-bit pairs");
