@@ -70,8 +70,9 @@ class CpuModelKernels final : public ModelKernels {
     for (int64_t i = 0; i < n; ++i) loss_sum_ += x[i];
   }
   double TakeLossSum() override { return std::exchange(loss_sum_, 0.0); }
-  void SumsOfSquares(std::span<const Span> spans, double* sums) override {
+  double TakeStepSums(std::span<const Span> spans, double* sums) override {
     for (size_t i = 0; i < spans.size(); ++i) sums[i] = k::SumOfSquares(spans[i].data, spans[i].n);
+    return TakeLossSum();
   }
   void RoundToPrecision(float* x, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGradRound);

@@ -1,5 +1,5 @@
 // The CUDA ModelKernels: the kernels of kernels/cuda queued on the compute
-// stream. Only TakeLossSum and SumsOfSquares wait for the device. Each piece
+// stream. Only TakeLossSum and TakeStepSums wait for the device. Each piece
 // of work is an OpScope around its launches: an NVTX range named by its
 // ProfileOp (nsys projects it onto the kernels) and, with a timer, a pair of
 // timing events on the stream.
@@ -103,30 +103,45 @@ class CudaModelKernels final : public ModelKernels {
     if (precision_ == Precision::kFp16) kc::RoundThrough<kc::fp16>(x, n, stream_);
   }
   // Every span in two launches (kc::SumsOfSquares), as many spans at a time
-  // as the scratch holds (all of them for any real model), then one
-  // download and one wait.
-  void SumsOfSquares(std::span<const Span> spans, double* sums) override {
+  // as the scratch holds (all of them for any real model); the loss is
+  // copied beside the last batch's sums on the device, so one download and
+  // one wait bring both to the host.
+  double TakeStepSums(std::span<const Span> spans, double* sums) override {
+    if (spans.empty()) return TakeLossSum();
     const int64_t per_span = (kc::SumsOfSquaresScratchElements(1) + 1) * int64_t(sizeof(double)) +
                              int64_t(sizeof(kc::DeviceSpan));
-    Need(per_span, "SumsOfSquares");
-    const size_t batch = size_t(std::min<int64_t>(shared_bytes_ / per_span, kc::kMaxSumSpans));
+    Need(per_span + int64_t(sizeof(double)), "TakeStepSums");
+    const size_t batch =
+        size_t(std::min<int64_t>((shared_bytes_ - int64_t(sizeof(double))) / per_span, kc::kMaxSumSpans));
     std::vector<kc::DeviceSpan> descriptors(std::min(batch, spans.size()));
+    std::vector<double> downloaded(descriptors.size() + 1);
+    double loss = 0.0;
     for (size_t first = 0; first < spans.size(); first += batch) {
       const size_t count = std::min(batch, spans.size() - first);
-      // [partials][results][descriptors], each 8-byte aligned.
+      const bool last = first + count == spans.size();
+      // [partials][results, then the loss][descriptors], each 8-byte aligned.
       double* partials = Shared<double>();
       double* results = partials + kc::SumsOfSquaresScratchElements(int64_t(count));
-      auto* device_spans = reinterpret_cast<kc::DeviceSpan*>(results + count);
+      auto* device_spans = reinterpret_cast<kc::DeviceSpan*>(results + count + 1);
       for (size_t i = 0; i < count; ++i) descriptors[i] = {spans[first + i].data, spans[first + i].n};
       CheckCuda(cudaMemcpyAsync(device_spans, descriptors.data(), count * sizeof(kc::DeviceSpan),
                                 cudaMemcpyHostToDevice, stream_),
                 "upload");
       CheckCuda(cudaMemsetAsync(results, 0, count * sizeof(double), stream_), "memset");
       kc::SumsOfSquares(results, partials, device_spans, int64_t(count), stream_);
-      CheckCuda(cudaMemcpyAsync(sums + first, results, count * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+      if (last) {
+        CheckCuda(cudaMemcpyAsync(results + count, loss_sum_, sizeof(double), cudaMemcpyDeviceToDevice, stream_),
+                  "copy");
+        CheckCuda(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "memset");
+      }
+      const size_t n = count + (last ? 1 : 0);
+      CheckCuda(cudaMemcpyAsync(downloaded.data(), results, n * sizeof(double), cudaMemcpyDeviceToHost, stream_),
                 "download");
       CheckCuda(cudaStreamSynchronize(stream_), "download");
+      std::copy(downloaded.begin(), downloaded.begin() + std::ptrdiff_t(count), sums + first);
+      if (last) loss = downloaded[count];
     }
+    return loss;
   }
 
   void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,

@@ -381,10 +381,11 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
   loss_tokens_ += BT;
 }
 
-double Gpt::TakeLoss() {
-  const double sum = kernels_->TakeLossSum();
+double Gpt::TakeLoss() { return MeanLoss(kernels_->TakeLossSum()); }
+
+double Gpt::MeanLoss(double loss_sum) {
   const int64_t tokens = std::exchange(loss_tokens_, 0);
-  return tokens > 0 ? sum / double(tokens) : 0.0;
+  return tokens > 0 ? loss_sum / double(tokens) : 0.0;
 }
 
 void Gpt::Backward() {

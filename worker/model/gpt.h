@@ -65,6 +65,9 @@ class Gpt {
   // The mean loss per token over the Forwards since the last call (waits for
   // the device once).
   double TakeLoss();
+  // The same from a loss sum the kernels gave already (a training step takes
+  // it with its gradients' sums, ModelKernels::TakeStepSums, in one wait).
+  double MeanLoss(double loss_sum);
   // Adds the gradients of the last TrainForward's micro-batch, weighted as it
   // said, into the gradient chunks. Only after a TrainForward.
   void Backward();

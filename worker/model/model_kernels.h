@@ -113,13 +113,15 @@ class ModelKernels {
   // (waiting for the ops before it) and resets it to zero. One wait per step.
   virtual void AddToLossSum(const float* x, int64_t n) = 0;
   virtual double TakeLossSum() = 0;
-  // sums[i] = the sum of x^2 over span i, in double, as host values (waits).
-  // Bit for bit kernels::cpu::SumOfSquares on every device.
+  // A training step's one wait for the device: sums[i] = the sum of x^2 over
+  // span i, in double, as host values (bit for bit kernels::cpu::SumOfSquares
+  // on every device), and the loss accumulator's value, returned and reset
+  // to zero as TakeLossSum does.
   struct Span {
     const float* data = nullptr;
     int64_t n = 0;
   };
-  virtual void SumsOfSquares(std::span<const Span> spans, double* sums) = 0;
+  virtual double TakeStepSums(std::span<const Span> spans, double* sums) = 0;
   // x[i] rounded to the precision's 16-bit format (nearest even, the bits of
   // kernels/half.h), in place: gradients kept in 16 bits. Nothing in fp32.
   virtual void RoundToPrecision(float* x, int64_t n) = 0;

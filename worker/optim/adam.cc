@@ -10,7 +10,6 @@
 
 #include "kernels/adam.h"
 #include "kernels/reduce.h"
-#include "worker/runtime/nvtx_range.h"
 #ifdef PSTAR_WITH_CUDA
 #include "kernels/cuda/adam.h"
 #endif
@@ -208,7 +207,7 @@ void AdamOptimizer::Undo(ParamStore& store, int32_t chunk, const UndoSlot& undo)
   }
 }
 
-Result<double> GradientNorm(ParamStore& store, ModelKernels& ops) {
+StepSums TakeStepSums(ParamStore& store, ModelKernels& ops) {
   const ParamLayout& layout = store.layout();
   const bool host_reads_device = store.chunks().backend().device_is_host_memory();
   // One sum per owned tensor slice, taken where the gradient lies (both
@@ -230,18 +229,12 @@ Result<double> GradientNorm(ParamStore& store, ModelKernels& ops) {
       }
     }
   }
-  if (!on_device.empty()) {
-    std::vector<double> device_sums(on_device.size());
-    ops.SumsOfSquares(on_device, device_sums.data());
-    for (size_t i = 0; i < on_device.size(); ++i) sums[on_device_index[i]] = device_sums[i];
-  }
-  double sum = 0.0;
-  for (double s : sums) sum += s;
-  if (store.world_size() > 1) {
-    NvtxRange range("all_reduce");
-    PSTAR_RETURN_IF_ERROR(store.comm()->AllReduceSum(&sum, 1));
-  }
-  return std::sqrt(sum);
+  StepSums out;
+  std::vector<double> device_sums(on_device.size());
+  out.loss_sum = ops.TakeStepSums(on_device, device_sums.data());
+  for (size_t i = 0; i < on_device.size(); ++i) sums[on_device_index[i]] = device_sums[i];
+  for (double s : sums) out.grad_squares += s;
+  return out;
 }
 
 float ClipCoefficient(double norm, float max_norm) {

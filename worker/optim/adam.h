@@ -90,12 +90,19 @@ class AdamOptimizer {
   double host_seconds_ = 0.0;
 };
 
-// L2 norm of the gradients as stored (padding excluded), summed in a fixed
-// order; with N ranks, of the summed gradients, all-reduced over the ranks.
-// Gradients current in GPU memory are summed there by `ops` (one wait),
-// the rest on the host, so nothing moves for the norm; both sum in the same
-// order, so the norm's bits do not depend on the device budget.
-Result<double> GradientNorm(ParamStore& store, ModelKernels& ops);
+// What a training step reads back from the device once its gradients are
+// final, in one wait (ModelKernels::TakeStepSums).
+struct StepSums {
+  // The sum of the squares of this rank's gradient shards as stored (padding
+  // excluded), in a fixed order: the global norm is the square root of its
+  // sum over ranks. Gradients current in GPU memory are summed there, the
+  // rest on the host, so nothing moves for it; both sum in the same order,
+  // so its bits do not depend on the device budget.
+  double grad_squares = 0.0;
+  // The model's loss accumulator since the last take (then reset to zero).
+  double loss_sum = 0.0;
+};
+StepSums TakeStepSums(ParamStore& store, ModelKernels& ops);
 
 // PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
 // 1 when max_norm <= 0 (clipping off).

@@ -523,28 +523,33 @@ Result<StepStats> Trainer::Step() {
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
   store_->EndPhase(StepPhase::kBackward);
-  double loss = model_->TakeLoss();  // the mean over the step's micro-batches
-  // The stop vote rides with the loss: a rank asked to stop makes every rank
-  // stop after this step, without a collective of its own.
+  // The step's one wait for the device: the gradients' sums of squares and
+  // the loss sum come back together (the norm's kernels queue behind the
+  // backward, so the device does not idle between two waits).
+  StepSums sums;
+  {
+    OpScope timed(profiler_.get(), ProfileOp::kGradNorm);
+    sums = TakeStepSums(*store_, model_->kernels());
+  }
+  double loss = model_->MeanLoss(sums.loss_sum);  // the mean over the step's micro-batches
+  double squares = sums.grad_squares;
+  // The stop vote rides with the loss and the norm: a rank asked to stop
+  // makes every rank stop after this step, and one all-reduce carries all
+  // three.
   double stop = stop_flag_ != nullptr && stop_flag_->load() ? 1.0 : 0.0;
   if (world_ > 1) {
     NvtxRange range("all_reduce");
-    double reduced[2] = {loss, stop};
-    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(reduced, 2));
+    double reduced[3] = {loss, stop, squares};
+    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(reduced, 3));
     loss = reduced[0] / double(world_);
     stop = reduced[1];
+    squares = reduced[2];
   }
   stats.loss = float(loss);
   stats.stop = stop > 0.0;
-  stats.compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: TakeLoss waited
+  stats.compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: the sums waited
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
-  // The device is idle here (TakeLoss waited), so the span times the norm alone.
-  double summed_norm = 0.0;
-  {
-    OpScope timed(profiler_.get(), ProfileOp::kGradNorm);
-    PSTAR_ASSIGN_OR_RETURN(summed_norm, GradientNorm(*store_, model_->kernels()));
-  }
-  stats.grad_norm = summed_norm / double(world_) / double(scale);
+  stats.grad_norm = std::sqrt(squares) / double(world_) / double(scale);
   // The loss scaler's overflow decision: the norm is finite exactly when every
   // gradient is, and every rank sees the same all-reduced norm.
   const bool finite = std::isfinite(stats.grad_norm);

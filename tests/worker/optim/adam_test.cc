@@ -42,12 +42,18 @@ TEST(Adam, WeightDecayOnlyOnWeightsDecoupledOrL2) {
   }
 }
 
-TEST(Adam, GradientNormAndClipCoefficient) {
+TEST(Adam, StepSumsAndClipCoefficient) {
   auto owned = MakeStore();
   ParamStore& store = *owned;
   store.TensorData(StateKind::kGrad, 0)[0] = 3.0f;
   store.TensorData(StateKind::kGrad, 1)[1] = 4.0f;
-  EXPECT_DOUBLE_EQ(*GradientNorm(store, *MakeCpuModelKernels()), 5.0);
+  auto ops = MakeCpuModelKernels();
+  const float losses[3] = {1.5f, 2.0f, 0.25f};
+  ops->AddToLossSum(losses, 3);
+  const StepSums sums = TakeStepSums(store, *ops);
+  EXPECT_DOUBLE_EQ(sums.grad_squares, 25.0);
+  EXPECT_DOUBLE_EQ(sums.loss_sum, 3.75);
+  EXPECT_DOUBLE_EQ(TakeStepSums(store, *ops).loss_sum, 0.0) << "the loss was taken";
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 1.0f), float(1.0 / (5.0 + 1e-6)));
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 10.0f), 1.0f);
   EXPECT_FLOAT_EQ(ClipCoefficient(5.0, 0.0f), 1.0f);

@@ -319,8 +319,9 @@ TEST(GpuTraining, TheDiskTierIsBitIdenticalToTheRunInMemory) {
 }
 
 // More spans than the scratch holds sums for, so the batching is exercised,
-// at sizes below and past one grid pass.
-TEST(GpuTraining, SumsOfSquaresAreTheCpuKernelsBits) {
+// at sizes below and past one grid pass; the loss sum comes back with the
+// last batch and is reset.
+TEST(GpuTraining, StepSumsAreTheCpuKernelsBits) {
   PSTAR_REQUIRE_GPUS(1);
   auto ops = MakeCudaModelKernels(nullptr);
   ASSERT_TRUE(ops.ok()) << ops.status().message();
@@ -347,8 +348,17 @@ TEST(GpuTraining, SumsOfSquaresAreTheCpuKernelsBits) {
     spans.push_back({x + offset, n});
     offset += n;
   }
+  // A loss sum of 1 + 2 + ... + 100 (exact in any order).
+  std::vector<float> losses(100);
+  for (size_t i = 0; i < losses.size(); ++i) losses[i] = float(i + 1);
+  float* d_losses = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_losses, losses.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_losses, losses.data(), losses.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  (*ops)->AddToLossSum(d_losses, int64_t(losses.size()));
   std::vector<double> sums(spans.size(), -1.0);
-  (*ops)->SumsOfSquares(spans, sums.data());
+  EXPECT_EQ((*ops)->TakeStepSums(spans, sums.data()), 5050.0);
+  EXPECT_EQ((*ops)->TakeStepSums({}, nullptr), 0.0) << "the loss sum was reset";
+  cudaFree(d_losses);
   offset = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double want = kernels::cpu::SumOfSquares(host.data() + offset, sizes[i]);
