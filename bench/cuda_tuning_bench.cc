@@ -28,6 +28,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/tuning.h"
 
 namespace {
@@ -272,6 +273,33 @@ int main(int argc, char** argv) {
         }
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 2e-2)});
+      }
+    } else if (std::string(knob.name) == "gelu_backward_epilogue") {
+      // GPT-2 124M's fc_proj input gradient at batch 32 x 1024 in bf16 with
+      // GELU's backward: its own kernel after the GEMM (0) or in cuBLASLt's
+      // DGELU epilogue (1).
+      const int64_t N = 32 * 1024, C = 768, H = 4 * C;
+      Device<__nv_bfloat16> w_proj(size_t(C * H)), dy(size_t(N * C)), pre(size_t(N * H)), dpre(size_t(N * H));
+      for (auto* d : {&w_proj, &dy, &pre}) FillRandom(d->p, d->n, rng);
+      kc::BlasContext blas;
+      std::vector<float> want;
+      std::vector<int> order = {defaults.*(knob.field)};
+      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      for (int v : order) {
+        bool taken = true;
+        const double ms = MedianMs(
+            reps, [] {},
+            [&] {
+              if (v == 1 && kc::MatmulBackwardInputGelu(blas, dpre.p, dy.p, w_proj.p, pre.p, N, H, C, nullptr)) return;
+              taken = v == 0;
+              kc::MatmulBackwardInput<__nv_bfloat16, __nv_bfloat16>(blas, dpre.p, dy.p, w_proj.p, N, H, C, nullptr);
+              kc::GeluBackward(dpre.p, pre.p, dpre.p, N * H, nullptr);
+            });
+        Check(cudaDeviceSynchronize(), "gelu backward epilogue");
+        if (!taken) std::printf("tune: knob=%s value=%d: cuBLASLt does not take the epilogue here\n", knob.name, v);
+        const std::vector<float> got = Widen(dpre.Download(size_t(64 * H)));
+        if (want.empty()) want = got;
+        results.push_back({v, ms, taken && Close(got, want, 2e-2)});
       }
     } else {
       std::printf("tune: knob=%s has no timing here\n", knob.name);

@@ -184,23 +184,36 @@ BlasContext::~BlasContext() {
 
 namespace {
 
+// A cuBLASLt epilogue of one matrix (beta 0): the bias added per row of C
+// (N values of C's type), or GELU's derivative at `aux` (a matrix of C's
+// type and shape, row pitch aux_ld) multiplied in. kind
+// CUBLASLT_EPILOGUE_DEFAULT is none.
+template <typename TC>
+struct Epilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const TC* bias = nullptr;
+  TC* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+
 // The GEMM of every public entry point: operands of type T, C of type TC
-// (T, or fp32 for mixed precision). With `bias` (N values of TC, beta 0,
-// one matrix) it is cuBLASLt's bias epilogue: C = alpha op(A) op(B) + bias
-// per row, one rounding. Returns false, having done nothing, when cuBLASLt
-// offers no algorithm for that epilogue (or K is 0); true otherwise.
+// (T, or fp32 for mixed precision). With an epilogue it is cuBLASLt's: for
+// the bias, C = alpha op(A) op(B) + bias per row, one rounding. Returns
+// false, having done nothing, when cuBLASLt offers no algorithm for that
+// epilogue (or K is 0 with one); true otherwise.
 template <typename T, typename TC>
 bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b,
                    float beta, TC* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream,
-                   const TC* bias = nullptr) {
+                   const Epilogue<TC>& epilogue = {}) {
+  const bool with_epilogue = epilogue.kind != CUBLASLT_EPILOGUE_DEFAULT;
   if (M <= 0 || N <= 0 || batch <= 0) return true;
   if (batch > INT32_MAX) {
     std::fprintf(stderr, "pstar: GEMM batch of %lld matrices is too large\n", static_cast<long long>(batch));
     std::abort();
   }
   if (K <= 0) {
-    if (bias != nullptr) return false;  // the caller's broadcast then gives C = bias
+    if (with_epilogue) return false;  // the caller's separate passes then give C
     if (beta == 1.0f) return true;
     ScaleMatrices<<<BlocksFor(batch * M * N, kThreads), kThreads, 0, stream>>>(C, M, N, ldc, stride_c, batch,
                                                                                beta);
@@ -231,17 +244,29 @@ bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
             "cublasLtMatmulDescSetAttribute(TRANSA)");
   CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
             "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (bias != nullptr) {
-    // cuBLAS's rows are our columns: the bias runs along them, broadcast over our rows.
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+  if (with_epilogue) {
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue.kind,
+                                             sizeof(epilogue.kind)),
               "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+  }
+  if (epilogue.bias != nullptr) {
+    // cuBLAS's rows are our columns: the bias runs along them, broadcast over our rows.
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias,
+                                             sizeof(epilogue.bias)),
               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     const cudaDataType_t bias_type = out_type;
     CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                              sizeof(bias_type)),
               "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
+  if (epilogue.aux != nullptr) {
+    // The aux matrix is laid out as C: cuBLAS's column pitch is our row pitch.
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux,
+                                             sizeof(epilogue.aux)),
+              "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+    CheckBlas(cublasLtMatmulDescSetAttribute(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &epilogue.aux_ld,
+                                             sizeof(epilogue.aux_ld)),
+              "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
   }
 
   const uint32_t align_a = Alignment(B, stride_b, sizeof(T), batch);
@@ -249,7 +274,7 @@ bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
   const BlasContext::GemmKey key = {int64_t(type), int64_t(out_type), int64_t(trans_a), int64_t(trans_b), M, N, K,
                                     lda, ldb, ldc, stride_a, stride_b, stride_c, batch, int64_t(align_a),
-                                    int64_t(align_b), int64_t(align_c), int64_t(bias != nullptr)};
+                                    int64_t(align_b), int64_t(align_c), int64_t(epilogue.kind)};
   if (const cublasLtMatmulAlgo_t* known = blas.FindAlgo(key)) {
     CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                              C, out.get(), known, blas.workspace(), blas.workspace_bytes(), stream),
@@ -304,7 +329,7 @@ bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
               "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
     ok = query();
   }
-  if (!ok && bias != nullptr) {
+  if (!ok && with_epilogue) {
     blas.RememberUnsupported(key);
     return false;
   }
@@ -407,7 +432,7 @@ void LinearForward(BlasContext& blas, TO* out, const T* inp, const T* weight, co
   // cuBLASLt's bias epilogue wants the bias 16-byte aligned.
   if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
       GemmAnyOutput<T, TO>(blas, false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, stream,
-                           bias)) {
+                           Epilogue<TO>{CUBLASLT_EPILOGUE_BIAS, bias})) {
     return;
   }
   float beta = 0.0f;
@@ -446,6 +471,31 @@ void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* we
                         int64_t C, int64_t OC, cudaStream_t stream) {
   LinearForward<T, float>(blas, out, inp, weight, bias, N, C, OC, stream);
 }
+
+namespace {
+
+// What cuBLASLt's GELU epilogues ask of their matrices: 16-byte aligned
+// pointers and pitches that are multiples of 8 elements.
+bool GeluEpilogueFits(const void* a, const void* b, int64_t ld) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a) && aligned(b) && ld % 8 == 0;
+}
+
+}  // namespace
+
+template <typename T>
+bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T* weight, const T* pre, int64_t N,
+                             int64_t C, int64_t OC, cudaStream_t stream) {
+  if (!GeluEpilogueFits(dinp, pre, C)) return false;
+  // cuBLASLt reads the aux matrix here; its pointer attribute is not const.
+  return GemmAnyOutput<T, T>(blas, false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
+                             stream, Epilogue<T>{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<T*>(pre), C});
+}
+
+template bool MatmulBackwardInputGelu<bf16>(BlasContext&, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
+                                            int64_t, int64_t, cudaStream_t);
+template bool MatmulBackwardInputGelu<fp16>(BlasContext&, fp16*, const fp16*, const fp16*, const fp16*, int64_t,
+                                            int64_t, int64_t, cudaStream_t);
 
 template void MatmulForwardMixed<bf16>(BlasContext&, float*, const bf16*, const bf16*, const float*, int64_t,
                                        int64_t, int64_t, cudaStream_t);

@@ -95,6 +95,20 @@ template <typename T>
 void MatmulForwardMixed(BlasContext& blas, float* out, const T* inp, const T* weight, const float* bias, int64_t N,
                         int64_t C, int64_t OC, cudaStream_t stream);
 
+// The fc_proj layer's input gradient with GELU's backward in the GEMM's
+// epilogue (cuBLASLt's DGELU), for 16-bit T: dinp = (dout @ weight) *
+// GELU'(pre), rounded once, in one pass where MatmulBackwardInput then
+// GeluBackward take two (and round the product first). cuBLASLt's GELU' is
+// its own evaluation of the tanh form's derivative, so dinp matches the
+// separate kernels to T's rounding, not bit for bit (the GPU tests bound
+// it); it is deterministic. Returns false, having done nothing, where
+// cuBLASLt offers no algorithm or the matrices do not fit the epilogue
+// (dinp and pre 16-byte aligned, C a multiple of 8); the caller then runs
+// the separate kernels.
+template <typename T>
+bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T* weight, const T* pre, int64_t N,
+                             int64_t C, int64_t OC, cudaStream_t stream);
+
 // The pieces of the backwards above, for callers that time them apart:
 // dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
 // colsum(dout) in a fixed order. T is the GEMM operands' type and TO the

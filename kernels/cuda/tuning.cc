@@ -10,6 +10,7 @@ const std::vector<TuningKnob>& TuningKnobs() {
       {"bias_grad_group_rows", {32, 64, 128, 256}, &KernelTuning::bias_grad_group_rows},
       {"attention_forward", {0, 1}, &KernelTuning::attention_forward},
       {"attention_backward", {0, 1, 2}, &KernelTuning::attention_backward},
+      {"gelu_backward_epilogue", {0, 1}, &KernelTuning::gelu_backward_epilogue},
   };
   return knobs;
 }

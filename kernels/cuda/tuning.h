@@ -28,6 +28,10 @@ struct KernelTuning {
   // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync
   // pass (1 and 2 at head sizes 64 and 128).
   int attention_backward = 0;
+  // GELU's backward in 16-bit runs: 0 its own kernel after the fc_proj
+  // input-gradient GEMM, 1 in that GEMM's cuBLASLt epilogue
+  // (MatmulBackwardInputGelu).
+  int gelu_backward_epilogue = 0;
 };
 
 // A knob: its name in the table, the candidates the tuner times, and its

@@ -237,8 +237,9 @@ class CudaModelKernels final : public ModelKernels {
   void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
     if (precision_ == Precision::kFp32) {
-      return LinearBackward<float>(role, As<float>(dinp), dweight, dbias, As<float>(dout), As<float>(inp),
-                                   weight.f32, N, C, OC);
+      LinearBackward<float>(role, As<float>(dinp), dweight, dbias, As<float>(dout), As<float>(inp), weight.f32, N, C,
+                            OC);
+      return;
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
@@ -275,6 +276,20 @@ class CudaModelKernels final : public ModelKernels {
       kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
                                   kernel);
     });
+  }
+  // With the tuning's gelu_backward_epilogue in a 16-bit run, GELU's
+  // backward rides in the input gradient's epilogue where cuBLASLt takes it.
+  void MatmulBackwardGelu(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
+                          ActTensor inp, Param weight, ActTensor pre, int64_t N, int64_t C, int64_t OC) override {
+    bool fused = false;
+    if (precision_ != Precision::kFp32 && tuning_.gelu_backward_epilogue == 1) {
+      InSixteenBits([&](auto tag) {
+        using H = decltype(tag);
+        fused = LinearBackward<H>(role, As<H>(dinp), dweight, dbias, As<H>(dout), As<H>(inp), Half<H>(weight), N, C,
+                                  OC, As<H>(pre));
+      });
+    }
+    if (!fused) ModelKernels::MatmulBackwardGelu(role, dinp, dweight, dbias, dout, inp, weight, pre, N, C, OC);
   }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluForward);
@@ -387,13 +402,24 @@ class CudaModelKernels final : public ModelKernels {
     kc::MatmulForwardMixed<T>(blas_, out, As<T>(inp), Half<T>(weight), b, N, C, OC, stream_);
   }
   // dinp and dout in T (fp32, or the run's 16-bit type), the weight and
-  // bias gradients fp32; the bias gradient sums dout.
+  // bias gradients fp32; the bias gradient sums dout. With `gelu_pre` (the
+  // tuning's gelu_backward_epilogue, 16 bits), dinp is multiplied by GELU'(gelu_pre)
+  // in the input gradient's epilogue; false, having done nothing, where
+  // cuBLASLt does not take that epilogue.
   template <typename T>
-  void LinearBackward(LinearRole role, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-                      const T* weight, int64_t N, int64_t C, int64_t OC) {
+  bool LinearBackward(LinearRole role, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                      const T* weight, int64_t N, int64_t C, int64_t OC, const T* gelu_pre = nullptr) {
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
-      kc::MatmulBackwardInput<T, T>(blas_, dinp, dout, weight, N, C, OC, stream_);
+      if constexpr (std::is_same_v<T, float>) {
+        kc::MatmulBackwardInput<T, T>(blas_, dinp, dout, weight, N, C, OC, stream_);
+      } else {
+        if (gelu_pre == nullptr) {
+          kc::MatmulBackwardInput<T, T>(blas_, dinp, dout, weight, N, C, OC, stream_);
+        } else if (!kc::MatmulBackwardInputGelu<T>(blas_, dinp, dout, weight, gelu_pre, N, C, OC, stream_)) {
+          return false;
+        }
+      }
     }
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
@@ -404,6 +430,7 @@ class CudaModelKernels final : public ModelKernels {
       Need(kc::BiasGradientScratchElements(N, OC) * int64_t(sizeof(float)), "MatmulBackward");
       kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_, tuning_.bias_grad_group_rows);
     }
+    return true;
   }
   [[noreturn]] static void Internal(const char* what) {
     std::fprintf(stderr, "pstar: internal error: %s\n", what);

@@ -300,10 +300,9 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   if (!recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(g.fch_gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b),
-                             g.dres_gemm, g.fch_gelu, P(u, t.fc_proj_w), BT, 4 * C, C);
+    kernels_->MatmulBackwardGelu(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b),
+                                 g.dres_gemm, g.fch_gelu, P(u, t.fc_proj_w), a.fch, BT, 4 * C, C);
   }
-  kernels_->GeluBackward(g.dfch, a.fch, g.dfch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
     kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2,

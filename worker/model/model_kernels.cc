@@ -67,6 +67,12 @@ const char* ProfileOpName(ProfileOp op) {
   return "?";
 }
 
+void ModelKernels::MatmulBackwardGelu(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
+                                      ActTensor inp, Param weight, ActTensor pre, int64_t N, int64_t C, int64_t OC) {
+  MatmulBackward(role, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  GeluBackward(dinp, pre, dinp, N * C);
+}
+
 Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

@@ -163,6 +163,12 @@ class ModelKernels {
   virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;
   // dinp may alias dout.
   virtual void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) = 0;
+  // MatmulBackward of a layer whose input was GELU(pre), with GELU's
+  // backward applied to dinp: dinp = (dout @ weight) * GELU'(pre). By
+  // default the two ops; the CUDA kernels fuse them in 16-bit runs where the
+  // tuning table says so.
+  virtual void MatmulBackwardGelu(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
+                                  ActTensor inp, Param weight, ActTensor pre, int64_t N, int64_t C, int64_t OC);
   // out = a + b, b a projection's fp32 output; out may alias a.
   virtual void ResidualForward(ActTensor out, ActTensor a, const float* b, int64_t n) = 0;
   // The classifier's softmax cross-entropy in one pass (kernels/classifier.h):

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/gelu.h"
 #include "kernels/matmul.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/element_test_util.h"
@@ -414,6 +416,57 @@ TYPED_TEST(CudaMixedMatmulTest, ForwardAndBackwardMatchCpuAtModelShapes) {
     EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
     EXPECT_TRUE(AllClose(d_dbias.Download(), dbias, Element<float>::kTolerance)) << "dbias";
   }
+}
+
+// GELU's backward in cuBLASLt's epilogue (the tuning's
+// gelu_backward_epilogue): the fc_proj input gradient times GELU'(pre),
+// against the CPU kernels on the same rounded operands, at GPT-2 124M's MLP
+// widths and a small odd-rowed shape. cuBLASLt must take the epilogue at
+// each (the tuner's candidate depends on it); where the pitch is not a
+// multiple of 8 it is declined and nothing is written.
+TYPED_TEST(CudaMixedMatmulTest, GeluBackwardEpilogueMatchesTheCpuKernels) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(34);
+  cuda::BlasContext blas;
+  // N rows; the layer's input (GELU's output) is `in` wide, its output `out`.
+  struct Shape {
+    int64_t N, in, out;
+  };
+  for (const Shape& s : {Shape{64, 3072, 768}, Shape{33, 256, 64}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " in=" << s.in << " out=" << s.out);
+    const auto pre = RandomValues<T>(size_t(s.N * s.in), rng, 2.0f);
+    const auto w = RandomValues<T>(size_t(s.out * s.in), rng, 1.0f / std::sqrt(float(s.in)));
+    const auto dy = RandomValues<T>(size_t(s.N * s.out), rng);
+    DeviceBuffer<T> d_pre(ToElements<T>(pre)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dinp(s.N * s.in);
+    ASSERT_TRUE(
+        cuda::MatmulBackwardInputGelu<T>(blas, d_dinp.get(), d_dy.get(), d_w.get(), d_pre.get(), s.N, s.in, s.out,
+                                         kStream))
+        << "cuBLASLt declined DGELU";
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> dx(size_t(s.N * s.in)), dw(size_t(s.out * s.in), 0.0f), zeros(size_t(s.N * s.in), 0.0f);
+    cpu::MatmulBackward(dx.data(), dw.data(), nullptr, dy.data(), zeros.data(), w.data(), s.N, s.in, s.out);
+    std::vector<float> dinp(dx.size());
+    cpu::GeluBackward(dinp.data(), pre.data(), dx.data(), int64_t(dx.size()));
+    double floor = 0;  // GELU' crosses zero: near-zero products against the product's size
+    for (float v : dx) floor = std::max(floor, double(std::fabs(v)));
+    EXPECT_TRUE(AllClose(ToFloats(d_dinp.Download()), dinp, Element<T>::kTolerance, floor)) << "dinp";
+    const auto first = d_dinp.Download();
+    ASSERT_TRUE(cuda::MatmulBackwardInputGelu<T>(blas, d_dinp.get(), d_dy.get(), d_w.get(), d_pre.get(), s.N, s.in,
+                                                 s.out, kStream));
+    EXPECT_EQ(ToFloats(d_dinp.Download()), ToFloats(first)) << "the same bits on a second run";
+  }
+  // A pitch the epilogue does not take: declined, nothing written.
+  const Shape odd{5, 33, 16};
+  DeviceBuffer<T> d_pre(ToElements<T>(RandomValues<T>(size_t(odd.N * odd.in), rng)));
+  DeviceBuffer<T> d_w(ToElements<T>(RandomValues<T>(size_t(odd.out * odd.in), rng)));
+  DeviceBuffer<T> d_dy(ToElements<T>(RandomValues<T>(size_t(odd.N * odd.out), rng)));
+  const std::vector<float> sentinel(size_t(odd.N * odd.in), 3.0f);
+  DeviceBuffer<T> d_dinp(ToElements<T>(sentinel));
+  EXPECT_FALSE(cuda::MatmulBackwardInputGelu<T>(blas, d_dinp.get(), d_dy.get(), d_w.get(), d_pre.get(), odd.N, odd.in,
+                                                odd.out, kStream));
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  EXPECT_EQ(ToFloats(d_dinp.Download()), sentinel);
 }
 
 }  // namespace
