@@ -26,14 +26,14 @@ inline constexpr int64_t kMaxGpuAttentionHeadSize = 128;
 // GPU's scratch by it; kernels/cuda/attention.h says which kernel is which):
 // a rowsum of dout·out per (batch, head, position), and with `one_pass` at
 // head sizes 64 and 128 the fp32 sum of dq for every (batch, position,
-// column) and one count per (batch, head, query block), each part 16-byte
-// aligned.
+// column), one count per (batch, head, query block) and a ticket counter,
+// each part 16-byte aligned.
 inline int64_t GpuAttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, bool one_pass) {
   auto aligned = [](int64_t elements) { return (elements + 3) / 4 * 4; };
   const int64_t rowsums = aligned(B * NH * T);
   const int64_t hs = NH > 0 ? C / NH : 0;
   if (!one_pass || (hs != 64 && hs != 128)) return rowsums;
-  const int64_t counts = aligned(B * NH * ((T + kAttentionBlock - 1) / kAttentionBlock));
+  const int64_t counts = aligned(B * NH * ((T + kAttentionBlock - 1) / kAttentionBlock) + 1);
   return rowsums + counts + B * T * C;
 }
 

@@ -394,9 +394,9 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
   auto aligned = [](int64_t elements) { return (elements + 3) / 4 * 4; };
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const float* dsum = scratch;
-  int* counts = reinterpret_cast<int*>(scratch + aligned(B * NH * Tlen));
-  float* dq_sum = scratch + aligned(B * NH * Tlen) + aligned(B * NH * nb);
-  const int64_t n_counts = B * NH * nb;
+  int* counts = reinterpret_cast<int*>(scratch + aligned(B * NH * Tlen));  // then the ticket counter
+  float* dq_sum = scratch + aligned(B * NH * Tlen) + aligned(B * NH * nb + 1);
+  const int64_t n_counts = B * NH * nb + 1;
   ZeroCounts<<<BlocksFor(n_counts, 256), 256, 0, stream>>>(counts, n_counts);
   CheckLaunch("ZeroCounts");
   const float scale = 1.0f / std::sqrt(float(HS));

@@ -225,10 +225,11 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
 //   it into an fp32 accumulator in a fixed order, key block i first and key
 //   block 0 last, which narrows the sum into dqkv. A count per (batch, head,
 //   query block) orders the additions: key block j waits until the i - j
-//   blocks above it have added theirs. Blocks are launched highest key
-//   block first, so each waits only on blocks launched before it, and a
-//   block reaches query block i one step after the block above it did: in
-//   a steady state no block waits.
+//   blocks above it have added theirs. Blocks take their (batch, head, key
+//   block) by a ticket, in the order they start, highest key block first,
+//   so each waits only on blocks that started before it, and a block
+//   reaches query block i one step after the block above it did: in a
+//   steady state no block waits.
 // Each form keeps its accumulators in registers, every product an m16n8k16
 // mma.sync fed by ldmatrix, P and dS passed from accumulator registers into
 // A fragments, the streamed tiles double-buffered by cp.async, and on the
@@ -240,11 +241,11 @@ constexpr int kDsLd = int(kBlock) + kMmaPad;
 
 // Keys pass: k and v tiles, then two buffers each of q and dout tiles, two
 // buffers each of the query block's lse and dsum, and with kWithQueries the
-// dS^T tile.
+// dS^T tile and the block's ticket (16 bytes).
 template <int HS, bool kWithQueries = false>
 constexpr size_t MmaBackwardKeysSharedBytes() {
   return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4 +
-         (kWithQueries ? size_t(kBlock) * size_t(kDsLd) * 2 : 0);
+         (kWithQueries ? size_t(kBlock) * size_t(kDsLd) * 2 + 16 : 0);
 }
 // Queries pass: q and dout tiles, then two buffers each of k and v tiles.
 template <int HS>
@@ -289,7 +290,9 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
 }
 
 // With kWithQueries, dq_sum (B*NH x T x HS fp32) and counts (B*NH x blocks,
-// zero at launch) order the dQ additions; otherwise both are unused.
+// then the ticket counter; all zero at launch) order the dQ additions, and
+// the grid is (B*NH, blocks) as for the other form; otherwise both are
+// unused.
 template <typename T, int HS, bool kWithQueries = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
@@ -306,10 +309,18 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   float* dsum_s = lse_s + 2 * kBlock;                                   // two buffers
   [[maybe_unused]] T* dst = reinterpret_cast<T*>(dsum_s + 2 * kBlock);  // dS^T (kWithQueries)
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
-  // The five-product pass launches the highest key block first (its waits).
-  const int64_t j = kWithQueries ? nb - 1 - int64_t(blockIdx.y) : int64_t(blockIdx.y);
+  int64_t linear = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  if constexpr (kWithQueries) {
+    // The work in start order (a ticket), the highest key block first.
+    int* ticket = reinterpret_cast<int*>(dst + kBlock * kDsLd);
+    if (threadIdx.x == 0) *ticket = TakeTicket(counts + int64_t(gridDim.x) * nb);
+    __syncthreads();
+    linear = *ticket;
+  }
+  const int64_t bh = linear % gridDim.x, b = bh / NH, h = bh % NH;
+  const int64_t y = linear / gridDim.x;
+  const int64_t j = kWithQueries ? nb - 1 - y : y;
   const int64_t c0 = j * kBlock, C3 = 3 * C;
   const int cols = int(min(int64_t(kBlock), Tlen - c0));
   const T* q = qkv + b * Tlen * C3 + h * HS;

@@ -113,11 +113,19 @@ __device__ __forceinline__ void StoreShared32(void* p, uint32_t v) { *reinterpre
 __device__ __forceinline__ void WaitForCount(const int* count, int want) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   int seen;
-  do {
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(count) : "memory");
+  while (seen != want) {
+    __nanosleep(64);  // leaves the SM's issue slots to the blocks that will release it
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(count) : "memory");
-  } while (seen != want);
+  }
 #endif
 }
+
+// The next number of a counter in global memory (zero at launch): blocks
+// that take their work in ticket order have, when one waits on work of a
+// smaller ticket, started that work already, whatever order the GPU started
+// the blocks in. One thread calls it.
+__device__ __forceinline__ int TakeTicket(int* counter) { return atomicAdd(counter, 1); }
 
 // Every thread's writes so far are visible at GPU scope before its later ones.
 __device__ __forceinline__ void FenceDevice() { __threadfence(); }

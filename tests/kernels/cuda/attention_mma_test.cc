@@ -77,7 +77,7 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
 // the emulation checks are only ever waited on after an earlier block
 // released them.
 template <int HS>
-void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass = false) {
+void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass = false, unsigned shuffle_seed = 0) {
   SCOPED_TRACE(testing::Message() << (one_pass ? "one-pass " : "") << "backward B=" << s.B << " T=" << s.T
                                   << " NH=" << s.NH << " head size " << HS);
   const int64_t C = HS * s.NH, blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
@@ -110,15 +110,20 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass =
   if (one_pass) {
     // The sums start as garbage (the first adder stores), the counts at zero.
     std::vector<float> dq_sum(size_t(s.B * s.T * C), NAN);
-    std::vector<int> counts(size_t(s.B * s.NH * blocks), 0);
-    emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS, true>(), [&] {
-      mma::MmaFlashBackwardKeys<Bf16, HS, true>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
-                                                s.T, C, int(s.NH), scale, dq_sum.data(), counts.data());
-    });
-    // Every query block but the first got one release per key block above 0.
+    std::vector<int> counts(size_t(s.B * s.NH * blocks + 1), 0);  // then the ticket counter
+    emulation::RunBlocks(
+        grid, threads, mma::MmaBackwardKeysSharedBytes<HS, true>(),
+        [&] {
+          mma::MmaFlashBackwardKeys<Bf16, HS, true>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
+                                                    s.T, C, int(s.NH), scale, dq_sum.data(), counts.data());
+        },
+        shuffle_seed);
+    // Every query block but the first got one release per key block above
+    // 0, and every block took one ticket.
     for (int64_t bh = 0; bh < s.B * s.NH; ++bh) {
       for (int64_t i = 0; i < blocks; ++i) EXPECT_EQ(counts[size_t(bh * blocks + i)], int(i)) << "count " << i;
     }
+    EXPECT_EQ(counts.back(), int(s.B * s.NH * blocks)) << "tickets";
   } else {
     emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
       mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
@@ -168,6 +173,9 @@ TEST(MmaAttentionEmulated, OnePassBackwardMatchesTheCpuKernel) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 pick(seed);
   ExpectBackwardMatchesCpu<64>({1, std::uniform_int_distribution<int64_t>(1, 260)(pick), 1}, rng, true);
+  // The blocks started in a shuffled order: they take their work by ticket,
+  // so each still waits only on work already begun.
+  ExpectBackwardMatchesCpu<64>({2, 200, 2}, rng, true, seed | 1u);
 }
 
 TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize64) {

@@ -11,8 +11,9 @@
 // their 16-byte alignment and that they address shared memory, and cp.async
 // copies land only at the wait that covers their group (so a read before
 // its wait sees garbage). Blocks that order their additions by counters
-// (WaitForCount) must wait only on blocks launched before them: here a wait
-// that is not already satisfied aborts. It checks indexing, masking, the
+// (WaitForCount) must wait only on blocks that started before them, in any
+// start order (RunBlocks can shuffle it): here a wait that is not already
+// satisfied aborts. It checks indexing, masking, the
 // fragment layouts as documented and the barriers' placement, not the
 // hardware or its speed; the GPU tests do that.
 //
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -76,7 +78,7 @@ inline thread_local std::vector<std::vector<AsyncCopy>> committed_copies;
 
 }  // namespace pstar::test::emulation
 
-inline thread_local pstar::test::emulation::Dim3 threadIdx, blockIdx, blockDim;
+inline thread_local pstar::test::emulation::Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #define __global__
 #define __device__
@@ -134,28 +136,35 @@ using std::min;
 
 // Runs kernel() as a grid of blocks, one block at a time, on one thread per
 // CUDA thread (the same threads for every block; shared memory is refilled
-// with garbage between blocks).
-inline void RunBlocks(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel) {
+// with garbage between blocks). Blocks run in launch order (x fastest), or
+// with `shuffle_seed` in a shuffled order: CUDA promises none, and a kernel
+// whose blocks wait on one another must not depend on it.
+inline void RunBlocks(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel,
+                      unsigned shuffle_seed = 0) {
   Block block(threads, shared_bytes);
+  std::vector<Dim3> order;
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) order.push_back({bx, by, 0});
+  }
+  if (shuffle_seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937(shuffle_seed));
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       current_block = &block;
       threadIdx = {t, 0, 0};
       blockDim = {threads, 1, 1};
-      for (unsigned by = 0; by < grid.y; ++by) {
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
-          blockIdx = {bx, by, 0};
-          kernel();
-          if (!uncommitted_copies.empty() || !committed_copies.empty()) {
-            std::fprintf(stderr, "warp emulation: thread %u ended block %u,%u with cp.async copies not waited for\n", t,
-                         bx, by);
-            std::abort();
-          }
-          block.all.arrive_and_wait();  // every thread is done with the block
-          if (t == 0) std::fill(block.shared.begin(), block.shared.end(), 0xCD);
-          block.all.arrive_and_wait();
+      gridDim = grid;
+      for (const Dim3& at : order) {
+        blockIdx = at;
+        kernel();
+        if (!uncommitted_copies.empty() || !committed_copies.empty()) {
+          std::fprintf(stderr, "warp emulation: thread %u ended block %u,%u with cp.async copies not waited for\n", t,
+                       at.x, at.y);
+          std::abort();
         }
+        block.all.arrive_and_wait();  // every thread is done with the block
+        if (t == 0) std::fill(block.shared.begin(), block.shared.end(), 0xCD);
+        block.all.arrive_and_wait();
       }
     });
   }
@@ -296,6 +305,7 @@ inline void WaitForCount(const int* count, int want) {
   }
 }
 inline void FenceDevice() {}
+inline int TakeTicket(int* counter) { return (*counter)++; }
 inline void ReleaseCount(int* count, int value) { *count = value; }
 struct float2 {
   float x, y;
