@@ -301,6 +301,54 @@ int main(int argc, char** argv) {
         if (want.empty()) want = got;
         results.push_back({v, ms, taken && Close(got, want, 2e-2)});
       }
+    } else if (std::string(knob.name) == "bias_grad_epilogue") {
+      // GPT-2 124M's weight and bias gradients at batch 32 x 1024 in bf16
+      // (qkv, attn_proj/fc_proj, fc): the bias gradient in its own two
+      // passes (0) or in the weight GEMM's BGRADB epilogue plus an add (1).
+      const int64_t N = 32 * 1024, C = 768;
+      struct Layer {
+        int64_t in, out;
+      };
+      const Layer layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+      Device<__nv_bfloat16> x(size_t(N * 4 * C)), dy(size_t(N * 4 * C));
+      FillRandom(x.p, x.n, rng);
+      FillRandom(dy.p, dy.n, rng);
+      Device<float> dw(size_t(4 * C * C)), dbias(size_t(4 * C)), sum(size_t(4 * C));
+      Device<float> scratch(size_t(kc::BiasGradientScratchElements(N, 4 * C)));
+      kc::BlasContext blas;
+      std::vector<float> want;
+      std::vector<int> order = {defaults.*(knob.field)};
+      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      for (int v : order) {
+        bool taken = true;
+        std::vector<float> got;
+        const double ms = MedianMs(
+            reps,
+            [&] {
+              Check(cudaMemset(dw.p, 0, dw.n * sizeof(float)), "memset");
+              Check(cudaMemset(dbias.p, 0, dbias.n * sizeof(float)), "memset");
+            },
+            [&] {
+              for (const Layer& l : layers) {
+                if (v == 1 &&
+                    kc::MatmulBackwardWeightBiasGrad(blas, dw.p, sum.p, dy.p, x.p, N, l.in, l.out, nullptr)) {
+                  kc::ResidualForward<float, float>(dbias.p, dbias.p, sum.p, l.out, nullptr);
+                  continue;
+                }
+                taken = taken && v == 0;
+                kc::MatmulBackwardWeight<__nv_bfloat16, float>(blas, dw.p, dy.p, x.p, N, l.in, l.out, nullptr);
+                kc::AddBiasGradient<float, __nv_bfloat16>(dbias.p, scratch.p, dy.p, N, l.out, nullptr,
+                                                          current.bias_grad_group_rows);
+              }
+            });
+        Check(cudaDeviceSynchronize(), "bias gradient epilogue");
+        if (!taken) std::printf("tune: knob=%s value=%d: cuBLASLt does not take the epilogue here\n", knob.name, v);
+        got = dbias.Download(dbias.n);
+        const std::vector<float> w = dw.Download(size_t(64 * C));
+        got.insert(got.end(), w.begin(), w.end());
+        if (want.empty()) want = got;
+        results.push_back({v, ms, taken && Close(got, want, 1e-3)});
+      }
     } else {
       std::printf("tune: knob=%s has no timing here\n", knob.name);
       all_ok = false;

@@ -184,10 +184,11 @@ BlasContext::~BlasContext() {
 
 namespace {
 
-// A cuBLASLt epilogue of one matrix (beta 0): the bias added per row of C
-// (N values of C's type), or GELU's derivative at `aux` (a matrix of C's
-// type and shape, row pitch aux_ld) multiplied in. kind
-// CUBLASLT_EPILOGUE_DEFAULT is none.
+// A cuBLASLt epilogue of one matrix: the bias added per row of C (N values
+// of C's type, beta 0), GELU's derivative at `aux` (a matrix of C's type and
+// shape, row pitch aux_ld) multiplied in (beta 0), or the column sums of
+// the product's second operand over K written to `bias` (BGRADB: our A, K
+// rows; beta as given). kind CUBLASLT_EPILOGUE_DEFAULT is none.
 template <typename TC>
 struct Epilogue {
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
@@ -492,6 +493,20 @@ bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T*
                              stream, Epilogue<T>{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<T*>(pre), C});
 }
 
+template <typename T>
+bool MatmulBackwardWeightBiasGrad(BlasContext& blas, float* dweight, float* dbias_sum, const T* dout, const T* inp,
+                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(dbias_sum) % 16 != 0 || OC % 8 != 0) return false;
+  // dweight (OC, C) += dout^T inp: cuBLAS's second operand is dout, whose
+  // columns (our OC) are D's columns; BGRADB sums them over K (our N rows).
+  return GemmAnyOutput<T, float>(blas, true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
+                                 stream, Epilogue<float>{CUBLASLT_EPILOGUE_BGRADB, dbias_sum});
+}
+
+template bool MatmulBackwardWeightBiasGrad<bf16>(BlasContext&, float*, float*, const bf16*, const bf16*, int64_t,
+                                                 int64_t, int64_t, cudaStream_t);
+template bool MatmulBackwardWeightBiasGrad<fp16>(BlasContext&, float*, float*, const fp16*, const fp16*, int64_t,
+                                                 int64_t, int64_t, cudaStream_t);
 template bool MatmulBackwardInputGelu<bf16>(BlasContext&, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
                                             int64_t, int64_t, cudaStream_t);
 template bool MatmulBackwardInputGelu<fp16>(BlasContext&, fp16*, const fp16*, const fp16*, const fp16*, int64_t,

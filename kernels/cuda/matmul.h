@@ -109,6 +109,17 @@ template <typename T>
 bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T* weight, const T* pre, int64_t N,
                              int64_t C, int64_t OC, cudaStream_t stream);
 
+// A 16-bit run's weight gradient with its bias gradient in the GEMM's
+// epilogue (cuBLASLt's BGRADB): dweight (fp32, OC x C) += dout^T @ inp and
+// dbias_sum (OC fp32, overwritten, 16-byte aligned) = colsum(dout), summed
+// in cuBLASLt's order (deterministic for one algorithm; the GPU tests check
+// the bits repeat), in one pass where AddBiasGradient takes two more.
+// Returns false, having done nothing, where cuBLASLt offers no algorithm or
+// OC is not a multiple of 8; the caller then runs the separate kernels.
+template <typename T>
+bool MatmulBackwardWeightBiasGrad(BlasContext& blas, float* dweight, float* dbias_sum, const T* dout, const T* inp,
+                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
+
 // The pieces of the backwards above, for callers that time them apart:
 // dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
 // colsum(dout) in a fixed order. T is the GEMM operands' type and TO the

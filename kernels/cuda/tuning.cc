@@ -11,6 +11,7 @@ const std::vector<TuningKnob>& TuningKnobs() {
       {"attention_forward", {0, 1}, &KernelTuning::attention_forward},
       {"attention_backward", {0, 1, 2}, &KernelTuning::attention_backward},
       {"gelu_backward_epilogue", {0, 1}, &KernelTuning::gelu_backward_epilogue},
+      {"bias_grad_epilogue", {0, 1}, &KernelTuning::bias_grad_epilogue},
   };
   return knobs;
 }

@@ -32,6 +32,10 @@ struct KernelTuning {
   // input-gradient GEMM, 1 in that GEMM's cuBLASLt epilogue
   // (MatmulBackwardInputGelu).
   int gelu_backward_epilogue = 0;
+  // The linear layers' bias gradients in 16-bit runs: 0 AddBiasGradient's
+  // two passes (bias_grad_group_rows), 1 in the weight gradient GEMM's
+  // cuBLASLt epilogue (MatmulBackwardWeightBiasGrad) plus an add.
+  int bias_grad_epilogue = 0;
 };
 
 // A knob: its name in the table, the candidates the tuner times, and its

@@ -421,14 +421,28 @@ class CudaModelKernels final : public ModelKernels {
         }
       }
     }
+    // With the tuning's bias_grad_epilogue (16 bits), the bias gradient
+    // rides in the weight gradient's epilogue into scratch, then is added.
+    bool bias_done = false;
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
-      kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout, inp, N, C, OC, stream_);
+      if constexpr (!std::is_same_v<T, float>) {
+        if (dbias != nullptr && tuning_.bias_grad_epilogue == 1) {
+          Need(OC * int64_t(sizeof(float)), "MatmulBackward (bias gradient epilogue)");
+          bias_done = kc::MatmulBackwardWeightBiasGrad<T>(blas_, dweight, Shared<float>(), dout, inp, N, C, OC,
+                                                          stream_);
+        }
+      }
+      if (!bias_done) kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout, inp, N, C, OC, stream_);
     }
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
-      Need(kc::BiasGradientScratchElements(N, OC) * int64_t(sizeof(float)), "MatmulBackward");
-      kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_, tuning_.bias_grad_group_rows);
+      if (bias_done) {
+        kc::ResidualForward<float, float>(dbias, dbias, Shared<float>(), OC, stream_);
+      } else {
+        Need(kc::BiasGradientScratchElements(N, OC) * int64_t(sizeof(float)), "MatmulBackward");
+        kc::AddBiasGradient<float, T>(dbias, Shared<float>(), dout, N, OC, stream_, tuning_.bias_grad_group_rows);
+      }
     }
     return true;
   }

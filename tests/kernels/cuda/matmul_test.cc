@@ -442,7 +442,9 @@ TYPED_TEST(CudaMixedMatmulTest, GeluBackwardEpilogueMatchesTheCpuKernels) {
     DeviceBuffer<T> d_pre(ToElements<T>(pre)), d_w(ToElements<T>(w)), d_dy(ToElements<T>(dy)), d_dinp(s.N * s.in);
     const bool taken = cuda::MatmulBackwardInputGelu<T>(blas, d_dinp.get(), d_dy.get(), d_w.get(), d_pre.get(), s.N,
                                                          s.in, s.out, kStream);
-    if (s.in == 3072) ASSERT_TRUE(taken) << "cuBLASLt declined DGELU at GPT-2's shape";
+    if (s.in == 3072) {
+      ASSERT_TRUE(taken) << "cuBLASLt declined DGELU at GPT-2's shape";
+    }
     if (!taken) continue;
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<float> dx(size_t(s.N * s.in)), dw(size_t(s.out * s.in), 0.0f), zeros(size_t(s.N * s.in), 0.0f);
@@ -468,6 +470,54 @@ TYPED_TEST(CudaMixedMatmulTest, GeluBackwardEpilogueMatchesTheCpuKernels) {
                                                 odd.out, kStream));
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
   EXPECT_EQ(ToFloats(d_dinp.Download()), sentinel);
+}
+
+// The bias gradient in the weight gradient GEMM's epilogue (the tuning's
+// bias_grad_epilogue): dweight accumulates, the column sums of dout are
+// written to their own buffer; both against the CPU kernels, at GPT-2 124M's
+// widths (where cuBLASLt must take the epilogue) and a small shape, and the
+// same bits on a second run. A width that is not a multiple of 8 is
+// declined with nothing written.
+TYPED_TEST(CudaMixedMatmulTest, BiasGradientEpilogueMatchesTheCpuKernels) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(35);
+  cuda::BlasContext blas;
+  for (const LinearShape& s : {LinearShape{2048, 768, 3072}, LinearShape{2048, 3072, 768}, LinearShape{33, 64, 40}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    const auto x = RandomValues<T>(size_t(s.N * s.C), rng);
+    const auto dy = RandomValues<T>(size_t(s.N * s.OC), rng);
+    const auto dw0 = RandomValues<float>(size_t(s.OC * s.C), rng);
+    DeviceBuffer<T> d_x(ToElements<T>(x)), d_dy(ToElements<T>(dy));
+    DeviceBuffer<float> d_dw(dw0), d_sum(s.OC);
+    const bool taken = cuda::MatmulBackwardWeightBiasGrad<T>(blas, d_dw.get(), d_sum.get(), d_dy.get(), d_x.get(),
+                                                             s.N, s.C, s.OC, kStream);
+    if (s.N == 2048) {
+      ASSERT_TRUE(taken) << "cuBLASLt declined BGRADB at GPT-2's widths";
+    }
+    if (!taken) continue;
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    std::vector<float> dx(size_t(s.N * s.C)), dw = dw0, dbias(size_t(s.OC), 0.0f);
+    std::vector<float> w(size_t(s.OC * s.C), 0.0f);
+    cpu::MatmulBackward(dx.data(), dw.data(), dbias.data(), dy.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    EXPECT_TRUE(AllClose(d_dw.Download(), dw, Element<float>::kTolerance)) << "dweight";
+    EXPECT_TRUE(AllClose(d_sum.Download(), dbias, Element<float>::kTolerance)) << "dbias";
+    const auto first_sum = d_sum.Download();
+    d_dw.Upload(dw0);
+    ASSERT_TRUE(cuda::MatmulBackwardWeightBiasGrad<T>(blas, d_dw.get(), d_sum.get(), d_dy.get(), d_x.get(), s.N, s.C,
+                                                      s.OC, kStream));
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    EXPECT_EQ(d_sum.Download(), first_sum) << "the same bits on a second run";
+  }
+  const LinearShape odd{5, 16, 33};
+  DeviceBuffer<T> d_x(ToElements<T>(RandomValues<T>(size_t(odd.N * odd.C), rng)));
+  DeviceBuffer<T> d_dy(ToElements<T>(RandomValues<T>(size_t(odd.N * odd.OC), rng)));
+  const std::vector<float> sentinel(size_t(odd.OC * odd.C), 3.0f);
+  DeviceBuffer<float> d_dw(sentinel), d_sum(std::vector<float>(size_t(odd.OC), 3.0f));
+  EXPECT_FALSE(cuda::MatmulBackwardWeightBiasGrad<T>(blas, d_dw.get(), d_sum.get(), d_dy.get(), d_x.get(), odd.N,
+                                                     odd.C, odd.OC, kStream));
+  ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  EXPECT_EQ(d_dw.Download(), sentinel);
 }
 
 }  // namespace
