@@ -1,9 +1,10 @@
 // pstar's causal attention alone on one GPU, forward and backward, for
 // bench/gpu_attention.sh: each kernel family (the WMMA tiles, kernel=tc; the
 // mma.sync kernels with the two-pass backward, kernel=mma, and with the
-// five-product one-pass backward, kernel=mma-onepass: AttentionForwardKernel
-// and AttentionBackwardKernel) at one shape, in bf16 or fp16 with 16-bit
-// gradients. Times are medians of CUDA-event
+// five-product one-pass backward, kernel=mma-onepass, and in a tuning build
+// at head size 64 its 3-blocks-per-SM variant, kernel=mma-onepass-3blocks:
+// AttentionForwardKernel and AttentionBackwardKernel) at one shape, in bf16
+// or fp16 with 16-bit gradients. Times are medians of CUDA-event
 // timings after a warm-up; TFLOP/s count the causal half once: the forward's
 // two products are 4 B NH T^2 hs / 2 FLOP, the backward's five 10 B NH T^2
 // hs / 2 (the count PyTorch's and FlashAttention's benchmarks use). Each
@@ -11,7 +12,7 @@
 // against the first's (forward output, then the backward's dqkv).
 //
 // Prints per forward kernel:
-//   attention: side=pstar kernel=tc|mma|mma-onepass B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
+//   attention: side=pstar kernel=tc|mma|mma-onepass[-3blocks] B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
 //              bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
 // Without a CUDA device: "skipped: no CUDA device (...)" and exit 0.
 #include <cuda_bf16.h>
@@ -135,10 +136,16 @@ int Run(const Options& o) {
     kc::AttentionForwardKernel forward;
     kc::AttentionBackwardKernel backward;
   };
-  const Family families[] = {
+  std::vector<Family> families = {
       {"tc", kc::AttentionForwardKernel::kTensorCore, kc::AttentionBackwardKernel::kTensorCore},
       {"mma", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMma},
       {"mma-onepass", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePass}};
+  // The one-pass backward's occupancy variant, where this build has it (a
+  // PSTAR_CUDA_TUNING build) and the head size is the one it is built for.
+  if (kc::AttentionOnePassOccupancyBuilt() && o.hs == 64) {
+    families.push_back(
+        {"mma-onepass-3blocks", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePassOccupancy});
+  }
   for (const Family& family : families) {
     const char* name = family.name;
     auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, family.forward); };

@@ -350,7 +350,17 @@ void CheckHeadSize(int64_t hs) {
 }  // namespace
 
 int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, AttentionBackwardKernel kernel) {
-  return GpuAttentionScratchElements(B, T, C, NH, kernel == AttentionBackwardKernel::kMmaOnePass);
+  return GpuAttentionScratchElements(B, T, C, NH,
+                                     kernel == AttentionBackwardKernel::kMmaOnePass ||
+                                         kernel == AttentionBackwardKernel::kMmaOnePassOccupancy);
+}
+
+bool AttentionOnePassOccupancyBuilt() {
+#ifdef PSTAR_ATTENTION_ONE_PASS_OCCUPANCY
+  return true;
+#else
+  return false;
+#endif
 }
 
 namespace {
@@ -384,8 +394,9 @@ __global__ void ZeroCounts(int* counts, int64_t n) {
   if (i < n) counts[i] = 0;
 }
 
-// The five-product pass: the counts zeroed, then one launch.
-template <typename T, int HS>
+// The five-product pass: the counts zeroed, then one launch (of the
+// kMinBlocks variant).
+template <typename T, int HS, int kMinBlocks = 1>
 bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B,
                               int64_t Tlen, int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
   constexpr size_t smem = MmaBackwardKeysSharedBytes<HS, true>();
@@ -400,8 +411,9 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
   ZeroCounts<<<BlocksFor(n_counts, 256), 256, 0, stream>>>(counts, n_counts);
   CheckLaunch("ZeroCounts");
   const float scale = 1.0f / std::sqrt(float(HS));
-  AllowSharedBytes(MmaFlashBackwardKeys<T, HS, true>, smem, "MmaFlashBackwardKeys (one pass) shared memory");
-  MmaFlashBackwardKeys<T, HS, true><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(
+  AllowSharedBytes(MmaFlashBackwardKeys<T, HS, true, kMinBlocks>, smem,
+                   "MmaFlashBackwardKeys (one pass) shared memory");
+  MmaFlashBackwardKeys<T, HS, true, kMinBlocks><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(
       dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale, dq_sum, counts);
   CheckLaunch("MmaFlashBackwardKeys (one pass)");
   return true;
@@ -428,10 +440,16 @@ bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, c
 
 template <typename T>
 bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B, int64_t Tlen,
-                    int64_t C, int64_t NH, int64_t hs, dim3 grid, bool one_pass, cudaStream_t stream) {
+                    int64_t C, int64_t NH, int64_t hs, dim3 grid, AttentionBackwardKernel kernel,
+                    cudaStream_t stream) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv) || !aligned(scratch)) return false;
-  if (one_pass) {
+#ifdef PSTAR_ATTENTION_ONE_PASS_OCCUPANCY
+  if (kernel == AttentionBackwardKernel::kMmaOnePassOccupancy && hs == 64) {
+    return LaunchMmaBackwardOnePass<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+  }
+#endif
+  if (kernel == AttentionBackwardKernel::kMmaOnePass || kernel == AttentionBackwardKernel::kMmaOnePassOccupancy) {
     if (hs == 64) return LaunchMmaBackwardOnePass<T, 64>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
     if (hs == 128) {
       return LaunchMmaBackwardOnePass<T, 128>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
@@ -487,9 +505,8 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
   CheckLaunch("RowDots");
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   if constexpr (std::is_same_v<T, A> && !std::is_same_v<A, float>) {
-    const bool one_pass = kernel == AttentionBackwardKernel::kMmaOnePass;
-    if ((kernel == AttentionBackwardKernel::kMma || one_pass) &&
-        TryMmaBackward(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, hs, grid, one_pass, stream)) {
+    if (kernel != AttentionBackwardKernel::kTensorCore &&
+        TryMmaBackward(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, hs, grid, kernel, stream)) {
       return;
     }
   }

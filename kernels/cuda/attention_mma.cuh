@@ -292,9 +292,11 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
 // With kWithQueries, dq_sum (B*NH x T x HS fp32) and counts (B*NH x blocks,
 // then the ticket counter; all zero at launch) order the dQ additions, and
 // the grid is (B*NH, blocks) as for the other form; otherwise both are
-// unused.
-template <typename T, int HS, bool kWithQueries = false>
-__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+// unused. kMinBlocks asks the compiler for that many resident blocks per
+// SM (registers capped to fit): the same arithmetic, so the same bits, at
+// another balance of spills and occupancy.
+template <typename T, int HS, bool kWithQueries = false, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
     MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
                          int64_t C, int NH, float scale, float* dq_sum = nullptr, int* counts = nullptr) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800

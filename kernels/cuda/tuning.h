@@ -26,7 +26,9 @@ struct KernelTuning {
   int attention_forward = 0;
   // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
   // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync
-  // pass (1 and 2 at head sizes 64 and 128).
+  // pass, 3 that pass compiled for 3 blocks per SM at head size 64 (a
+  // compile-time variant: kernels/CMakeLists.txt builds it where the table
+  // names it); 1 to 3 at head sizes 64 and 128.
   int attention_backward = 0;
   // GELU's backward in 16-bit runs: 0 its own kernel after the fc_proj
   // input-gradient GEMM, 1 in that GEMM's cuBLASLt epilogue

@@ -120,28 +120,32 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
   }
 }
 
-// The mma.sync backwards (AttentionBackwardKernel::kMma, the two passes, and
-// kMmaOnePass, the five-product pass with its ordered dq sums), from the CPU
+// The mma.sync backwards (AttentionBackwardKernel::kMma, the two passes;
+// kMmaOnePass, the five-product pass with its ordered dq sums; and its
+// occupancy variant, which must give kMmaOnePass's bits), from the CPU
 // forward's results, at the head sizes they take and one they do not: every
 // shape matches the CPU backward and gives the same bits on a second run.
 TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
   PSTAR_REQUIRE_GPU();
   using T = TypeParam;
+  using Kernel = cuda::AttentionBackwardKernel;
   std::mt19937 rng(25);
   constexpr AttentionShape kMmaShapes[] = {{1, 1, 64, 1},    {2, 64, 128, 2},   {1, 77, 192, 3}, {2, 200, 768, 12},
                                            {1, 129, 128, 1}, {1, 260, 256, 2},  {1, 530, 512, 4},
                                            {2, 70, 96, 3}};  // the last: head size 32, the fallback
-  for (const auto kernel : {cuda::AttentionBackwardKernel::kMma, cuda::AttentionBackwardKernel::kMmaOnePass}) {
-    for (const AttentionShape& s : kMmaShapes) {
+  for (const AttentionShape& s : kMmaShapes) {
+    const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
+    const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
+    std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T));
+    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    out = ToFloats(ToElements<T>(out));
+    std::vector<float> want(qkv.size());
+    cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
+    std::vector<float> one_pass;
+    for (const Kernel kernel : {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy}) {
       SCOPED_TRACE(testing::Message() << Describe(s) << " kernel " << int(kernel));
-      const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
-      const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
-      std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T));
-      cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-      out = ToFloats(ToElements<T>(out));
-      std::vector<float> dqkv(qkv.size(), kNaN);
       DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
-      DeviceBuffer<T> d_dqkv(ToElements<T>(dqkv));
+      DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
       // Garbage in the scratch: the one-pass sums' first adder stores.
       const std::vector<float> scratch(size_t(cuda::AttentionScratchElements(s.B, s.T, s.C, s.NH, kernel)), kNaN);
       DeviceBuffer<float> d_lse(lse), d_scratch(scratch);
@@ -152,9 +156,12 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
       };
       const auto first = run();
       ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-      cpu::AttentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
-      ExpectGradientsClose<T>(first, dqkv, s);
+      ExpectGradientsClose<T>(first, want, s);
       EXPECT_EQ(first, run());
+      if (kernel == Kernel::kMmaOnePass) one_pass = first;
+      if (kernel == Kernel::kMmaOnePassOccupancy) {
+        EXPECT_EQ(first, one_pass) << "the variant changed the bits";
+      }
     }
   }
 }

@@ -83,7 +83,7 @@ inline thread_local pstar::test::emulation::Dim3 threadIdx, blockIdx, blockDim, 
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(threads)
+#define __launch_bounds__(...)
 #define __align__(bytes)
 
 inline void __syncthreads() { pstar::test::emulation::current_block->all.arrive_and_wait(); }
