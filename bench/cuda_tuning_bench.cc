@@ -79,6 +79,15 @@ double MedianMs(int reps, const std::function<void()>& prepare, const std::funct
   return ms[ms.size() / 2];
 }
 
+// A knob's candidates, the default first: the values the others are checked against.
+std::vector<int> DefaultFirst(const kc::TuningKnob& knob, const kc::KernelTuning& defaults) {
+  std::vector<int> order = {defaults.*(knob.field)};
+  for (int v : knob.candidates) {
+    if (v != order[0]) order.push_back(v);
+  }
+  return order;
+}
+
 bool Close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (!(std::fabs(double(got[i]) - want[i]) <= tol * (1.0 + std::fabs(double(want[i]))))) return false;
@@ -184,8 +193,7 @@ int main(int argc, char** argv) {
       Check(cudaMemcpy(d_targets.p, targets.data(), targets.size() * 4, cudaMemcpyHostToDevice), "upload");
       std::vector<float> want_losses, want_rows;
       const size_t check = size_t(64 * Vp);  // the first 64 rows of dlogits
-      std::vector<int> order = {defaults.*(knob.field)};
-      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
         const double ms = MedianMs(
             reps, [&] { Check(cudaMemcpy(work.p, pristine.p, elems * 2, cudaMemcpyDeviceToDevice), "copy"); },
@@ -204,8 +212,7 @@ int main(int argc, char** argv) {
       FillRandom(dout.p, dout.n, rng);
       Device<float> scratch(size_t(kc::BiasGradientScratchElements(N, 3072))), dbias(3072);
       std::vector<float> want;
-      std::vector<int> order = {defaults.*(knob.field)};
-      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
         const double ms = MedianMs(
             reps, [&] { Check(cudaMemset(dbias.p, 0, 3072 * sizeof(float)), "memset"); },
@@ -247,8 +254,7 @@ int main(int argc, char** argv) {
         }
       }
       std::vector<float> want;
-      std::vector<int> order = {defaults.*(knob.field)};
-      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
         const double ms = MedianMs(
             reps, [] {},
@@ -283,8 +289,7 @@ int main(int argc, char** argv) {
       for (auto* d : {&w_proj, &dy, &pre}) FillRandom(d->p, d->n, rng);
       kc::BlasContext blas;
       std::vector<float> want;
-      std::vector<int> order = {defaults.*(knob.field)};
-      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
         bool taken = true;
         const double ms = MedianMs(
@@ -317,11 +322,9 @@ int main(int argc, char** argv) {
       Device<float> scratch(size_t(kc::BiasGradientScratchElements(N, 4 * C)));
       kc::BlasContext blas;
       std::vector<float> want;
-      std::vector<int> order = {defaults.*(knob.field)};
-      for (int v : knob.candidates) if (v != order[0]) order.push_back(v);
+      const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
         bool taken = true;
-        std::vector<float> got;
         const double ms = MedianMs(
             reps,
             [&] {
@@ -343,7 +346,7 @@ int main(int argc, char** argv) {
             });
         Check(cudaDeviceSynchronize(), "bias gradient epilogue");
         if (!taken) std::printf("tune: knob=%s value=%d: cuBLASLt does not take the epilogue here\n", knob.name, v);
-        got = dbias.Download(dbias.n);
+        std::vector<float> got = dbias.Download(dbias.n);
         const std::vector<float> w = dw.Download(size_t(64 * C));
         got.insert(got.end(), w.begin(), w.end());
         if (want.empty()) want = got;
