@@ -172,7 +172,9 @@ int main(int argc, char** argv) {
     if (best == nullptr) return;
     std::printf("tune: knob=%s winner=%d default=%d in_table=%d speedup=%.3f\n", knob.name, best->value, def,
                 current.*(knob.field), def_ms / best->ms);
-    if (best->value != def) {
+    // A candidate replaces the default only when it wins by more than the
+    // timing's spread (2%): a closer win is noise, not a reason for a row.
+    if (best->value != def && best->ms < 0.98 * def_ms) {
       rows.push_back(std::string("  {\"") + prop.name + "\", \"" + knob.name + "\", " + std::to_string(best->value) +
                      ", \"" + date + ", gpu-session --tune, " + prop.name + "\"},");
     }

@@ -6,24 +6,30 @@
 # of the host's own packages, and runs one pass of GPU work. Writes into OUTDIR
 # a one-page summary.txt and logs.tar.gz holding every log.
 #
-#   scripts/gpu-session.sh OUTDIR [--quick | --full | --tune | --bench [PART...]] [--dry-run]
+#   scripts/gpu-session.sh OUTDIR [PASS...] [--dry-run]
 #
+# PASSes run in the order given, after one build (default: --quick):
 #   --quick   (default) every CUDA kernel and backend test, a 2-step GPT-2
 #             124M run in fp32, bf16 and fp16 (the test and the pstar
 #             binary) and a profiled bf16 run, then kernel tests at small
 #             shapes under compute-sanitizer (memcheck, synccheck,
 #             racecheck): about 3 minutes on an H100 host with 16 cores,
 #             the build (1 minute) included
+#   --check   the quick pass without the sanitizer
+#   --sanitize  the sanitizer pass alone
 #   --full    the quick pass's tests, then every other GPU test binary, each
 #             bounded in time, then the sanitizer pass
 #   --tune    the kernel tuner (bench/cuda_tuning_bench): every candidate of
 #             every KernelTuning knob timed at GPT-2 124M's shapes and checked
 #             against the default; the winners' rows for
-#             kernels/cuda/tuning_table.inc go into the summary (about a
-#             minute, the build included)
-#   --bench   GPU benchmarks (bench/run-gpu-benchmarks.sh); PARTs as there,
-#             default "env transfer in-memory adam"; see bench/README.md for
-#             the three slices that each fit in one 10-minute command
+#             kernels/cuda/tuning_table.inc go into the summary and into
+#             this host's copy of the table, and the build is brought up to
+#             date, so the passes after it run the winners (about a minute)
+#   --bench PART...  GPU benchmarks (bench/run-gpu-benchmarks.sh); PARTs as
+#             there, default "env transfer in-memory adam"; see
+#             bench/README.md for the slices that each fit in one 10-minute
+#             command
+#   For example, one call for the step: --check --tune --bench env step attention
 #   --dry-run everything but the GPU work (the CI check of this script): the
 #             host check, the unpack, the build, the isolation proof and the
 #             test binaries' start-up; no PSTAR_EXPECT_GPU
@@ -38,25 +44,27 @@ set -uo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ "$#" -ge 1 ] || usage
 case "$1" in -h | --help | -*) usage ;; esac
 mkdir -p "$1" && out="$(cd "$1" && pwd)"
 shift
-mode=quick dry_run=0 parts=()
+passes=() dry_run=0 parts=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
-    --quick) mode=quick ;;
-    --full) mode=full ;;
-    --tune) mode=tune ;;
-    --bench) mode=bench ;;
+    --quick | --check | --sanitize | --full | --tune | --bench) passes+=("${1#--}") ;;
     --dry-run) dry_run=1 ;;
     -h | --help) usage ;;
     -*) echo "gpu-session: unknown option $1" >&2; usage ;;
-    *) [ "$mode" = bench ] || { echo "gpu-session: $1: parts go after --bench" >&2; usage; }; parts+=("$1") ;;
+    *)
+      [ "${#passes[@]}" -gt 0 ] && [ "${passes[${#passes[@]}-1]}" = bench ] ||
+        { echo "gpu-session: $1: parts go after --bench" >&2; usage; }
+      parts+=("$1")
+      ;;
   esac
   shift
 done
+[ "${#passes[@]}" -gt 0 ] || passes=(quick)
 deps_dir="${DEPS_DIR:-$root/gpu-deps}"
 work="${WORK_DIR:-$root/build-gpu}"
 jobs="${JOBS:-$(nproc)}"
@@ -108,7 +116,7 @@ step() {
   return 0
 }
 
-say "gpu-session: $mode$([ "$dry_run" -eq 1 ] && echo ' (dry run)') on $(uname -n), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "gpu-session: ${passes[*]}$([ "$dry_run" -eq 1 ] && echo ' (dry run)') on $(uname -n), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "source: $(git -C "$root" describe --always --dirty 2>/dev/null || echo 'no git')"
 
 # --- The host ----------------------------------------------------------------
@@ -244,30 +252,53 @@ quick_pass() {
     --set train.steps=6 --profile
   sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -24 | sed 's/^/    /' >> "$summary"
 }
-case "$mode" in
-  quick)
-    quick_pass
-    sanitizer_pass
-    ;;
-  full)
-    quick_pass
-    step gpu-training 240 "$bin/gpu_training_test" --gtest_brief=1 \
-      --gtest_filter='-GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
-    step nccl 60 "$bin/gpu_test" --gtest_brief=1
-    step profiler 60 "$bin/profiler_test" --gtest_brief=1 --gtest_filter='Profiler.*Gpu*'
-    step sync-check 120 env PSTAR_CUDA_SYNC=1 "$bin/gpu_training_test" --gtest_brief=1 \
-      --gtest_filter='GpuTraining.MatchesTheCpuBackendInFp32'
-    sanitizer_pass
-    ;;
-  tune)
-    step tune 300 "$bin/cuda_tuning_bench"
-    grep -E '^(tune|row):' "$logs/tune.log" | sed 's/^/    /' >> "$summary"
-    ;;
-  bench)
-    [ "${#parts[@]}" -gt 0 ] || parts=(env transfer in-memory adam)
-    step bench "$(left)" env PSTAR_BUILD_DIR="$build" PART_TIMEOUT=$(( $(left) - 20 )) \
-      bash "$root/bench/run-gpu-benchmarks.sh" "$logs/bench" "${parts[@]}"
-    [ -f "$logs/bench/summary.txt" ] && sed 's/^/    /' "$logs/bench/summary.txt" >> "$summary"
-    ;;
-esac
+# The tuner's winners into this host's copy of the table, and the build
+# brought up to date (kernels/CMakeLists.txt reads the table), so the passes
+# after --tune run them.
+apply_tuning_rows() {
+  local rows="$logs/tune-rows.inc" table="$root/kernels/cuda/tuning_table.inc"
+  sed -n 's/^row: //p' "$logs/tune.log" > "$rows"
+  if [ ! -s "$rows" ]; then
+    say "tuning: no rows: the passes after it run the defaults"
+    return
+  fi
+  cat "$rows" >> "$table"
+  say "tuning: $(wc -l < "$rows") row(s) applied to this host's table; the passes after it run them"
+  step rebuild "$build_limit" cmake --build "$build" --parallel "$jobs"
+}
+bench_started=0
+for pass in "${passes[@]}"; do
+  case "$pass" in
+    quick)
+      quick_pass
+      sanitizer_pass
+      ;;
+    check) quick_pass ;;
+    sanitize) sanitizer_pass ;;
+    full)
+      quick_pass
+      step gpu-training 240 "$bin/gpu_training_test" --gtest_brief=1 \
+        --gtest_filter='-GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
+      step nccl 60 "$bin/gpu_test" --gtest_brief=1
+      step profiler 60 "$bin/profiler_test" --gtest_brief=1 --gtest_filter='Profiler.*Gpu*'
+      step sync-check 120 env PSTAR_CUDA_SYNC=1 "$bin/gpu_training_test" --gtest_brief=1 \
+        --gtest_filter='GpuTraining.MatchesTheCpuBackendInFp32'
+      sanitizer_pass
+      ;;
+    tune)
+      step tune 300 "$bin/cuda_tuning_bench"
+      grep -E '^(tune|row):' "$logs/tune.log" | sed 's/^/    /' >> "$summary"
+      apply_tuning_rows
+      ;;
+    bench)
+      # One bench pass takes every part named after any --bench.
+      [ "$bench_started" -eq 0 ] || continue
+      bench_started=1
+      [ "${#parts[@]}" -gt 0 ] || parts=(env transfer in-memory adam)
+      step bench "$(left)" env PSTAR_BUILD_DIR="$build" PART_TIMEOUT=$(( $(left) - 20 )) \
+        bash "$root/bench/run-gpu-benchmarks.sh" "$logs/bench" "${parts[@]}"
+      [ -f "$logs/bench/summary.txt" ] && sed 's/^/    /' "$logs/bench/summary.txt" >> "$summary"
+      ;;
+  esac
+done
 finish "$verdict"
