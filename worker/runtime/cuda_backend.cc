@@ -276,6 +276,15 @@ int64_t CudaDeviceMemoryBytes(int device_ordinal) {
   return int64_t(prop.totalGlobalMem);
 }
 
+std::string CudaDeviceName(int device_ordinal) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 Result<std::unique_ptr<DeviceBackend>> MakeCudaBackend(int device_ordinal) {
   int count = 0;
   if (cudaError_t e = DeviceCount(&count); e != cudaSuccess || count == 0) {

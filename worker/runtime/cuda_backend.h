@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "worker/core/status.h"
 #include "worker/runtime/device_backend.h"
@@ -21,6 +22,10 @@ int CudaDeviceCount();
 
 // Total memory of CUDA device `device_ordinal` in bytes; 0 when it cannot be read.
 int64_t CudaDeviceMemoryBytes(int device_ordinal);
+
+// The name of CUDA device `device_ordinal` (cudaDeviceProp::name, the key of
+// the kernel tuning table); "" when it cannot be read.
+std::string CudaDeviceName(int device_ordinal);
 
 // A backend on device `device_ordinal`, which becomes the calling thread's
 // current device. Fails, saying why, when that device does not exist or its

@@ -1,7 +1,8 @@
 // The NCCL communicator on real GPUs: two ranks (threads, one GPU each)
 // rendezvous through the Store and run every collective against a host
 // reference (skipped with fewer than two CUDA devices); and a world of one
-// on one GPU, every collective in place and not, so that every GPU host
+// on one GPU, every collective in place and not, called directly and
+// queued on the communicator's own thread, so that every GPU host
 // exercises the NCCL path it can reach.
 #include "worker/dist/nccl_communicator.h"
 #include "worker/runtime/half_format.h"
@@ -9,6 +10,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "tests/test_util.h"
@@ -75,6 +78,13 @@ TEST(NcclCommunicator, CollectivesMatchAHostReference) {
   }
 }
 
+// Runs `work` on `comm` directly, or (queued) through Start and Wait on the
+// communicator's own thread, as the training step does.
+Status Call(Communicator& comm, bool queued, const std::function<Status(Communicator&)>& work) {
+  if (!queued) return work(comm);
+  return comm.Wait(comm.Start(work));
+}
+
 TEST(NcclCommunicator, AWorldOfOneRunsEveryCollectiveInPlaceAndNot) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
@@ -87,10 +97,10 @@ TEST(NcclCommunicator, AWorldOfOneRunsEveryCollectiveInPlaceAndNot) {
   o.timeout = std::chrono::seconds(30);
   auto store = Store::Connect(o);
   ASSERT_TRUE(store.ok()) << store.status().message();
-  auto comm = MakeNcclCommunicator(**store, 0, 1, 0, std::chrono::seconds(30));
-  ASSERT_TRUE(comm.ok()) << comm.status().message();
-  ASSERT_TRUE((*comm)->device_buffers());
-  ASSERT_EQ((*comm)->world_size(), 1);
+  auto made = MakeNcclCommunicator(**store, 0, 1, 0, std::chrono::seconds(30));
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ASSERT_TRUE((*made)->device_buffers());
+  ASSERT_EQ((*made)->world_size(), 1);
   const int64_t n = 4099;  // not a multiple of any vector width
   std::vector<float> host(static_cast<size_t>(n)), back(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host[size_t(i)] = 0.5f * float(i) - 7.0f;
@@ -101,51 +111,69 @@ TEST(NcclCommunicator, AWorldOfOneRunsEveryCollectiveInPlaceAndNot) {
     ASSERT_EQ(cudaMemcpy(back.data(), device, size_t(n) * 4, cudaMemcpyDeviceToHost), cudaSuccess) << what;
     ASSERT_EQ(back, host) << what;
   };
-  // Out of place: a world of one gathers and reduce-scatters its own values.
-  cudaMemcpy(shard, host.data(), size_t(n) * 4, cudaMemcpyHostToDevice);
-  cudaMemset(full, 0, size_t(n) * 4);
-  ASSERT_TRUE((*comm)->AllGather(shard, full, n).ok());
-  expect_host(full, "all_gather");
-  cudaMemset(shard, 0, size_t(n) * 4);
-  ASSERT_TRUE((*comm)->ReduceScatter(full, shard, n).ok());
-  expect_host(shard, "reduce_scatter");
-  // In place: the shard is its own place in the buffer.
-  ASSERT_TRUE((*comm)->AllGather(full, full, n).ok());
-  expect_host(full, "all_gather in place");
-  ASSERT_TRUE((*comm)->ReduceScatter(full, full, n).ok());
-  expect_host(full, "reduce_scatter in place");
-  // 16-bit reduce-scatter: the values pass through as they are, in place
-  // too, half the bytes (none cross with one rank).
-  for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
-    std::vector<uint16_t> half(static_cast<size_t>(n)), half_back(static_cast<size_t>(n));
-    NarrowToHalf(half.data(), host.data(), n, format);
-    uint16_t* h_full = reinterpret_cast<uint16_t*>(full);
-    uint16_t* h_shard = reinterpret_cast<uint16_t*>(shard);
-    cudaMemcpy(h_full, half.data(), size_t(n) * 2, cudaMemcpyHostToDevice);
-    cudaMemset(h_shard, 0, size_t(n) * 2);
-    ASSERT_TRUE((*comm)->ReduceScatterHalf(h_full, h_shard, n, format).ok());
-    ASSERT_EQ(cudaMemcpy(half_back.data(), h_shard, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(half_back, half) << "reduce_scatter_half";
-    ASSERT_TRUE((*comm)->ReduceScatterHalf(h_full, h_full, n, format).ok());
-    ASSERT_EQ(cudaMemcpy(half_back.data(), h_full, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(half_back, half) << "reduce_scatter_half in place";
-  }
-  double sums[3] = {1.5, -2.25, 1e300};
-  ASSERT_TRUE((*comm)->AllReduceSum(sums, 3).ok());
-  EXPECT_EQ(sums[0], 1.5);
-  EXPECT_EQ(sums[1], -2.25);
-  EXPECT_EQ(sums[2], 1e300);
-  int32_t token = 42;
-  ASSERT_TRUE((*comm)->Broadcast(&token, sizeof(token), 0).ok());
-  EXPECT_EQ(token, 42);
-  ASSERT_TRUE((*comm)->Barrier().ok());
-  // Every call counted.
-  const CollectiveCounters& c = (*comm)->counters();
-  EXPECT_EQ(c.calls[int(CollectiveOp::kAllGather)].load(), 2);
-  EXPECT_EQ(c.calls[int(CollectiveOp::kReduceScatter)].load(), 2);
-  EXPECT_EQ(c.calls[int(CollectiveOp::kAllReduce)].load(), 2) << "the barrier is an all-reduce of one value";
-  EXPECT_EQ(c.calls[int(CollectiveOp::kBroadcast)].load(), 1);
-  EXPECT_EQ(c.bytes[int(CollectiveOp::kAllGather)].load(), 0) << "a world of one sends nothing";
+  // Every collective, first called directly, then queued (the communicator
+  // the trainer makes: its own thread, Start and Wait).
+  auto exercise = [&](Communicator& comm, bool queued) {
+    SCOPED_TRACE(queued ? "queued" : "direct");
+    // Out of place: a world of one gathers and reduce-scatters its own values.
+    cudaMemcpy(shard, host.data(), size_t(n) * 4, cudaMemcpyHostToDevice);
+    cudaMemset(full, 0, size_t(n) * 4);
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.AllGather(shard, full, n); }).ok());
+    expect_host(full, "all_gather");
+    cudaMemset(shard, 0, size_t(n) * 4);
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.ReduceScatter(full, shard, n); }).ok());
+    expect_host(shard, "reduce_scatter");
+    // In place: the shard is its own place in the buffer.
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.AllGather(full, full, n); }).ok());
+    expect_host(full, "all_gather in place");
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.ReduceScatter(full, full, n); }).ok());
+    expect_host(full, "reduce_scatter in place");
+    // 16-bit reduce-scatter: the values pass through as they are, in place
+    // too, half the bytes (none cross with one rank).
+    for (HalfFormat format : {HalfFormat::kBf16, HalfFormat::kFp16}) {
+      std::vector<uint16_t> half(static_cast<size_t>(n)), half_back(static_cast<size_t>(n));
+      NarrowToHalf(half.data(), host.data(), n, format);
+      uint16_t* h_full = reinterpret_cast<uint16_t*>(full);
+      uint16_t* h_shard = reinterpret_cast<uint16_t*>(shard);
+      cudaMemcpy(h_full, half.data(), size_t(n) * 2, cudaMemcpyHostToDevice);
+      cudaMemset(h_shard, 0, size_t(n) * 2);
+      ASSERT_TRUE(
+          Call(comm, queued, [&](Communicator& c) { return c.ReduceScatterHalf(h_full, h_shard, n, format); }).ok());
+      ASSERT_EQ(cudaMemcpy(half_back.data(), h_shard, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(half_back, half) << "reduce_scatter_half";
+      ASSERT_TRUE(
+          Call(comm, queued, [&](Communicator& c) { return c.ReduceScatterHalf(h_full, h_full, n, format); }).ok());
+      ASSERT_EQ(cudaMemcpy(half_back.data(), h_full, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(half_back, half) << "reduce_scatter_half in place";
+    }
+    double sums[3] = {1.5, -2.25, 1e300};
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.AllReduceSum(sums, 3); }).ok());
+    EXPECT_EQ(sums[0], 1.5);
+    EXPECT_EQ(sums[1], -2.25);
+    EXPECT_EQ(sums[2], 1e300);
+    int32_t token = 42;
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.Broadcast(&token, sizeof(token), 0); }).ok());
+    EXPECT_EQ(token, 42);
+    ASSERT_TRUE(Call(comm, queued, [&](Communicator& c) { return c.Barrier(); }).ok());
+  };
+  auto expect_counts = [](const CollectiveCounters& c, int passes) {
+    // Per pass: two all-gathers; two fp32 reduce-scatters and two per 16-bit
+    // format; the sum and the barrier (an all-reduce of one value); one
+    // broadcast.
+    EXPECT_EQ(c.calls[int(CollectiveOp::kAllGather)].load(), 2 * passes);
+    EXPECT_EQ(c.calls[int(CollectiveOp::kReduceScatter)].load(), 6 * passes);
+    EXPECT_EQ(c.calls[int(CollectiveOp::kAllReduce)].load(), 2 * passes);
+    EXPECT_EQ(c.calls[int(CollectiveOp::kBroadcast)].load(), passes);
+    EXPECT_EQ(c.bytes[int(CollectiveOp::kAllGather)].load(), 0) << "a world of one sends nothing";
+    EXPECT_EQ(c.bytes[int(CollectiveOp::kReduceScatter)].load(), 0);
+  };
+  exercise(**made, false);
+  expect_counts((*made)->counters(), 1);
+  std::unique_ptr<Communicator> queued = MakeQueuedCommunicator(std::move(*made));
+  ASSERT_TRUE(queued->queued());
+  exercise(*queued, true);
+  expect_counts(queued->counters(), 2);
+  queued.reset();  // its thread drains before the buffers go
   cudaFree(full);
   cudaFree(shard);
 }

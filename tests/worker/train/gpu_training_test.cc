@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -212,6 +213,12 @@ VectorTokenSource LearnableTokens(int64_t n, uint64_t seed) {
 
 // bf16 (the GPU default) and fp16 with the loss scaler train stably on the
 // tensor cores and track the CPU backend, which rounds the same operands.
+// The two sum in other orders, so their 16-bit roundings differ now and
+// then, and training amplifies that as much as it amplifies the step from
+// fp32 to 16 bits: each step's loss stays within 2%, or within 1.5 times the
+// largest gap between the CPU's own 16-bit and fp32 runs of the job where
+// that is wider (the row-block model, wider and faster learning, measured
+// 5.2% there, and the GPU 4.6% from the CPU on an H200).
 TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
   PSTAR_REQUIRE_GPUS(1);
   auto data = LearnableTokens(4000, 14);
@@ -223,10 +230,18 @@ TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
     if (blocks) job.insert(job.end(), kClassifierForms[1].begin(), kClassifierForms[1].end());
     const RunResult gpu = Train(GpuConfig(job), data);
     const RunResult cpu = Train(test::TinyGptConfig(job), data);
+    job.push_back("train.precision=fp32");
+    const RunResult cpu32 = Train(test::TinyGptConfig(job), data);
     ASSERT_EQ(gpu.losses.size(), 40u);
+    ASSERT_EQ(cpu32.losses.size(), 40u);
+    double bound = 0.02;
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      bound = std::max(bound, 1.5 * std::fabs(double(cpu.losses[s]) - cpu32.losses[s]) / cpu32.losses[s]);
+    }
+    EXPECT_LE(bound, 0.1) << "the job amplifies rounding too much to compare anything";
     for (size_t s = 0; s < gpu.losses.size(); ++s) {
       ASSERT_TRUE(std::isfinite(gpu.losses[s])) << "step " << s;
-      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 0.02 * cpu.losses[s]) << "step " << s;
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], bound * cpu.losses[s]) << "step " << s << ", bound " << bound;
     }
     EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 0.5f) << "it learns";
   }
