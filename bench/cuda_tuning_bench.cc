@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   const std::string table_problem = kc::CheckTuningTable();
   if (!table_problem.empty()) std::printf("tune: the committed table is wrong: %s\n", table_problem.c_str());
   const kc::KernelTuning defaults;
-  const kc::KernelTuning current = kc::TuningFor(prop.name);
+  const kc::KernelTuning current = kc::TuningFor(prop.name, prop.major * 10 + prop.minor);
   std::mt19937 rng(7);
   std::vector<std::string> rows;
   bool all_ok = true;

@@ -34,22 +34,35 @@ const TuningKnob* FindKnob(const std::string& name) {
 
 }  // namespace
 
-KernelTuning TuningFor(const std::string& gpu_name) {
+KernelTuning TuningFor(const std::string& gpu_name, int compute_capability) {
   KernelTuning t;
-  for (const TuningRow& row : TuningTable()) {
-    if (gpu_name != row.gpu) continue;
-    const TuningKnob* knob = FindKnob(row.knob);
-    if (knob == nullptr) continue;
-    if (std::find(knob->candidates.begin(), knob->candidates.end(), row.value) == knob->candidates.end()) continue;
-    t.*(knob->field) = row.value;
+  const std::string arch = compute_capability > 0 ? "sm_" + std::to_string(compute_capability) : "";
+  // The architecture's rows first, so the kind's own rows override them.
+  for (const std::string& key : {arch, gpu_name}) {
+    if (key.empty()) continue;
+    for (const TuningRow& row : TuningTable()) {
+      if (key != row.gpu) continue;
+      const TuningKnob* knob = FindKnob(row.knob);
+      if (knob == nullptr) continue;
+      if (std::find(knob->candidates.begin(), knob->candidates.end(), row.value) == knob->candidates.end()) continue;
+      t.*(knob->field) = row.value;
+    }
   }
   return t;
 }
 
-std::string CheckTuningTable() {
-  for (const TuningRow& row : TuningTable()) {
+std::string CheckTuningTable() { return CheckTuningRows(TuningTable()); }
+
+std::string CheckTuningRows(const std::vector<TuningRow>& rows) {
+  for (const TuningRow& row : rows) {
     const std::string where = std::string("tuning table row {\"") + row.gpu + "\", \"" + row.knob + "\", " +
                               std::to_string(row.value) + "}: ";
+    const std::string gpu = row.gpu;
+    if (gpu.empty()) return where + "no GPU kind";
+    if (gpu.rfind("sm_", 0) == 0 &&
+        (gpu.size() < 5 || gpu.find_first_not_of("0123456789", 3) != std::string::npos || gpu[3] == '0')) {
+      return where + "an architecture is sm_ and its compute capability's digits, as sm_90";
+    }
     const TuningKnob* knob = FindKnob(row.knob);
     if (knob == nullptr) return where + "no knob of that name";
     if (std::find(knob->candidates.begin(), knob->candidates.end(), row.value) == knob->candidates.end()) {

@@ -51,18 +51,25 @@ const std::vector<TuningKnob>& TuningKnobs();
 
 // One row of the table.
 struct TuningRow {
-  const char* gpu;    // cudaDeviceProp::name, exactly
+  // cudaDeviceProp::name, exactly; or "sm_XY", every GPU of compute
+  // capability X.Y, for the kinds of that architecture with no rows of
+  // their own on that knob (measured on one kind, taken by its siblings).
+  const char* gpu;
   const char* knob;   // a TuningKnob's name
   int value;          // one of its candidates
   const char* where;  // the call that measured it: date, command, device
 };
 const std::vector<TuningRow>& TuningTable();
 
-// The defaults, overridden by the table's rows for `gpu_name`.
-KernelTuning TuningFor(const std::string& gpu_name);
+// The defaults, overridden by the table's rows for the architecture
+// ("sm_XY" of `compute_capability`, 10 * major + minor; 0: none), then by
+// the rows for `gpu_name` itself.
+KernelTuning TuningFor(const std::string& gpu_name, int compute_capability = 0);
 
-// "" when every row of the table names a knob and one of its candidates;
-// otherwise the first row that does not, in one line.
+// "" when every row names a GPU kind or architecture, a knob and one of its
+// candidates; otherwise the first row that does not, in one line.
+std::string CheckTuningRows(const std::vector<TuningRow>& rows);
+// CheckTuningRows of the committed table.
 std::string CheckTuningTable();
 
 }  // namespace pstar::kernels::cuda

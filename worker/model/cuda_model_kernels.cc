@@ -475,8 +475,8 @@ Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
   if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     return Status::Internal("cannot read the current CUDA device's properties");
   }
-  return std::unique_ptr<ModelKernels>(
-      new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision, kc::TuningFor(prop.name)));
+  return std::unique_ptr<ModelKernels>(new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision,
+                                                            kc::TuningFor(prop.name, prop.major * 10 + prop.minor)));
 }
 
 }  // namespace pstar

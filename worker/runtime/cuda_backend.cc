@@ -285,6 +285,15 @@ std::string CudaDeviceName(int device_ordinal) {
   return prop.name;
 }
 
+int CudaComputeCapability(int device_ordinal) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.major * 10 + prop.minor;
+}
+
 Result<std::unique_ptr<DeviceBackend>> MakeCudaBackend(int device_ordinal) {
   int count = 0;
   if (cudaError_t e = DeviceCount(&count); e != cudaSuccess || count == 0) {

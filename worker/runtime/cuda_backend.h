@@ -26,6 +26,9 @@ int64_t CudaDeviceMemoryBytes(int device_ordinal);
 // The name of CUDA device `device_ordinal` (cudaDeviceProp::name, the key of
 // the kernel tuning table); "" when it cannot be read.
 std::string CudaDeviceName(int device_ordinal);
+// Its compute capability as 10 * major + minor (90 for sm_90); 0 when it
+// cannot be read.
+int CudaComputeCapability(int device_ordinal);
 
 // A backend on device `device_ordinal`, which becomes the calling thread's
 // current device. Fails, saying why, when that device does not exist or its

@@ -46,14 +46,56 @@ TEST(KernelTuning, AGpuWithoutRowsRunsTheDefaults) {
   for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) EXPECT_EQ(t.*(knob.field), defaults.*(knob.field));
 }
 
-TEST(KernelTuning, EveryRowOfAGpuKindIsTaken) {
+bool IsArchitecture(const std::string& gpu) { return gpu.rfind("sm_", 0) == 0; }
+
+int Value(const cuda::KernelTuning& t, const std::string& knob_name) {
+  for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) {
+    if (knob_name == knob.name) return t.*(knob.field);
+  }
+  ADD_FAILURE() << "no knob " << knob_name;
+  return -1;
+}
+
+// A kind's own rows are taken, also over its architecture's; an
+// architecture's rows serve a kind of it that has none of its own, and only
+// that architecture.
+TEST(KernelTuning, EveryRowIsTakenAndAKindsOwnRowsWinOverItsArchitectures) {
+  const cuda::KernelTuning defaults;
   for (const cuda::TuningRow& row : cuda::TuningTable()) {
-    const cuda::KernelTuning t = cuda::TuningFor(row.gpu);
-    for (const cuda::TuningKnob& knob : cuda::TuningKnobs()) {
-      if (std::string(knob.name) == row.knob) {
-        EXPECT_EQ(t.*(knob.field), row.value) << row.gpu << " " << row.knob;
+    SCOPED_TRACE(std::string(row.gpu) + " " + row.knob);
+    if (IsArchitecture(row.gpu)) {
+      const int cc = std::stoi(std::string(row.gpu).substr(3));
+      EXPECT_EQ(Value(cuda::TuningFor("a GPU no table row names", cc), row.knob), row.value);
+      EXPECT_EQ(Value(cuda::TuningFor("a GPU no table row names", cc + 1), row.knob), Value(defaults, row.knob));
+      EXPECT_EQ(Value(cuda::TuningFor("a GPU no table row names"), row.knob), Value(defaults, row.knob));
+    } else {
+      EXPECT_EQ(Value(cuda::TuningFor(row.gpu), row.knob), row.value);
+      for (const cuda::TuningRow& arch : cuda::TuningTable()) {
+        if (!IsArchitecture(arch.gpu)) continue;
+        const int cc = std::stoi(std::string(arch.gpu).substr(3));
+        EXPECT_EQ(Value(cuda::TuningFor(row.gpu, cc), row.knob), row.value) << "under " << arch.gpu;
       }
     }
+  }
+}
+
+TEST(KernelTuning, MalformedRowsAreNamedInOneLine) {
+  const std::vector<cuda::TuningRow> good = {{"NVIDIA H200", "attention_forward", 1, "a call"},
+                                             {"sm_90", "attention_backward", 2, "a call"}};
+  EXPECT_EQ(cuda::CheckTuningRows(good), "");
+  const struct {
+    cuda::TuningRow row;
+    const char* says;
+  } bad[] = {{{"NVIDIA H200", "attention_sideways", 1, "a call"}, "no knob of that name"},
+             {{"NVIDIA H200", "attention_forward", 7, "a call"}, "not one of the knob's candidates"},
+             {{"", "attention_forward", 1, "a call"}, "no GPU kind"},
+             {{"sm_9x", "attention_forward", 1, "a call"}, "as sm_90"},
+             {{"sm_", "attention_forward", 1, "a call"}, "as sm_90"},
+             {{"sm_090", "attention_forward", 1, "a call"}, "as sm_90"}};
+  for (const auto& b : bad) {
+    const std::string problem = cuda::CheckTuningRows({b.row});
+    EXPECT_NE(problem.find(b.says), std::string::npos) << b.row.gpu << " " << b.row.knob << ": " << problem;
+    EXPECT_EQ(problem.find('\n'), std::string::npos) << "one line";
   }
 }
 

@@ -48,7 +48,7 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 bool GeluBackwardFolded(const Config& c) {
 #ifdef PSTAR_WITH_CUDA
   return c.runtime.device == "cuda" && (c.train.precision == "bf16" || c.train.precision == "fp16") &&
-         kernels::cuda::TuningFor(CudaDeviceName(0)).gelu_backward_epilogue == 1;
+         kernels::cuda::TuningFor(CudaDeviceName(0), CudaComputeCapability(0)).gelu_backward_epilogue == 1;
 #else
   (void)c;
   return false;
