@@ -18,6 +18,9 @@ struct KernelTuning {
   // Threads per block of the classifier's cross-entropy (one block per row
   // of the vocabulary).
   int cross_entropy_threads = 512;
+  // Its loads and stores (CrossEntropyKernel): 0 one element per thread at
+  // a time, 1 16 bytes.
+  int cross_entropy_kernel = 0;
   // Rows of a bias gradient's row group (at least; at most 256 groups): one
   // block sums this many rows of 32 columns.
   int bias_grad_group_rows = 64;

@@ -322,12 +322,12 @@ class CudaModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kCrossEntropy);
     if (precision_ == Precision::kFp32) {
       return kc::CrossEntropy(losses, As<float>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_,
-                              tuning_.cross_entropy_threads);
+                              tuning_.cross_entropy_threads, kc::CrossEntropyKernel(tuning_.cross_entropy_kernel));
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
       kc::CrossEntropy(losses, As<H>(logits), targets, dloss, write_dlogits, N, V, Vp, stream_,
-                       tuning_.cross_entropy_threads);
+                       tuning_.cross_entropy_threads, kc::CrossEntropyKernel(tuning_.cross_entropy_kernel));
     });
   }
 

@@ -54,14 +54,15 @@ std::vector<float> RandomLogits(int64_t N, int64_t V, std::mt19937& rng, float s
 // logits: the losses, and with write_dlogits the gradient written over the
 // logits (the CPU's fp32 gradient rounded to T on the GPU: T's tolerance).
 template <typename T>
-void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss,
-                       int64_t N, int64_t V, int64_t Vp) {
+void CheckCrossEntropyKernel(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss,
+                             int64_t N, int64_t V, int64_t Vp, cuda::CrossEntropyKernel kernel) {
   for (bool write : {false, true}) {
     SCOPED_TRACE(write ? "loss and dlogits" : "loss only");
     DeviceBuffer<T> d_logits(ToElements<T>(logits));
     DeviceBuffer<int32_t> d_targets(targets);
     DeviceBuffer<float> d_losses(N);
-    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), dloss, write, N, V, Vp, kStream);
+    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), dloss, write, N, V, Vp, kStream, 512,
+                          kernel);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<float> want = logits, losses(static_cast<size_t>(N));
     cpu::CrossEntropy(losses.data(), want.data(), targets.data(), dloss, write, N, V, Vp);
@@ -89,10 +90,21 @@ void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32
   DeviceBuffer<int32_t> d_targets(targets);
   DeviceBuffer<T> d_with_loss(ToElements<T>(logits));
   DeviceBuffer<float> d_losses(N);
-  cuda::CrossEntropy<T>(nullptr, d_logits.get(), d_targets.get(), dloss, true, N, V, Vp, kStream);
-  cuda::CrossEntropy<T>(d_losses.get(), d_with_loss.get(), d_targets.get(), dloss, true, N, V, Vp, kStream);
+  cuda::CrossEntropy<T>(nullptr, d_logits.get(), d_targets.get(), dloss, true, N, V, Vp, kStream, 512, kernel);
+  cuda::CrossEntropy<T>(d_losses.get(), d_with_loss.get(), d_targets.get(), dloss, true, N, V, Vp, kStream, 512,
+                        kernel);
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
   EXPECT_EQ(ToFloats(d_logits.Download()), ToFloats(d_with_loss.Download())) << "without losses";
+}
+// Both kernels (scalar and 16-byte loads), the second only where it takes
+// the shape (asserted by the callers that mean to reach it).
+template <typename T>
+void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss,
+                       int64_t N, int64_t V, int64_t Vp) {
+  for (const cuda::CrossEntropyKernel kernel : {cuda::CrossEntropyKernel::kScalar, cuda::CrossEntropyKernel::kVector}) {
+    SCOPED_TRACE(kernel == cuda::CrossEntropyKernel::kScalar ? "scalar" : "vector");
+    ASSERT_NO_FATAL_FAILURE(CheckCrossEntropyKernel<T>(logits, targets, dloss, N, V, Vp, kernel));
+  }
 }
 
 TYPED_TEST(CudaClassifierTest, MatchesCpu) {
@@ -104,6 +116,68 @@ TYPED_TEST(CudaClassifierTest, MatchesCpu) {
     const auto logits = RandomLogits<T>(s.N, s.V, rng, 2.0f, 0.0f);
     const auto targets = RandomTargets(s.N, s.V, rng);
     ASSERT_NO_FATAL_FAILURE(CheckCrossEntropy<T>(logits, targets, 1.0f / float(s.N), s.N, s.V, s.V));
+  }
+}
+
+// Padded rows as the model lays them out (Vp a multiple of 64): the 16-byte
+// kernel takes them, including a last vector that is part logits, part
+// padding, rows of one class, and GPT-2's vocabulary; every thread count.
+TYPED_TEST(CudaClassifierTest, SixteenByteLoadsMatchCpuOnPaddedRows) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(37);
+  constexpr ClassifierShape kPadded[] = {{5, 13}, {3, 1}, {2, 64}, {9, 1000}, {4, 50257}};
+  for (const ClassifierShape& s : kPadded) {
+    const int64_t Vp = (s.V + 63) / 64 * 64;
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " V=" << s.V << " Vp=" << Vp);
+    const auto logits = RandomLogits<T>(s.N, Vp, rng, 2.0f, 0.0f);
+    const auto targets = RandomTargets(s.N, s.V, rng);
+    DeviceBuffer<T> probe(ToElements<T>(logits));
+    ASSERT_TRUE(cuda::CrossEntropyTakesVectors(probe.get(), Vp, sizeof(T)));
+    for (int threads : {32, 256, 1024}) {
+      SCOPED_TRACE(threads);
+      for (bool write : {false, true}) {
+        DeviceBuffer<T> d_logits(ToElements<T>(logits));
+        DeviceBuffer<int32_t> d_targets(targets);
+        DeviceBuffer<float> d_losses(s.N);
+        cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), 0.5f, write, s.N, s.V, Vp, kStream,
+                              threads, cuda::CrossEntropyKernel::kVector);
+        ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+        std::vector<float> want = logits, losses(static_cast<size_t>(s.N));
+        cpu::CrossEntropy(losses.data(), want.data(), targets.data(), 0.5f, write, s.N, s.V, Vp);
+        EXPECT_TRUE(AllClose(d_losses.Download(), losses, kLossTolerance)) << "losses";
+        if (write) {
+          EXPECT_TRUE(AllClose(ToFloats(d_logits.Download()), want, Element<T>::kTolerance)) << "dlogits";
+        }
+      }
+    }
+  }
+  // Unaligned rows (Vp of 13 elements) fall back to the scalar kernel.
+  DeviceBuffer<T> odd(ToElements<T>(std::vector<float>(26, 0.0f)));
+  EXPECT_FALSE(cuda::CrossEntropyTakesVectors(odd.get(), 13, sizeof(T)));
+}
+
+// A NaN logit makes its row's loss NaN in both kernels (the vector kernel's
+// max skips NaN; its sum must not).
+TYPED_TEST(CudaClassifierTest, ANanLogitMakesItsRowsLossNan) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(38);
+  const int64_t N = 3, V = 100, Vp = 128;
+  auto logits = RandomLogits<T>(N, Vp, rng, 1.0f, 0.0f);
+  logits[size_t(1 * Vp + 40)] = std::nanf("");
+  const auto targets = RandomTargets(N, V, rng);
+  for (const cuda::CrossEntropyKernel kernel : {cuda::CrossEntropyKernel::kScalar, cuda::CrossEntropyKernel::kVector}) {
+    DeviceBuffer<T> d_logits(ToElements<T>(logits));
+    DeviceBuffer<int32_t> d_targets(targets);
+    DeviceBuffer<float> d_losses(N);
+    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), 1.0f, false, N, V, Vp, kStream, 256,
+                          kernel);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    const auto losses = d_losses.Download();
+    EXPECT_TRUE(std::isfinite(losses[0])) << int(kernel);
+    EXPECT_TRUE(std::isnan(losses[1])) << int(kernel);
+    EXPECT_TRUE(std::isfinite(losses[2])) << int(kernel);
   }
 }
 
