@@ -38,7 +38,7 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 // the row into the gradient.
 template <typename T>
 __global__ void CrossEntropyScalarRows(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
-                                   int64_t V, int64_t Vp) {
+                                       int64_t V, int64_t Vp) {
   __shared__ MaxSum warp_parts[kMaxWarps];
   __shared__ float row_lse;
   const unsigned threads = blockDim.x, warps = threads / kWarpSize;
@@ -87,7 +87,7 @@ __global__ void CrossEntropyScalarRows(float* losses, T* logits, const int32_t* 
 // thread of CrossEntropyScalarRows, for a pass that is bound by memory.
 template <typename T>
 __global__ void CrossEntropyVectorRows(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
-                                         int64_t V, int64_t Vp) {
+                                       int64_t V, int64_t Vp) {
   constexpr int kVec = 16 / sizeof(T);
   __shared__ MaxSum warp_parts[kMaxWarps];
   __shared__ float row_lse;
@@ -164,18 +164,18 @@ void CrossEntropy(float* losses, T* logits, const int32_t* targets, float dloss,
     std::abort();
   }
   if (kernel == CrossEntropyKernel::kVector && CrossEntropyTakesVectors(logits, Vp, sizeof(T))) {
-    CrossEntropyVectorRows<<<unsigned(N), unsigned(threads), 0, stream>>>(losses, logits, targets, dloss,
-                                                                           write_dlogits, V, Vp);
+    CrossEntropyVectorRows<<<unsigned(N), unsigned(threads), 0, stream>>>(losses, logits, targets, dloss, write_dlogits,
+                                                                          V, Vp);
   } else {
     CrossEntropyScalarRows<<<unsigned(N), unsigned(threads), 0, stream>>>(losses, logits, targets, dloss, write_dlogits,
-                                                                     V, Vp);
+                                                                          V, Vp);
   }
   CheckLaunch("CrossEntropy");
 }
 
-#define PSTAR_INSTANTIATE_CLASSIFIER(T)                                                                       \
-  template void CrossEntropy<T>(float*, T*, const int32_t*, float, bool, int64_t, int64_t, int64_t, cudaStream_t, \
-                                int, CrossEntropyKernel);
+#define PSTAR_INSTANTIATE_CLASSIFIER(T)                                                                                \
+  template void CrossEntropy<T>(float*, T*, const int32_t*, float, bool, int64_t, int64_t, int64_t, cudaStream_t, int, \
+                                CrossEntropyKernel);
 
 PSTAR_INSTANTIATE_CLASSIFIER(float)
 PSTAR_INSTANTIATE_CLASSIFIER(bf16)
