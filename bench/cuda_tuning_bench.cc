@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
+#include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/tuning.h"
@@ -288,6 +289,46 @@ int main(int argc, char** argv) {
         }
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 2e-2)});
+      }
+    } else if (std::string(knob.name) == "layernorm_backward_kernel") {
+      // GPT-2 124M's LayerNorm backward at batch 32 x 1024 in bf16: fp32
+      // dinp accumulated, 16-bit dout and input, dinp's 16-bit copy.
+      const int64_t N = 32 * 1024, C = 768;
+      Device<__nv_bfloat16> x(size_t(N * C)), dy(size_t(N * C)), copy(size_t(N * C)), h(size_t(N + C));
+      FillRandom(x.p, x.n, rng);
+      FillRandom(dy.p, dy.n, rng);
+      FillRandom(h.p, h.n, rng);
+      // fp32 statistics and weight, from 16-bit random values: |mean| < 1,
+      // rstd in [1, 2), weight in [0.5, 1.5).
+      std::vector<float> host = Widen(h.Download(h.n)), mean_rstd(size_t(2 * N)), weight(static_cast<size_t>(C));
+      for (int64_t i = 0; i < N; ++i)
+        mean_rstd[size_t(i)] = host[size_t(i)], mean_rstd[size_t(N + i)] = 1.5f + 0.5f * host[size_t(i)];
+      for (int64_t c = 0; c < C; ++c) weight[size_t(c)] = 1.0f + 0.5f * host[size_t(N + c)];
+      Device<float> stats(size_t(2 * N)), w(static_cast<size_t>(C)), dinp(size_t(N * C)), dw(static_cast<size_t>(C)),
+          db(static_cast<size_t>(C)), scratch(size_t(kc::LayerNormBackwardScratchElements(N, C)));
+      Check(cudaMemcpy(stats.p, mean_rstd.data(), mean_rstd.size() * 4, cudaMemcpyHostToDevice), "upload");
+      Check(cudaMemcpy(w.p, weight.data(), weight.size() * 4, cudaMemcpyHostToDevice), "upload");
+      std::vector<float> want;
+      const std::vector<int> order = DefaultFirst(knob, defaults);
+      for (int v : order) {
+        const double ms = MedianMs(
+            reps,
+            [&] {
+              Check(cudaMemset(dinp.p, 0, dinp.n * sizeof(float)), "memset");
+              Check(cudaMemset(dw.p, 0, dw.n * sizeof(float)), "memset");
+              Check(cudaMemset(db.p, 0, db.n * sizeof(float)), "memset");
+            },
+            [&] {
+              kc::LayerNormBackward<float, __nv_bfloat16, __nv_bfloat16>(dinp.p, dw.p, db.p, scratch.p, dy.p, x.p, w.p,
+                                                                         stats.p, stats.p + N, N, C, nullptr, copy.p,
+                                                                         kc::LayerNormKernel(v));
+            });
+        Check(cudaDeviceSynchronize(), "layernorm backward");
+        std::vector<float> got = dinp.Download(size_t(64 * C));
+        const std::vector<float> g = dw.Download(dw.n);
+        got.insert(got.end(), g.begin(), g.end());
+        if (want.empty()) want = got;
+        results.push_back({v, ms, Close(got, want, 1e-3)});
       }
     } else if (std::string(knob.name) == "gelu_backward_epilogue") {
       // GPT-2 124M's fc_proj input gradient at batch 32 x 1024 in bf16 with

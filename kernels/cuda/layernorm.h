@@ -31,9 +31,20 @@ int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C);
 // activation gradients), read widened. With dinp_copy, dinp's new values
 // rounded to D are written there as well, in the same pass (the 16-bit
 // operand of the next linear layer's backward).
+//
+// The per-row kernel (KernelTuning::layernorm_backward_kernel): kScalar
+// reads one element per lane at a time; kVector 16 bytes at a time, where C
+// is a multiple of 8 and every pointer 16-byte aligned (elsewhere kScalar
+// runs). Each sums in a fixed order of its own.
+enum class LayerNormKernel { kScalar = 0, kVector = 1 };
+
+// Whether kVector takes these buffers (C, and the pointers' alignment).
+bool LayerNormBackwardTakesVectors(const void* dinp, const void* dinp_copy, const void* dout, const void* inp,
+                                   const void* weight, int64_t C);
+
 template <typename T, typename I = T, typename D = T>
 void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* dout, const I* inp,
                        const T* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                       cudaStream_t stream, D* dinp_copy = nullptr);
+                       cudaStream_t stream, D* dinp_copy = nullptr, LayerNormKernel kernel = LayerNormKernel::kScalar);
 
 }  // namespace pstar::kernels::cuda

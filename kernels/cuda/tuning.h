@@ -33,6 +33,9 @@ struct KernelTuning {
   // compile-time variant: kernels/CMakeLists.txt builds it where the table
   // names it); 1 to 3 at head sizes 64 and 128.
   int attention_backward = 0;
+  // LayerNorm backward's per-row kernel (LayerNormKernel): 0 one element per
+  // lane at a time, 1 16 bytes.
+  int layernorm_backward_kernel = 0;
   // GELU's backward in 16-bit runs: 0 its own kernel after the fc_proj
   // input-gradient GEMM, 1 in that GEMM's cuBLASLt epilogue
   // (MatmulBackwardInputGelu).

@@ -203,13 +203,15 @@ class CudaModelKernels final : public ModelKernels {
     if (precision_ == Precision::kFp32) {
       if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) Internal("an fp32 run's LayerNorm gradient copy");
       return kc::LayerNormBackward(dinp, dweight, dbias, Shared<float>(), As<float>(dout), As<float>(inp), w, mean,
-                                   rstd, N, C, stream_);
+                                   rstd, N, C, stream_, static_cast<float*>(nullptr),
+                                   kc::LayerNormKernel(tuning_.layernorm_backward_kernel));
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
       H* copy = dinp_copy.h16 != nullptr ? As<H>(dinp_copy) : nullptr;
       kc::LayerNormBackward<float, H, H>(dinp, dweight, dbias, Shared<float>(), As<H>(dout), As<H>(inp), w, mean,
-                                         rstd, N, C, stream_, copy);
+                                         rstd, N, C, stream_, copy,
+                                         kc::LayerNormKernel(tuning_.layernorm_backward_kernel));
     });
   }
   // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:

@@ -120,16 +120,21 @@ struct BackwardCase {
   }
 };
 
+constexpr cuda::LayerNormKernel kKernels[] = {cuda::LayerNormKernel::kScalar, cuda::LayerNormKernel::kVector};
+
 template <typename T>
-void RunBackward(const BackwardCase& c, Grads& got) {
+void RunBackward(const BackwardCase& c, Grads& got, cuda::LayerNormKernel kernel) {
   const Shape& s = c.s;
   DeviceBuffer<T> dx(ToElements<T>(c.x)), dw(ToElements<T>(c.w)), ddout(ToElements<T>(c.dout));
   DeviceBuffer<T> ddinp(ToElements<T>(c.start.dinp)), ddw(ToElements<T>(c.start.dweight)),
       ddb(ToElements<T>(c.start.dbias));
   DeviceBuffer<float> dmean(c.mean), drstd(c.rstd), scratch(cuda::LayerNormBackwardScratchElements(s.N, s.C));
   cuda::LayerNormBackward<T>(ddinp.get(), ddw.get(), ddb.get(), scratch.get(), ddout.get(), dx.get(), dw.get(),
-                             dmean.get(), drstd.get(), s.N, s.C, kStream);
+                             dmean.get(), drstd.get(), s.N, s.C, kStream, static_cast<T*>(nullptr), kernel);
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+  // The vector kernel takes every row length that is a multiple of 8 here.
+  EXPECT_EQ(cuda::LayerNormBackwardTakesVectors(ddinp.get(), nullptr, ddout.get(), dx.get(), dw.get(), s.C),
+            s.C % 8 == 0);
   got = {ToFloats(ddinp.Download()), ToFloats(ddw.Download()), ToFloats(ddb.Download())};
 }
 
@@ -140,14 +145,17 @@ TYPED_TEST(CudaLayerNormTest, BackwardMatchesCpu) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
     const BackwardCase c = BackwardCase::Make<T>(s, rng);
-    Grads got;
-    ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, got));
     Grads want = c.start;
     cpu::LayerNormBackward(want.dinp.data(), want.dweight.data(), want.dbias.data(), c.dout.data(), c.x.data(),
                            c.w.data(), c.mean.data(), c.rstd.data(), s.N, s.C);
-    EXPECT_TRUE(AllClose(got.dinp, want.dinp, Element<T>::kTolerance)) << "dinp";
-    EXPECT_TRUE(AllClose(got.dweight, want.dweight, Element<T>::kTolerance)) << "dweight";
-    EXPECT_TRUE(AllClose(got.dbias, want.dbias, Element<T>::kTolerance)) << "dbias";
+    for (const cuda::LayerNormKernel kernel : kKernels) {
+      SCOPED_TRACE(int(kernel));
+      Grads got;
+      ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, got, kernel));
+      EXPECT_TRUE(AllClose(got.dinp, want.dinp, Element<T>::kTolerance)) << "dinp";
+      EXPECT_TRUE(AllClose(got.dweight, want.dweight, Element<T>::kTolerance)) << "dweight";
+      EXPECT_TRUE(AllClose(got.dbias, want.dbias, Element<T>::kTolerance)) << "dbias";
+    }
   }
 }
 
@@ -165,12 +173,15 @@ TYPED_TEST(CudaLayerNormTest, BackwardIsDeterministic) {
   using T = TypeParam;
   std::mt19937 rng(53);
   const BackwardCase c = BackwardCase::Make<T>({12289, 96}, rng);
-  Grads first, second;
-  ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, first));
-  ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, second));
-  EXPECT_TRUE(SameBits(first.dinp, second.dinp)) << "dinp";
-  EXPECT_TRUE(SameBits(first.dweight, second.dweight)) << "dweight";
-  EXPECT_TRUE(SameBits(first.dbias, second.dbias)) << "dbias";
+  for (const cuda::LayerNormKernel kernel : kKernels) {
+    SCOPED_TRACE(int(kernel));
+    Grads first, second;
+    ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, first, kernel));
+    ASSERT_NO_FATAL_FAILURE(RunBackward<T>(c, second, kernel));
+    EXPECT_TRUE(SameBits(first.dinp, second.dinp)) << "dinp";
+    EXPECT_TRUE(SameBits(first.dweight, second.dweight)) << "dweight";
+    EXPECT_TRUE(SameBits(first.dbias, second.dbias)) << "dbias";
+  }
 }
 
 }  // namespace
@@ -188,20 +199,23 @@ void CheckSixteenBitGradients() {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C);
     const BackwardCase c = BackwardCase::Make<H>(s, rng);
-    DeviceBuffer<H> dx(ToElements<H>(c.x)), ddout(ToElements<H>(c.dout)), dcopy(s.N * s.C);
-    DeviceBuffer<float> dw(c.w), ddinp(c.start.dinp), ddw(c.start.dweight), ddb(c.start.dbias), dmean(c.mean),
-        drstd(c.rstd), scratch(cuda::LayerNormBackwardScratchElements(s.N, s.C));
-    cuda::LayerNormBackward<float, H, H>(ddinp.get(), ddw.get(), ddb.get(), scratch.get(), ddout.get(), dx.get(),
-                                         dw.get(), dmean.get(), drstd.get(), s.N, s.C, kStream, dcopy.get());
-    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     Grads want = c.start;
     cpu::LayerNormBackward(want.dinp.data(), want.dweight.data(), want.dbias.data(), c.dout.data(), c.x.data(),
                            c.w.data(), c.mean.data(), c.rstd.data(), s.N, s.C);
-    const std::vector<float> dinp = ddinp.Download();
-    EXPECT_TRUE(AllClose(dinp, want.dinp, Element<float>::kTolerance)) << "dinp";
-    EXPECT_TRUE(AllClose(ddw.Download(), want.dweight, Element<float>::kTolerance)) << "dweight";
-    EXPECT_TRUE(AllClose(ddb.Download(), want.dbias, Element<float>::kTolerance)) << "dbias";
-    EXPECT_EQ(ToFloats(dcopy.Download()), ToFloats(ToElements<H>(dinp))) << "the copy is dinp rounded";
+    for (const cuda::LayerNormKernel kernel : kKernels) {
+      SCOPED_TRACE(int(kernel));
+      DeviceBuffer<H> dx(ToElements<H>(c.x)), ddout(ToElements<H>(c.dout)), dcopy(s.N * s.C);
+      DeviceBuffer<float> dw(c.w), ddinp(c.start.dinp), ddw(c.start.dweight), ddb(c.start.dbias), dmean(c.mean),
+          drstd(c.rstd), scratch(cuda::LayerNormBackwardScratchElements(s.N, s.C));
+      cuda::LayerNormBackward<float, H, H>(ddinp.get(), ddw.get(), ddb.get(), scratch.get(), ddout.get(), dx.get(),
+                                           dw.get(), dmean.get(), drstd.get(), s.N, s.C, kStream, dcopy.get(), kernel);
+      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+      const std::vector<float> dinp = ddinp.Download();
+      EXPECT_TRUE(AllClose(dinp, want.dinp, Element<float>::kTolerance)) << "dinp";
+      EXPECT_TRUE(AllClose(ddw.Download(), want.dweight, Element<float>::kTolerance)) << "dweight";
+      EXPECT_TRUE(AllClose(ddb.Download(), want.dbias, Element<float>::kTolerance)) << "dbias";
+      EXPECT_EQ(ToFloats(dcopy.Download()), ToFloats(ToElements<H>(dinp))) << "the copy is dinp rounded";
+    }
   }
 }
 
