@@ -140,6 +140,11 @@ int Run(const Options& o) {
       {"tc", kc::AttentionForwardKernel::kTensorCore, kc::AttentionBackwardKernel::kTensorCore},
       {"mma", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMma},
       {"mma-onepass", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePass}};
+  // The forward with its q tile in a k/v buffer, at the head size where it
+  // differs.
+  if (o.hs == 128) {
+    families.push_back({"mma-sharedq", kc::AttentionForwardKernel::kMmaSharedQ, kc::AttentionBackwardKernel::kMma});
+  }
   // The one-pass backward's occupancy variant, where this build has it (a
   // PSTAR_CUDA_TUNING build) and the head size is the one it is built for.
   if (kc::AttentionOnePassOccupancyBuilt() && o.hs == 64) {

@@ -368,23 +368,27 @@ namespace {
 // The mma.sync forward (attention_mma.cuh) where it applies: head size 64 or
 // 128, qkv 16-byte aligned with C a multiple of 8 (its 16-byte copies), and
 // room for its tiles (sm_80 or later). False where it does not.
-template <typename T, int HS>
+template <typename T, int HS, bool kSharedQ = false>
 bool LaunchMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, dim3 grid,
                       cudaStream_t stream) {
-  constexpr size_t smem = MmaForwardSharedBytes<HS>();
+  constexpr size_t smem = MmaForwardSharedBytes<HS, kSharedQ>();
   if (smem > TensorCoreSharedBytesLimit()) return false;
-  AllowSharedBytes(MmaFlashForward<T, HS>, smem, "MmaFlashForward shared memory");
+  AllowSharedBytes(MmaFlashForward<T, HS, kSharedQ>, smem, "MmaFlashForward shared memory");
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));  // log2(e) / sqrt(hs)
-  MmaFlashForward<T, HS><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
+  MmaFlashForward<T, HS, kSharedQ>
+      <<<grid, kMmaWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
   CheckLaunch("MmaFlashForward");
   return true;
 }
 
 template <typename T>
 bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, int64_t hs, dim3 grid,
-                   cudaStream_t stream) {
+                   AttentionForwardKernel kernel, cudaStream_t stream) {
   if (C % 8 != 0 || reinterpret_cast<uintptr_t>(qkv) % 16 != 0) return false;
   if (hs == 64) return LaunchMmaForward<T, 64>(out, lse, qkv, Tlen, C, NH, grid, stream);
+  if (hs == 128 && kernel == AttentionForwardKernel::kMmaSharedQ) {
+    return LaunchMmaForward<T, 128, true>(out, lse, qkv, Tlen, C, NH, grid, stream);
+  }
   if (hs == 128) return LaunchMmaForward<T, 128>(out, lse, qkv, Tlen, C, NH, grid, stream);
   return false;
 }
@@ -473,7 +477,10 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   const float scale = 1.0f / std::sqrt(float(hs));
   if constexpr (!std::is_same_v<T, float>) {
-    if (kernel == AttentionForwardKernel::kMma && TryMmaForward(out, lse, qkv, Tlen, C, NH, hs, grid, stream)) return;
+    if ((kernel == AttentionForwardKernel::kMma || kernel == AttentionForwardKernel::kMmaSharedQ) &&
+        TryMmaForward(out, lse, qkv, Tlen, C, NH, hs, grid, kernel, stream)) {
+      return;
+    }
     const size_t smem = TensorCoreForwardSharedBytes(int(hs), sizeof(T));
     if (hs % kTcTile == 0 && smem <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreFlashForward<T>, smem, "TensorCoreFlashForward shared memory");

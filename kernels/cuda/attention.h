@@ -24,7 +24,10 @@ namespace pstar::kernels::cuda {
 // mma.sync kernel with registers for S and O and double-buffered k and v
 // tiles, takes head sizes 64 and 128 with qkv 16-byte aligned and C a
 // multiple of 8; elsewhere, and for fp32, the WMMA or CUDA-core kernels run.
-enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1 };
+// kMmaSharedQ is kMma with the q tile in a k/v buffer at head size 128 (four
+// tiles of shared memory instead of five, for more resident blocks; the same
+// bits); at head size 64 it runs as kMma.
+enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2 };
 
 template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,

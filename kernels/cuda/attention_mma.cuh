@@ -35,10 +35,11 @@ constexpr int MmaLd() {
   return HS + kMmaPad;
 }
 
-// The q tile and two buffers each of k and v, 16-bit elements.
-template <int HS>
+// The q tile and two buffers each of k and v, 16-bit elements; with
+// kSharedQ the q tile lies in the second k buffer (four tiles).
+template <int HS, bool kSharedQ = false>
 constexpr size_t MmaForwardSharedBytes() {
-  return size_t(5) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
+  return size_t(kSharedQ ? 4 : 5) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
 }
 
 // rows x HS elements of src (rows ld_src apart) into a tile, 16 bytes per
@@ -54,7 +55,23 @@ __device__ __forceinline__ void MmaLoadTile(T* tile, const T* src, int64_t ld_sr
   }
 }
 
-template <typename T, int HS>
+// A warp's 16 q rows of the q tile as A fragments: matrices (rows 0-7,
+// 8-15) x (columns 0-7, 8-15) of each 16-column step.
+template <int HS, typename T>
+__device__ __forceinline__ void MmaLoadQueryFragments(uint32_t (&qf)[HS / 16][4], const T* qs, int warp, int lane) {
+  const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk) {
+    LdMatrixX4(qf[kk], qs + (warp * 16 + (mi & 1) * 8 + mr) * MmaLd<HS>() + kk * 16 + (mi >> 1) * 8);
+  }
+}
+
+// kSharedQ: the q tile is copied into the second k buffer and read into
+// registers before the first prefetch reuses that buffer, so the block
+// needs four tiles of shared memory instead of five (at head size 128, 70
+// KiB instead of 87: three blocks per SM where registers allow three); the
+// same arithmetic in the same order, so the same bits.
+template <typename T, int HS, bool kSharedQ = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     MmaFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, float scale_log2) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -62,9 +79,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   constexpr int kSteps = HS / 16;    // k-steps of q k^T
   constexpr int kDimTiles = HS / 8;  // n-tiles of O
   constexpr float kLn2 = 0.69314718055994531f;
-  T* qs = reinterpret_cast<T*>(TensorCoreSharedMemory());
-  T* ks = qs + kBlock * ld;      // two buffers
-  T* vs = ks + 2 * kBlock * ld;  // two buffers
+  T* base = reinterpret_cast<T*>(TensorCoreSharedMemory());
+  T* ks = kSharedQ ? base : base + kBlock * ld;  // two buffers
+  T* vs = ks + 2 * kBlock * ld;                  // two buffers
+  T* qs = kSharedQ ? ks + kBlock * ld : base;
 
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
@@ -83,6 +101,12 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   CpAsyncCommit();
 
   uint32_t qf[kSteps][4];
+  if constexpr (kSharedQ) {
+    CpAsyncWait<0>();
+    __syncthreads();
+    MmaLoadQueryFragments<HS>(qf, qs, warp, lane);
+    __syncthreads();  // every warp holds its q before the first prefetch overwrites the tile
+  }
   float o[kDimTiles][4];
 #pragma unroll
   for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
@@ -102,14 +126,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
       CpAsyncWait<0>();
     }
     __syncthreads();
-    if (j == 0) {
-      // The warp's 16 q rows as A fragments, once: matrices (rows 0-7, 8-15)
-      // x (columns 0-7, 8-15) of each 16-column step.
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        LdMatrixX4(qf[kk], qs + (warp * 16 + (mi & 1) * 8 + mr) * ld + kk * 16 + (mi >> 1) * 8);
-      }
-    }
+    if (!kSharedQ && j == 0) MmaLoadQueryFragments<HS>(qf, qs, warp, lane);
     const T* kt = ks + buf * kBlock * ld;
     const T* vt = vs + buf * kBlock * ld;
     const int64_t c0 = j * kBlock;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,8 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return worst / std::max(scale, 1e-30);
 }
 
+// Both forms of the forward (q in a tile of its own, and in the second k
+// buffer): each against the CPU kernel, and the second with the first's bits.
 template <int HS>
 void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " head size " << HS);
@@ -56,19 +59,36 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   std::vector<Bf16> qkv_in;
   for (float x : qkv) qkv_in.push_back(Bf16(x));
   ASSERT_EQ(reinterpret_cast<uintptr_t>(qkv_in.data()) % 16, 0u) << "the kernel's copies need 16-byte rows";
-  std::vector<Bf16> out(out_cpu.size(), Bf16(NAN));  // NaN wherever the kernel should write
-  std::vector<float> lse(lse_cpu.size(), NAN);
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));
-  emulation::RunBlocks(
-      {unsigned(s.B * s.NH), unsigned(blocks), 1}, mma::kMmaWarps * emulation::kWarpSize,
-      mma::MmaForwardSharedBytes<HS>(),
-      [&] { mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2); });
-  std::vector<float> got;
-  for (Bf16 x : out) got.push_back(float(x));
-  // P is rounded to bf16 for P v (as on a GPU), the output to bf16.
-  EXPECT_LT(RelativeError(got, out_cpu), 1e-2) << "out";
-  // The scores' products are exact and their sums fp32: lse is fp32's.
-  EXPECT_LT(RelativeError(lse, lse_cpu), 1e-5) << "lse";
+  std::vector<float> first_out, first_lse;
+  for (bool shared_q : {false, true}) {
+    SCOPED_TRACE(shared_q ? "q in the second k buffer" : "q in a tile of its own");
+    std::vector<Bf16> out(out_cpu.size(), Bf16(NAN));  // NaN wherever the kernel should write
+    std::vector<float> lse(lse_cpu.size(), NAN);
+    emulation::RunBlocks({unsigned(s.B * s.NH), unsigned(blocks), 1}, mma::kMmaWarps * emulation::kWarpSize,
+                         shared_q ? mma::MmaForwardSharedBytes<HS, true>() : mma::MmaForwardSharedBytes<HS>(), [&] {
+                           if (shared_q) {
+                             mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C,
+                                                                  int(s.NH), scale_log2);
+                           } else {
+                             mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH),
+                                                            scale_log2);
+                           }
+                         });
+    std::vector<float> got;
+    for (Bf16 x : out) got.push_back(float(x));
+    // P is rounded to bf16 for P v (as on a GPU), the output to bf16.
+    EXPECT_LT(RelativeError(got, out_cpu), 1e-2) << "out";
+    // The scores' products are exact and their sums fp32: lse is fp32's.
+    EXPECT_LT(RelativeError(lse, lse_cpu), 1e-5) << "lse";
+    if (!shared_q) {
+      first_out = got;
+      first_lse = lse;
+    } else {
+      EXPECT_EQ(0, std::memcmp(got.data(), first_out.data(), got.size() * sizeof(float))) << "the same bits";
+      EXPECT_EQ(0, std::memcmp(lse.data(), first_lse.data(), lse.size() * sizeof(float))) << "the same bits";
+    }
+  }
 }
 
 // The backward from the CPU forward's results (lse, and dsum =

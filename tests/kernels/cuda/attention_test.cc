@@ -104,19 +104,23 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
     std::vector<float> out(size_t(s.B * s.T * s.C), kNaN), lse(size_t(s.B * s.NH * s.T), kNaN);
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_out(ToElements<T>(out));
     DeviceBuffer<float> d_lse(lse);
-    auto run = [&] {
-      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
-                                cuda::AttentionForwardKernel::kMma);
+    auto run = [&](cuda::AttentionForwardKernel kernel) {
+      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream, kernel);
       return std::make_pair(ToFloats(d_out.Download()), d_lse.Download());
     };
-    const auto first = run();
+    const auto first = run(cuda::AttentionForwardKernel::kMma);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(AllClose(first.first, out, Element<T>::kTolerance)) << "out";
     EXPECT_TRUE(AllClose(first.second, lse, Element<float>::kTolerance)) << "lse";
-    const auto second = run();
+    const auto second = run(cuda::AttentionForwardKernel::kMma);
     EXPECT_EQ(first.first, second.first);
     EXPECT_EQ(first.second, second.second);
+    // The q tile in a k/v buffer (head size 128): the same arithmetic, the same bits.
+    const auto shared_q = run(cuda::AttentionForwardKernel::kMmaSharedQ);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    EXPECT_EQ(first.first, shared_q.first) << "kMmaSharedQ";
+    EXPECT_EQ(first.second, shared_q.second) << "kMmaSharedQ";
   }
 }
 
