@@ -2,7 +2,8 @@
 // bench/gpu_attention.sh: each kernel family (the WMMA tiles, kernel=tc; the
 // mma.sync kernels with the two-pass backward, kernel=mma, and with the
 // five-product one-pass backward, kernel=mma-onepass, and in a tuning build
-// at head size 64 its 3-blocks-per-SM variant, kernel=mma-onepass-3blocks:
+// at head size 64 its 3-blocks-per-SM variant, kernel=mma-onepass-3blocks,
+// and the two passes' one, kernel=mma-3blocks:
 // AttentionForwardKernel and AttentionBackwardKernel) at one shape, in bf16
 // or fp16 with 16-bit gradients. Times are medians of CUDA-event
 // timings after a warm-up; TFLOP/s count the causal half once: the forward's
@@ -147,9 +148,10 @@ int Run(const Options& o) {
   }
   // The one-pass backward's occupancy variant, where this build has it (a
   // PSTAR_CUDA_TUNING build) and the head size is the one it is built for.
-  if (kc::AttentionOnePassOccupancyBuilt() && o.hs == 64) {
+  if (kc::AttentionOccupancyVariantsBuilt() && o.hs == 64) {
     families.push_back(
         {"mma-onepass-3blocks", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePassOccupancy});
+    families.push_back({"mma-3blocks", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOccupancy});
   }
   for (const Family& family : families) {
     const char* name = family.name;

@@ -355,8 +355,8 @@ int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, At
                                          kernel == AttentionBackwardKernel::kMmaOnePassOccupancy);
 }
 
-bool AttentionOnePassOccupancyBuilt() {
-#ifdef PSTAR_ATTENTION_ONE_PASS_OCCUPANCY
+bool AttentionOccupancyVariantsBuilt() {
+#ifdef PSTAR_ATTENTION_OCCUPANCY_VARIANTS
   return true;
 #else
   return false;
@@ -425,15 +425,15 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
 
 // The mma.sync backward passes where they apply (as TryMmaForward, and dqkv
 // and dout aligned too).
-template <typename T, int HS>
+template <typename T, int HS, int kMinBlocks = 1>
 bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
                        int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
   constexpr size_t keys = MmaBackwardKeysSharedBytes<HS>(), queries = MmaBackwardQueriesSharedBytes<HS>();
   if (std::max(keys, queries) > TensorCoreSharedBytesLimit()) return false;
   const float scale = 1.0f / std::sqrt(float(HS));
-  AllowSharedBytes(MmaFlashBackwardKeys<T, HS>, keys, "MmaFlashBackwardKeys shared memory");
-  MmaFlashBackwardKeys<T, HS><<<grid, kMmaWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
-                                                                             int(NH), scale);
+  AllowSharedBytes(MmaFlashBackwardKeys<T, HS, false, kMinBlocks>, keys, "MmaFlashBackwardKeys shared memory");
+  MmaFlashBackwardKeys<T, HS, false, kMinBlocks>
+      <<<grid, kMmaWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale);
   CheckLaunch("MmaFlashBackwardKeys");
   AllowSharedBytes(MmaFlashBackwardQueries<T, HS>, queries, "MmaFlashBackwardQueries shared memory");
   MmaFlashBackwardQueries<T, HS><<<grid, kMmaWarps * kWarpSize, queries, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
@@ -448,9 +448,12 @@ bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, floa
                     cudaStream_t stream) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv) || !aligned(scratch)) return false;
-#ifdef PSTAR_ATTENTION_ONE_PASS_OCCUPANCY
+#ifdef PSTAR_ATTENTION_OCCUPANCY_VARIANTS
   if (kernel == AttentionBackwardKernel::kMmaOnePassOccupancy && hs == 64) {
     return LaunchMmaBackwardOnePass<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+  }
+  if (kernel == AttentionBackwardKernel::kMmaOccupancy && hs == 64) {
+    return LaunchMmaBackward<T, 64, 3>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
   }
 #endif
   if (kernel == AttentionBackwardKernel::kMmaOnePass || kernel == AttentionBackwardKernel::kMmaOnePassOccupancy) {

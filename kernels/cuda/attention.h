@@ -39,16 +39,24 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
 // registers, and kMmaOnePass, one mma.sync pass of five products that adds
 // each key block's share of dq into an fp32 sum in a fixed order, take head
 // sizes 64 and 128 with every tensor 16-byte aligned and C a multiple of 8.
-// All are deterministic; each gives its own bits. kMmaOnePassOccupancy is
-// kMmaOnePass compiled for 3 resident blocks per SM at head size 64
-// (registers capped at 170, some spilled), the same bits: a compile-time
-// variant, built only where it may be chosen (AttentionOnePassOccupancyBuilt);
-// elsewhere, and at head size 128, it runs as kMmaOnePass.
-enum class AttentionBackwardKernel : int { kTensorCore = 0, kMma = 1, kMmaOnePass = 2, kMmaOnePassOccupancy = 3 };
+// All are deterministic; each gives its own bits. The occupancy variants
+// are compiled for 3 resident blocks per SM at head size 64 (registers
+// capped at 168, some spilled), with their base kernel's bits:
+// kMmaOnePassOccupancy of kMmaOnePass, kMmaOccupancy of kMma's keys pass
+// (its queries pass is kMma's). They are compile-time variants, built only
+// where they may be chosen (AttentionOccupancyVariantsBuilt); elsewhere, and
+// at head size 128, each runs as its base kernel.
+enum class AttentionBackwardKernel : int {
+  kTensorCore = 0,
+  kMma = 1,
+  kMmaOnePass = 2,
+  kMmaOnePassOccupancy = 3,
+  kMmaOccupancy = 4
+};
 
-// Whether this build compiled kMmaOnePassOccupancy: a PSTAR_CUDA_TUNING
-// build, or one whose tuning table names it (kernels/CMakeLists.txt).
-bool AttentionOnePassOccupancyBuilt();
+// Whether this build compiled the occupancy variants: a PSTAR_CUDA_TUNING
+// build, or one whose tuning table names one (kernels/CMakeLists.txt).
+bool AttentionOccupancyVariantsBuilt();
 
 // fp32 elements of scratch the backward pass needs: the rowsums of dout·out,
 // and for kMmaOnePass (at the head sizes it takes) the fp32 dq sums and their

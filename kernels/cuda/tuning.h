@@ -30,9 +30,10 @@ struct KernelTuning {
   int attention_forward = 0;
   // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
   // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync
-  // pass, 3 that pass compiled for 3 blocks per SM at head size 64 (a
-  // compile-time variant: kernels/CMakeLists.txt builds it where the table
-  // names it); 1 to 3 at head sizes 64 and 128.
+  // pass, 3 that pass compiled for 3 blocks per SM at head size 64, 4 the
+  // two passes with the keys pass compiled so (3 and 4 are compile-time
+  // variants: kernels/CMakeLists.txt builds them where the table names
+  // one); 1 to 4 at head sizes 64 and 128.
   int attention_backward = 0;
   // LayerNorm backward's per-row kernel (LayerNormKernel): 0 one element per
   // lane at a time, 1 16 bytes.

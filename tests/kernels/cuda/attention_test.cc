@@ -125,8 +125,8 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
 }
 
 // The mma.sync backwards (AttentionBackwardKernel::kMma, the two passes;
-// kMmaOnePass, the five-product pass with its ordered dq sums; and its
-// occupancy variant, which must give kMmaOnePass's bits), from the CPU
+// kMmaOnePass, the five-product pass with its ordered dq sums; and the
+// occupancy variants, which must give their base kernels' bits), from the CPU
 // forward's results, at the head sizes they take and one they do not: every
 // shape matches the CPU backward and gives the same bits on a second run.
 TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
@@ -146,7 +146,8 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
     std::vector<float> want(qkv.size());
     cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
     std::vector<float> one_pass;
-    for (const Kernel kernel : {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy}) {
+    std::vector<float> two_pass;
+    for (const Kernel kernel : {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy, Kernel::kMmaOccupancy}) {
       SCOPED_TRACE(testing::Message() << Describe(s) << " kernel " << int(kernel));
       DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
       DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
@@ -162,6 +163,10 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
       ASSERT_NO_FATAL_FAILURE(SyncOrFail());
       ExpectGradientsClose<T>(first, want, s);
       EXPECT_EQ(first, run());
+      if (kernel == Kernel::kMma) two_pass = first;
+      if (kernel == Kernel::kMmaOccupancy) {
+        EXPECT_EQ(first, two_pass) << "the variant changed the bits";
+      }
       if (kernel == Kernel::kMmaOnePass) one_pass = first;
       if (kernel == Kernel::kMmaOnePassOccupancy) {
         EXPECT_EQ(first, one_pass) << "the variant changed the bits";
