@@ -146,8 +146,8 @@ __device__ __forceinline__ void Store8(T* p, const float (&f)[8]) {
 // kernel's, the same ones run to run.
 template <typename T, typename I, typename D>
 __global__ void __launch_bounds__(kThreads)
-    LayerNormBackwardRowsVectorKernel(T* dinp, D* copy, const D* dout, const I* inp, const T* weight,
-                                      const float* mean, const float* rstd, int64_t N, int64_t C) {
+    LayerNormBackwardRowsVectorKernel(T* dinp, D* copy, const D* dout, const I* inp, const T* weight, const float* mean,
+                                      const float* rstd, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;  // the whole warp leaves together
@@ -268,10 +268,10 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* d
   if (N <= 0 || C <= 0) return;
   if (kernel == LayerNormKernel::kVector && LayerNormBackwardTakesVectors(dinp, dinp_copy, dout, inp, weight, C)) {
     LayerNormBackwardRowsVectorKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dinp_copy, dout, inp, weight, mean,
-                                                                            rstd, N, C);
+                                                                             rstd, N, C);
   } else {
     LayerNormBackwardRowsKernel<<<RowBlocks(N), kThreads, 0, stream>>>(dinp, dinp_copy, dout, inp, weight, mean, rstd,
-                                                                        N, C);
+                                                                       N, C);
   }
   CheckLaunch("LayerNormBackward (dinp)");
 
@@ -283,28 +283,27 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* d
   CheckLaunch("LayerNormBackward (column totals)");
 }
 
-#define PSTAR_LAYERNORM(T)                                                                                     \
-  template void LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t,        \
-                                    cudaStream_t);                                                             \
-  template void LayerNormBackward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*,           \
-                                     const float*, int64_t, int64_t, cudaStream_t, T*, LayerNormKernel);        \
-  template void ResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*,   \
-                                            int64_t, int64_t, cudaStream_t);
+#define PSTAR_LAYERNORM(T)                                                                                             \
+  template void LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, int64_t, cudaStream_t); \
+  template void LayerNormBackward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*, const float*,     \
+                                     int64_t, int64_t, cudaStream_t, T*, LayerNormKernel);                             \
+  template void ResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*, int64_t,   \
+                                            int64_t, cudaStream_t);
 PSTAR_LAYERNORM(float)
 PSTAR_LAYERNORM(bf16)
 PSTAR_LAYERNORM(fp16)
 #undef PSTAR_LAYERNORM
 
 // A 16-bit run's residual stream with fp32 projections and gradients.
-#define PSTAR_LAYERNORM_MIXED(H)                                                                               \
-  template void ResidualLayerNormForward<H, float>(H*, H*, float*, float*, const H*, const float*, const H*,   \
-                                                   const H*, int64_t, int64_t, cudaStream_t);                  \
-  template void LayerNormBackward<float, H>(float*, float*, float*, float*, const float*, const H*,             \
-                                            const float*, const float*, const float*, int64_t, int64_t,        \
-                                            cudaStream_t, float*, LayerNormKernel);                            \
-  template void LayerNormBackward<float, H, H>(float*, float*, float*, float*, const H*, const H*,             \
-                                               const float*, const float*, const float*, int64_t, int64_t,     \
-                                               cudaStream_t, H*, LayerNormKernel);
+#define PSTAR_LAYERNORM_MIXED(H)                                                                                       \
+  template void ResidualLayerNormForward<H, float>(H*, H*, float*, float*, const H*, const float*, const H*, const H*, \
+                                                   int64_t, int64_t, cudaStream_t);                                    \
+  template void LayerNormBackward<float, H>(float*, float*, float*, float*, const float*, const H*, const float*,      \
+                                            const float*, const float*, int64_t, int64_t, cudaStream_t, float*,        \
+                                            LayerNormKernel);                                                          \
+  template void LayerNormBackward<float, H, H>(float*, float*, float*, float*, const H*, const H*, const float*,       \
+                                               const float*, const float*, int64_t, int64_t, cudaStream_t, H*,         \
+                                               LayerNormKernel);
 PSTAR_LAYERNORM_MIXED(bf16)
 PSTAR_LAYERNORM_MIXED(fp16)
 #undef PSTAR_LAYERNORM_MIXED

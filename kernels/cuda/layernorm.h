@@ -43,8 +43,8 @@ bool LayerNormBackwardTakesVectors(const void* dinp, const void* dinp_copy, cons
                                    const void* weight, int64_t C);
 
 template <typename T, typename I = T, typename D = T>
-void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* dout, const I* inp,
-                       const T* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                       cudaStream_t stream, D* dinp_copy = nullptr, LayerNormKernel kernel = LayerNormKernel::kScalar);
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* dout, const I* inp, const T* weight,
+                       const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t stream,
+                       D* dinp_copy = nullptr, LayerNormKernel kernel = LayerNormKernel::kScalar);
 
 }  // namespace pstar::kernels::cuda

@@ -209,9 +209,8 @@ class CudaModelKernels final : public ModelKernels {
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
       H* copy = dinp_copy.h16 != nullptr ? As<H>(dinp_copy) : nullptr;
-      kc::LayerNormBackward<float, H, H>(dinp, dweight, dbias, Shared<float>(), As<H>(dout), As<H>(inp), w, mean,
-                                         rstd, N, C, stream_, copy,
-                                         kc::LayerNormKernel(tuning_.layernorm_backward_kernel));
+      kc::LayerNormBackward<float, H, H>(dinp, dweight, dbias, Shared<float>(), As<H>(dout), As<H>(inp), w, mean, rstd,
+                                         N, C, stream_, copy, kc::LayerNormKernel(tuning_.layernorm_backward_kernel));
     });
   }
   // A 16-bit output (qkv, the MLP's pre-activation) is the all-16-bit GEMM:

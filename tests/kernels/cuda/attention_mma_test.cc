@@ -65,16 +65,15 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
     SCOPED_TRACE(shared_q ? "q in the second k buffer" : "q in a tile of its own");
     std::vector<Bf16> out(out_cpu.size(), Bf16(NAN));  // NaN wherever the kernel should write
     std::vector<float> lse(lse_cpu.size(), NAN);
-    emulation::RunBlocks({unsigned(s.B * s.NH), unsigned(blocks), 1}, mma::kMmaWarps * emulation::kWarpSize,
-                         shared_q ? mma::MmaForwardSharedBytes<HS, true>() : mma::MmaForwardSharedBytes<HS>(), [&] {
-                           if (shared_q) {
-                             mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C,
-                                                                  int(s.NH), scale_log2);
-                           } else {
-                             mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH),
-                                                            scale_log2);
-                           }
-                         });
+    emulation::RunBlocks(
+        {unsigned(s.B * s.NH), unsigned(blocks), 1}, mma::kMmaWarps * emulation::kWarpSize,
+        shared_q ? mma::MmaForwardSharedBytes<HS, true>() : mma::MmaForwardSharedBytes<HS>(), [&] {
+          if (shared_q) {
+            mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+          } else {
+            mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+          }
+        });
     std::vector<float> got;
     for (Bf16 x : out) got.push_back(float(x));
     // P is rounded to bf16 for P v (as on a GPU), the output to bf16.

@@ -147,7 +147,8 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
     cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
     std::vector<float> one_pass;
     std::vector<float> two_pass;
-    for (const Kernel kernel : {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy, Kernel::kMmaOccupancy}) {
+    for (const Kernel kernel :
+         {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy, Kernel::kMmaOccupancy}) {
       SCOPED_TRACE(testing::Message() << Describe(s) << " kernel " << int(kernel));
       DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
       DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));

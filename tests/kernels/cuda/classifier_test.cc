@@ -99,8 +99,8 @@ void CheckCrossEntropyKernel(const std::vector<float>& logits, const std::vector
 // Both kernels (scalar and 16-byte loads), the second only where it takes
 // the shape (asserted by the callers that mean to reach it).
 template <typename T>
-void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss,
-                       int64_t N, int64_t V, int64_t Vp) {
+void CheckCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& targets, float dloss, int64_t N,
+                       int64_t V, int64_t Vp) {
   for (const cuda::CrossEntropyKernel kernel : {cuda::CrossEntropyKernel::kScalar, cuda::CrossEntropyKernel::kVector}) {
     SCOPED_TRACE(kernel == cuda::CrossEntropyKernel::kScalar ? "scalar" : "vector");
     ASSERT_NO_FATAL_FAILURE(CheckCrossEntropyKernel<T>(logits, targets, dloss, N, V, Vp, kernel));
@@ -171,8 +171,7 @@ TYPED_TEST(CudaClassifierTest, ANanLogitMakesItsRowsLossNan) {
     DeviceBuffer<T> d_logits(ToElements<T>(logits));
     DeviceBuffer<int32_t> d_targets(targets);
     DeviceBuffer<float> d_losses(N);
-    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), 1.0f, false, N, V, Vp, kStream, 256,
-                          kernel);
+    cuda::CrossEntropy<T>(d_losses.get(), d_logits.get(), d_targets.get(), 1.0f, false, N, V, Vp, kStream, 256, kernel);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     const auto losses = d_losses.Download();
     EXPECT_TRUE(std::isfinite(losses[0])) << int(kernel);
