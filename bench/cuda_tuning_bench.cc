@@ -290,6 +290,40 @@ int main(int argc, char** argv) {
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 2e-2)});
       }
+    } else if (std::string(knob.name) == "weight_grad_gemm_algo") {
+      // GPT-2 124M's four weight gradients per layer at batch 32 x 1024 in
+      // bf16 (qkv, attn_proj, fc, fc_proj), with the bias gradient as the
+      // table has it (in the epilogue or not): cuBLASLt's heuristic's
+      // candidate of each rank.
+      const int64_t N = 32 * 1024, C = 768;
+      struct Layer {
+        int64_t in, out;
+      };
+      const Layer layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+      Device<__nv_bfloat16> x(size_t(N * 4 * C)), dy(size_t(N * 4 * C));
+      FillRandom(x.p, x.n, rng);
+      FillRandom(dy.p, dy.n, rng);
+      Device<float> dw(size_t(4 * C * C)), sum(size_t(4 * C));
+      kc::BlasContext blas;
+      std::vector<float> want;
+      const std::vector<int> order = DefaultFirst(knob, defaults);
+      for (int v : order) {
+        const double ms = MedianMs(
+            reps, [&] { Check(cudaMemset(dw.p, 0, dw.n * sizeof(float)), "memset"); },
+            [&] {
+              for (const Layer& l : layers) {
+                if (current.bias_grad_epilogue == 1 &&
+                    kc::MatmulBackwardWeightBiasGrad(blas, dw.p, sum.p, dy.p, x.p, N, l.in, l.out, nullptr, v)) {
+                  continue;
+                }
+                kc::MatmulBackwardWeight<__nv_bfloat16, float>(blas, dw.p, dy.p, x.p, N, l.in, l.out, nullptr, v);
+              }
+            });
+        Check(cudaDeviceSynchronize(), "weight gradient algorithms");
+        const std::vector<float> got = dw.Download(size_t(64 * C));
+        if (want.empty()) want = got;
+        results.push_back({v, ms, Close(got, want, 1e-3)});
+      }
     } else if (std::string(knob.name) == "layernorm_backward_kernel") {
       // GPT-2 124M's LayerNorm backward at batch 32 x 1024 in bf16: fp32
       // dinp accumulated, 16-bit dout and input, dinp's 16-bit copy.

@@ -1,5 +1,6 @@
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -201,12 +202,16 @@ struct Epilogue {
 // (T, or fp32 for mixed precision). With an epilogue it is cuBLASLt's: for
 // the bias, C = alpha op(A) op(B) + bias per row, one rounding. Returns
 // false, having done nothing, when cuBLASLt offers no algorithm for that
-// epilogue (or K is 0 with one); true otherwise.
+// epilogue (or K is 0 with one); true otherwise. algo_rank picks the
+// heuristic's candidate (0 its first, at most kMaxAlgoRank; its last where it
+// offers fewer).
+constexpr int kMaxAlgoRank = 7;
+
 template <typename T, typename TC>
 bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b,
                    float beta, TC* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream,
-                   const Epilogue<TC>& epilogue = {}) {
+                   const Epilogue<TC>& epilogue = {}, int algo_rank = 0) {
   const bool with_epilogue = epilogue.kind != CUBLASLT_EPILOGUE_DEFAULT;
   if (M <= 0 || N <= 0 || batch <= 0) return true;
   if (batch > INT32_MAX) {
@@ -270,12 +275,13 @@ bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
               "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
   }
 
+  const int rank = algo_rank < 0 ? 0 : (algo_rank > kMaxAlgoRank ? kMaxAlgoRank : algo_rank);
   const uint32_t align_a = Alignment(B, stride_b, sizeof(T), batch);
   const uint32_t align_b = Alignment(A, stride_a, sizeof(T), batch);
   const uint32_t align_c = Alignment(C, stride_c, sizeof(TC), batch);
   const BlasContext::GemmKey key = {int64_t(type), int64_t(out_type), int64_t(trans_a), int64_t(trans_b), M, N, K,
                                     lda, ldb, ldc, stride_a, stride_b, stride_c, batch, int64_t(align_a),
-                                    int64_t(align_b), int64_t(align_c), int64_t(epilogue.kind)};
+                                    int64_t(align_b), int64_t(align_c), int64_t(epilogue.kind), int64_t(rank)};
   if (const cublasLtMatmulAlgo_t* known = blas.FindAlgo(key)) {
     CheckBlas(cublasLtMatmul(blas.handle(), desc_raw, &alpha, B, first.get(), A, second.get(), &beta, C, out.get(),
                              C, out.get(), known, blas.workspace(), blas.workspace_bytes(), stream),
@@ -301,17 +307,24 @@ bool GemmAnyOutput(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int
   SetAlignment(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c,
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
 
+  cublasLtMatmulHeuristicResult_t candidates[kMaxAlgoRank + 1] = {};
   cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
   const auto query = [&] {
-    found = 0;
+    int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc_raw, first.get(), second.get(),
-                                                                 out.get(), out.get(), pref_raw, 1, &heuristic,
+                                                                 out.get(), out.get(), pref_raw, rank + 1, candidates,
                                                                  &found);
     // NOT_SUPPORTED is how cuBLASLt says "no algorithm for these constraints".
     if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
     CheckBlas(status, "cublasLtMatmulAlgoGetHeuristic");
-    return found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS;
+    // The candidate of that rank, or the last usable one before it.
+    for (int i = std::min(found, rank + 1) - 1; i >= 0; --i) {
+      if (candidates[i].state == CUBLAS_STATUS_SUCCESS) {
+        heuristic = candidates[i];
+        return true;
+      }
+    }
+    return false;
   };
   // Split-K partial sums go to the workspace in fp32 and are added in a
   // fixed order: no in-place reduction through the output, which would round
@@ -379,9 +392,9 @@ void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* we
 
 template <typename T, typename TO>
 void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
-                          int64_t OC, cudaStream_t stream) {
-  GemmAnyOutput<T, TO>(blas, true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
-                       stream);  // (OC, C)
+                          int64_t OC, cudaStream_t stream, int algo_rank) {
+  GemmAnyOutput<T, TO>(blas, true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1, stream, {},
+                       algo_rank);  // (OC, C)
 }
 
 int64_t BiasGradientScratchElements(int64_t N, int64_t OC) {
@@ -406,7 +419,7 @@ void AddBiasGradient(TO* dbias, float* scratch, const TD* dout, int64_t N, int64
   template void MatmulBackwardInput<T, TO>(BlasContext&, TO*, const T*, const T*, int64_t, int64_t, int64_t,  \
                                            cudaStream_t);                                                     \
   template void MatmulBackwardWeight<T, TO>(BlasContext&, TO*, const T*, const T*, int64_t, int64_t, int64_t, \
-                                            cudaStream_t);
+                                            cudaStream_t, int);
 
 PSTAR_INSTANTIATE_BACKWARD_PIECES(float, float)
 PSTAR_INSTANTIATE_BACKWARD_PIECES(bf16, bf16)
@@ -495,18 +508,18 @@ bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T*
 
 template <typename T>
 bool MatmulBackwardWeightBiasGrad(BlasContext& blas, float* dweight, float* dbias_sum, const T* dout, const T* inp,
-                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream) {
+                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream, int algo_rank) {
   if (reinterpret_cast<uintptr_t>(dbias_sum) % 16 != 0 || OC % 8 != 0) return false;
   // dweight (OC, C) += dout^T inp: cuBLAS's second operand is dout, whose
   // columns (our OC) are D's columns; BGRADB sums them over K (our N rows).
   return GemmAnyOutput<T, float>(blas, true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
-                                 stream, Epilogue<float>{CUBLASLT_EPILOGUE_BGRADB, dbias_sum});
+                                 stream, Epilogue<float>{CUBLASLT_EPILOGUE_BGRADB, dbias_sum}, algo_rank);
 }
 
 template bool MatmulBackwardWeightBiasGrad<bf16>(BlasContext&, float*, float*, const bf16*, const bf16*, int64_t,
-                                                 int64_t, int64_t, cudaStream_t);
+                                                 int64_t, int64_t, cudaStream_t, int);
 template bool MatmulBackwardWeightBiasGrad<fp16>(BlasContext&, float*, float*, const fp16*, const fp16*, int64_t,
-                                                 int64_t, int64_t, cudaStream_t);
+                                                 int64_t, int64_t, cudaStream_t, int);
 template bool MatmulBackwardInputGelu<bf16>(BlasContext&, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
                                             int64_t, int64_t, cudaStream_t);
 template bool MatmulBackwardInputGelu<fp16>(BlasContext&, fp16*, const fp16*, const fp16*, const fp16*, int64_t,

@@ -33,12 +33,12 @@ class BlasContext {
 
   // The algorithm cuBLASLt's heuristic chose for a GEMM of this shape
   // (types, transposes, sizes, leading dimensions, strides, batch, operand
-  // alignments, epilogue): queried once, reused by every later call of the
+  // alignments, epilogue, the rank asked for): queried once, reused by every later call of the
   // same shape, which a training step repeats every layer and every step.
   // The heuristic gives the same answer for the same key, so caching changes
   // no bits. A key it offered nothing for is remembered too (the caller then
   // takes another way, without asking again).
-  using GemmKey = std::array<int64_t, 18>;
+  using GemmKey = std::array<int64_t, 19>;
   const cublasLtMatmulAlgo_t* FindAlgo(const GemmKey& key) const {
     auto it = algos_.find(key);
     return it == algos_.end() ? nullptr : &it->second;
@@ -118,7 +118,7 @@ bool MatmulBackwardInputGelu(BlasContext& blas, T* dinp, const T* dout, const T*
 // OC is not a multiple of 8; the caller then runs the separate kernels.
 template <typename T>
 bool MatmulBackwardWeightBiasGrad(BlasContext& blas, float* dweight, float* dbias_sum, const T* dout, const T* inp,
-                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream);
+                                  int64_t N, int64_t C, int64_t OC, cudaStream_t stream, int algo_rank = 0);
 
 // The pieces of the backwards above, for callers that time them apart:
 // dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias +=
@@ -129,9 +129,16 @@ bool MatmulBackwardWeightBiasGrad(BlasContext& blas, float* dweight, float* dbia
 template <typename T, typename TO>
 void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* weight, int64_t N, int64_t C,
                          int64_t OC, cudaStream_t stream);
+//
+// The weight gradients take `algo_rank`: which of cuBLASLt's heuristic's
+// candidates runs (0 its first; KernelTuning::weight_grad_gemm_algo, which
+// the tuner times, since the first is weakest where the output has few
+// tiles and K is long); where it offers fewer, its last. The heuristic's list
+// is the same for the same shape, so a rank is one algorithm: its own bits,
+// the same ones run to run.
 template <typename T, typename TO>
 void MatmulBackwardWeight(BlasContext& blas, TO* dweight, const T* dout, const T* inp, int64_t N, int64_t C,
-                          int64_t OC, cudaStream_t stream);
+                          int64_t OC, cudaStream_t stream, int algo_rank = 0);
 // The bias gradient runs over the whole GPU in two passes through `scratch`
 // (BiasGradientScratchElements floats, at most 256 x OC): fixed-order
 // partial sums of row groups of at least `group_rows` rows (32 or more;

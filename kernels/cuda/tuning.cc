@@ -14,6 +14,7 @@ const std::vector<TuningKnob>& TuningKnobs() {
       {"layernorm_backward_kernel", {0, 1}, &KernelTuning::layernorm_backward_kernel},
       {"gelu_backward_epilogue", {0, 1}, &KernelTuning::gelu_backward_epilogue},
       {"bias_grad_epilogue", {0, 1}, &KernelTuning::bias_grad_epilogue},
+      {"weight_grad_gemm_algo", {0, 1, 2, 3}, &KernelTuning::weight_grad_gemm_algo},
   };
   return knobs;
 }

@@ -42,6 +42,10 @@ struct KernelTuning {
   // input-gradient GEMM, 1 in that GEMM's cuBLASLt epilogue
   // (MatmulBackwardInputGelu).
   int gelu_backward_epilogue = 0;
+  // The linear layers' weight-gradient GEMMs (not the classifier's): which
+  // of cuBLASLt's heuristic's candidates runs, 0 its first
+  // (MatmulBackwardWeight's algo_rank).
+  int weight_grad_gemm_algo = 0;
   // The linear layers' bias gradients in 16-bit runs: 0 AddBiasGradient's
   // two passes (bias_grad_group_rows), 1 in the weight gradient GEMM's
   // cuBLASLt epilogue (MatmulBackwardWeightBiasGrad) plus an add.

@@ -427,14 +427,18 @@ class CudaModelKernels final : public ModelKernels {
     bool bias_done = false;
     {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
+      // The tuned rank for the layers' 16-bit weight gradients (the shapes the
+      // tuner timed); the classifier's and fp32 runs' take the first.
+      const bool tuned = !std::is_same_v<T, float> && role != LinearRole::kClassifier;
+      const int algo = tuned ? tuning_.weight_grad_gemm_algo : 0;
       if constexpr (!std::is_same_v<T, float>) {
         if (dbias != nullptr && tuning_.bias_grad_epilogue == 1) {
           Need(OC * int64_t(sizeof(float)), "MatmulBackward (bias gradient epilogue)");
           bias_done = kc::MatmulBackwardWeightBiasGrad<T>(blas_, dweight, Shared<float>(), dout, inp, N, C, OC,
-                                                          stream_);
+                                                          stream_, algo);
         }
       }
-      if (!bias_done) kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout, inp, N, C, OC, stream_);
+      if (!bias_done) kc::MatmulBackwardWeight<T, float>(blas_, dweight, dout, inp, N, C, OC, stream_, algo);
     }
     if (dbias != nullptr) {
       OpScope op(timer(), ProfileOp::kBiasGrad);
