@@ -219,7 +219,7 @@ gpt2_run=("$bin/pstar" train --set model.preset=gpt2-124m --set data.source=gene
   --set train.seq_len=1024 --set train.steps=2 --set train.warmup_steps=1 --set train.log_every=1
   --set runtime.device=cuda)
 sanitizer_pass() {
-  local tool filter
+  local tool filter limit
   if ! command -v compute-sanitizer >/dev/null 2>&1; then
     say "sanitizer: compute-sanitizer not on PATH: skipped"
     return
@@ -237,12 +237,16 @@ sanitizer_pass() {
     filter='-*ModelShapes*:*Deterministic*'
     [ "$tool" = racecheck ] &&
       filter='CudaAttentionTest/bf16.*:CudaAttentionTest/fp16.*:*LayerNorm*:*Classifier*:*Reduce*:*Sum*-*ModelShapes*:*Deterministic*'
-    step "sanitizer-$tool" 150 compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/kernels_cuda_test" \
+    # racecheck ran 95 s of its bound on an H200 (2026-11-28) before the
+    # 16-byte kernels' tests were added to its filter.
+    limit=150
+    [ "$tool" = racecheck ] && limit=240
+    step "sanitizer-$tool" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/kernels_cuda_test" \
       --gtest_filter="$filter" --gtest_brief=1
   done
 }
 quick_pass() {
-  step kernels-cuda 150 "$bin/kernels_cuda_test" --gtest_brief=1
+  step kernels-cuda 200 "$bin/kernels_cuda_test" --gtest_brief=1
   step cuda-backend 60 "$bin/cuda_backend_test" --gtest_brief=1
   step gpt2-test 120 "$bin/gpu_training_test" --gtest_filter='GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
   for p in fp32 bf16 fp16; do step "gpt2-pstar-$p" 90 "${gpt2_run[@]}" --set train.precision="$p"; done
