@@ -27,9 +27,10 @@ double Or(double value, const char* measured) { return value > 0.0 ? value : Rat
 
 const std::vector<MeasuredRate>& MeasuredRates() {
   static const std::vector<MeasuredRate> kRates = {
-      // 37,620 tok/s x (6 x 354M + 6 x 24 x 1024 x 1024) FLOP per token.
-      {"compute_tflops", 85.5, "TFLOP/s",
-       "bench/RESULTS.md, GPT-2 in GPU memory against PyTorch: the GPT-2 350M row (H100 80GB HBM3, 2026-11-26)"},
+      // 399,361 tok/s x (6 x 124.4M + 6 x 12 x 768 x 1024) FLOP per token,
+      // on an H200: the H100's SMs and clocks, so its compute rate.
+      {"compute_tflops", 320.8, "TFLOP/s",
+       "bench/RESULTS.md, GPT-2 in GPU memory against PyTorch: the GPT-2 124M row (H200, 2026-11-28)"},
       {"pcie_gbytes_per_s", 55.0, "GB/s each way",
        "bench/RESULTS.md, Chunk transfer efficiency and overlap: the 1024 MiB H2D row (H100, PCIe gen 5, 2026-11-26)"},
       {"host_adam_params_per_s", 5.21e9, "parameters/s",
