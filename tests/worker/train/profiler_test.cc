@@ -29,19 +29,6 @@ namespace {
 
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
-// How often one step runs each profile row, from the model's structure
-// (Gpt's Forward and Backward without recomputation, fp32: no casts): per
-// micro-batch, each layer has 4 linear layers (a forward, an input-gradient
-// and a weight-gradient GEMM each, and a bias gradient), 2 LayerNorms,
-// attention and GELU each way, one residual add forward (the other is fused
-// into ln_2, counted as a LayerNorm; no residual backward: the gradient passes
-// through), plus a GELU forward recomputed in backward by every layer but the
-// last, and the model adds the encoder, the final LayerNorm and the
-// classifier: with the whole micro-batch's logits kept, one forward GEMM, one
-// cross-entropy (loss and dlogits) and the two gradient GEMMs (no bias); in
-// row blocks, per block forward its GEMM and the loss, backward the GEMM
-// again, the dlogits and the two gradient GEMMs. The gradient norm and the
-// optimizer run once per step.
 // Whether this run's GELU backward runs in the fc_proj input-gradient GEMM's
 // epilogue (a 16-bit run on a GPU whose tuning table says so), which leaves
 // no gelu.bwd row: its time is the GEMM's.
@@ -55,6 +42,20 @@ bool GeluBackwardFolded(const Config& c) {
 #endif
 }
 
+// How often one step runs each profile row, from the model's structure
+// (Gpt's Forward and Backward without recomputation, fp32: no casts): per
+// micro-batch, each layer has 4 linear layers (a forward, an input-gradient
+// and a weight-gradient GEMM each, and a bias gradient), 2 LayerNorms,
+// attention and GELU each way, one residual add forward (the other is fused
+// into ln_2, counted as a LayerNorm; no residual backward: the gradient passes
+// through), plus a GELU forward recomputed in backward by every layer but the
+// last, and the model adds the encoder, the final LayerNorm and the
+// classifier: with the whole micro-batch's logits kept, one forward GEMM, one
+// cross-entropy (loss and dlogits) and the two gradient GEMMs (no bias); in
+// row blocks, per block forward its GEMM and the loss, backward the GEMM
+// again, the dlogits and the two gradient GEMMs. The gradient norm and the
+// optimizer run once per step. GELU's backward has no row of its own where
+// GeluBackwardFolded.
 std::map<ProfileOp, int64_t> CallsPerStep(const Config& c) {
   const int64_t L = c.model.gpt.n_layer, accum = c.train.grad_accum_steps;
   const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierRows(c.model.gpt, tokens);
