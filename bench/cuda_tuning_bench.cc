@@ -42,6 +42,15 @@ void Check(cudaError_t e, const char* what) {
   std::exit(1);
 }
 
+// GPT-2 124M's linear layers (qkv, attn_proj, fc, fc_proj) at batch 32 x
+// 1024: the weight- and bias-gradient knobs' shapes.
+constexpr int64_t kGpt2Rows = 32 * 1024, kGpt2Width = 768;
+struct LinearLayer {
+  int64_t in, out;
+};
+constexpr LinearLayer kGpt2Layers[] = {
+    {kGpt2Width, 3 * kGpt2Width}, {kGpt2Width, kGpt2Width}, {kGpt2Width, 4 * kGpt2Width}, {4 * kGpt2Width, kGpt2Width}};
+
 template <typename T>
 struct Device {
   T* p = nullptr;
@@ -295,11 +304,7 @@ int main(int argc, char** argv) {
       // bf16 (qkv, attn_proj, fc, fc_proj), with the bias gradient as the
       // table has it (in the epilogue or not): cuBLASLt's heuristic's
       // candidate of each rank.
-      const int64_t N = 32 * 1024, C = 768;
-      struct Layer {
-        int64_t in, out;
-      };
-      const Layer layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+      const int64_t N = kGpt2Rows, C = kGpt2Width;
       Device<__nv_bfloat16> x(size_t(N * 4 * C)), dy(size_t(N * 4 * C));
       FillRandom(x.p, x.n, rng);
       FillRandom(dy.p, dy.n, rng);
@@ -311,7 +316,7 @@ int main(int argc, char** argv) {
         const double ms = MedianMs(
             reps, [&] { Check(cudaMemset(dw.p, 0, dw.n * sizeof(float)), "memset"); },
             [&] {
-              for (const Layer& l : layers) {
+              for (const LinearLayer& l : kGpt2Layers) {
                 if (current.bias_grad_epilogue == 1 &&
                     kc::MatmulBackwardWeightBiasGrad(blas, dw.p, sum.p, dy.p, x.p, N, l.in, l.out, nullptr, v)) {
                   continue;
@@ -394,11 +399,7 @@ int main(int argc, char** argv) {
       // GPT-2 124M's weight and bias gradients at batch 32 x 1024 in bf16
       // (qkv, attn_proj/fc_proj, fc): the bias gradient in its own two
       // passes (0) or in the weight GEMM's BGRADB epilogue plus an add (1).
-      const int64_t N = 32 * 1024, C = 768;
-      struct Layer {
-        int64_t in, out;
-      };
-      const Layer layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+      const int64_t N = kGpt2Rows, C = kGpt2Width;
       Device<__nv_bfloat16> x(size_t(N * 4 * C)), dy(size_t(N * 4 * C));
       FillRandom(x.p, x.n, rng);
       FillRandom(dy.p, dy.n, rng);
@@ -416,7 +417,7 @@ int main(int argc, char** argv) {
               Check(cudaMemset(dbias.p, 0, dbias.n * sizeof(float)), "memset");
             },
             [&] {
-              for (const Layer& l : layers) {
+              for (const LinearLayer& l : kGpt2Layers) {
                 if (v == 1 &&
                     kc::MatmulBackwardWeightBiasGrad(blas, dw.p, sum.p, dy.p, x.p, N, l.in, l.out, nullptr)) {
                   kc::ResidualForward<float, float>(dbias.p, dbias.p, sum.p, l.out, nullptr);

@@ -31,6 +31,33 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
   return v;
 }
 
+// The block's running sums combined in a fixed order (each warp's, then
+// warp 0 over the warps): the row's log-sum-exp, returned to every thread
+// after one barrier, so the target's logit is read (into *loss, the
+// log-sum-exp less it, where loss is not null) before any thread writes.
+template <typename T>
+__device__ float RowLogSumExp(MaxSum acc, float* loss, const T* x, int64_t target) {
+  __shared__ MaxSum warp_parts[kMaxWarps];
+  __shared__ float row_lse;
+  const unsigned warps = blockDim.x / kWarpSize;
+  acc = WarpCombine(acc);
+  const unsigned warp = threadIdx.x / kWarpSize;
+  const unsigned lane = threadIdx.x % kWarpSize;
+  if (lane == 0) warp_parts[warp] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    acc = lane < warps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
+    acc = WarpCombine(acc);
+    if (lane == 0) {
+      const float l = acc.max + logf(acc.sum);
+      row_lse = l;
+      if (loss != nullptr) *loss = l - ToFloat(x[target]);
+    }
+  }
+  __syncthreads();
+  return row_lse;
+}
+
 // One block per row: each thread folds its strided share of the row into a
 // running max and sum, then warps and the block combine them in a fixed
 // order; the loss is the log-sum-exp less the target's logit (read before
@@ -39,9 +66,7 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 template <typename T>
 __global__ void CrossEntropyScalarRows(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
                                        int64_t V, int64_t Vp) {
-  __shared__ MaxSum warp_parts[kMaxWarps];
-  __shared__ float row_lse;
-  const unsigned threads = blockDim.x, warps = threads / kWarpSize;
+  const unsigned threads = blockDim.x;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int64_t target = targets[row];
@@ -55,23 +80,8 @@ __global__ void CrossEntropyScalarRows(float* losses, T* logits, const int32_t* 
       acc.sum += expf(xj - acc.max);
     }
   }
-  acc = WarpCombine(acc);
-  const unsigned warp = threadIdx.x / kWarpSize;
-  const unsigned lane = threadIdx.x % kWarpSize;
-  if (lane == 0) warp_parts[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    acc = lane < warps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
-    acc = WarpCombine(acc);
-    if (lane == 0) {
-      const float l = acc.max + logf(acc.sum);
-      row_lse = l;
-      if (losses != nullptr) losses[row] = l - ToFloat(x[target]);
-    }
-  }
+  const float l = RowLogSumExp(acc, losses != nullptr ? losses + row : nullptr, x, target);
   if (!write) return;
-  __syncthreads();  // the lse is known and the target's logit read
-  const float l = row_lse;
   for (int64_t j = threadIdx.x; j < Vp; j += threads) {
     float g = 0.0f;
     if (j < V) g = expf(ToFloat(x[j]) - l) * dloss;
@@ -89,9 +99,7 @@ template <typename T>
 __global__ void CrossEntropyVectorRows(float* losses, T* logits, const int32_t* targets, float dloss, bool write,
                                        int64_t V, int64_t Vp) {
   constexpr int kVec = 16 / sizeof(T);
-  __shared__ MaxSum warp_parts[kMaxWarps];
-  __shared__ float row_lse;
-  const unsigned threads = blockDim.x, warps = threads / kWarpSize;
+  const unsigned threads = blockDim.x;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   uint4* xv = reinterpret_cast<uint4*>(x);
@@ -117,23 +125,8 @@ __global__ void CrossEntropyVectorRows(float* losses, T* logits, const int32_t* 
       if (f[i] != -INFINITY) acc.sum += expf(f[i] - acc.max);  // a NaN logit makes the sum NaN
     }
   }
-  acc = WarpCombine(acc);
-  const unsigned warp = threadIdx.x / kWarpSize;
-  const unsigned lane = threadIdx.x % kWarpSize;
-  if (lane == 0) warp_parts[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    acc = lane < warps ? warp_parts[lane] : MaxSum{-INFINITY, 0.0f};
-    acc = WarpCombine(acc);
-    if (lane == 0) {
-      const float l = acc.max + logf(acc.sum);
-      row_lse = l;
-      if (losses != nullptr) losses[row] = l - ToFloat(x[target]);
-    }
-  }
+  const float l = RowLogSumExp(acc, losses != nullptr ? losses + row : nullptr, x, target);
   if (!write) return;
-  __syncthreads();  // the lse is known and the target's logit read
-  const float l = row_lse;
   for (int64_t v = threadIdx.x; v < Vp / kVec; v += threads) {
     uint4 raw = xv[v];
     T* e = reinterpret_cast<T*>(&raw);
