@@ -334,8 +334,6 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   // A copy or gather reads the home after an update on another thread; the
   // collectives the home waits for are ordered before this one already.
   FenceUpdates(index, /*writes=*/false);
-  const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive);
-  if (slot < 0) return false;
   ChunkState& st = states_[size_t(index)];
   // The slot's last collective (a reduce-scatter reading it, or a gather
   // never used) is done before anything writes it. A gather of host-memory
@@ -343,6 +341,8 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   // collective already: the step does not wait for it here.
   const bool gathered_on_queue =
       world_ > 1 && !comm_->device_buffers() && !placement_.HalfParam(index) && !AccumulatesHome(index) && !st.zero;
+  const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive, /*waits=*/!gathered_on_queue);
+  if (slot < 0) return false;
   if (!gathered_on_queue) WaitTicket(slot_ticket_[size_t(slot)]);
   DeviceTier::SlotEvents& ev = device_.events(slot);
   st.slot = slot;
@@ -377,26 +377,63 @@ bool ChunkManager::PrefetchLoad(int32_t index, int64_t must_outlive) {
   return Load(index, /*prefetch=*/true, must_outlive);
 }
 
-int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive) {
+int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits) {
+  // A caller that waits for the slot's last collective stalls compute on
+  // the link when no free slot is past its collectives (a gradient's
+  // reduce-scatter still reads it) or a dirty victim must be written home
+  // first. A clean copy that would not live to its next use anyway gives up
+  // its slot instead, which costs nothing now or later: one next used in a
+  // later step (with N ranks the update writes every param's home shard and
+  // drops its device copy), or one OPT would drop before that use. Failing that, a
+  // prefetch never waits (the use itself may find the collective over); a
+  // use takes what the rules below give and waits. The choice reads only the
+  // tickets this thread has waited for and the trace, so every rank, and the
+  // payload simulation, makes it alike.
+  if (waits && world_ > 1 && trace_.valid() && options_.eviction == EvictionPolicy::kOpt &&
+      !device_.HasFreeSlot(pool, [this](int32_t s) { return slot_ticket_[size_t(s)] <= done_ticket_; })) {
+    CollectVictims(pool, /*clean_only=*/true);
+    const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
+    const bool any_free = device_.HasFreeSlot(pool, [](int32_t) { return true; });
+    bool take = false;
+    if (victim >= 0) {
+      std::vector<int32_t> resident;
+      for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
+        if (device_.owner(s) >= 0) resident.push_back(device_.owner(s));
+      }
+      const bool used_again_this_step = trace_.NextUseDistance(victim) < trace_.size() - trace_.moment();
+      take = !used_again_this_step ||
+             OptDropsBeforeNextUse(trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
+                                   [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; }) ||
+             (must_outlive > 0 && !any_free);  // a prefetch's usual clean victim
+    }
+    if (take) {
+      Evict(victim);
+      return device_.TakeFreeSlot(pool);
+    }
+    if (must_outlive > 0) return -1;
+  }
   // A free slot no collective still reads or writes, if there is one.
   const int32_t free =
       device_.TakeFreeSlot(pool, [this](int32_t s) { return comm_ == nullptr || comm_->Done(slot_ticket_[size_t(s)]); });
   if (free >= 0) return free;
+  // Between steps the dirty copies are gradients the next step zeroes:
+  // writing them home for a prefetch would copy dead data.
+  CollectVictims(pool, /*clean_only=*/clean_victims_only_);
+  const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
+  if (victim < 0) return -1;
+  Evict(victim);  // frees its slot, now on top of the pool's free stack
+  return device_.TakeFreeSlot(pool);
+}
+
+void ChunkManager::CollectVictims(int pool, bool clean_only) {
   candidates_.clear();
   for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
     const int32_t owner = device_.owner(s);
     if (owner < 0) continue;
     const ChunkState& st = states_[size_t(owner)];
-    if (st.pins > 0) continue;
-    // Between steps the dirty copies are gradients the next step zeroes:
-    // writing them home for a prefetch would copy dead data.
-    if (clean_victims_only_ && st.device_dirty) continue;
+    if (st.pins > 0 || (clean_only && st.device_dirty)) continue;
     candidates_.push_back({owner, st.device_dirty, st.last_use});
   }
-  const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
-  if (victim < 0) return -1;
-  Evict(victim);  // frees its slot, now on top of the pool's free stack
-  return device_.TakeFreeSlot(pool);
 }
 
 void ChunkManager::Evict(int32_t index) {

@@ -290,8 +290,11 @@ class ChunkManager {
   bool PrefetchLoad(int32_t index, int64_t must_outlive);
   // A free slot of `pool`, evicting a victim if needed; -1 when none
   // qualifies. With OPT, only chunks next used more than `must_outlive`
-  // moments ahead may go.
-  int32_t TakeSlot(int pool, int64_t must_outlive);
+  // moments ahead may go. `waits`: the caller waits for the slot's last
+  // collective on this thread (see TakeSlot).
+  int32_t TakeSlot(int pool, int64_t must_outlive, bool waits);
+  // The unpinned chunks of `pool` into candidates_ (only clean ones if asked).
+  void CollectVictims(int pool, bool clean_only);
   void Evict(int32_t index);
   void WriteHome(int32_t index);
   void DropDeviceCopy(int32_t index);

@@ -72,6 +72,11 @@ void DeviceTier::Occupy(int32_t slot, int32_t index) {
   peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
 }
 
+bool DeviceTier::HasFreeSlot(int pool, const std::function<bool(int32_t slot)>& ready) const {
+  const std::vector<int32_t>& free = pools_[size_t(pool)].free;
+  return std::any_of(free.begin(), free.end(), ready);
+}
+
 void DeviceTier::Vacate(int32_t slot) {
   owner_[size_t(slot)] = -1;
   streaming_in_use_ -= SlotStride(slot);

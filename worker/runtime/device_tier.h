@@ -60,6 +60,8 @@ class DeviceTier {
   // A free slot of `pool`, or -1: the one freed most recently of those
   // `ready` accepts (null: all), else the one freed most recently.
   int32_t TakeFreeSlot(int pool, const std::function<bool(int32_t slot)>& ready = nullptr);
+  // Whether `pool` has a free slot that `ready` accepts.
+  bool HasFreeSlot(int pool, const std::function<bool(int32_t slot)>& ready) const;
   // `index` moves into `slot` (taken), or out of it (the slot is freed).
   void Occupy(int32_t slot, int32_t index);
   void Vacate(int32_t slot);

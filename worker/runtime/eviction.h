@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "worker/runtime/chunk_runtime_options.h"
@@ -24,5 +25,15 @@ struct EvictionCandidate {
 // blindly).
 int32_t ChooseVictim(std::span<const EvictionCandidate> candidates, EvictionPolicy policy, const ChunkTrace& trace,
                      int64_t must_outlive);
+
+// Whether OPT, serving the trace's moments from the current one on with
+// `slots` slots, would drop `victim` before its next use anyway: some moment
+// before that use needs every slot for chunks used both then-or-earlier and
+// again before it, each taken `prefetch_depth` moments before its first use
+// (`resident` lists the chunks in the slots now, pinned ones included;
+// `in_pool` says which chunks share those slots). Dropping such a victim now
+// costs nothing it would not cost later. Needs a valid trace.
+bool OptDropsBeforeNextUse(const ChunkTrace& trace, std::span<const int32_t> resident, int32_t slots,
+                           int32_t prefetch_depth, int32_t victim, const std::function<bool(int32_t index)>& in_pool);
 
 }  // namespace pstar

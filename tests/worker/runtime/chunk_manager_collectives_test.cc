@@ -206,5 +206,55 @@ TEST(ChunkManagerCollectives, AGatherAheadIsWaitedForOnlyWhereItsChunkIsUsed) {
   EXPECT_EQ(used_first.load(), kWorld);
 }
 
+TEST(ChunkManagerCollectives, AGradientDoesNotWaitForAReduceScatterWhileAParamDoneForTheStepHoldsASlot) {
+  Gate gate;
+  std::atomic<int> loaded_while_held{0};
+  // In the second step gradient chunk 1's partials start at 100 + rank: that
+  // reduce-scatter is held.
+  auto held = [](CollectiveOp op, const float* in) { return op == CollectiveOp::kReduceScatter && in[0] >= 100.0f; };
+  RunRanks(Options(3, true), 2, gate, held, 10s, [&](int rank, ChunkManager& m) {
+    for (int32_t c = 0; c < 2; ++c) {
+      float* p = m.HostWrite({StateKind::kParam, c});
+      for (int64_t i = 0; i < kShardFloats; ++i) p[i] = float(c + 1);
+    }
+    // Forward over params 0 and 1, backward over 1 then 0, each gradient
+    // reduce-scattered as it is final. Three slots: when gradient 0 comes,
+    // gradient 1's slot is still being read and params 0 and 1 hold the
+    // others; param 1 is not used again this step.
+    const auto step = [&](bool armed) {
+      m.BeginStep();
+      m.ZeroFill(StateKind::kGrad);
+      Use(m, {StateKind::kParam, 0}, false);
+      Use(m, {StateKind::kParam, 1}, false);
+      for (int32_t c : {1, 0}) {
+        ChunkAccess a[2] = {{{StateKind::kParam, c}, false}, {{StateKind::kGrad, c}, true}};
+        m.Access(a);
+        float* g = m.DeviceData(a[1].key);
+        for (int64_t i = 0; i < kChunkBytes / 4; ++i) g[i] = float(armed && c == 1 ? 100 + rank : rank) + float(i);
+        m.Release(a);
+        if (c == 0 && armed && !gate.timed_out) ++loaded_while_held;
+        m.StartGradReduce(c);
+      }
+      if (armed && rank == 0) {
+        while (loaded_while_held.load() < kWorld && !gate.timed_out) std::this_thread::yield();
+        gate.Open();
+      }
+      const float* home = m.HostRead({StateKind::kGrad, 1});
+      for (int64_t i = 0; i < kShardFloats; ++i) {
+        const float element = float(rank * kShardFloats + i);
+        const float expected = armed ? 100.0f + 101.0f + 2 * element : 0.0f + 1.0f + 2 * element;
+        ASSERT_EQ(home[i], expected) << "rank " << rank << " element " << i;
+      }
+      m.EndStep();
+    };
+    step(false);  // records the trace
+    step(true);
+    EXPECT_FALSE(m.OnDevice({StateKind::kParam, 1})) << "param 1 kept its slot";
+  });
+  EXPECT_EQ(gate.held.load(), kWorld) << "gradient 1's reduce-scatter never came to the gate";
+  EXPECT_FALSE(gate.timed_out.load()) << "a rank waited for a reduce-scatter to load a gradient";
+  EXPECT_EQ(loaded_while_held.load(), kWorld);
+}
+
 }  // namespace
 }  // namespace pstar
