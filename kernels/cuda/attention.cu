@@ -367,30 +367,41 @@ namespace {
 
 // The mma.sync forward (attention_mma.cuh) where it applies: head size 64 or
 // 128, qkv 16-byte aligned with C a multiple of 8 (its 16-byte copies), and
-// room for its tiles (sm_80 or later). False where it does not.
-template <typename T, int HS, bool kSharedQ = false>
-bool LaunchMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, dim3 grid,
+// room for its tiles (sm_80 or later). False where it does not. One block
+// per (batch, head) and 16 kWarps queries.
+template <typename T, int HS, bool kSharedQ = false, int kWarps = kMmaWarps>
+bool LaunchMmaForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                       cudaStream_t stream) {
-  constexpr size_t smem = MmaForwardSharedBytes<HS, kSharedQ>();
+  constexpr size_t smem = MmaForwardSharedBytes<HS, kSharedQ, kWarps>();
   if (smem > TensorCoreSharedBytesLimit()) return false;
-  AllowSharedBytes(MmaFlashForward<T, HS, kSharedQ>, smem, "MmaFlashForward shared memory");
+  const auto kernel = MmaFlashForward<T, HS, kSharedQ, kWarps>;
+  AllowSharedBytes(kernel, smem, "MmaFlashForward shared memory");
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));  // log2(e) / sqrt(hs)
-  MmaFlashForward<T, HS, kSharedQ>
-      <<<grid, kMmaWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
+  const dim3 grid(unsigned(B * NH), unsigned((Tlen + 16 * kWarps - 1) / (16 * kWarps)));
+  kernel<<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
   CheckLaunch("MmaFlashForward");
   return true;
 }
 
 template <typename T>
-bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int64_t NH, int64_t hs, dim3 grid,
+bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH, int64_t hs,
                    AttentionForwardKernel kernel, cudaStream_t stream) {
   if (C % 8 != 0 || reinterpret_cast<uintptr_t>(qkv) % 16 != 0) return false;
-  if (hs == 64) return LaunchMmaForward<T, 64>(out, lse, qkv, Tlen, C, NH, grid, stream);
-  if (hs == 128 && kernel == AttentionForwardKernel::kMmaSharedQ) {
-    return LaunchMmaForward<T, 128, true>(out, lse, qkv, Tlen, C, NH, grid, stream);
+  constexpr int kWide = 2 * kMmaWarps;
+  if (hs == 64) {
+    return kernel == AttentionForwardKernel::kMmaWide
+               ? LaunchMmaForward<T, 64, false, kWide>(out, lse, qkv, B, Tlen, C, NH, stream)
+               : LaunchMmaForward<T, 64>(out, lse, qkv, B, Tlen, C, NH, stream);
   }
-  if (hs == 128) return LaunchMmaForward<T, 128>(out, lse, qkv, Tlen, C, NH, grid, stream);
-  return false;
+  if (hs != 128) return false;
+  switch (kernel) {
+    case AttentionForwardKernel::kMmaSharedQ:
+      return LaunchMmaForward<T, 128, true>(out, lse, qkv, B, Tlen, C, NH, stream);
+    case AttentionForwardKernel::kMmaWide:
+      return LaunchMmaForward<T, 128, false, kWide>(out, lse, qkv, B, Tlen, C, NH, stream);
+    default:
+      return LaunchMmaForward<T, 128>(out, lse, qkv, B, Tlen, C, NH, stream);
+  }
 }
 
 __global__ void ZeroCounts(int* counts, int64_t n) {
@@ -480,8 +491,8 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   const float scale = 1.0f / std::sqrt(float(hs));
   if constexpr (!std::is_same_v<T, float>) {
-    if ((kernel == AttentionForwardKernel::kMma || kernel == AttentionForwardKernel::kMmaSharedQ) &&
-        TryMmaForward(out, lse, qkv, Tlen, C, NH, hs, grid, kernel, stream)) {
+    if (kernel != AttentionForwardKernel::kTensorCore &&
+        TryMmaForward(out, lse, qkv, B, Tlen, C, NH, hs, kernel, stream)) {
       return;
     }
     const size_t smem = TensorCoreForwardSharedBytes(int(hs), sizeof(T));

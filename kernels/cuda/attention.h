@@ -18,7 +18,6 @@
 
 namespace pstar::kernels::cuda {
 
-
 // Which forward a 16-bit run takes where both apply (the KernelTuning knob
 // attention_forward: the tuner times both on the GPU at hand). kMma, the
 // mma.sync kernel with registers for S and O and double-buffered k and v
@@ -26,8 +25,10 @@ namespace pstar::kernels::cuda {
 // multiple of 8; elsewhere, and for fp32, the WMMA or CUDA-core kernels run.
 // kMmaSharedQ is kMma with the q tile in a k/v buffer at head size 128 (four
 // tiles of shared memory instead of five, for more resident blocks; the same
-// bits); at head size 64 it runs as kMma.
-enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2 };
+// bits); at head size 64 it runs as kMma. kMmaWide is kMma with 128 queries a
+// block on 8 warps (each k and v tile loaded once for twice the rows; the
+// same bits).
+enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2, kMmaWide = 3 };
 
 template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,

@@ -6,9 +6,10 @@
 // kWarpSize and the primitives of mma_primitives.cuh.
 //
 // The blocking is the other kernels' (64 queries per thread block, key blocks
-// of 64 up to the diagonal, the online softmax in fp32), with what a
+// of 64 up to the diagonal, the online softmax in fp32), or 128 queries on 8
+// warps (each k and v tile then serves twice the rows), with what a
 // FlashAttention-2 kernel keeps where:
-// - each of 4 warps owns 16 query rows; its q fragments, S (16 x 64) and the
+// - each warp owns 16 query rows; its q fragments, S (16 x 64) and the
 //   O accumulator (16 x head size) live in registers, never in shared memory;
 // - S = q k^T and O += P v are m16n8k16 mma.sync products in fp32, their
 //   operands read with ldmatrix (v transposed on the way);
@@ -17,8 +18,9 @@
 //   fragment), rounded to the element type as FlashAttention does;
 // - k and v tiles are double-buffered: the next key block's cp.async copies
 //   run under this block's products;
-// - on the diagonal block a warp computes only the 8-key n-tiles its rows
-//   can see (2w + 2 of 8 for warp w), in both products;
+// - on the key blocks the diagonal crosses a warp computes only the 8-key
+//   n-tiles its rows can see (2w + 2 of 8 for warp w of 4), in both
+//   products, and none of a block its rows cannot see;
 // - the softmax runs in base 2 (exp2 of scores pre-scaled by log2(e)), each
 //   row's max and sum over the 4 lanes that hold it by two shuffles.
 // Rows sit 8 elements (16 bytes) past their width in shared memory, so the 8
@@ -35,20 +37,21 @@ constexpr int MmaLd() {
   return HS + kMmaPad;
 }
 
-// The q tile and two buffers each of k and v, 16-bit elements; with
-// kSharedQ the q tile lies in the second k buffer (four tiles).
-template <int HS, bool kSharedQ = false>
+// The q tile (16 rows a warp) and two buffers each of k and v, 16-bit
+// elements; with kSharedQ the q tile lies in the second k buffer (four
+// tiles of 64 rows).
+template <int HS, bool kSharedQ = false, int kWarps = kMmaWarps>
 constexpr size_t MmaForwardSharedBytes() {
-  return size_t(kSharedQ ? 4 : 5) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
+  return (size_t(kSharedQ ? 0 : 16 * kWarps) + size_t(4 * kBlock)) * size_t(MmaLd<HS>()) * 2;
 }
 
-// rows x HS elements of src (rows ld_src apart) into a tile, 16 bytes per
-// cp.async, zeros past `rows`. Every thread issues its share; the caller
-// commits the group.
-template <int HS, typename T>
+// rows x HS elements of src (rows ld_src apart) into a tile of kRows rows,
+// 16 bytes per cp.async, zeros past `rows`. Every thread issues its share;
+// the caller commits the group.
+template <int HS, int kRows = kBlock, typename T>
 __device__ __forceinline__ void MmaLoadTile(T* tile, const T* src, int64_t ld_src, int rows) {
   constexpr int kPieces = HS / 8;
-  for (int e = int(threadIdx.x); e < kBlock * kPieces; e += int(blockDim.x)) {
+  for (int e = int(threadIdx.x); e < kRows * kPieces; e += int(blockDim.x)) {
     const int r = e / kPieces, d = (e % kPieces) * 8;
     const bool live = r < rows;
     CpAsync16(tile + r * MmaLd<HS>() + d, live ? src + int64_t(r) * ld_src + d : src, live);
@@ -71,30 +74,36 @@ __device__ __forceinline__ void MmaLoadQueryFragments(uint32_t (&qf)[HS / 16][4]
 // needs four tiles of shared memory instead of five (at head size 128, 70
 // KiB instead of 87: three blocks per SM where registers allow three); the
 // same arithmetic in the same order, so the same bits.
-template <typename T, int HS, bool kSharedQ = false>
-__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+// kWarps: 16 query rows a warp, 4 (64 queries a block) or 8 (128). Each row
+// meets the same key blocks in the same order either way (a block its rows
+// cannot see is skipped), so the same bits.
+template <typename T, int HS, bool kSharedQ = false, int kWarps = kMmaWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
     MmaFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, float scale_log2) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  static_assert(!kSharedQ || kWarps == kMmaWarps, "the q tile fits a k buffer only at 64 queries");
+  constexpr int kQueries = 16 * kWarps;
   constexpr int ld = MmaLd<HS>();
   constexpr int kSteps = HS / 16;    // k-steps of q k^T
   constexpr int kDimTiles = HS / 8;  // n-tiles of O
   constexpr float kLn2 = 0.69314718055994531f;
   T* base = reinterpret_cast<T*>(TensorCoreSharedMemory());
-  T* ks = kSharedQ ? base : base + kBlock * ld;  // two buffers
+  T* ks = kSharedQ ? base : base + kQueries * ld;  // two buffers
   T* vs = ks + 2 * kBlock * ld;                  // two buffers
   T* qs = kSharedQ ? ks + kBlock * ld : base;
 
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
-  const int64_t i = nb - 1 - int64_t(blockIdx.y);  // the longest rows first
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
-  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const int64_t nq = (Tlen + kQueries - 1) / kQueries;
+  const int64_t i = nq - 1 - int64_t(blockIdx.y);  // the longest rows first
+  const int64_t r0 = i * kQueries, C3 = 3 * C;
+  const int rows = int(min(int64_t(kQueries), Tlen - r0));
+  const int64_t last = (r0 + rows - 1) / kBlock;  // the key block of the block's last row
   const T* q = qkv + b * Tlen * C3 + h * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int g = lane / 4, tq = lane % 4;   // the fragments' row group and thread in the group
   const int mi = lane / 8, mr = lane % 8;  // ldmatrix: the matrix this lane addresses, and its row
 
-  MmaLoadTile<HS>(qs, q + r0 * C3, C3, rows);
+  MmaLoadTile<HS, kQueries>(qs, q + r0 * C3, C3, rows);
   const int cols0 = int(min(int64_t(kBlock), Tlen));
   MmaLoadTile<HS>(ks, q + C, C3, cols0);
   MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
@@ -113,9 +122,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8; m in base 2
   const int64_t t_row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
 
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j <= last; ++j) {
     const int buf = int(j & 1);
-    if (j < i) {  // the next key block into the other buffer, under this one's products
+    if (j < last) {  // the next key block into the other buffer, under this one's products
       const int64_t c1 = (j + 1) * kBlock;
       const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
       MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
@@ -130,11 +139,12 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     const T* kt = ks + buf * kBlock * ld;
     const T* vt = vs + buf * kBlock * ld;
     const int64_t c0 = j * kBlock;
-    // On the diagonal block warp w's rows see keys up to 16 w + 15 only.
-    const int tiles = j == i ? 2 * warp + 2 : 8;
-
-    // S (16 x 64) = q k^T: k's rows are B's columns, read as they lie.
-    float s[8][4];
+    // Warp w's rows see keys up to r0 + 16 w + 15: the n-tiles that hold any.
+    const int64_t reach = r0 + 16 * warp + 15 - c0;
+    const int tiles = reach < 0 ? 0 : int(min(int64_t(8), reach / 8 + 1));
+    if (tiles > 0) {
+      // S (16 x 64) = q k^T: k's rows are B's columns, read as they lie.
+      float s[8][4];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
@@ -206,6 +216,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
           MmaM16N8K16<T>(o[dt + 1], pa, vb + 2);
         }
       }
+    }
     }
     __syncthreads();  // every warp is done with this buffer before the next copies into it
   }

@@ -26,7 +26,8 @@ struct KernelTuning {
   int bias_grad_group_rows = 64;
   // The attention forward of 16-bit runs (AttentionForwardKernel): 0 the
   // WMMA tiles, 1 the mma.sync kernel (head sizes 64 and 128), 2 that kernel
-  // with its q tile in a k/v buffer at head size 128.
+  // with its q tile in a k/v buffer at head size 128, 3 that kernel with 128
+  // queries a block on 8 warps.
   int attention_forward = 0;
   // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
   // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync

@@ -44,12 +44,13 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return worst / std::max(scale, 1e-30);
 }
 
-// Both forms of the forward (q in a tile of its own, and in the second k
-// buffer): each against the CPU kernel, and the second with the first's bits.
+// The three forms of the forward (q in a tile of its own, q in the second k
+// buffer, and 128 queries a block on 8 warps): each against the CPU kernel,
+// and the second and third with the first's bits.
 template <int HS>
 void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " head size " << HS);
-  const int64_t C = HS * s.NH, blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
+  const int64_t C = HS * s.NH;
   std::normal_distribution<float> normal;
   std::vector<float> qkv(size_t(s.B * s.T * 3 * C));
   for (float& x : qkv) x = float(Bf16(2.0f * normal(rng)));  // the values the kernel sees
@@ -60,27 +61,34 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
   for (float x : qkv) qkv_in.push_back(Bf16(x));
   ASSERT_EQ(reinterpret_cast<uintptr_t>(qkv_in.data()) % 16, 0u) << "the kernel's copies need 16-byte rows";
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));
+  constexpr int kWide = 2 * mma::kMmaWarps;
   std::vector<float> first_out, first_lse;
-  for (bool shared_q : {false, true}) {
-    SCOPED_TRACE(shared_q ? "q in the second k buffer" : "q in a tile of its own");
+  for (int form : {0, 1, 2}) {
+    SCOPED_TRACE(form == 0 ? "q in a tile of its own" : form == 1 ? "q in the second k buffer" : "128 queries a block");
     std::vector<Bf16> out(out_cpu.size(), Bf16(NAN));  // NaN wherever the kernel should write
     std::vector<float> lse(lse_cpu.size(), NAN);
-    emulation::RunBlocks(
-        {unsigned(s.B * s.NH), unsigned(blocks), 1}, mma::kMmaWarps * emulation::kWarpSize,
-        shared_q ? mma::MmaForwardSharedBytes<HS, true>() : mma::MmaForwardSharedBytes<HS>(), [&] {
-          if (shared_q) {
-            mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
-          } else {
-            mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
-          }
-        });
+    const int warps = form == 2 ? kWide : mma::kMmaWarps;
+    const unsigned blocks = unsigned((s.T + 16 * warps - 1) / (16 * warps));
+    const size_t shared = form == 0   ? mma::MmaForwardSharedBytes<HS>()
+                          : form == 1 ? mma::MmaForwardSharedBytes<HS, true>()
+                                      : mma::MmaForwardSharedBytes<HS, false, kWide>();
+    emulation::RunBlocks({unsigned(s.B * s.NH), blocks, 1}, unsigned(warps * emulation::kWarpSize), shared, [&] {
+      if (form == 0) {
+        mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+      } else if (form == 1) {
+        mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+      } else {
+        mma::MmaFlashForward<Bf16, HS, false, kWide>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH),
+                                                     scale_log2);
+      }
+    });
     std::vector<float> got;
     for (Bf16 x : out) got.push_back(float(x));
     // P is rounded to bf16 for P v (as on a GPU), the output to bf16.
     EXPECT_LT(RelativeError(got, out_cpu), 1e-2) << "out";
     // The scores' products are exact and their sums fp32: lse is fp32's.
     EXPECT_LT(RelativeError(lse, lse_cpu), 1e-5) << "lse";
-    if (!shared_q) {
+    if (form == 0) {
       first_out = got;
       first_lse = lse;
     } else {
@@ -199,9 +207,10 @@ TEST(MmaAttentionEmulated, OnePassBackwardMatchesTheCpuKernel) {
 
 TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize64) {
   std::mt19937 rng(std::random_device{}());
-  // One position, T off and across the 64-position block (the diagonal's
-  // skipped n-tiles in every warp, a partial last block), several heads.
-  for (const Shape& s : {Shape{1, 1, 1}, Shape{1, 64, 2}, Shape{2, 77, 1}, Shape{1, 200, 3}}) {
+  // One position, T off and across the 64- and 128-position blocks (the
+  // diagonal's skipped n-tiles in every warp, the key block the first four
+  // of eight warps skip, a partial last block), several heads.
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{1, 64, 2}, Shape{2, 77, 1}, Shape{1, 128, 1}, Shape{1, 200, 3}}) {
     ExpectMatchesCpu<64>(s, rng);
   }
 }

@@ -121,6 +121,12 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     EXPECT_EQ(first.first, shared_q.first) << "kMmaSharedQ";
     EXPECT_EQ(first.second, shared_q.second) << "kMmaSharedQ";
+    // 128 queries a block on 8 warps: every row meets the same key blocks in
+    // the same order, the same bits.
+    const auto wide = run(cuda::AttentionForwardKernel::kMmaWide);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    EXPECT_EQ(first.first, wide.first) << "kMmaWide";
+    EXPECT_EQ(first.second, wide.second) << "kMmaWide";
   }
 }
 
