@@ -141,7 +141,7 @@ int Run(const Options& o) {
       {"tc", kc::AttentionForwardKernel::kTensorCore, kc::AttentionBackwardKernel::kTensorCore},
       {"mma", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMma},
       {"mma-onepass", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePass},
-      {"mma-wide", kc::AttentionForwardKernel::kMmaWide, kc::AttentionBackwardKernel::kMma}};
+      {"mma-wide", kc::AttentionForwardKernel::kMmaWide, kc::AttentionBackwardKernel::kMmaWide}};
   // The forward with its q tile in a k/v buffer, at the head size where it
   // differs.
   if (o.hs == 128) {

@@ -435,20 +435,24 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
 }
 
 // The mma.sync backward passes where they apply (as TryMmaForward, and dqkv
-// and dout aligned too).
-template <typename T, int HS, int kMinBlocks = 1>
-bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                       int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
-  constexpr size_t keys = MmaBackwardKeysSharedBytes<HS>(), queries = MmaBackwardQueriesSharedBytes<HS>();
+// and dout aligned too). One block per (batch, head) and 16 kWarps keys in
+// the keys pass, as many queries in the queries pass.
+template <typename T, int HS, int kMinBlocks = 1, int kWarps = kMmaWarps>
+bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t B,
+                       int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
+  constexpr size_t keys = MmaBackwardKeysSharedBytes<HS, false, kWarps>();
+  constexpr size_t queries = MmaBackwardQueriesSharedBytes<HS, kWarps>();
   if (std::max(keys, queries) > TensorCoreSharedBytesLimit()) return false;
   const float scale = 1.0f / std::sqrt(float(HS));
-  AllowSharedBytes(MmaFlashBackwardKeys<T, HS, false, kMinBlocks>, keys, "MmaFlashBackwardKeys shared memory");
-  MmaFlashBackwardKeys<T, HS, false, kMinBlocks>
-      <<<grid, kMmaWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale);
+  const dim3 grid(unsigned(B * NH), unsigned((Tlen + 16 * kWarps - 1) / (16 * kWarps)));
+  const auto keys_pass = MmaFlashBackwardKeys<T, HS, false, kMinBlocks, kWarps>;
+  AllowSharedBytes(keys_pass, keys, "MmaFlashBackwardKeys shared memory");
+  keys_pass<<<grid, kWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale, nullptr,
+                                                        nullptr);
   CheckLaunch("MmaFlashBackwardKeys");
-  AllowSharedBytes(MmaFlashBackwardQueries<T, HS>, queries, "MmaFlashBackwardQueries shared memory");
-  MmaFlashBackwardQueries<T, HS><<<grid, kMmaWarps * kWarpSize, queries, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
-                                                                                   C, int(NH), scale);
+  const auto queries_pass = MmaFlashBackwardQueries<T, HS, kWarps>;
+  AllowSharedBytes(queries_pass, queries, "MmaFlashBackwardQueries shared memory");
+  queries_pass<<<grid, kWarps * kWarpSize, queries, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale);
   CheckLaunch("MmaFlashBackwardQueries");
   return true;
 }
@@ -464,7 +468,7 @@ bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, floa
     return LaunchMmaBackwardOnePass<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
   }
   if (kernel == AttentionBackwardKernel::kMmaOccupancy && hs == 64) {
-    return LaunchMmaBackward<T, 64, 3>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
+    return LaunchMmaBackward<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
   }
 #endif
   if (kernel == AttentionBackwardKernel::kMmaOnePass || kernel == AttentionBackwardKernel::kMmaOnePassOccupancy) {
@@ -474,8 +478,16 @@ bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, floa
     }
     return false;
   }
-  if (hs == 64) return LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
-  if (hs == 128) return LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, scratch, Tlen, C, NH, grid, stream);
+  constexpr int kWide = 2 * kMmaWarps;
+  const bool wide = kernel == AttentionBackwardKernel::kMmaWide;
+  if (hs == 64) {
+    return wide ? LaunchMmaBackward<T, 64, 1, kWide>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream)
+                : LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
+  }
+  if (hs == 128) {
+    return wide ? LaunchMmaBackward<T, 128, 1, kWide>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream)
+                : LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
+  }
   return false;
 }
 

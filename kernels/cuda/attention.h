@@ -46,13 +46,16 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
 // kMmaOnePassOccupancy of kMmaOnePass, kMmaOccupancy of kMma's keys pass
 // (its queries pass is kMma's). They are compile-time variants, built only
 // where they may be chosen (AttentionOccupancyVariantsBuilt); elsewhere, and
-// at head size 128, each runs as its base kernel.
+// at head size 128, each runs as its base kernel. kMmaWide is kMma with 128
+// keys a block in the keys pass and 128 queries in the queries pass, on 8
+// warps (each streamed tile serves twice the rows; kMma's bits).
 enum class AttentionBackwardKernel : int {
   kTensorCore = 0,
   kMma = 1,
   kMmaOnePass = 2,
   kMmaOnePassOccupancy = 3,
-  kMmaOccupancy = 4
+  kMmaOccupancy = 4,
+  kMmaWide = 5
 };
 
 // Whether this build compiled the occupancy variants: a PSTAR_CUDA_TUNING

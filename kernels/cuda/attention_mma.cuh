@@ -267,18 +267,19 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 // The dS^T tile of the five-product pass: 64 keys x 64 queries, padded.
 constexpr int kDsLd = int(kBlock) + kMmaPad;
 
-// Keys pass: k and v tiles, then two buffers each of q and dout tiles, two
-// buffers each of the query block's lse and dsum, and with kWithQueries the
-// dS^T tile and the block's ticket (16 bytes).
-template <int HS, bool kWithQueries = false>
+// Keys pass: k and v tiles (16 rows a warp), then two buffers each of q and
+// dout tiles, two buffers each of the query block's lse and dsum, and with
+// kWithQueries the dS^T tile and the block's ticket (16 bytes).
+template <int HS, bool kWithQueries = false, int kWarps = kMmaWarps>
 constexpr size_t MmaBackwardKeysSharedBytes() {
-  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4 +
+  return (size_t(2 * 16 * kWarps) + size_t(4 * kBlock)) * size_t(MmaLd<HS>()) * 2 + size_t(4) * size_t(kBlock) * 4 +
          (kWithQueries ? size_t(kBlock) * size_t(kDsLd) * 2 + 16 : 0);
 }
-// Queries pass: q and dout tiles, then two buffers each of k and v tiles.
-template <int HS>
+// Queries pass: q and dout tiles (16 rows a warp), then two buffers each of k
+// and v tiles.
+template <int HS, int kWarps = kMmaWarps>
 constexpr size_t MmaBackwardQueriesSharedBytes() {
-  return size_t(6) * size_t(kBlock) * size_t(MmaLd<HS>()) * 2;
+  return (size_t(2 * 16 * kWarps) + size_t(4 * kBlock)) * size_t(MmaLd<HS>()) * 2;
 }
 
 // A fragments of 16 rows of a tile (rows `row0`..+15), k-step kk.
@@ -322,18 +323,22 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
 // the grid is (B*NH, blocks) as for the other form; otherwise both are
 // unused. kMinBlocks asks the compiler for that many resident blocks per
 // SM (registers capped to fit): the same arithmetic, so the same bits, at
-// another balance of spills and occupancy.
-template <typename T, int HS, bool kWithQueries = false, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
+// another balance of spills and occupancy. kWarps (two passes only): 16
+// keys a warp, 64 or 128 a block; each key meets the same query blocks in
+// the same order either way, so the same bits.
+template <typename T, int HS, bool kWithQueries = false, int kMinBlocks = 1, int kWarps = kMmaWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
     MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
                          int64_t C, int NH, float scale, float* dq_sum = nullptr, int* counts = nullptr) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  static_assert(!kWithQueries || kWarps == kMmaWarps, "the one pass orders its dq sums by 64-key blocks");
+  constexpr int kKeys = 16 * kWarps;
   constexpr int ld = MmaLd<HS>();
   constexpr int kSteps = HS / 16, kDimTiles = HS / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   T* ks = reinterpret_cast<T*>(TensorCoreSharedMemory());
-  T* vs = ks + kBlock * ld;
-  T* qs = vs + kBlock * ld;                                             // two buffers
+  T* vs = ks + kKeys * ld;
+  T* qs = vs + kKeys * ld;                                              // two buffers
   T* dos = qs + 2 * kBlock * ld;                                        // two buffers
   float* lse_s = reinterpret_cast<float*>(dos + 2 * kBlock * ld);       // two buffers
   float* dsum_s = lse_s + 2 * kBlock;                                   // two buffers
@@ -351,8 +356,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
   const int64_t bh = linear % gridDim.x, b = bh / NH, h = bh % NH;
   const int64_t y = linear / gridDim.x;
   const int64_t j = kWithQueries ? nb - 1 - y : y;
-  const int64_t c0 = j * kBlock, C3 = 3 * C;
-  const int cols = int(min(int64_t(kBlock), Tlen - c0));
+  const int64_t c0 = j * kKeys, C3 = 3 * C;
+  const int cols = int(min(int64_t(kKeys), Tlen - c0));
+  const int64_t i0 = c0 / kBlock;  // the query block of the block's first key
   const T* q = qkv + b * Tlen * C3 + h * HS;
   const T* dy = dout + b * Tlen * C + h * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
@@ -371,9 +377,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
       dsum_s[buf * kBlock + r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
     }
   };
-  MmaLoadTile<HS>(ks, q + C + c0 * C3, C3, cols);
-  MmaLoadTile<HS>(vs, q + 2 * C + c0 * C3, C3, cols);
-  load_queries(j, 0);
+  MmaLoadTile<HS, kKeys>(ks, q + C + c0 * C3, C3, cols);
+  MmaLoadTile<HS, kKeys>(vs, q + 2 * C + c0 * C3, C3, cols);
+  load_queries(i0, 0);
   CpAsyncCommit();
 
   float dk[kDimTiles][4], dv[kDimTiles][4];
@@ -382,8 +388,8 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   }
-  for (int64_t i = j; i < nb; ++i) {
-    const int buf = int((i - j) & 1);
+  for (int64_t i = i0; i < nb; ++i) {
+    const int buf = int((i - i0) & 1);
     if (i + 1 < nb) {
       load_queries(i + 1, 1 - buf);
       CpAsyncCommit();
@@ -397,9 +403,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
     const float* lse_t = lse_s + buf * kBlock;
     const float* dsum_t = dsum_s + buf * kBlock;
     const int64_t r0 = i * kBlock;
-    // On the diagonal block warp w's keys see queries from 16 w on: the
-    // n-tiles (and P's k-steps) before that are all masked.
-    const int first = i == j ? 2 * warp : 0;
+    // Warp w's keys see queries from c0 + 16 w on: the n-tiles (and P's
+    // k-steps) before that are all masked (all of them where first is 8).
+    const int64_t behind = c0 + 16 * warp - r0;
+    const int first = behind <= 0 ? 0 : int(min(int64_t(8), behind / 8));
 
     // S^T (16 keys x 64 queries) = k q^T, then P^T.
     float p[8][4], dp[8][4];
@@ -410,6 +417,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
     }
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
+      if (first >= 8) break;
       uint32_t ka[4], va[4];
       MmaLoadA<HS>(ka, ks, warp * 16, kk);
       MmaLoadA<HS>(va, vs, warp * 16, kk);
@@ -547,24 +555,27 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize, kMinBlocks)
 #endif
 }
 
-template <typename T, int HS>
-__global__ void __launch_bounds__(kMmaWarps* kWarpSize)
+// kWarps: 16 queries a warp, 64 or 128 a block, with the same bits.
+template <typename T, int HS, int kWarps = kMmaWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
     MmaFlashBackwardQueries(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
                             int64_t C, int NH, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int kQueries = 16 * kWarps;
   constexpr int ld = MmaLd<HS>();
   constexpr int kSteps = HS / 16, kDimTiles = HS / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   T* qs = reinterpret_cast<T*>(TensorCoreSharedMemory());
-  T* dos = qs + kBlock * ld;
-  T* ks = dos + kBlock * ld;     // two buffers
+  T* dos = qs + kQueries * ld;
+  T* ks = dos + kQueries * ld;   // two buffers
   T* vs = ks + 2 * kBlock * ld;  // two buffers
 
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t nb = (Tlen + kBlock - 1) / kBlock;
-  const int64_t i = nb - 1 - int64_t(blockIdx.y);  // the longest rows first
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
-  const int rows = int(min(int64_t(kBlock), Tlen - r0));
+  const int64_t nq = (Tlen + kQueries - 1) / kQueries;
+  const int64_t i = nq - 1 - int64_t(blockIdx.y);  // the longest rows first
+  const int64_t r0 = i * kQueries, C3 = 3 * C;
+  const int rows = int(min(int64_t(kQueries), Tlen - r0));
+  const int64_t last = (r0 + rows - 1) / kBlock;  // the key block of the block's last row
   const T* q = qkv + b * Tlen * C3 + h * HS;
   const T* dy = dout + b * Tlen * C + h * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
@@ -578,8 +589,8 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   }
   const float scale_log2 = scale * kLog2e;
 
-  MmaLoadTile<HS>(qs, q + r0 * C3, C3, rows);
-  MmaLoadTile<HS>(dos, dy + r0 * C, C, rows);
+  MmaLoadTile<HS, kQueries>(qs, q + r0 * C3, C3, rows);
+  MmaLoadTile<HS, kQueries>(dos, dy + r0 * C, C, rows);
   const int cols0 = int(min(int64_t(kBlock), Tlen));
   MmaLoadTile<HS>(ks, q + C, C3, cols0);
   MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
@@ -588,9 +599,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
   float dq[kDimTiles][4];
 #pragma unroll
   for (int dt = 0; dt < kDimTiles; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j <= last; ++j) {
     const int buf = int(j & 1);
-    if (j < i) {
+    if (j < last) {
       const int64_t c1 = (j + 1) * kBlock;
       const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
       MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
@@ -604,7 +615,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     const T* kt = ks + buf * kBlock * ld;
     const T* vt = vs + buf * kBlock * ld;
     const int64_t c0 = j * kBlock;
-    const int tiles = j == i ? 2 * warp + 2 : 8;
+    // Warp w's rows see keys up to r0 + 16 w + 15: the n-tiles that hold any.
+    const int64_t reach = r0 + 16 * warp + 15 - c0;
+    const int tiles = reach < 0 ? 0 : int(min(int64_t(8), reach / 8 + 1));
 
     // S = q k^T and dP = dout v^T (16 queries x 64 keys).
     float p[8][4], ds[8][4];
@@ -615,6 +628,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize)
     }
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
+      if (tiles == 0) break;
       uint32_t qa[4], da[4];
       MmaLoadA<HS>(qa, qs, warp * 16, kk);
       MmaLoadA<HS>(da, dos, warp * 16, kk);

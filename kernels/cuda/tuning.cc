@@ -10,7 +10,7 @@ const std::vector<TuningKnob>& TuningKnobs() {
       {"cross_entropy_kernel", {0, 1}, &KernelTuning::cross_entropy_kernel},
       {"bias_grad_group_rows", {32, 64, 128, 256}, &KernelTuning::bias_grad_group_rows},
       {"attention_forward", {0, 1, 2, 3}, &KernelTuning::attention_forward},
-      {"attention_backward", {0, 1, 2, 3, 4}, &KernelTuning::attention_backward},
+      {"attention_backward", {0, 1, 2, 3, 4, 5}, &KernelTuning::attention_backward},
       {"layernorm_backward_kernel", {0, 1}, &KernelTuning::layernorm_backward_kernel},
       {"gelu_backward_epilogue", {0, 1}, &KernelTuning::gelu_backward_epilogue},
       {"bias_grad_epilogue", {0, 1}, &KernelTuning::bias_grad_epilogue},

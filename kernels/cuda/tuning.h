@@ -34,7 +34,8 @@ struct KernelTuning {
   // pass, 3 that pass compiled for 3 blocks per SM at head size 64, 4 the
   // two passes with the keys pass compiled so (3 and 4 are compile-time
   // variants: kernels/CMakeLists.txt builds them where the table names
-  // one); 1 to 4 at head sizes 64 and 128.
+  // one), 5 the two passes on 128 rows a block over 8 warps; 1 to 5 at
+  // head sizes 64 and 128.
   int attention_backward = 0;
   // LayerNorm backward's per-row kernel (LayerNormKernel): 0 one element per
   // lane at a time, 1 16 bytes.

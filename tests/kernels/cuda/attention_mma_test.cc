@@ -160,6 +160,21 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass =
       mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T,
                                              C, int(s.NH), scale);
     });
+    // The two passes on 128 rows a block over 8 warps: each key and each
+    // query meets the same blocks in the same order, so the same bits.
+    constexpr int kWide = 2 * mma::kMmaWarps;
+    const emulation::Dim3 wide_grid{unsigned(s.B * s.NH), unsigned((s.T + 16 * kWide - 1) / (16 * kWide)), 1};
+    const unsigned wide_threads = kWide * emulation::kWarpSize;
+    std::vector<Bf16> wide(dqkv.size(), Bf16(NAN));
+    emulation::RunBlocks(wide_grid, wide_threads, mma::MmaBackwardKeysSharedBytes<HS, false, kWide>(), [&] {
+      mma::MmaFlashBackwardKeys<Bf16, HS, false, 1, kWide>(wide.data(), dout_in.data(), qkv_in.data(), lse.data(),
+                                                           dsum.data(), s.T, C, int(s.NH), scale);
+    });
+    emulation::RunBlocks(wide_grid, wide_threads, mma::MmaBackwardQueriesSharedBytes<HS, kWide>(), [&] {
+      mma::MmaFlashBackwardQueries<Bf16, HS, kWide>(wide.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
+                                                    s.T, C, int(s.NH), scale);
+    });
+    EXPECT_EQ(0, std::memcmp(wide.data(), dqkv.data(), dqkv.size() * sizeof(Bf16))) << "128 rows a block";
   }
   // q, k and v gradients each against their own scale, at least the whole
   // gradient's: dq and dk cancel to zero at one position (T = 1), where

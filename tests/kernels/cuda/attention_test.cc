@@ -132,7 +132,7 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
 
 // The mma.sync backwards (AttentionBackwardKernel::kMma, the two passes;
 // kMmaOnePass, the five-product pass with its ordered dq sums; and the
-// occupancy variants, which must give their base kernels' bits), from the CPU
+// occupancy and 128-row variants, which must give their base kernels' bits), from the CPU
 // forward's results, at the head sizes they take and one they do not: every
 // shape matches the CPU backward and gives the same bits on a second run.
 TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
@@ -154,7 +154,7 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
     std::vector<float> one_pass;
     std::vector<float> two_pass;
     for (const Kernel kernel :
-         {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy, Kernel::kMmaOccupancy}) {
+         {Kernel::kMma, Kernel::kMmaOnePass, Kernel::kMmaOnePassOccupancy, Kernel::kMmaOccupancy, Kernel::kMmaWide}) {
       SCOPED_TRACE(testing::Message() << Describe(s) << " kernel " << int(kernel));
       DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
       DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
@@ -171,7 +171,7 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
       ExpectGradientsClose<T>(first, want, s);
       EXPECT_EQ(first, run());
       if (kernel == Kernel::kMma) two_pass = first;
-      if (kernel == Kernel::kMmaOccupancy) {
+      if (kernel == Kernel::kMmaOccupancy || kernel == Kernel::kMmaWide) {
         EXPECT_EQ(first, two_pass) << "the variant changed the bits";
       }
       if (kernel == Kernel::kMmaOnePass) one_pass = first;
