@@ -30,6 +30,7 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"model_bytes", p.model_bytes},
           {"activation_bytes", p.activation_bytes},
           {"activation_format", p.activation_format},
+          {"gelu_outputs_kept", p.gelu_outputs_kept},
           {"max_chunks_per_moment", p.max_chunks_per_moment},
           {"min_device_bytes", p.min_device_bytes},
           {"all_resident_device_bytes", p.all_resident_device_bytes},

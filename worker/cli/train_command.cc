@@ -212,16 +212,19 @@ int TrainCommand(const std::vector<std::string>& args) {
   }
   const MemoryPlan& plan = t.plan();
   const ChunkManager& chunks = t.store().chunks();
-  std::printf("memory: model data %s, activations %s%s | device tier %s (%s), %d chunk slots, "
-              "Adam moments of %d/%d chunks homed there, eviction %s, prefetch %lld | host budget %s (%s) | "
-              "%d threads\n",
-              FormatBytes(plan.model_bytes).c_str(), FormatBytes(plan.activation_bytes).c_str(),
-              c.train.activation_checkpointing ? " (checkpointed)" : "",
-              FormatBytes(chunks.device_capacity_bytes()).c_str(),
-              chunks.device_capacity_bytes() >= plan.all_resident_device_bytes ? "all resident" : "chunks move",
-              chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(), (long long)c.runtime.prefetch_depth,
-              FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
-              omp_get_max_threads());
+  std::printf(
+      "memory: model data %s, activations %s%s | device tier %s (%s), %d chunk slots, "
+      "Adam moments of %d/%d chunks homed there, eviction %s, prefetch %lld | host budget %s (%s) | "
+      "%d threads\n",
+      FormatBytes(plan.model_bytes).c_str(), FormatBytes(plan.activation_bytes).c_str(),
+      c.train.activation_checkpointing ? " (checkpointed)"
+      : plan.gelu_outputs_kept         ? " (GELU outputs kept)"
+                                       : "",
+      FormatBytes(chunks.device_capacity_bytes()).c_str(),
+      chunks.device_capacity_bytes() >= plan.all_resident_device_bytes ? "all resident" : "chunks move",
+      chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(),
+      (long long)c.runtime.prefetch_depth, FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
+      omp_get_max_threads());
   if (const DiskTier* disk = chunks.disk(); disk != nullptr) {
     std::printf("disk tier: Adam moments of %d/%d chunks%s in %s, %s (%s), %s of host windows\n",
                 chunks.disk_moment_chunks(), chunks.num_chunks(),

@@ -124,10 +124,10 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   return seq;
 }
 
-int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute,
-                             const ComputeSpec& compute) {
+int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool recompute, const ComputeSpec& compute,
+                             bool keep_gelu) {
   // Walk the same allocation sequence Carve makes, counting what the arena charges.
-  Gpt probe(g, B, T, recompute, compute);
+  Gpt probe(g, B, T, recompute, compute, keep_gelu);
   int64_t bytes = 0;
   probe.Lay([&](int64_t floats) -> void* {
     bytes += int64_t(Arena::Rounded(size_t(floats) * 4));
@@ -136,24 +136,26 @@ int64_t Gpt::ActivationBytes(const GptConfig& g, int64_t B, int64_t T, bool reco
   return bytes;
 }
 
-Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute)
+Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute,
+         bool keep_gelu)
     : config_(config),
       store_(nullptr),
       B_(batch),
       T_(seq),
       recompute_(recompute),
+      keep_gelu_(keep_gelu && !recompute),
       compute_(compute),
       classifier_rows_(ClassifierRows(config, batch * seq)) {}
 
-Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch,
-                        int64_t seq, bool recompute, std::unique_ptr<ModelKernels> kernels) {
+Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch, int64_t seq,
+                        bool recompute, std::unique_ptr<ModelKernels> kernels, bool keep_gelu) {
   if (seq > config.max_seq_len) {
     return Status::InvalidArgument("sequence length " + std::to_string(seq) +
                                    " exceeds the model's max_seq_len " +
                                    std::to_string(config.max_seq_len));
   }
   if (kernels == nullptr) kernels = MakeCpuModelKernels();
-  Gpt gpt(config, batch, seq, recompute, kernels->compute());
+  Gpt gpt(config, batch, seq, recompute, kernels->compute(), keep_gelu);
   gpt.kernels_ = std::move(kernels);
   gpt.store_ = &store;
   const ParamLayout& layout = store.layout();
@@ -212,6 +214,7 @@ void Gpt::Lay(Alloc&& alloc) {
     b.ln2_mean = f(BT);
     b.ln2_rstd = f(BT);
     b.fch = g(4 * BTC);
+    if (keep_gelu_) b.fch_gelu = g(4 * BTC);
   }
   a.residual.clear();
   for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(g(BTC));
@@ -221,7 +224,7 @@ void Gpt::Lay(Alloc&& alloc) {
   a.logits = g(classifier_rows_ * config_.padded_vocab_size());
   a.losses = f(BT);
   a.tmp = f(BTC);
-  a.fch_gelu = g(4 * BTC);
+  a.fch_gelu = keep_gelu_ ? ActTensor{} : g(4 * BTC);
   a.dres = f(BTC);
   a.dres16 = compute_.precision == Precision::kFp32 ? ActTensor{} : g(BTC);
   a.dres_gemm = compute_.precision == Precision::kFp32 ? ActTensor{a.dres} : a.dres16;
@@ -280,11 +283,12 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
     kernels_->MatmulForward(LinearRole::kFc, a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
   }
-  kernels_->GeluForward(acts_.fch_gelu, a.fch, BT * 4 * C);
+  const ActTensor gelu = keep_gelu_ ? a.fch_gelu : acts_.fch_gelu;
+  kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, acts_.fch_gelu, P(u, t.fc_proj_w),
-                            P(u, t.fc_proj_b), BT, 4 * C, C);
+    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT,
+                            4 * C, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
@@ -295,13 +299,15 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);
   Activations& g = acts_;
-  // The shared GELU output holds this layer's when the forward pass (or the
-  // recomputation) of this block was the last to write it.
-  if (!recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(g.fch_gelu, a.fch, BT * 4 * C);
+  // A kept GELU output is this layer's; the shared one holds this layer's
+  // when the forward pass (or the recomputation) of this block was the last
+  // to write it, and is recomputed otherwise.
+  const ActTensor gelu = keep_gelu_ ? a.fch_gelu : g.fch_gelu;
+  if (!keep_gelu_ && !recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackwardGelu(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b),
-                                 g.dres_gemm, g.fch_gelu, P(u, t.fc_proj_w), a.fch, BT, 4 * C, C);
+    kernels_->MatmulBackwardGelu(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres_gemm,
+                                 gelu, P(u, t.fc_proj_w), a.fch, BT, 4 * C, C);
   }
   {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);

@@ -40,15 +40,18 @@ class Gpt {
  public:
   // Bytes of activations and workspaces one micro-batch of (batch, seq) needs
   // on `device` (its kernels' scratch included).
-  static int64_t ActivationBytes(const GptConfig& config, int64_t batch, int64_t seq,
-                                 bool recompute, const ComputeSpec& compute = {});
+  static int64_t ActivationBytes(const GptConfig& config, int64_t batch, int64_t seq, bool recompute,
+                                 const ComputeSpec& compute = {}, bool keep_gelu = false);
 
   // Binds the model to `store` (laid out by GptTensorSpecs) and carves its
   // activations from `arena`, both in the memory of `kernels`' device (the CPU
-  // kernels when null).
-  static Result<Gpt> Create(const GptConfig& config, ParamStore& store, Arena& arena,
-                            int64_t batch, int64_t seq, bool recompute,
-                            std::unique_ptr<ModelKernels> kernels = nullptr);
+  // kernels when null). `recompute`: each block's activations are recomputed
+  // in backward from its input (activation checkpointing). Otherwise
+  // `keep_gelu` keeps every layer's GELU output for its backward (4C more
+  // per token per layer) instead of recomputing it there from the kept
+  // pre-activation; the same bits either way.
+  static Result<Gpt> Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch, int64_t seq,
+                            bool recompute, std::unique_ptr<ModelKernels> kernels = nullptr, bool keep_gelu = false);
 
   // One micro-batch of batch*seq tokens and next-token targets, for its loss
   // only (evaluation, sampling). Its summed loss is added to the loss
@@ -85,6 +88,7 @@ class Gpt {
   // in a 16-bit run (model_kernels.h).
   struct BlockActivations {
     ActTensor ln1, qkv, atty, res2, ln2, fch;
+    ActTensor fch_gelu;                // GELU(fch), when kept per layer (keep_gelu); else empty
     float *ln1_mean, *ln1_rstd, *lse;  // lse: (B, NH, T)
     float *ln2_mean, *ln2_rstd;
   };
@@ -98,7 +102,8 @@ class Gpt {
     ActTensor logits;
     float* tmp;  // (B, T, C) projection output before the residual add
     // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
-    // from its fch (cheaper than keeping 4C per token per layer).
+    // from its fch (4C per token per layer less memory). Empty when every
+    // layer keeps its own (BlockActivations::fch_gelu).
     ActTensor fch_gelu;
     // Backward workspaces, reused by every layer.
     // The residual stream's gradient (fp32: every layer adds to it), and in a
@@ -112,7 +117,7 @@ class Gpt {
     void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };
 
-  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute);
+  Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, const ComputeSpec& compute, bool keep_gelu);
   // Assigns every activation pointer from alloc(elements), in one fixed order.
   template <typename Alloc>
   void Lay(Alloc&& alloc);
@@ -132,6 +137,7 @@ class Gpt {
   ParamStore* store_;
   int64_t B_, T_;
   bool recompute_;
+  bool keep_gelu_;  // never with recompute_
   ComputeSpec compute_;
   int64_t classifier_rows_;  // ClassifierRows of the micro-batch
   int64_t loss_tokens_ = 0;  // tokens in the loss accumulator

@@ -104,6 +104,17 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   }
 
   const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
+  if (!c.train.activation_checkpointing && c.runtime.device_memory > 0) {
+    // The GELU outputs kept where the tier has room for them beside every
+    // chunk: a tier that streams chunks spends the memory on chunks instead.
+    ChunkRuntimeOptions kept = r;
+    kept.non_model_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len, false, compute, true);
+    kept.device_capacity_bytes = 0;
+    if (TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, kept) <= c.runtime.device_memory) {
+      p.gelu_outputs_kept = true;
+      p.activation_bytes = r.non_model_bytes = kept.non_model_bytes;
+    }
+  }
   p.min_device_bytes = TierLayout::MinDeviceBytes(chunk_bytes, r);
   ChunkRuntimeOptions all = r;
   all.device_capacity_bytes = 0;
@@ -198,7 +209,8 @@ std::string FormatPlan(const MemoryPlan& p) {
         std::to_string(k.chunks) + " x " + FormatBytes(p.chunk_bytes) + " = " + FormatBytes(k.bytes));
   }
   add("model data", bytes(p.model_bytes));
-  add("activations (device)", bytes(p.activation_bytes) + ", " + p.activation_format);
+  add("activations (device)",
+      bytes(p.activation_bytes) + ", " + p.activation_format + (p.gelu_outputs_kept ? ", GELU outputs kept" : ""));
   add("chunks pinned at once", std::to_string(p.max_chunks_per_moment));
   add("device: minimum", bytes(p.min_device_bytes));
   add("device: all resident", bytes(p.all_resident_device_bytes));

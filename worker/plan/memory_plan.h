@@ -32,6 +32,10 @@ struct MemoryPlan {
   int world_size = 1;
   int64_t model_bytes = 0;            // every kind, as chunks (all ranks together)
   int64_t activation_bytes = 0;       // non-model bytes on the device
+  // Every layer keeps its GELU output for its backward (Gpt keep_gelu): where
+  // runtime.device_memory holds every chunk and them, without activation
+  // checkpointing. Otherwise backward recomputes them (the same bits).
+  bool gelu_outputs_kept = false;
   std::string activation_format = "fp32";  // the activations' format: fp32, bf16 or fp16 (ActTensor)
   int32_t max_chunks_per_moment = 0;  // most chunks one op pins
   int64_t min_device_bytes = 0;       // activations + the chunks one op pins

@@ -219,8 +219,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
                                         precision));
   }
   t->scaler_ = LossScaler::FromConfig(config.fp16, precision == Precision::kFp16);
-  PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len,
-                                                tr.activation_checkpointing, std::move(kernels)));
+  PSTAR_ASSIGN_OR_RETURN(Gpt model,
+                         Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len, tr.activation_checkpointing,
+                                     std::move(kernels), plan.gelu_outputs_kept));
   t->model_ = std::make_unique<Gpt>(std::move(model));
   if (plan.runtime.grad_home.has_value()) {
     // Gradients homed in 16 bits hold only 16-bit values, wherever they are.

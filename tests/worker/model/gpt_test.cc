@@ -165,24 +165,35 @@ TEST(Gpt, InitializationIsIndependentOfChunking) {
   }
 }
 
-// In every precision (16-bit runs keep their activations in 16 bits).
+// In every precision (16-bit runs keep their activations in 16 bits), with
+// and without recomputation and kept GELU outputs.
 TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
   Config c = MakeConfig({});
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
     const ComputeSpec compute{ComputeDevice::kCpu, precision};
     for (bool recompute : {false, true}) {
-      SCOPED_TRACE(testing::Message() << PrecisionName(precision) << " recompute " << recompute);
-      ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
-      const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 4, 8, recompute, compute);
-      Arena arena("activations", size_t(bytes));
-      auto gpt = Gpt::Create(c.model.gpt, store, arena, 4, 8, recompute, MakeCpuModelKernels(precision));
-      ASSERT_TRUE(gpt.ok()) << gpt.status().message();
-      EXPECT_EQ(int64_t(arena.used_bytes()), bytes);
-      Arena small("activations", size_t(bytes) - 64);
-      EXPECT_FALSE(Gpt::Create(c.model.gpt, store, small, 4, 8, recompute, MakeCpuModelKernels(precision)).ok());
+      for (bool keep_gelu : {false, true}) {
+        SCOPED_TRACE(testing::Message() << PrecisionName(precision) << " recompute " << recompute << " keep_gelu "
+                                        << keep_gelu);
+        ParamStore store(*ParamLayout::Build(GptTensorSpecs(c.model.gpt), 0));
+        const int64_t bytes = Gpt::ActivationBytes(c.model.gpt, 4, 8, recompute, compute, keep_gelu);
+        Arena arena("activations", size_t(bytes));
+        auto gpt =
+            Gpt::Create(c.model.gpt, store, arena, 4, 8, recompute, MakeCpuModelKernels(precision), keep_gelu);
+        ASSERT_TRUE(gpt.ok()) << gpt.status().message();
+        EXPECT_EQ(int64_t(arena.used_bytes()), bytes);
+        Arena small("activations", size_t(bytes) - 64);
+        EXPECT_FALSE(
+            Gpt::Create(c.model.gpt, store, small, 4, 8, recompute, MakeCpuModelKernels(precision), keep_gelu).ok());
+      }
     }
     EXPECT_LT(Gpt::ActivationBytes(c.model.gpt, 4, 8, true, compute),
               Gpt::ActivationBytes(c.model.gpt, 4, 8, false, compute));
+    EXPECT_LT(Gpt::ActivationBytes(c.model.gpt, 4, 8, false, compute),
+              Gpt::ActivationBytes(c.model.gpt, 4, 8, false, compute, true));
+    // Recomputing whole blocks keeps nothing more.
+    EXPECT_EQ(Gpt::ActivationBytes(c.model.gpt, 4, 8, true, compute, true),
+              Gpt::ActivationBytes(c.model.gpt, 4, 8, true, compute));
   }
 }
 

@@ -62,6 +62,42 @@ TEST(MemoryPlan, ABudgetBelowParamsAndGradsKeepsAdamOnTheHost) {
   EXPECT_LT(p->device_slots, 2 * p->num_chunks);
 }
 
+// Every layer's GELU output is kept for its backward where the configured
+// device tier holds it beside every chunk; never with activation
+// checkpointing, nor without a configured tier.
+TEST(MemoryPlan, KeepsGeluOutputsWhereTheTierHoldsThemBesideEveryChunk) {
+  Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\n");
+  auto unset = PlanMemory(c);
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->gelu_outputs_kept) << "runtime.device_memory 0: the smallest activations";
+  const int64_t without = Gpt::ActivationBytes(c.model.gpt, 2, 32, false);
+  const int64_t with = Gpt::ActivationBytes(c.model.gpt, 2, 32, false, {}, true);
+  const GptConfig& g = c.model.gpt;
+  // 4C fp32 per token for every layer, less the one output all layers share otherwise.
+  EXPECT_EQ(with - without, (g.n_layer - 1) * 4 * (2 * 32) * g.n_embd * 4);
+  // Exactly room for every chunk beside the kept outputs: kept.
+  c.runtime.device_memory = unset->all_resident_device_bytes - without + with;
+  auto room = PlanMemory(c);
+  ASSERT_TRUE(room.ok());
+  EXPECT_TRUE(room->gelu_outputs_kept);
+  EXPECT_EQ(room->activation_bytes, with);
+  EXPECT_EQ(room->all_resident_device_bytes, c.runtime.device_memory);
+  EXPECT_EQ(room->device_adam_chunks, room->num_chunks) << "the kept outputs take no room from Adam";
+  // One byte less: every chunk stays resident, the outputs are recomputed.
+  c.runtime.device_memory -= 1;
+  auto short_one = PlanMemory(c);
+  ASSERT_TRUE(short_one.ok());
+  EXPECT_FALSE(short_one->gelu_outputs_kept);
+  EXPECT_EQ(short_one->activation_bytes, without);
+  // Activation checkpointing recomputes whole blocks: nothing is kept.
+  c.runtime.device_memory = int64_t(1) << 34;
+  c.train.activation_checkpointing = true;
+  auto checkpointed = PlanMemory(c);
+  ASSERT_TRUE(checkpointed.ok());
+  EXPECT_FALSE(checkpointed->gelu_outputs_kept);
+  EXPECT_EQ(checkpointed->activation_bytes, Gpt::ActivationBytes(c.model.gpt, 2, 32, true));
+}
+
 TEST(MemoryPlan, LargePresetsPlanWithoutAllocating) {
   Config c = Parse("model: {preset: gpt3-175b}\ntrain: {batch_size: 1, seq_len: 2048, activation_checkpointing: true}\n");
   auto p = PlanMemory(c);

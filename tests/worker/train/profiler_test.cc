@@ -49,24 +49,33 @@ bool GeluBackwardFolded(const Config& c) {
 // attention and GELU each way, one residual add forward (the other is fused
 // into ln_2, counted as a LayerNorm; no residual backward: the gradient passes
 // through), plus a GELU forward recomputed in backward by every layer but the
-// last, and the model adds the encoder, the final LayerNorm and the
+// last unless the plan keeps every layer's GELU output (`gelu_kept`), and the
+// model adds the encoder, the final LayerNorm and the
 // classifier: with the whole micro-batch's logits kept, one forward GEMM, one
 // cross-entropy (loss and dlogits) and the two gradient GEMMs (no bias); in
 // row blocks, per block forward its GEMM and the loss, backward the GEMM
 // again, the dlogits and the two gradient GEMMs. The gradient norm and the
 // optimizer run once per step. GELU's backward has no row of its own where
 // GeluBackwardFolded.
-std::map<ProfileOp, int64_t> CallsPerStep(const Config& c) {
+std::map<ProfileOp, int64_t> CallsPerStep(const Config& c, bool gelu_kept) {
   const int64_t L = c.model.gpt.n_layer, accum = c.train.grad_accum_steps;
   const int64_t tokens = c.train.batch_size * c.train.seq_len, rows = ClassifierRows(c.model.gpt, tokens);
   const int64_t blocks = (tokens + rows - 1) / rows;
   const int64_t passes = rows >= tokens ? 1 : 2 * blocks;  // classifier forward GEMMs and cross-entropies
-  std::map<ProfileOp, int64_t> m = {
-      {ProfileOp::kUpload, 2},          {ProfileOp::kEncoderForward, 1},    {ProfileOp::kEncoderBackward, 1},
-      {ProfileOp::kLayerNormForward, 2 * L + 1}, {ProfileOp::kLayerNormBackward, 2 * L + 1},
-      {ProfileOp::kAttentionForward, L}, {ProfileOp::kAttentionBackward, L}, {ProfileOp::kResidual, L},
-      {ProfileOp::kGeluForward, 2 * L - 1}, {ProfileOp::kGeluBackward, L}, {ProfileOp::kBiasGrad, 4 * L},
-      {ProfileOp::kCrossEntropy, passes}, {ProfileOp::kLossSum, 1}, {ProfileOp::kZero, 1}};
+  std::map<ProfileOp, int64_t> m = {{ProfileOp::kUpload, 2},
+                                    {ProfileOp::kEncoderForward, 1},
+                                    {ProfileOp::kEncoderBackward, 1},
+                                    {ProfileOp::kLayerNormForward, 2 * L + 1},
+                                    {ProfileOp::kLayerNormBackward, 2 * L + 1},
+                                    {ProfileOp::kAttentionForward, L},
+                                    {ProfileOp::kAttentionBackward, L},
+                                    {ProfileOp::kResidual, L},
+                                    {ProfileOp::kGeluForward, gelu_kept ? L : 2 * L - 1},
+                                    {ProfileOp::kGeluBackward, L},
+                                    {ProfileOp::kBiasGrad, 4 * L},
+                                    {ProfileOp::kCrossEntropy, passes},
+                                    {ProfileOp::kLossSum, 1},
+                                    {ProfileOp::kZero, 1}};
   for (LinearRole role : {LinearRole::kQkv, LinearRole::kAttnProj, LinearRole::kFc, LinearRole::kFcProj}) {
     for (GemmPass pass : {GemmPass::kForward, GemmPass::kInputGrad, GemmPass::kWeightGrad}) m[GemmOp(role, pass)] = L;
   }
@@ -85,6 +94,7 @@ struct RunResult {
   std::vector<std::vector<float>> params, exp_avg;
   ProfileSummary profile;
   bool profiled = false;
+  bool gelu_kept = false;  // the plan kept every layer's GELU output
   // Chunk copies after the first step, from the runtime's counters.
   int64_t moves[kNumDirections] = {0, 0}, moved_bytes[kNumDirections] = {0, 0};
 };
@@ -96,6 +106,7 @@ RunResult Train(const Config& config, const TokenSource& data, bool profile, int
   EXPECT_EQ((*t)->profiler(), nullptr) << "profiling is off unless enabled";
   if (profile) (*t)->EnableProfiling(warmup);
   RunResult r;
+  r.gelu_kept = (*t)->plan().gelu_outputs_kept;
   const RuntimeCounters& rc = (*t)->store().chunks().counters();
   for (int64_t s = 0; s < config.train.steps; ++s) {
     auto st = (*t)->Step();
@@ -139,9 +150,9 @@ void ExpectSameResults(const RunResult& a, const RunResult& b, const std::string
 
 // Every profile row with the model's call counts; the op entries add up to
 // the op time, which with the idle row makes the step time; most time first.
-void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t steps) {
+void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t steps, bool gelu_kept) {
   EXPECT_EQ(p.steps, steps);
-  for (const auto& [op, per_step] : CallsPerStep(c)) {
+  for (const auto& [op, per_step] : CallsPerStep(c, gelu_kept)) {
     const ProfileEntry* e = p.Find(ProfileKind::kOp, ProfileOpName(op));
     ASSERT_NE(e, nullptr) << ProfileOpName(op);
     EXPECT_EQ(e->count, per_step * steps) << ProfileOpName(op);
@@ -158,7 +169,7 @@ void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t s
     shares += e.share;
     EXPECT_NEAR(e.share, 100.0 * e.seconds / p.step_seconds, 1e-9) << e.name;
   }
-  EXPECT_EQ(ops, int(CallsPerStep(c).size()));
+  EXPECT_EQ(ops, int(CallsPerStep(c, gelu_kept).size()));
   if (c.train.precision != "bf16" && c.train.precision != "fp16") {
     EXPECT_EQ(p.Find(ProfileKind::kOp, "cast"), nullptr) << "fp32: nothing rounds";
   }
@@ -206,7 +217,7 @@ TEST(Profiler, CountsEveryOpRowAndTheSharesAddUpOnTheCpu) {
       const int64_t tokens = c.train.batch_size * c.train.seq_len;
       EXPECT_EQ(ClassifierRows(c.model.gpt, tokens) < tokens, vocab == 48);
       EXPECT_EQ(r.profile.skipped_steps, 1);
-      ExpectCompleteOpProfile(c, r.profile, 3);
+      ExpectCompleteOpProfile(c, r.profile, 3, r.gelu_kept);
       // On the CPU backend a step is its ops plus bookkeeping: the ops, timed
       // one by one, must account for most of it.
       EXPECT_GT(r.profile.op_seconds, 0.5 * r.profile.step_seconds);
@@ -239,6 +250,30 @@ TEST(Profiler, ChangesNoResult) {
   }
 }
 
+// A device budget with room for every chunk and every layer's GELU output
+// keeps those (the plan says so): backward reads them instead of running
+// GELU again, with the same results as when it recomputes them.
+TEST(Profiler, KeptGeluOutputsSkipTheRecomputeAndChangeNoResult) {
+  auto data = test::RandomTokens(20000, 256, 36);
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    auto overrides = kMidSize;
+    overrides.insert(overrides.end(), {"train.steps=4", std::string("train.precision=") + precision});
+    const Config recomputed = test::TinyGptConfig(overrides);
+    overrides.push_back("runtime.device_memory=1073741824");
+    const Config kept = test::TinyGptConfig(overrides);
+    const RunResult a = Train(recomputed, data, true), b = Train(kept, data, true);
+    EXPECT_FALSE(a.gelu_kept) << "no device budget: nothing kept beyond the plan's minimum";
+    EXPECT_TRUE(b.gelu_kept);
+    ExpectSameResults(a, b, "GELU outputs kept");
+    ExpectCompleteOpProfile(recomputed, a.profile, 3, a.gelu_kept);
+    ExpectCompleteOpProfile(kept, b.profile, 3, b.gelu_kept);
+    const int64_t L = kept.model.gpt.n_layer;
+    EXPECT_EQ(b.profile.Find(ProfileKind::kOp, "gelu.fwd")->count, 3 * L);
+    EXPECT_EQ(a.profile.Find(ProfileKind::kOp, "gelu.fwd")->count, 3 * (2 * L - 1));
+  }
+}
+
 TEST(Profiler, TimesChunkCopiesAsTheRuntimeCountsThem) {
   auto data = test::RandomTokens(3000, 40, 33);
   std::vector<std::string> overrides = {"default_chunk_size=1024", "train.steps=4", "runtime.prefetch_depth=2"};
@@ -255,7 +290,7 @@ TEST(Profiler, TimesChunkCopiesAsTheRuntimeCountsThem) {
     EXPECT_GT(e->seconds, 0.0) << DirectionName(Direction(d));
     EXPECT_NEAR(e->GigabytesPerSecond(), double(e->bytes) / e->seconds * 1e-9, 1e-9);
   }
-  ExpectCompleteOpProfile(c, r.profile, 3);
+  ExpectCompleteOpProfile(c, r.profile, 3, r.gelu_kept);
 }
 
 // A world of two whose collectives take a known time and count as the real
@@ -332,6 +367,7 @@ TEST(Profiler, ReportsTheCollectivesOfTwoGlooRanks) {
   constexpr int kWorld = 2;
   std::vector<std::string> errors(kWorld);
   std::vector<ProfileSummary> profiles(kWorld);
+  std::vector<uint8_t> gelu_kept(kWorld, 0);
   std::vector<std::array<int64_t, kNumCollectiveOps>> calls(kWorld), bytes(kWorld);
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r) {
@@ -349,6 +385,7 @@ TEST(Profiler, ReportsTheCollectivesOfTwoGlooRanks) {
       if (!comm.ok()) return void(errors[size_t(r)] = comm.status().message());
       auto t = Trainer::Create(c, data, comm->get());
       if (!t.ok()) return void(errors[size_t(r)] = t.status().message());
+      gelu_kept[size_t(r)] = (*t)->plan().gelu_outputs_kept;
       (*t)->EnableProfiling(1);
       const CollectiveCounters& cc = (*comm)->counters();
       for (int64_t s = 0; s < c.train.steps; ++s) {
@@ -373,7 +410,7 @@ TEST(Profiler, ReportsTheCollectivesOfTwoGlooRanks) {
     ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
     const ProfileSummary& p = profiles[size_t(r)];
     SCOPED_TRACE("rank " + std::to_string(r) + "\n" + FormatProfile(p));
-    ExpectCompleteOpProfile(c, p, 2);
+    ExpectCompleteOpProfile(c, p, 2, gelu_kept[size_t(r)]);
     for (int op = 0; op < kNumCollectiveOps; ++op) {
       const char* name = CollectiveOpName(CollectiveOp(op));
       const ProfileEntry* e = p.Find(ProfileKind::kCollective, name);
@@ -458,7 +495,7 @@ TEST(Profiler, TimesOpsAndCopiesOnTheGpu) {
                    FormatProfile(r.profile));
       ExpectSameResults(plain, r, "profiled on the GPU");
       EXPECT_STREQ(r.profile.clock, "CUDA events");
-      ExpectCompleteOpProfile(c, r.profile, 3);
+      ExpectCompleteOpProfile(c, r.profile, 3, r.gelu_kept);
       for (const char* op : {"gemm.fc.fwd", "gemm.fc.dinp", "gemm.fc.dweight", "attention.fwd", "attention.bwd",
                              "layernorm.fwd", "gelu.fwd", "bias_grad", "adam", "grad_norm"}) {
         EXPECT_GT(r.profile.Find(ProfileKind::kOp, op)->seconds, 0.0) << op;
