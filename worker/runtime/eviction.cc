@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace pstar {
 
