@@ -75,9 +75,12 @@ class ZeroNetnsTest(unittest.TestCase):
             on = [float(r["final_loss"]) for r in self.runs if r["ranks"] == n and r["overlap"] == "on"]
             self.assertAlmostEqual(on[0], float(off.pop()), delta=2e-3)
 
-    def test_the_payload_is_zero3s_the_replay_sends_it_again_and_the_wire_carries_it(self):
+    def test_the_payload_is_the_plans_the_replay_sends_it_again_and_the_wire_carries_it(self):
         for r in self.runs:
-            self.assertGreaterEqual(int(r["gather_bytes"]), int(r["zero3_gather_bytes"]), r)
+            # Every param chunk is gathered for the forward at least (ZeRO-3
+            # gathers it for the backward too, which the embeddings' backward
+            # does not need), every gradient chunk reduce-scattered at least once.
+            self.assertGreaterEqual(2 * int(r["gather_bytes"]), int(r["zero3_gather_bytes"]), r)
             self.assertGreaterEqual(int(r["scatter_bytes"]), int(r["zero3_scatter_bytes"]), r)
             self.assertGreater(int(r["zero3_gather_bytes"]), 0, r)
             # The communication alone is the step's own gathers and scatters,

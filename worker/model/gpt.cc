@@ -120,7 +120,7 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
       seq.push_back({block(l, w, b), Pass::kBackward});
     }
   }
-  seq.push_back({{wte, wpe}, Pass::kBackward});
+  seq.push_back({{wte, wpe}, Pass::kBackward, /*params=*/false});  // the embeddings' backward reads no weight
   return seq;
 }
 
@@ -432,7 +432,8 @@ void Gpt::Backward() {
     BlockBackward(l, a.residual[size_t(l)]);
   }
   {
-    auto u = store_->Acquire({wte_, wpe_}, Pass::kBackward);
+    // Token and position rows take their gradients; no weight is read.
+    auto u = store_->AcquireGrads({wte_, wpe_});
     kernels_->EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
   }
 }

@@ -33,7 +33,7 @@ MomentChunks MostChunksPerMoment(const ParamLayout& layout, const std::vector<Ac
     std::vector<ChunkAccess> accesses;
     for (TensorId id : m.tensors) {
       const int32_t chunk = layout.placement(id).chunk;
-      AddAccess(accesses, {StateKind::kParam, chunk}, false);
+      if (m.params) AddAccess(accesses, {StateKind::kParam, chunk}, false);
       if (m.pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
     }
     int32_t grads = 0;
@@ -91,18 +91,27 @@ ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
 }
 
 ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pass pass) {
-  std::vector<TensorId> ids(tensors);
+  return AcquireUse(std::vector<TensorId>(tensors), pass, /*params=*/true);
+}
+
+ParamStore::Use ParamStore::AcquireGrads(std::initializer_list<TensorId> tensors) {
+  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/false);
+}
+
+ParamStore::Use ParamStore::AcquireUse(std::vector<TensorId> ids, Pass pass, bool params) {
   std::vector<ChunkAccess> accesses;
   for (TensorId id : ids) {
     const int32_t chunk = layout_.placement(id).chunk;
-    AddAccess(accesses, {StateKind::kParam, chunk}, false);
+    if (params) AddAccess(accesses, {StateKind::kParam, chunk}, false);
     if (pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
   }
   chunks_->Access(accesses);
   const int64_t step_moment = step_moment_++;
   step_had_backward_ = step_had_backward_ || pass == Pass::kBackward;
+  // Each chunk once: by its param access, or its gradient's in a use without params.
+  const StateKind by = params ? StateKind::kParam : StateKind::kGrad;
   for (const ChunkAccess& a : accesses) {
-    if (a.key.kind != StateKind::kParam) continue;
+    if (a.key.kind != by) continue;
     const int32_t c = a.key.chunk;
     if (final_fired_[size_t(c)]) final_order_broken_ = true;
     last_use_[size_t(c)] = step_moment;
@@ -118,14 +127,14 @@ ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pas
   for (TensorId id : ids) {
     ++compute_refs_[size_t(id)];
     states_[size_t(id)] = TensorState::kCompute;
-    if (recording_) trace_.push_back({moment_, id, pass});
+    if (recording_) trace_.push_back({moment_, id, pass, params});
   }
   ++moment_;
-  return Use(this, std::move(ids), std::move(accesses), pass, step_moment);
+  return Use(this, std::move(ids), std::move(accesses), pass, params, step_moment);
 }
 
-void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses,
-                         Pass pass, int64_t step_moment) {
+void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass,
+                         bool params, int64_t step_moment) {
   if (pass == Pass::kBackward && round_grad_) {
     for (TensorId id : tensors) {
       const TensorPlacement& p = layout_.placement(id);
@@ -140,9 +149,10 @@ void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector
   }
   chunks_->Release(accesses);
   if (pass != Pass::kBackward) return;
+  const StateKind by = params ? StateKind::kParam : StateKind::kGrad;
   for (const ChunkAccess& a : accesses) {
     const int32_t c = a.key.chunk;
-    if (a.key.kind != StateKind::kParam || final_at_[size_t(c)] != step_moment || final_fired_[size_t(c)]) continue;
+    if (a.key.kind != by || final_at_[size_t(c)] != step_moment || final_fired_[size_t(c)]) continue;
     // Ops hold chunks one at a time (a Use per op); a nested one would still pin it.
     if (chunks_->Pinned({StateKind::kParam, c}) || chunks_->Pinned({StateKind::kGrad, c})) continue;
     final_fired_[size_t(c)] = 1;
@@ -252,12 +262,13 @@ ParamStore::Use::Use(Use&& other) noexcept
       tensors_(std::move(other.tensors_)),
       accesses_(std::move(other.accesses_)),
       pass_(other.pass_),
+      params_(other.params_),
       step_moment_(other.step_moment_) {
   other.store_ = nullptr;
 }
 
 ParamStore::Use::~Use() {
-  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_, step_moment_);
+  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_, params_, step_moment_);
 }
 
 void ParamStore::Use::Check(TensorId id) const {
@@ -267,14 +278,19 @@ void ParamStore::Use::Check(TensorId id) const {
   ModelBug("tensor used outside its bracket:", store_->layout_.spec(id).name);
 }
 
-float* ParamStore::Use::param(TensorId id) const {
+void ParamStore::Use::CheckParams(TensorId id) const {
   Check(id);
+  if (!params_) ModelBug("param requested in a use of gradients alone:", store_->layout_.spec(id).name);
+}
+
+float* ParamStore::Use::param(TensorId id) const {
+  CheckParams(id);
   const TensorPlacement& p = store_->layout_.placement(id);
   return store_->chunks_->DeviceData({StateKind::kParam, p.chunk}) + p.offset;
 }
 
 const uint16_t* ParamStore::Use::half_param(TensorId id) const {
-  Check(id);
+  CheckParams(id);
   const TensorPlacement& p = store_->layout_.placement(id);
   return store_->chunks_->HalfParamData(p.chunk) + p.offset;
 }

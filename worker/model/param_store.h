@@ -28,17 +28,19 @@ struct AccessRecord {
   int64_t moment;
   TensorId tensor;
   Pass pass;
+  bool params = true;  // false: a backward use of the gradients alone (AcquireGrads)
 };
 
 // One bracket of the access sequence.
 struct AccessMoment {
   std::vector<TensorId> tensors;
   Pass pass;
+  bool params = true;  // false: the tensors' gradients alone (AcquireGrads)
 };
 
-// The most chunks any moment pins: its tensors' param chunks, plus their grad
-// chunks in the backward pass (in all, and of each kind). The device budget
-// must hold this many.
+// The most chunks any moment pins: its tensors' param chunks (unless it
+// reaches only gradients), plus their grad chunks in the backward pass (in
+// all, and of each kind). The device budget must hold this many.
 struct MomentChunks {
   int32_t total = 0, params = 0, grads = 0;
 };
@@ -71,6 +73,10 @@ class ParamStore {
   // it is destroyed. In the backward pass the tensors' gradients are reachable
   // (and written) too.
   Use Acquire(std::initializer_list<TensorId> tensors, Pass pass);
+  // A backward-pass use of the tensors' gradients alone, for an op that
+  // reads none of their values (the embeddings' backward): their param
+  // chunks are not made resident for it, which with N ranks spares a gather.
+  Use AcquireGrads(std::initializer_list<TensorId> tensors);
 
   // Param, grad and both Adam moments of one chunk for its optimizer update, on
   // the device when the hybrid placement put its moments there, else on the host.
@@ -158,7 +164,8 @@ class ParamStore {
 
  private:
   ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks);
-  void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass,
+  Use AcquireUse(std::vector<TensorId> ids, Pass pass, bool params);
+  void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass, bool params,
                int64_t step_moment);
 
   ParamLayout layout_;
@@ -199,19 +206,22 @@ class ParamStore::Use {
 
  private:
   friend class ParamStore;
-  Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass,
+  Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass, bool params,
       int64_t step_moment)
       : store_(store),
         tensors_(std::move(tensors)),
         accesses_(std::move(accesses)),
         pass_(pass),
+        params_(params),
         step_moment_(step_moment) {}
   void Check(TensorId id) const;
+  void CheckParams(TensorId id) const;
 
   ParamStore* store_;
   std::vector<TensorId> tensors_;
   std::vector<ChunkAccess> accesses_;
   Pass pass_;
+  bool params_;          // false: an AcquireGrads use
   int64_t step_moment_;  // the Acquire's place in the step
 };
 

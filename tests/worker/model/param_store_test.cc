@@ -35,6 +35,32 @@ TEST(ParamStore, UseMarksComputeAndRecordsMoments) {
   EXPECT_EQ(store.moments(), 2);
 }
 
+// A use of gradients alone writes them without making the params resident,
+// records its moment as such, and refuses a param.
+TEST(ParamStore, AGradientsOnlyUseLeavesTheParamChunkWhereItIs) {
+  ParamStore store = MakeStore();
+  store.ZeroGrads();
+  store.TensorData(StateKind::kParam, 1);  // its device copy dropped
+  EXPECT_FALSE(store.chunks().OnDevice({StateKind::kParam, 1}));
+  store.SetRecording(true);
+  {
+    auto u = store.AcquireGrads({1});
+    EXPECT_TRUE(store.InCompute(1));
+    u.grad(1)[2] = 4.5f;
+    EXPECT_TRUE(store.chunks().OnDevice({StateKind::kGrad, 1}));
+    EXPECT_FALSE(store.chunks().OnDevice({StateKind::kParam, 1})) << "the param chunk was made resident";
+    EXPECT_DEATH(u.param(1), "param requested in a use of gradients alone");
+  }
+  EXPECT_EQ(store.state(1), TensorState::kHoldAfterBackward);
+  EXPECT_EQ(store.TensorData(StateKind::kGrad, 1)[2], 4.5f);
+  ASSERT_EQ(store.trace().size(), 1u);
+  EXPECT_EQ(store.trace()[0].pass, Pass::kBackward);
+  EXPECT_FALSE(store.trace()[0].params);
+  // The planner counts its gradient chunk alone.
+  EXPECT_EQ(MostChunksPerMoment(store.layout(), {{{1}, Pass::kBackward, false}}).total, 1);
+  EXPECT_EQ(MostChunksPerMoment(store.layout(), {{{1}, Pass::kBackward}}).total, 2);
+}
+
 TEST(ParamStore, KindsShareOneLayoutInSeparateMemory) {
   ParamStore store = MakeStore();
   EXPECT_EQ(store.layout().num_chunks(), 2);

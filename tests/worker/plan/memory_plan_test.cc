@@ -49,17 +49,26 @@ TEST(MemoryPlan, CountsEveryKindAndTier) {
             p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->device_bytes);
 }
 
-TEST(MemoryPlan, ABudgetBelowParamsAndGradsKeepsAdamOnTheHost) {
+// Room for no more than the chunks streaming needs (one moment's, and one
+// more per moment of prefetch) and one slot: the moments stay on the host.
+TEST(MemoryPlan, ABudgetWithinTheStreamingReserveKeepsAdamOnTheHost) {
   Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\n");
   auto full = PlanMemory(c);
   ASSERT_TRUE(full.ok());
-  c.runtime.device_memory = full->activation_bytes + full->model_bytes / 4;
+  const int64_t reserve = TierLayout::StreamingReserve(full->num_chunks, full->runtime);
+  ASSERT_LT(reserve + 1, 2 * full->num_chunks) << "the reserve leaves params and grads streaming";
+  c.runtime.device_memory = full->activation_bytes + (reserve + 1) * full->chunk_bytes;
   auto p = PlanMemory(c);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->device_bytes, c.runtime.device_memory);
   EXPECT_EQ(p->device_adam_chunks, 0);
   EXPECT_EQ(p->host_chunk_bytes, p->model_bytes);
   EXPECT_LT(p->device_slots, 2 * p->num_chunks);
+  // Twice the reserve: the room beyond it homes some chunks' moments.
+  c.runtime.device_memory = full->activation_bytes + 2 * reserve * full->chunk_bytes;
+  auto more = PlanMemory(c);
+  ASSERT_TRUE(more.ok());
+  EXPECT_GT(more->device_adam_chunks, 0);
 }
 
 // Every layer's GELU output is kept for its backward where the configured

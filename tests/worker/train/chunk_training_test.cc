@@ -237,11 +237,13 @@ TEST(ChunkTraining, TheRecordedTraceIsTheStaticAccessSequence) {
       if (recorded.size() <= size_t(a.moment)) recorded.resize(size_t(a.moment) + 1);
       recorded[size_t(a.moment)].tensors.push_back(a.tensor);
       recorded[size_t(a.moment)].pass = a.pass;
+      recorded[size_t(a.moment)].params = a.params;
     }
     ASSERT_EQ(recorded.size(), expected.size());
     for (size_t m = 0; m < expected.size(); ++m) {
       EXPECT_EQ(recorded[m].tensors, expected[m].tensors) << "moment " << m;
       EXPECT_EQ(recorded[m].pass, expected[m].pass) << "moment " << m;
+      EXPECT_EQ(recorded[m].params, expected[m].params) << "moment " << m;
     }
   }
 }
