@@ -456,6 +456,12 @@ class PrometheusDashboardsTest(unittest.TestCase):
                 if why:
                     failures.append("%s: %s" % (d["uid"], why))
                     continue
+                # Every rank's series, not the first scraped: a rank scraped
+                # later would be missing from the variable's values.
+                ranks = r[0].get("rank")
+                if ranks is not None and ranks != [str(k) for k in range(RANKS)]:
+                    failures.append("%s: variable $rank has %s so far" % (d["uid"], ranks))
+                    continue
                 resolved[d["uid"]] = r
                 failures += self.failing_panels(d, r)
             if not failures:
