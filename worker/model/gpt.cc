@@ -283,7 +283,7 @@ void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
     auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
     kernels_->MatmulForward(LinearRole::kFc, a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
   }
-  const ActTensor gelu = keep_gelu_ ? a.fch_gelu : acts_.fch_gelu;
+  const ActTensor gelu = GeluOutput(a);
   kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
@@ -302,7 +302,7 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   // A kept GELU output is this layer's; the shared one holds this layer's
   // when the forward pass (or the recomputation) of this block was the last
   // to write it, and is recomputed otherwise.
-  const ActTensor gelu = keep_gelu_ ? a.fch_gelu : g.fch_gelu;
+  const ActTensor gelu = GeluOutput(a);
   if (!keep_gelu_ && !recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
   {
     auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);

@@ -123,6 +123,8 @@ class Gpt {
   void Lay(Alloc&& alloc);
   Status Carve(Arena& arena);
   BlockActivations& BlockActs(int64_t layer);
+  // Where a block's GELU output lives: its own (keep_gelu) or the shared one.
+  ActTensor GeluOutput(const BlockActivations& a) const { return keep_gelu_ ? a.fch_gelu : acts_.fch_gelu; }
   // A param as the kernels read it: 16-bit with 16-bit parameter chunks.
   Param P(const ParamStore::Use& u, TensorId id) const {
     return store_->chunks().half_params() ? Param{nullptr, u.half_param(id)} : Param{u.param(id), nullptr};

@@ -384,28 +384,27 @@ int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits) {
   // first. A clean copy that would not live to its next use anyway gives up
   // its slot instead, which costs nothing now or later: one next used in a
   // later step (with N ranks the update writes every param's home shard and
-  // drops its device copy), or one OPT would drop before that use. Failing that, a
-  // prefetch never waits (the use itself may find the collective over); a
-  // use takes what the rules below give and waits. The choice reads only the
-  // tickets this thread has waited for and the trace, so every rank, and the
-  // payload simulation, makes it alike.
+  // drops its device copy), or one OPT would drop before that use. Failing
+  // that, a prefetch never waits (the use itself may find the collective
+  // over); a use takes what the rules below give and waits. The choice reads
+  // only the tickets this thread has waited for and the trace, so every
+  // rank, and the payload simulation, makes it alike.
   if (waits && world_ > 1 && trace_.valid() && options_.eviction == EvictionPolicy::kOpt &&
       !device_.HasFreeSlot(pool, [this](int32_t s) { return slot_ticket_[size_t(s)] <= done_ticket_; })) {
     CollectVictims(pool, /*clean_only=*/true);
     const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
-    const bool any_free = device_.HasFreeSlot(pool, [](int32_t) { return true; });
-    bool take = false;
-    if (victim >= 0) {
+    auto opt_drops = [&] {
       std::vector<int32_t> resident;
       for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
         if (device_.owner(s) >= 0) resident.push_back(device_.owner(s));
       }
-      const bool used_again_this_step = trace_.NextUseDistance(victim) < trace_.size() - trace_.moment();
-      take = !used_again_this_step ||
-             OptDropsBeforeNextUse(trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
-                                   [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; }) ||
-             (must_outlive > 0 && !any_free);  // a prefetch's usual clean victim
-    }
+      return OptDropsBeforeNextUse(trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
+                                   [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; });
+    };
+    const bool used_again_this_step = victim >= 0 && trace_.NextUseDistance(victim) < trace_.size() - trace_.moment();
+    const bool take = victim >= 0 && (!used_again_this_step || opt_drops() ||
+                                      // a prefetch's usual clean victim, with no free slot at all
+                                      (must_outlive > 0 && !device_.HasFreeSlot(pool, [](int32_t) { return true; })));
     if (take) {
       Evict(victim);
       return device_.TakeFreeSlot(pool);
