@@ -4,7 +4,10 @@
 // five-product one-pass backward, kernel=mma-onepass, and in a tuning build
 // at head size 64 its 3-blocks-per-SM variant, kernel=mma-onepass-3blocks,
 // and the two passes' one, kernel=mma-3blocks:
-// AttentionForwardKernel and AttentionBackwardKernel) at one shape, in bf16
+// AttentionForwardKernel and AttentionBackwardKernel; and cuDNN's fused
+// graphs through pstar's backend-API route, kernel=cudnn, where the build
+// and the host have cuDNN: kernels/cuda/cudnn_attention.h, given the whole
+// workspace it asks for) at one shape, in bf16
 // or fp16 with 16-bit gradients. Times are medians of CUDA-event
 // timings after a warm-up; TFLOP/s count the causal half once: the forward's
 // two products are 4 B NH T^2 hs / 2 FLOP, the backward's five 10 B NH T^2
@@ -13,8 +16,10 @@
 // against the first's (forward output, then the backward's dqkv).
 //
 // Prints per forward kernel:
-//   attention: side=pstar kernel=tc|mma|mma-onepass[-3blocks] B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=.. fwd_tflops=..
-//              bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
+//   attention: side=pstar kernel=tc|mma|mma-onepass[-3blocks]|cudnn B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=..
+//              fwd_tflops=.. bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
+// and for the cuDNN route "attention: side=pstar kernel=cudnn version=.. fwd_workspace=.. bwd_workspace=.." first,
+// or "attention: side=pstar kernel=cudnn unavailable=<why>" (not a failure).
 // Without a CUDA device: "skipped: no CUDA device (...)" and exit 0.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,11 +31,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cudnn_attention.h"
 
 namespace {
 
@@ -136,6 +144,7 @@ int Run(const Options& o) {
     const char* name;
     kc::AttentionForwardKernel forward;
     kc::AttentionBackwardKernel backward;
+    bool cudnn = false;
   };
   std::vector<Family> families = {
       {"tc", kc::AttentionForwardKernel::kTensorCore, kc::AttentionBackwardKernel::kTensorCore},
@@ -154,10 +163,49 @@ int Run(const Options& o) {
         {"mma-onepass-3blocks", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOnePassOccupancy});
     families.push_back({"mma-3blocks", kc::AttentionForwardKernel::kMma, kc::AttentionBackwardKernel::kMmaOccupancy});
   }
+  // cuDNN's graphs, given all the workspace they ask for (one call each).
+  const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  std::string why_not;
+  std::unique_ptr<kc::CudnnAttention> cudnn = kc::CudnnAttention::Open(&why_not);
+  int64_t fwd_ws = -1, bwd_ws = -1;
+  if (cudnn != nullptr) {
+    fwd_ws = cudnn->WorkspaceBytes(false, bf16, o.B, o.T, C, o.NH);
+    if (fwd_ws >= 0) bwd_ws = cudnn->WorkspaceBytes(true, bf16, o.B, o.T, C, o.NH);
+    if (fwd_ws < 0 || bwd_ws < 0) why_not = cudnn->last_error();
+  }
+  std::unique_ptr<Device<char>> workspace;
+  if (fwd_ws >= 0 && bwd_ws >= 0) {
+    workspace = std::make_unique<Device<char>>(size_t(std::max<int64_t>({fwd_ws, bwd_ws, 16})));
+    std::printf(
+        "attention: side=pstar kernel=cudnn version=%lld build_version=%lld fwd_workspace=%lld "
+        "bwd_workspace=%lld\n",
+        (long long)cudnn->version(), (long long)kc::CudnnAttention::BuildVersion(), (long long)fwd_ws,
+        (long long)bwd_ws);
+    families.push_back({"cudnn", kc::AttentionForwardKernel::kCudnn, kc::AttentionBackwardKernel::kCudnn, true});
+  } else {
+    std::printf("attention: side=pstar kernel=cudnn unavailable=\"%s\"\n", why_not.c_str());
+  }
   for (const Family& family : families) {
     const char* name = family.name;
-    auto forward = [&] { kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, family.forward); };
+    auto forward = [&] {
+      if (family.cudnn) {
+        if (!cudnn->Forward(bf16, out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, workspace->p, workspace->n)) {
+          std::fprintf(stderr, "cuda_attention_bench: %s\n", cudnn->last_error().c_str());
+          std::exit(1);
+        }
+        return;
+      }
+      kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, family.forward);
+    };
     auto backward = [&] {
+      if (family.cudnn) {
+        if (!cudnn->Backward(bf16, dqkv.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr, workspace->p,
+                             workspace->n)) {
+          std::fprintf(stderr, "cuda_attention_bench: %s\n", cudnn->last_error().c_str());
+          std::exit(1);
+        }
+        return;
+      }
       kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr,
                                   family.backward);
     };

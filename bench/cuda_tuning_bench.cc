@@ -25,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
@@ -272,15 +274,53 @@ int main(int argc, char** argv) {
           kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr);
         }
       }
+      // cuDNN's graph (attention_forward 4, attention_backward 6) with the
+      // workspace a training step gives it: the planned attention scratch
+      // (KernelScratchBytes' attention term), so it runs in the same batch
+      // slices as there.
+      const int cudnn_value =
+          forward ? int(kc::AttentionForwardKernel::kCudnn) : int(kc::AttentionBackwardKernel::kCudnn);
+      std::string cudnn_why;
+      std::unique_ptr<kc::CudnnAttention> cudnn = kc::CudnnAttention::Open(&cudnn_why);
+      std::vector<std::unique_ptr<Device<char>>> workspace;
+      for (const Case& c : cases) {
+        workspace.push_back(std::make_unique<Device<char>>(
+            size_t(pstar::kernels::GpuAttentionScratchElements(c.B, c.T, c.NH * c.hs, c.NH, true) * 4)));
+      }
+      auto run_cudnn = [&](size_t k) {
+        const Case& c = cases[k];
+        return forward ? cudnn->Forward(true, out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
+                                        workspace[k]->p, workspace[k]->n)
+                       : cudnn->Backward(true, dqkv[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.B, c.T,
+                                         c.NH * c.hs, c.NH, nullptr, workspace[k]->p, workspace[k]->n);
+      };
+      if (cudnn != nullptr) {
+        for (size_t k = 0; k < std::size(cases) && cudnn != nullptr; ++k) {
+          if (!run_cudnn(k)) {  // builds the plans before the timing
+            cudnn_why = cudnn->last_error();
+            cudnn.reset();
+          }
+        }
+        Check(cudaDeviceSynchronize(), "cuDNN attention");
+      }
       std::vector<float> want;
       const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
+        if (v == cudnn_value && cudnn == nullptr) {
+          std::printf("tune: knob=%s value=%d skipped: %s\n", knob.name, v, cudnn_why.c_str());
+          continue;
+        }
         const double ms = MedianMs(
             reps, [] {},
             [&] {
               for (size_t k = 0; k < std::size(cases); ++k) {
                 const Case& c = cases[k];
-                if (forward) {
+                if (v == cudnn_value) {
+                  if (!run_cudnn(k)) {
+                    std::fprintf(stderr, "tune: %s\n", cudnn->last_error().c_str());
+                    std::exit(1);
+                  }
+                } else if (forward) {
                   kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
                                        kc::AttentionForwardKernel(v));
                 } else {

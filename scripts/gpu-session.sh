@@ -206,6 +206,7 @@ sed 's/^/    /' "$logs/pstar-info.log" | head -12 >> "$summary"
 if [ "$dry_run" -eq 1 ]; then
   # The test binaries start and skip their GPU cases (no GPU here).
   step kernels-cuda 300 "$bin/kernels_cuda_test" --gtest_brief=1
+  step cudnn-plan 60 "$bin/cudnn_plan_test" --gtest_brief=1
   step cuda-backend 120 "$bin/cuda_backend_test" --gtest_brief=1
   step gpu-training 120 "$bin/gpu_training_test" --gtest_brief=1
   step tune 60 "$bin/cuda_tuning_bench" --reps 1
@@ -247,6 +248,7 @@ sanitizer_pass() {
 }
 quick_pass() {
   step kernels-cuda 200 "$bin/kernels_cuda_test" --gtest_brief=1
+  step cudnn-plan 30 "$bin/cudnn_plan_test" --gtest_brief=1
   step cuda-backend 60 "$bin/cuda_backend_test" --gtest_brief=1
   step gpt2-test 120 "$bin/gpu_training_test" --gtest_filter='GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
   for p in fp32 bf16 fp16; do step "gpt2-pstar-$p" 90 "${gpt2_run[@]}" --set train.precision="$p"; done

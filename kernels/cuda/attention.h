@@ -27,8 +27,9 @@ namespace pstar::kernels::cuda {
 // tiles of shared memory instead of five, for more resident blocks; the same
 // bits); at head size 64 it runs as kMma. kMmaWide is kMma with 128 queries a
 // block on 8 warps (each k and v tile loaded once for twice the rows; the
-// same bits).
-enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2, kMmaWide = 3 };
+// same bits). kCudnn is cuDNN's fused graph (kernels/cuda/cudnn_attention.h),
+// which its owner runs; these functions run kMma in its place.
+enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2, kMmaWide = 3, kCudnn = 4 };
 
 template <typename T>
 void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
@@ -48,14 +49,17 @@ void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen,
 // where they may be chosen (AttentionOccupancyVariantsBuilt); elsewhere, and
 // at head size 128, each runs as its base kernel. kMmaWide is kMma with 128
 // keys a block in the keys pass and 128 queries in the queries pass, on 8
-// warps (each streamed tile serves twice the rows; kMma's bits).
+// warps (each streamed tile serves twice the rows; kMma's bits). kCudnn is
+// cuDNN's deterministic fused graph (kernels/cuda/cudnn_attention.h), which
+// its owner runs; these functions run kMma in its place.
 enum class AttentionBackwardKernel : int {
   kTensorCore = 0,
   kMma = 1,
   kMmaOnePass = 2,
   kMmaOnePassOccupancy = 3,
   kMmaOccupancy = 4,
-  kMmaWide = 5
+  kMmaWide = 5,
+  kCudnn = 6
 };
 
 // Whether this build compiled the occupancy variants: a PSTAR_CUDA_TUNING

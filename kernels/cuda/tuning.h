@@ -27,7 +27,8 @@ struct KernelTuning {
   // The attention forward of 16-bit runs (AttentionForwardKernel): 0 the
   // WMMA tiles, 1 the mma.sync kernel (head sizes 64 and 128), 2 that kernel
   // with its q tile in a k/v buffer at head size 128, 3 that kernel with 128
-  // queries a block on 8 warps.
+  // queries a block on 8 warps, 4 cuDNN's fused graph (CudnnAttention; 1
+  // where cuDNN cannot run it).
   int attention_forward = 0;
   // Its backward with 16-bit gradients (AttentionBackwardKernel): 0 the
   // WMMA tiles, 1 the two mma.sync passes, 2 the one five-product mma.sync
@@ -35,7 +36,8 @@ struct KernelTuning {
   // two passes with the keys pass compiled so (3 and 4 are compile-time
   // variants: kernels/CMakeLists.txt builds them where the table names
   // one), 5 the two passes on 128 rows a block over 8 warps; 1 to 5 at
-  // head sizes 64 and 128.
+  // head sizes 64 and 128; 6 cuDNN's deterministic fused graph
+  // (CudnnAttention; 1 where cuDNN cannot run it).
   int attention_backward = 0;
   // LayerNorm backward's per-row kernel (LayerNormKernel): 0 one element per
   // lane at a time, 1 16 bytes.

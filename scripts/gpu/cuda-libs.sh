@@ -86,5 +86,20 @@ find_cuda_libs() {
       fi
     fi
   done
+  # cuDNN is optional: the build compiles its attention route where the
+  # headers are found and loads libcudnn.so.9 at run time (beside PyTorch
+  # as the nvidia-cudnn wheel, headers in its include/); without it the
+  # route reports itself unavailable and pstar's kernels run.
+  file="$(find_cuda_file libcudnn.so.9 || true)"
+  if [ -z "$file" ]; then
+    CUDA_LIBS_REPORT+="  libcudnn.so.9: not found (optional: the cuDNN attention route is unavailable)"$'\n'
+  else
+    CUDA_LIBS_REPORT+="  libcudnn.so.9: $(readlink -f "$file")"$'\n'
+    dir="$(dirname "$file")"
+    case " ${CUDA_LIB_DIRS[*]} " in *" $dir "*) ;; *) CUDA_LIB_DIRS+=("$dir") ;; esac
+    if [ -f "$(dirname "$dir")/include/cudnn_graph.h" ]; then
+      CUDA_CMAKE_ARGS+=("-DPSTAR_CUDNN_ROOT=$(dirname "$dir")")
+    fi
+  fi
   return "$missing"
 }

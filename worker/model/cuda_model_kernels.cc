@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/classifier.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layernorm.h"
@@ -255,10 +258,17 @@ class CudaModelKernels final : public ModelKernels {
     if (precision_ == Precision::kFp32) {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
     }
+    const auto kernel = kc::AttentionForwardKernel(tuning_.attention_forward);
+    if (kernel == kc::AttentionForwardKernel::kCudnn && Cudnn() != nullptr) {
+      if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, B, T, C, NH, stream_, shared_,
+                          size_t(shared_bytes_))) {
+        return;
+      }
+      CudnnFallback(cudnn_forward_fell_back_, "forward");
+    }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_,
-                           kc::AttentionForwardKernel(tuning_.attention_forward));
+      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_, kernel);
     });
   }
   void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
@@ -266,6 +276,13 @@ class CudaModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
                                                        : kc::AttentionBackwardKernel(tuning_.attention_backward);
+    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
+      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, B, T, C, NH,
+                           stream_, shared_, size_t(shared_bytes_))) {
+        return;
+      }
+      CudnnFallback(cudnn_backward_fell_back_, "backward");
+    }
     Need(kc::AttentionScratchElements(B, T, C, NH, kernel) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
@@ -333,6 +350,31 @@ class CudaModelKernels final : public ModelKernels {
   }
 
  private:
+  // The cuDNN attention route, opened at the first op the tuning gives it;
+  // null where it cannot open (said once: the kernels of
+  // kernels/cuda/attention.h run instead).
+  kc::CudnnAttention* Cudnn() {
+    if (!cudnn_opened_) {
+      cudnn_opened_ = true;
+      std::string why_not;
+      cudnn_ = kc::CudnnAttention::Open(&why_not);
+      if (cudnn_ == nullptr) {
+        std::fprintf(stderr,
+                     "pstar: the tuning picks cuDNN's attention, which cannot run here (%s): pstar's "
+                     "attention kernels run instead\n",
+                     why_not.c_str());
+      }
+    }
+    return cudnn_.get();
+  }
+  // Says once per direction why cuDNN's attention did not run an op.
+  void CudnnFallback(bool& said, const char* direction) {
+    if (said) return;
+    said = true;
+    std::fprintf(stderr, "pstar: cuDNN's attention %s does not run here (%s): pstar's kernel runs instead\n", direction,
+                 cudnn_->last_error().c_str());
+  }
+
   // f(H{}) with H the run's 16-bit type (bf16 or fp16); a 16-bit run only.
   template <typename F>
   void InSixteenBits(F&& f) const {
@@ -467,6 +509,10 @@ class CudaModelKernels final : public ModelKernels {
   Precision precision_;
   kc::KernelTuning tuning_;  // this GPU kind's launch choices (kernels/cuda/tuning_table.inc)
   kc::BlasContext blas_;
+  std::unique_ptr<kc::CudnnAttention> cudnn_;
+  bool cudnn_opened_ = false;
+  bool cudnn_forward_fell_back_ = false;
+  bool cudnn_backward_fell_back_ = false;
   double* loss_sum_ = nullptr;  // in the first 256 bytes of scratch
   std::byte* shared_ = nullptr;
   int64_t shared_bytes_ = 0;

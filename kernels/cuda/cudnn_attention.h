@@ -1,0 +1,95 @@
+// Causal attention through cuDNN 9's fused flash-attention graphs, built with
+// its backend API: the alternative to kernels/cuda/attention.h that the
+// tuning table picks (attention_forward 4, attention_backward 6) on a GPU
+// kind where it measures faster. Same layouts and semantics: qkv (B, T, 3C),
+// out (B, T, C), lse (B, NH, T) fp32, the natural log-sum-exp of each query's
+// scaled scores (so either route's forward feeds either route's backward);
+// bf16 and fp16 only; dqkv overwritten.
+//
+// The library is loaded at run time (libcudnn.so.9 through the loader's
+// search path, or the file PSTAR_CUDNN_LIBRARY names), so a binary built with
+// cuDNN's headers runs where the library is absent; Open says why not in one
+// line and the caller runs its own kernels. A library older than the headers
+// the build compiled against is refused the same way. Backward takes only
+// engines cuDNN does not mark non-deterministic, and runs with cuDNN's
+// deterministic dq accumulation: the same bits on every run of a shape.
+//
+// Not thread-safe: one per stream owner, as BlasContext. A graph is built
+// (and its engine compiled) once per shape and kept.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace pstar::kernels::cuda {
+
+class CudnnAttention {
+ public:
+  // Whether this build compiled the route (cuDNN's headers were found;
+  // kernels/CMakeLists.txt).
+  static bool Built();
+  // The cuDNN version the build compiled against (e.g. 91900), 0 when not
+  // built.
+  static int64_t BuildVersion();
+
+  // Loads the library, checks its version and makes a handle on the current
+  // device. Null with `why_not` set (one line) where any of that fails.
+  static std::unique_ptr<CudnnAttention> Open(std::string* why_not);
+  // For planning without a device (cuDNN 9.8's deviceless plans): the
+  // graphs, the engine choice and the plans are made for the GPU that
+  // `device_json` describes (cuDNN's device-properties JSON), nothing runs.
+  // Checks the graphs against the real library on a host with no GPU.
+  static std::unique_ptr<CudnnAttention> OpenForDevice(const std::string& device_json, std::string* why_not);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // The loaded library's version (cudnnGetVersion()).
+  int64_t version() const;
+
+  // Bytes of workspace the shape's graph needs in one call, building it if
+  // it is not built yet; -1 when cuDNN takes no graph for the shape (why:
+  // last_error()). Backward's deterministic form keeps its dp, a 16-bit
+  // T×T per head (B·NH·T²·2 bytes), there.
+  int64_t WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+  // Queues the graph on `stream`, in slices of the batch small enough for
+  // `workspace_bytes` (one call where it all fits). False, with nothing
+  // queued, where the shape's graph is not supported, a tensor is not
+  // 16-byte aligned or one sequence's workspace does not fit (why:
+  // last_error()): the caller then runs its own kernels. `bf16` names the
+  // 16-bit format (else fp16).
+  bool Forward(bool bf16, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+               cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  bool Backward(bool bf16, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int64_t B,
+                int64_t T, int64_t C, int64_t NH, cudaStream_t stream, void* workspace, size_t workspace_bytes);
+
+  // Why the last call that failed did, in one line ("" before any).
+  const std::string& last_error() const { return last_error_; }
+
+  struct Library;  // the loaded functions (cudnn_attention.cc)
+  struct Plan;     // one shape's graph, engine and workspace need
+
+ private:
+  CudnnAttention() = default;
+  // The shape's plan, built on first use; null when cuDNN takes none.
+  const Plan* PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH);
+  // The most sequences one call takes within `workspace_bytes`; 0 when not
+  // even one fits or cuDNN takes no graph (why: last_error()).
+  int64_t SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, size_t workspace_bytes);
+
+  std::unique_ptr<Library> library_;
+  void* handle_ = nullptr;       // cudnnHandle_t; null when opened for planning only
+  void* device_prop_ = nullptr;  // cudnnBackendDescriptor_t, when opened for a described device
+  std::map<std::array<int64_t, 6>, std::unique_ptr<Plan>> plans_;
+  std::map<std::array<int64_t, 6>, std::string> refusals_;  // why each shape that has no plan has none
+  std::string last_error_;
+};
+
+}  // namespace pstar::kernels::cuda

@@ -1,0 +1,113 @@
+// The cuDNN attention route's graphs against the real cuDNN library on any
+// host, GPU or not: cuDNN 9.8's deviceless planning builds the forward and
+// the deterministic backward graph for an H100 described by its device
+// properties, runs cuDNN's heuristic and its support checks, and takes the
+// engine configuration the route would run, without compiling a kernel.
+// Those checks need a CUDA driver library loaded: the host's where it has
+// one, else the toolkit's stub (which can load nothing, and need not). Own
+// binary, so the stub never serves another test.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/cuda/cudnn_attention.h"
+
+namespace pstar::test {
+namespace {
+
+namespace cuda = kernels::cuda;
+
+// An H100 SXM's properties in cuDNN's device-properties JSON (the fields
+// cuDNN 9.8+ reads): 132 SMs, 227 KiB of shared memory a block, 50 MiB of
+// L2, compute capability 9.0.
+constexpr char kH100[] = R"({"deviceName":"NVIDIA H100 80GB HBM3","deviceVer":900,"driverVer":13000,
+"multiProcessorCount":132,"maxSharedMemoryPerBlock":49152,"maxSharedMemoryPerBlockOptin":232448,
+"reservedSharedMemoryPerBlock":1024,"regsPerBlock":65536,"maxRegistersPerSM":65536,"maxCtasPerSM":32,
+"maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"warpSize":32,"maxGridSize":[2147483647,65535,65535],
+"maxBlockSize":[1024,1024,64],"l2CacheSize":52428800,"totalGlobalMem":85017755648,"smClockRateKHz":1980000,
+"memClockRateKHz":2619000,"pciDeviceId":0,"isTccDriver":0,"supportCoopLaunch":1,"cudaDeviceId":0})";
+
+// The driver library cuDNN's support checks look for: the host's, else the
+// toolkit's stub under the same name. "" when loaded, else why not.
+std::string LoadADriverLibrary() {
+  if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) != nullptr) return "";
+  if (dlopen(PSTAR_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) != nullptr) return "";
+  const char* err = dlerror();
+  return std::string("neither libcuda.so.1 nor the toolkit's stub loads: ") + (err != nullptr ? err : "");
+}
+
+class CudnnPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+    const std::string driver = LoadADriverLibrary();
+    ASSERT_EQ(driver, "");
+    std::string why;
+    route_ = cuda::CudnnAttention::OpenForDevice(kH100, &why);
+    if (route_ == nullptr && why.rfind("cannot load libcudnn.so.9", 0) == 0) {
+      GTEST_SKIP() << "libcudnn.so.9 is not on this host's loader path: " << why;
+    }
+    ASSERT_NE(route_, nullptr) << why;
+  }
+  std::unique_ptr<cuda::CudnnAttention> route_;
+};
+
+struct Shape {
+  int64_t B, T, C, NH;
+};
+
+// GPT-2's attention at the benchmark's batch and the training step's, the
+// width-4096 models' head size 128, off-block T, a single position, head
+// sizes 32 and 96: cuDNN takes both graphs in both 16-bit formats. The
+// backward's workspace holds at least the 16-bit dp of every head (its
+// deterministic form: dq by one product, no fp32 sum), the forward's next
+// to nothing.
+TEST_F(CudnnPlanTest, TakesBothGraphsAtEveryShapeTheRouteServes) {
+  const Shape shapes[] = {{8, 1024, 768, 12}, {32, 1024, 768, 12}, {4, 2048, 4096, 32},
+                          {2, 200, 768, 12},  {1, 1, 64, 1},       {2, 70, 96, 3}};
+  for (const bool bf16 : {true, false}) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16" : "fp16") << " B=" << s.B << " T=" << s.T << " C=" << s.C
+                                      << " NH=" << s.NH);
+      const int64_t forward = route_->WorkspaceBytes(false, bf16, s.B, s.T, s.C, s.NH);
+      EXPECT_GE(forward, 0) << route_->last_error();
+      EXPECT_LE(forward, 1 << 20);
+      const int64_t backward = route_->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH);
+      EXPECT_GE(backward, s.B * s.NH * s.T * s.T * 2) << route_->last_error();
+    }
+  }
+}
+
+// What the route refuses itself, in one line naming the shape and why.
+TEST_F(CudnnPlanTest, RefusesShapesOutsideTheRouteInOneLine) {
+  EXPECT_EQ(route_->WorkspaceBytes(false, true, 2, 64, 12, 3), -1);  // head size 4
+  EXPECT_EQ(route_->last_error(),
+            "cuDNN attention forward (B 2, T 64, C 12, NH 3): head size 4 is not a multiple of 8 up to 256");
+  EXPECT_EQ(route_->WorkspaceBytes(true, true, 0, 64, 64, 1), -1);
+  EXPECT_EQ(route_->last_error(), "cuDNN attention backward (B 0, T 64, C 64, NH 1): not an attention shape");
+  // A refusal is remembered with its reason.
+  EXPECT_EQ(route_->WorkspaceBytes(false, true, 2, 64, 12, 3), -1);
+  EXPECT_NE(route_->last_error().find("head size 4"), std::string::npos);
+}
+
+// Opened for planning, nothing runs: Forward and Backward refuse in one line.
+TEST_F(CudnnPlanTest, PlanningOnlyRunsNothing) {
+  EXPECT_FALSE(route_->Forward(true, nullptr, nullptr, nullptr, 1, 64, 64, 1, nullptr, nullptr, 0));
+  EXPECT_EQ(route_->last_error(), "cuDNN attention opened for planning only (no device)");
+  EXPECT_FALSE(route_->Backward(true, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 64, 64, 1, nullptr, nullptr, 0));
+  EXPECT_EQ(route_->last_error(), "cuDNN attention opened for planning only (no device)");
+}
+
+TEST(CudnnPlanDevice, RefusesDevicePropertiesItCannotRead) {
+  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+  std::string why;
+  auto route = cuda::CudnnAttention::OpenForDevice("{\"deviceVer\": ", &why);
+  if (route == nullptr && why.rfind("cannot load libcudnn.so.9", 0) == 0) GTEST_SKIP() << why;
+  EXPECT_EQ(route, nullptr);
+  EXPECT_EQ(why.rfind("read the device properties: ", 0), 0u) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace pstar::test
