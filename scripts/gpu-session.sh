@@ -251,6 +251,9 @@ quick_pass() {
   step cudnn-plan 30 "$bin/cudnn_plan_test" --gtest_brief=1
   step cuda-backend 60 "$bin/cuda_backend_test" --gtest_brief=1
   step gpt2-test 120 "$bin/gpu_training_test" --gtest_filter='GpuTraining.Gpt2SmallTrainsTwoStepsInEveryPrecision'
+  # cuDNN's attention in training (chosen through PSTAR_KERNEL_TUNING).
+  step cudnn-training 120 "$bin/gpu_training_test" \
+    --gtest_filter='GpuTraining.CudnnAttentionTrainsAndRepeatsItsBits:GpuTraining.ABadKernelTuningOverrideIsRefusedInOneLine'
   for p in fp32 bf16 fp16; do step "gpt2-pstar-$p" 90 "${gpt2_run[@]}" --set train.precision="$p"; done
   # Where a bf16 step's time goes (docs/profiling.md), its top lines kept in
   # the summary.

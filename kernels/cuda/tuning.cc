@@ -1,6 +1,7 @@
 #include "kernels/cuda/tuning.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace pstar::kernels::cuda {
 
@@ -52,6 +53,37 @@ KernelTuning TuningFor(const std::string& gpu_name, int compute_capability) {
     }
   }
   return t;
+}
+
+std::string ApplyTuningOverrides(const std::string& spec, KernelTuning* tuning) {
+  KernelTuning t = *tuning;
+  std::vector<std::string> pairs(1);
+  for (char c : spec) {
+    if (c == ',') {
+      pairs.emplace_back();
+    } else {
+      pairs.back() += c;
+    }
+  }
+  for (const std::string& pair : pairs) {
+    if (pair.empty()) continue;  // "a=1,,b=2" or a trailing comma
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos) return "\"" + pair + "\" is not knob=value";
+    const std::string name = pair.substr(0, eq), text = pair.substr(eq + 1);
+    const TuningKnob* knob = FindKnob(name);
+    if (knob == nullptr) return "no kernel tuning knob \"" + name + "\"";
+    char* parsed_to = nullptr;
+    const long value = std::strtol(text.c_str(), &parsed_to, 10);
+    const bool is_number = !text.empty() && parsed_to == text.c_str() + text.size();
+    if (!is_number || std::find(knob->candidates.begin(), knob->candidates.end(), value) == knob->candidates.end()) {
+      std::string candidates;
+      for (int c : knob->candidates) candidates += (candidates.empty() ? "" : ", ") + std::to_string(c);
+      return name + "=" + text + ": not one of its candidates (" + candidates + ")";
+    }
+    t.*(knob->field) = int(value);
+  }
+  *tuning = t;
+  return "";
 }
 
 std::string CheckTuningTable() { return CheckTuningRows(TuningTable()); }

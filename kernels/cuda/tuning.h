@@ -82,6 +82,13 @@ const std::vector<TuningRow>& TuningTable();
 // the rows for `gpu_name` itself.
 KernelTuning TuningFor(const std::string& gpu_name, int compute_capability = 0);
 
+// `spec`, "knob=value[,knob=value...]" (the environment's
+// PSTAR_KERNEL_TUNING), applied over `tuning`: a choice for a GPU kind the
+// table has no rows for, or one candidate tried in training. "" when every
+// pair names a knob and one of its candidates (all applied); otherwise the
+// first that does not, in one line, and `tuning` unchanged.
+std::string ApplyTuningOverrides(const std::string& spec, KernelTuning* tuning);
+
 // "" when every row names a GPU kind or architecture, a knob and one of its
 // candidates; otherwise the first row that does not, in one line.
 std::string CheckTuningRows(const std::vector<TuningRow>& rows);

@@ -526,8 +526,16 @@ Result<std::unique_ptr<ModelKernels>> MakeCudaModelKernels(void* compute_stream,
   if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     return Status::Internal("cannot read the current CUDA device's properties");
   }
-  return std::unique_ptr<ModelKernels>(new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision,
-                                                            kc::TuningFor(prop.name, prop.major * 10 + prop.minor)));
+  kc::KernelTuning tuning = kc::TuningFor(prop.name, prop.major * 10 + prop.minor);
+  // The user's choices over the table's (docs/gpu.md): for a GPU kind it has
+  // no rows for, or one candidate tried in training.
+  if (const char* spec = std::getenv("PSTAR_KERNEL_TUNING"); spec != nullptr && spec[0] != '\0') {
+    if (const std::string error = kc::ApplyTuningOverrides(spec, &tuning); !error.empty()) {
+      return Status::InvalidArgument("PSTAR_KERNEL_TUNING: " + error);
+    }
+  }
+  return std::unique_ptr<ModelKernels>(
+      new CudaModelKernels(static_cast<cudaStream_t>(compute_stream), precision, tuning));
 }
 
 }  // namespace pstar

@@ -28,29 +28,6 @@ namespace cuda = kernels::cuda;
 constexpr cudaStream_t kStream = nullptr;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Sets an environment variable for one scope, restoring it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 TEST(CudnnAttentionOpen, RefusesALibraryThatIsNotThereInOneLine) {
   ScopedEnv env("PSTAR_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9");
   std::string why;

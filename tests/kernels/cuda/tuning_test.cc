@@ -99,6 +99,32 @@ TEST(KernelTuning, MalformedRowsAreNamedInOneLine) {
   }
 }
 
+// PSTAR_KERNEL_TUNING's pairs over a kind's tuning: all applied, or none
+// and the first bad pair named in one line.
+TEST(KernelTuning, OverridesApplyEveryPairOrNone) {
+  cuda::KernelTuning t = cuda::TuningFor("NVIDIA H200", 90);
+  const cuda::KernelTuning before = t;
+  EXPECT_EQ(cuda::ApplyTuningOverrides("attention_forward=4,attention_backward=6,", &t), "");
+  EXPECT_EQ(t.attention_forward, 4);
+  EXPECT_EQ(t.attention_backward, 6);
+  EXPECT_EQ(t.cross_entropy_threads, before.cross_entropy_threads) << "knobs not named keep the table's value";
+  const struct {
+    const char* spec;
+    const char* says;
+  } bad[] = {{"attention_forward=1,attention_sideways=2", "no kernel tuning knob \"attention_sideways\""},
+             {"attention_forward=1,attention_backward=9", "attention_backward=9: not one of its candidates (0, 1, 2"},
+             {"attention_forward", "\"attention_forward\" is not knob=value"},
+             {"attention_forward=", "attention_forward=: not one of its candidates"},
+             {"attention_forward=1x", "attention_forward=1x: not one of its candidates"}};
+  for (const auto& b : bad) {
+    cuda::KernelTuning u = before;
+    const std::string problem = cuda::ApplyTuningOverrides(b.spec, &u);
+    EXPECT_NE(problem.find(b.says), std::string::npos) << b.spec << ": " << problem;
+    EXPECT_EQ(problem.find('\n'), std::string::npos) << "one line";
+    EXPECT_EQ(u.attention_forward, before.attention_forward) << b.spec << ": nothing applied";
+  }
+}
+
 // On a GPU: every candidate of every knob gives the default's values.
 TEST(KernelTuning, EveryCandidateComputesTheSameValues) {
   PSTAR_REQUIRE_GPU();

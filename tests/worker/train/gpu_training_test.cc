@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/reduce.h"
 #include "tests/test_util.h"
@@ -247,6 +248,56 @@ TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
   }
   // Unset, a GPU run trains in bf16.
   EXPECT_EQ(GpuConfig({}).train.precision, "bf16");
+}
+
+// Attention through cuDNN's fused graphs in training (PSTAR_KERNEL_TUNING
+// picks them, as a tuning table row would), at head sizes 8 and 64: a bf16
+// run tracks the CPU backend as closely as pstar's kernels must, repeats its
+// bits, and ran cuDNN's graphs (no fallback notice).
+TEST(GpuTraining, CudnnAttentionTrainsAndRepeatsItsBits) {
+  PSTAR_REQUIRE_GPUS(1);
+  if (!kernels::cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+  auto data = LearnableTokens(4000, 14);
+  for (const std::vector<std::string>& shape :
+       std::vector<std::vector<std::string>>{{}, {"model.n_embd=128", "model.n_head=2"}}) {
+    std::vector<std::string> job = {"train.steps=40", "train.precision=bf16"};
+    job.insert(job.end(), shape.begin(), shape.end());
+    SCOPED_TRACE(shape.empty() ? "head size 8" : "head size 64");
+    const RunResult cpu = Train(test::TinyGptConfig(job), data);
+    std::vector<std::string> job32 = job;
+    job32.push_back("train.precision=fp32");
+    const RunResult cpu32 = Train(test::TinyGptConfig(job32), data);
+    ASSERT_EQ(cpu32.losses.size(), 40u);
+    double bound = 0.02;
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      bound = std::max(bound, 1.5 * std::fabs(double(cpu.losses[s]) - cpu32.losses[s]) / cpu32.losses[s]);
+    }
+    test::ScopedEnv tuning("PSTAR_KERNEL_TUNING", "attention_forward=4,attention_backward=6");
+    testing::internal::CaptureStderr();
+    const RunResult first = Train(GpuConfig(job), data);
+    const RunResult second = Train(GpuConfig(job), data);
+    const std::string said = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(said.find("cuDNN"), std::string::npos) << said;
+    ASSERT_EQ(first.losses.size(), 40u);
+    for (size_t s = 0; s < first.losses.size(); ++s) {
+      ASSERT_TRUE(std::isfinite(first.losses[s])) << "step " << s;
+      EXPECT_NEAR(first.losses[s], cpu.losses[s], bound * cpu.losses[s]) << "step " << s << ", bound " << bound;
+    }
+    EXPECT_TRUE(SameBits(first.losses, second.losses));
+    for (size_t i = 0; i < first.params.size(); ++i) EXPECT_TRUE(SameBits(first.params[i], second.params[i])) << i;
+  }
+}
+
+// A bad PSTAR_KERNEL_TUNING is refused when the GPU backend starts, in one
+// line naming it.
+TEST(GpuTraining, ABadKernelTuningOverrideIsRefusedInOneLine) {
+  PSTAR_REQUIRE_GPUS(1);
+  test::ScopedEnv tuning("PSTAR_KERNEL_TUNING", "attention_forward=9");
+  auto t = Trainer::Create(GpuConfig({}), LearnableTokens(400, 3));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("PSTAR_KERNEL_TUNING: attention_forward=9: not one of its candidates"),
+            std::string::npos)
+      << t.status().message();
 }
 
 // GPT-2 124M at its real shapes (vocabulary 50257, padded to 50304; 1024
