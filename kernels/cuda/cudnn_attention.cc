@@ -29,8 +29,8 @@ std::unique_ptr<CudnnAttention> CudnnAttention::OpenForDevice(const std::string&
 }
 CudnnAttention::~CudnnAttention() = default;
 int64_t CudnnAttention::version() const { return 0; }
-int64_t CudnnAttention::WorkspaceBytes(bool, bool, int64_t, int64_t, int64_t, int64_t) { return -1; }
-int64_t CudnnAttention::SliceFor(bool, bool, int64_t, int64_t, int64_t, int64_t, size_t) { return 0; }
+int64_t CudnnAttention::WorkspaceBytes(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t) { return -1; }
+CudnnAttention::Slice CudnnAttention::SliceFor(bool, bool, int64_t, int64_t, int64_t, int64_t, size_t) { return {}; }
 bool CudnnAttention::Forward(bool, void*, float*, const void*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, void*,
                              size_t) {
   return false;
@@ -39,7 +39,9 @@ bool CudnnAttention::Backward(bool, void*, const void*, const void*, const void*
                               int64_t, int64_t, cudaStream_t, void*, size_t) {
   return false;
 }
-const CudnnAttention::Plan* CudnnAttention::PlanFor(bool, bool, int64_t, int64_t, int64_t, int64_t) { return nullptr; }
+const CudnnAttention::Plan* CudnnAttention::PlanFor(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  return nullptr;
+}
 
 #else  // PSTAR_WITH_CUDNN
 
@@ -310,19 +312,19 @@ struct Inputs {
   cudnnBackendDescriptor_t q, kt, scale, fill;
 };
 
-Inputs MakeInputs(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH) {
+Inputs MakeInputs(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
   const int64_t hs = C / NH, row = 3 * C;
   Inputs in;
-  in.q = g.Tensor(kQ, type, {B, NH, T, hs}, {T * row, hs, row, 1});
-  in.kt = g.Tensor(kK, type, {B, NH, hs, T}, {T * row, hs, 1, row});
+  in.q = g.Tensor(kQ, type, {B, H, T, hs}, {T * row, hs, row, 1});
+  in.kt = g.Tensor(kK, type, {B, H, hs, T}, {T * row, hs, 1, row});
   in.scale = g.Tensor(kScale, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, /*by_value=*/true);
   in.fill = g.Tensor(kMaskFill, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, /*by_value=*/true);
   return in;
 }
 
 // s = scale · q kᵀ, fp32 and virtual.
-cudnnBackendDescriptor_t ScaledScores(GraphBuilder& g, const Inputs& in, int64_t B, int64_t T, int64_t NH) {
-  const Dims scores = {B, NH, T, T};
+cudnnBackendDescriptor_t ScaledScores(GraphBuilder& g, const Inputs& in, int64_t B, int64_t T, int64_t H) {
+  const Dims scores = {B, H, T, T};
   const auto s = g.Virtual(scores);
   g.Matmul(in.q, in.kt, s);
   const auto scaled = g.Virtual(scores);
@@ -333,8 +335,8 @@ cudnnBackendDescriptor_t ScaledScores(GraphBuilder& g, const Inputs& in, int64_t
 // x with the keys after each query's position replaced by the fill (key j
 // is seen by query i where i >= j).
 cudnnBackendDescriptor_t CausalMask(GraphBuilder& g, const Inputs& in, cudnnBackendDescriptor_t x, int64_t B, int64_t T,
-                                    int64_t NH) {
-  const Dims scores = {B, NH, T, T};
+                                    int64_t H) {
+  const Dims scores = {B, H, T, T};
   const auto rows = g.Virtual(scores, CUDNN_DATA_INT32);
   g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, rows, nullptr, /*axis=*/2);
   const auto cols = g.Virtual(scores, CUDNN_DATA_INT32);
@@ -349,11 +351,11 @@ cudnnBackendDescriptor_t CausalMask(GraphBuilder& g, const Inputs& in, cudnnBack
 // Forward: the masked scores' row max m and sum z of exp(s - m); lse = m +
 // log z (kStats); o = (exp(s - m) / z) · v, p rounded to the 16-bit type
 // for that product.
-void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH) {
+void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
   const int64_t hs = C / NH, row = 3 * C;
-  const Inputs in = MakeInputs(g, type, B, T, C, NH);
-  const auto s = CausalMask(g, in, ScaledScores(g, in, B, T, NH), B, T, NH);
-  const Dims scores = {B, NH, T, T}, rows = {B, NH, T, 1};
+  const Inputs in = MakeInputs(g, type, B, T, C, NH, H);
+  const auto s = CausalMask(g, in, ScaledScores(g, in, B, T, H), B, T, H);
+  const Dims scores = {B, H, T, T}, rows = {B, H, T, 1};
   const auto m = g.Virtual(rows);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, s, m);
   const auto shifted = g.Virtual(scores);
@@ -368,8 +370,8 @@ void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, i
   g.Pointwise(CUDNN_POINTWISE_ADD, m, log_z, lse);
   const auto p = g.Virtual(scores, type);
   g.Pointwise(CUDNN_POINTWISE_DIV, e, z, p);
-  const auto v = g.Tensor(kV, type, {B, NH, T, hs}, {T * row, hs, row, 1});
-  const auto o = g.Tensor(kO, type, {B, NH, T, hs}, {T * C, hs, C, 1});
+  const auto v = g.Tensor(kV, type, {B, H, T, hs}, {T * row, hs, row, 1});
+  const auto o = g.Tensor(kO, type, {B, H, T, hs}, {T * C, hs, C, 1});
   g.Matmul(p, v, o);
 }
 
@@ -378,23 +380,23 @@ void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, i
 // dp = do · vᵀ; ds = scale · p ∘ (dp - dsum); dk = dsᵀ · q; dq = ds · k,
 // written straight to dq (no fp32 dq sum: cuDNN's deterministic form, which
 // keeps dp in its workspace instead).
-void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH) {
+void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
   const int64_t hs = C / NH, row = 3 * C;
-  const Dims scores = {B, NH, T, T}, rows = {B, NH, T, 1}, heads = {B, NH, T, hs};
+  const Dims scores = {B, H, T, T}, rows = {B, H, T, 1}, heads = {B, H, T, hs};
   const Dims in_qkv = {T * row, hs, row, 1}, in_out = {T * C, hs, C, 1};
-  const Dims transposed = {NH * T * T, T * T, 1, T};
-  const Inputs in = MakeInputs(g, type, B, T, C, NH);
+  const Dims transposed = {H * T * T, T * T, 1, T};
+  const Inputs in = MakeInputs(g, type, B, T, C, NH, H);
   const auto dout = g.Tensor(kDO, type, heads, in_out);
   const auto o = g.Tensor(kO, type, heads, in_out);
   const auto dout_o = g.Virtual(heads);
   g.Pointwise(CUDNN_POINTWISE_MUL, dout, o, dout_o);
-  const auto dsum = g.Tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rows, {NH * T, T, 1, 1});
+  const auto dsum = g.Tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rows, {H * T, T, 1, 1});
   g.Reduction(CUDNN_REDUCE_TENSOR_ADD, dout_o, dsum);
-  const auto s = ScaledScores(g, in, B, T, NH);
+  const auto s = ScaledScores(g, in, B, T, H);
   const auto lse = g.Tensor(kStats, CUDNN_DATA_FLOAT, rows, {NH * T, T, 1, 1});
   const auto shifted = g.Virtual(scores);
   g.Pointwise(CUDNN_POINTWISE_SUB, s, lse, shifted);
-  const auto masked = CausalMask(g, in, shifted, B, T, NH);
+  const auto masked = CausalMask(g, in, shifted, B, T, H);
   const auto p = g.Virtual(scores);
   g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
   // dv = pᵀ · do.
@@ -403,7 +405,7 @@ void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, 
   const auto dv = g.Tensor(kDV, type, heads, in_qkv);
   g.Matmul(pt, dout, dv);
   // dp = do · vᵀ.
-  const auto vt = g.Tensor(kV, type, {B, NH, hs, T}, {T * row, hs, 1, row});
+  const auto vt = g.Tensor(kV, type, {B, H, hs, T}, {T * row, hs, 1, row});
   const auto dp = g.Virtual(scores);
   g.Matmul(dout, vt, dp);
   const auto centred = g.Virtual(scores);
@@ -602,8 +604,8 @@ CudnnAttention::~CudnnAttention() {
 int64_t CudnnAttention::version() const { return int64_t(library_->GetVersion()); }
 
 const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C,
-                                                    int64_t NH) {
-  const std::array<int64_t, 6> key = {backward, bf16, B, T, C, NH};
+                                                    int64_t NH, int64_t H) {
+  const PlanKey key = {backward, bf16, B, T, C, NH, H};
   if (auto it = plans_.find(key); it != plans_.end()) {
     if (it->second == nullptr) last_error_ = refusals_[key];
     return it->second.get();
@@ -612,11 +614,12 @@ const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, in
   const char* direction = backward ? "backward" : "forward";
   auto fail = [&](const std::string& why) -> const Plan* {
     last_error_ = std::string("cuDNN attention ") + direction + " (B " + std::to_string(B) + ", T " +
-                  std::to_string(T) + ", C " + std::to_string(C) + ", NH " + std::to_string(NH) + "): " + why;
+                  std::to_string(T) + ", C " + std::to_string(C) + ", NH " + std::to_string(NH) +
+                  (H != NH ? ", " + std::to_string(H) + " heads a call" : std::string()) + "): " + why;
     refusals_[key] = last_error_;
     return nullptr;
   };
-  if (NH <= 0 || C % NH != 0 || B <= 0 || T <= 0) return fail("not an attention shape");
+  if (NH <= 0 || C % NH != 0 || B <= 0 || T <= 0 || H <= 0 || H > NH) return fail("not an attention shape");
   const int64_t hs = C / NH;
   if (hs % 8 != 0 || hs > 256) return fail("head size " + std::to_string(hs) + " is not a multiple of 8 up to 256");
   const Library& lib = *library_;
@@ -628,9 +631,9 @@ const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, in
   built->builder = std::make_unique<GraphBuilder>(lib, handle);
   GraphBuilder& g = *built->builder;
   if (backward) {
-    BackwardGraph(g, type, B, T, C, NH);
+    BackwardGraph(g, type, B, T, C, NH, H);
   } else {
-    ForwardGraph(g, type, B, T, C, NH);
+    ForwardGraph(g, type, B, T, C, NH, H);
   }
   built->graph = g.Finish();
   if (!g.ok()) return fail(g.error());
@@ -701,27 +704,36 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-int64_t CudnnAttention::WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const Plan* plan = PlanFor(backward, bf16, B, T, C, NH);
-  return plan != nullptr ? SoftmaxSumBytes(backward, B, T, NH) + AlignUp(plan->workspace_bytes) : -1;
+int64_t CudnnAttention::WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                       int64_t H) {
+  if (H == 0) H = NH;
+  const Plan* plan = PlanFor(backward, bf16, B, T, C, NH, H);
+  return plan != nullptr ? SoftmaxSumBytes(backward, B, T, H) + AlignUp(plan->workspace_bytes) : -1;
 }
 
-int64_t CudnnAttention::SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 size_t workspace_bytes) {
+CudnnAttention::Slice CudnnAttention::SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                               size_t workspace_bytes) {
   const int64_t avail = int64_t(workspace_bytes);
+  // Every head, as many sequences as fit: the workspace grows with the
+  // batch, so aim at what fits, then below.
   int64_t b = B;
   for (int tries = 0; tries < 8 && b >= 1; ++tries) {
-    const int64_t need = WorkspaceBytes(backward, bf16, b, T, C, NH);
-    if (need < 0) return 0;
-    if (need <= avail) return b;
-    // The workspace grows with the batch: aim at what fits, then below.
+    const int64_t need = WorkspaceBytes(backward, bf16, b, T, C, NH, NH);
+    if (need < 0) return {};
+    if (need <= avail) return {b, NH};
     const int64_t aimed = int64_t(double(b) * double(avail) / double(need));
     b = std::min(b - 1, std::max<int64_t>(aimed, 1));
-    if (b < 1) break;
+  }
+  // Not every head of one sequence at once: one sequence, the most heads a
+  // call that divide its heads and fit.
+  for (int64_t h = NH - 1; h >= 1; --h) {
+    if (NH % h != 0) continue;
+    const int64_t need = WorkspaceBytes(backward, bf16, 1, T, C, NH, h);
+    if (need >= 0 && need <= avail) return {1, h};
   }
   last_error_ = std::string("cuDNN attention ") + (backward ? "backward" : "forward") + " needs more than the " +
-                std::to_string(workspace_bytes) + " bytes of workspace given, even one sequence at a time";
-  return 0;
+                std::to_string(workspace_bytes) + " bytes of workspace given, even one head of one sequence a call";
+  return {};
 }
 
 // Runs `plan` on `stream` with the tensors by uid.
@@ -767,24 +779,28 @@ bool CudnnAttention::Forward(bool bf16, void* out, float* lse, const void* qkv, 
     last_error_ = "cuDNN attention forward: a tensor is not 16-byte aligned";
     return false;
   }
-  const int64_t slice = SliceFor(false, bf16, B, T, C, NH, workspace_bytes);
-  if (slice == 0) return false;
-  const int64_t width = C * 2;  // bytes of one third of a qkv row
-  for (int64_t b0 = 0; b0 < B; b0 += slice) {
-    const int64_t b = std::min(slice, B - b0);
-    const Plan* plan = PlanFor(false, bf16, b, T, C, NH);
-    if (plan == nullptr) return false;  // not when b0 == 0: that plan was built, and a smaller one failed
-    auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * 3 * width;
-    const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill};
-    const std::vector<void*> pointers = {in,
-                                         in + width,
-                                         in + 2 * width,
-                                         static_cast<char*>(out) + b0 * T * width,
-                                         lse + b0 * NH * T,
-                                         const_cast<float*>(&plan->scale),
-                                         const_cast<float*>(&plan->mask_fill)};
-    if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers, workspace, &last_error_)) {
-      return false;
+  const Slice slice = SliceFor(false, bf16, B, T, C, NH, workspace_bytes);
+  if (slice.sequences == 0) return false;
+  const int64_t hs = C / NH, width = C * 2;  // bytes of one third of a qkv row
+  for (int64_t b0 = 0; b0 < B; b0 += slice.sequences) {
+    const int64_t b = std::min(slice.sequences, B - b0);
+    const Plan* plan = PlanFor(false, bf16, b, T, C, NH, slice.heads);
+    if (plan == nullptr) return false;  // a smaller last slice cuDNN takes no graph for
+    for (int64_t h0 = 0; h0 < NH; h0 += slice.heads) {
+      // The call's first element of each tensor: sequence b0, head h0.
+      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * 3 * width + h0 * hs * 2;
+      const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill};
+      const std::vector<void*> pointers = {in,
+                                           in + width,
+                                           in + 2 * width,
+                                           static_cast<char*>(out) + b0 * T * width + h0 * hs * 2,
+                                           lse + (b0 * NH + h0) * T,
+                                           const_cast<float*>(&plan->scale),
+                                           const_cast<float*>(&plan->mask_fill)};
+      if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers, workspace,
+               &last_error_)) {
+        return false;
+      }
     }
   }
   return true;
@@ -802,33 +818,36 @@ bool CudnnAttention::Backward(bool bf16, void* dqkv, const void* dout, const voi
     last_error_ = "cuDNN attention backward: a tensor is not 16-byte aligned";
     return false;
   }
-  const int64_t slice = SliceFor(true, bf16, B, T, C, NH, workspace_bytes);
-  if (slice == 0) return false;
-  const int64_t width = C * 2;
-  for (int64_t b0 = 0; b0 < B; b0 += slice) {
-    const int64_t b = std::min(slice, B - b0);
-    const Plan* plan = PlanFor(true, bf16, b, T, C, NH);
+  const Slice slice = SliceFor(true, bf16, B, T, C, NH, workspace_bytes);
+  if (slice.sequences == 0) return false;
+  const int64_t hs = C / NH, width = C * 2;
+  auto* sums = static_cast<char*>(workspace);
+  for (int64_t b0 = 0; b0 < B; b0 += slice.sequences) {
+    const int64_t b = std::min(slice.sequences, B - b0);
+    const Plan* plan = PlanFor(true, bf16, b, T, C, NH, slice.heads);
     if (plan == nullptr) return false;
-    auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * 3 * width;
-    auto* grad = static_cast<char*>(dqkv) + b0 * T * 3 * width;
-    const int64_t out_offset = b0 * T * width;
-    auto* sums = static_cast<char*>(workspace);
-    const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill, kDO, kDQ, kDK, kDV, kSoftmaxSum};
-    const std::vector<void*> pointers = {in,
-                                         in + width,
-                                         in + 2 * width,
-                                         static_cast<char*>(const_cast<void*>(out)) + out_offset,
-                                         const_cast<float*>(lse) + b0 * NH * T,
-                                         const_cast<float*>(&plan->scale),
-                                         const_cast<float*>(&plan->mask_fill),
-                                         static_cast<char*>(const_cast<void*>(dout)) + out_offset,
-                                         grad,
-                                         grad + width,
-                                         grad + 2 * width,
-                                         sums};
-    if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers,
-             sums + SoftmaxSumBytes(true, b, T, NH), &last_error_)) {
-      return false;
+    for (int64_t h0 = 0; h0 < NH; h0 += slice.heads) {
+      const int64_t row_offset = b0 * T * 3 * width + h0 * hs * 2;
+      const int64_t out_offset = b0 * T * width + h0 * hs * 2;
+      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + row_offset;
+      auto* grad = static_cast<char*>(dqkv) + row_offset;
+      const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill, kDO, kDQ, kDK, kDV, kSoftmaxSum};
+      const std::vector<void*> pointers = {in,
+                                           in + width,
+                                           in + 2 * width,
+                                           static_cast<char*>(const_cast<void*>(out)) + out_offset,
+                                           const_cast<float*>(lse) + (b0 * NH + h0) * T,
+                                           const_cast<float*>(&plan->scale),
+                                           const_cast<float*>(&plan->mask_fill),
+                                           static_cast<char*>(const_cast<void*>(dout)) + out_offset,
+                                           grad,
+                                           grad + width,
+                                           grad + 2 * width,
+                                           sums};
+      if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers,
+               sums + SoftmaxSumBytes(true, b, T, slice.heads), &last_error_)) {
+        return false;
+      }
     }
   }
   return true;

@@ -53,18 +53,28 @@ class CudnnAttention {
   // The loaded library's version (cudnnGetVersion()).
   int64_t version() const;
 
-  // Bytes of workspace the shape's graph needs in one call, building it if
-  // it is not built yet; -1 when cuDNN takes no graph for the shape (why:
-  // last_error()). Backward's deterministic form keeps its dp, a 16-bit
-  // T×T per head (B·NH·T²·2 bytes), there.
-  int64_t WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH);
+  // Bytes of workspace one call over B sequences' first H of NH heads (all
+  // of them by default) needs, building its graph if it is not built yet;
+  // -1 when cuDNN takes no graph for the shape (why: last_error()).
+  // Backward's deterministic form keeps its dp, a 16-bit T×T per head, there
+  // (cuDNN 9.19 asks about 6·B·H·T² bytes).
+  int64_t WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H = 0);
 
-  // Queues the graph on `stream`, in slices of the batch small enough for
-  // `workspace_bytes` (one call where it all fits). False, with nothing
-  // queued, where the shape's graph is not supported, a tensor is not
-  // 16-byte aligned or one sequence's workspace does not fit (why:
-  // last_error()): the caller then runs its own kernels. `bf16` names the
-  // 16-bit format (else fp16).
+  // The largest call Forward or Backward makes within `workspace_bytes`:
+  // every head of as many sequences as fit, else the most heads of one
+  // sequence that divide NH; {0, 0} when not even one head fits or cuDNN
+  // takes no graph (why: last_error()).
+  struct Slice {
+    int64_t sequences = 0, heads = 0;
+  };
+  Slice SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, size_t workspace_bytes);
+
+  // Queues the graph on `stream`, in calls small enough for
+  // `workspace_bytes`: one where it all fits, else slices of the batch, else
+  // groups of one sequence's heads. False, with nothing queued, where the
+  // shape's graph is not supported, a tensor is not 16-byte aligned or not
+  // even one head's workspace fits (why: last_error()): the caller then runs
+  // its own kernels. `bf16` names the 16-bit format (else fp16).
   bool Forward(bool bf16, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                cudaStream_t stream, void* workspace, size_t workspace_bytes);
   bool Backward(bool bf16, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int64_t B,
@@ -78,17 +88,16 @@ class CudnnAttention {
 
  private:
   CudnnAttention() = default;
-  // The shape's plan, built on first use; null when cuDNN takes none.
-  const Plan* PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH);
-  // The most sequences one call takes within `workspace_bytes`; 0 when not
-  // even one fits or cuDNN takes no graph (why: last_error()).
-  int64_t SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, size_t workspace_bytes);
+  // The plan of B sequences' H of NH heads (C/NH each), built on first use;
+  // null when cuDNN takes none.
+  const Plan* PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H);
 
+  using PlanKey = std::array<int64_t, 7>;  // backward, bf16, B, T, C, NH, H
   std::unique_ptr<Library> library_;
   void* handle_ = nullptr;       // cudnnHandle_t; null when opened for planning only
   void* device_prop_ = nullptr;  // cudnnBackendDescriptor_t, when opened for a described device
-  std::map<std::array<int64_t, 6>, std::unique_ptr<Plan>> plans_;
-  std::map<std::array<int64_t, 6>, std::string> refusals_;  // why each shape that has no plan has none
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+  std::map<PlanKey, std::string> refusals_;  // why each shape that has no plan has none
   std::string last_error_;
 };
 

@@ -189,8 +189,9 @@ TYPED_TEST(CudnnAttentionTest, BackwardMatchesCpuAndRepeatsBitForBit) {
 }
 
 // A workspace for one sequence: the batch runs in slices, each sequence as
-// in one call (to the 16-bit tolerance: a slice's graph may pick another
-// engine configuration than the whole batch's).
+// in one call; for half of one sequence's heads: groups of heads, the same
+// (to the 16-bit tolerance: a smaller call's graph may pick another engine
+// configuration than the whole batch's).
 TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
   PSTAR_REQUIRE_GPU();
   if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
@@ -219,11 +220,15 @@ TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
         << route->last_error();
     return std::make_pair(ToFloats(d_out.Download()), ToFloats(d_dqkv.Download()));
   };
+  const int64_t half_heads = route->WorkspaceBytes(true, bf16, 1, s.T, s.C, s.NH, s.NH / 2);
+  ASSERT_GE(half_heads, 0) << route->last_error();
   const auto all = pass(whole);
   const auto sliced = pass(one);
+  const auto grouped = pass(half_heads);  // one sequence's heads in two calls
   ASSERT_NO_FATAL_FAILURE(SyncOrFail());
   EXPECT_TRUE(AllClose(sliced.first, all.first, Element<T>::kTolerance)) << "out";
   ExpectGradientsClose<T>(sliced.second, all.second, s);
+  ExpectGradientsClose<T>(grouped.second, all.second, s);
   // Less than one sequence needs: refused, nothing run.
   if (one > 0) {
     DeviceBuffer<T> d_out(s.B * s.T * s.C), d_dqkv(s.B * s.T * 3 * s.C);

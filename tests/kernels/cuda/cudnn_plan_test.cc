@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/cudnn_attention.h"
 
 namespace pstar::test {
@@ -76,6 +77,41 @@ TEST_F(CudnnPlanTest, TakesBothGraphsAtEveryShapeTheRouteServes) {
       const int64_t backward = route_->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH);
       EXPECT_GE(backward, s.B * s.NH * s.T * s.T * 2) << route_->last_error();
     }
+  }
+}
+
+// Within the training step's scratch (the planned attention term,
+// kernels::GpuAttentionScratchElements) each call is the largest that fits:
+// GPT-2's batch of 32 runs whole sequences, fewer than 32 a call; the
+// width-4096 models' 32 heads at T 2048 run groups of one sequence's heads.
+// A call of the next size up would not fit.
+TEST_F(CudnnPlanTest, SlicesEachCallToTheWorkspaceGiven) {
+  const Shape shapes[] = {{32, 1024, 768, 12}, {4, 2048, 4096, 32}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+    const size_t avail = size_t(kernels::GpuAttentionScratchElements(s.B, s.T, s.C, s.NH, true) * 4);
+    const auto slice = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, avail);
+    ASSERT_GT(slice.sequences, 0) << route_->last_error();
+    EXPECT_LE(route_->WorkspaceBytes(true, true, slice.sequences, s.T, s.C, s.NH, slice.heads), int64_t(avail));
+    if (slice.heads == s.NH) {
+      EXPECT_LT(slice.sequences, s.B);
+      EXPECT_GT(route_->WorkspaceBytes(true, true, slice.sequences + 1, s.T, s.C, s.NH), int64_t(avail));
+    } else {
+      EXPECT_EQ(slice.sequences, 1);
+      EXPECT_EQ(s.NH % slice.heads, 0);
+      int64_t next = slice.heads + 1;
+      while (s.NH % next != 0) ++next;
+      EXPECT_GT(route_->WorkspaceBytes(true, true, 1, s.T, s.C, s.NH, next), int64_t(avail));
+    }
+    // Everything at once where the workspace is the whole need; nothing
+    // where not one head fits.
+    const int64_t whole = route_->WorkspaceBytes(true, true, s.B, s.T, s.C, s.NH);
+    const auto all = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, size_t(whole));
+    EXPECT_EQ(all.sequences, s.B);
+    EXPECT_EQ(all.heads, s.NH);
+    const auto none = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, 1024);
+    EXPECT_EQ(none.sequences, 0);
+    EXPECT_NE(route_->last_error().find("even one head of one sequence"), std::string::npos) << route_->last_error();
   }
 }
 
