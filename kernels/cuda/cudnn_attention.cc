@@ -537,7 +537,7 @@ std::unique_ptr<CudnnAttention::Library> LoadLibrary(std::string* why_not) {
   const char* named = std::getenv("PSTAR_CUDNN_LIBRARY");
   const std::string path = named != nullptr && named[0] != '\0' ? named : "libcudnn.so.9";
   auto lib = std::make_unique<CudnnAttention::Library>();
-  lib->so = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  lib->so = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);  // never unloaded: cuDNN keeps state
   if (lib->so == nullptr) {
     const char* err = dlerror();
     *why_not = "cannot load " + path + ": " + (err != nullptr ? err : "unknown error");
