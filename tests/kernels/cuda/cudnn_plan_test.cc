@@ -3,7 +3,7 @@
 // the deterministic backward graph for an H100 described by its device
 // properties, runs cuDNN's heuristic and its support checks, and takes the
 // engine configuration the route would run, without compiling a kernel.
-// Those checks need a CUDA driver library loaded: the host's where it has
+// An A100 is planned too. Those checks need a CUDA driver library loaded: the host's where it has
 // one, else the toolkit's stub (which can load nothing, and need not). Own
 // binary, so the stub never serves another test.
 #include <dlfcn.h>
@@ -28,6 +28,15 @@ constexpr char kH100[] = R"({"deviceName":"NVIDIA H100 80GB HBM3","deviceVer":90
 "maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"warpSize":32,"maxGridSize":[2147483647,65535,65535],
 "maxBlockSize":[1024,1024,64],"l2CacheSize":52428800,"totalGlobalMem":85017755648,"smClockRateKHz":1980000,
 "memClockRateKHz":2619000,"pciDeviceId":0,"isTccDriver":0,"supportCoopLaunch":1,"cudaDeviceId":0})";
+
+// An A100 SXM's: 108 SMs, 163 KiB of shared memory a block, 40 MiB of L2,
+// compute capability 8.0.
+constexpr char kA100[] = R"({"deviceName":"NVIDIA A100-SXM4-80GB","deviceVer":800,"driverVer":13000,
+"multiProcessorCount":108,"maxSharedMemoryPerBlock":49152,"maxSharedMemoryPerBlockOptin":166912,
+"reservedSharedMemoryPerBlock":1024,"regsPerBlock":65536,"maxRegistersPerSM":65536,"maxCtasPerSM":32,
+"maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"warpSize":32,"maxGridSize":[2147483647,65535,65535],
+"maxBlockSize":[1024,1024,64],"l2CacheSize":41943040,"totalGlobalMem":85031714816,"smClockRateKHz":1410000,
+"memClockRateKHz":1593000,"pciDeviceId":0,"isTccDriver":0,"supportCoopLaunch":1,"cudaDeviceId":0})";
 
 // The driver library cuDNN's support checks look for: the host's, else the
 // toolkit's stub under the same name. "" when loaded, else why not.
@@ -112,6 +121,20 @@ TEST_F(CudnnPlanTest, SlicesEachCallToTheWorkspaceGiven) {
     const auto none = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, 1024);
     EXPECT_EQ(none.sequences, 0);
     EXPECT_NE(route_->last_error().find("even one head of one sequence"), std::string::npos) << route_->last_error();
+  }
+}
+
+// The other architecture the build targets: an A100 takes both graphs too.
+TEST(CudnnPlanDevice, AnA100TakesBothGraphs) {
+  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+  ASSERT_EQ(LoadADriverLibrary(), "");
+  std::string why;
+  auto route = cuda::CudnnAttention::OpenForDevice(kA100, &why);
+  if (route == nullptr && why.rfind("cannot load libcudnn.so.9", 0) == 0) GTEST_SKIP() << why;
+  ASSERT_NE(route, nullptr) << why;
+  for (const bool backward : {false, true}) {
+    EXPECT_GE(route->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << route->last_error();
+    EXPECT_GE(route->WorkspaceBytes(backward, false, 4, 2048, 4096, 32), 0) << route->last_error();
   }
 }
 
