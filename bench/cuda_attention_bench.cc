@@ -18,8 +18,9 @@
 // Prints per forward kernel:
 //   attention: side=pstar kernel=tc|mma|mma-onepass[-3blocks]|cudnn B=.. NH=.. T=.. hs=.. dtype=bf16 fwd_ms=..
 //              fwd_tflops=.. bwd_ms=.. bwd_tflops=.. same_bits=yes|no matches=yes|no
-// and for the cuDNN route "attention: side=pstar kernel=cudnn version=.. fwd_workspace=.. bwd_workspace=.." first,
-// or "attention: side=pstar kernel=cudnn unavailable=<why>" (not a failure).
+// and for the cuDNN route "attention: side=pstar kernel=cudnn version=.. fwd_workspace=.. bwd_workspace=.." and
+// "attention: side=pstar kernel=cudnn device_json=<cuDNN's description of the GPU>" first, or
+// "attention: side=pstar kernel=cudnn unavailable=<why>" (not a failure).
 // Without a CUDA device: "skipped: no CUDA device (...)" and exit 0.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -182,6 +183,14 @@ int Run(const Options& o) {
         (long long)cudnn->version(), (long long)kc::CudnnAttention::BuildVersion(), (long long)fwd_ws,
         (long long)bwd_ws);
     families.push_back({"cudnn", kc::AttentionForwardKernel::kCudnn, kc::AttentionBackwardKernel::kCudnn, true});
+    // The GPU as cuDNN describes it: what tests/kernels/cuda/cudnn_plan_test.cc
+    // plans for without a GPU.
+    std::string json = cudnn->DeviceJson();
+    for (char& c : json) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    std::printf("attention: side=pstar kernel=cudnn device_json=%s\n",
+                json.empty() ? ("unavailable: " + cudnn->last_error()).c_str() : json.c_str());
   } else {
     std::printf("attention: side=pstar kernel=cudnn unavailable=\"%s\"\n", why_not.c_str());
   }

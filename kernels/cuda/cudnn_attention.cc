@@ -29,6 +29,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::OpenForDevice(const std::string&
 }
 CudnnAttention::~CudnnAttention() = default;
 int64_t CudnnAttention::version() const { return 0; }
+std::string CudnnAttention::DeviceJson() { return ""; }
 int64_t CudnnAttention::WorkspaceBytes(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t) { return -1; }
 CudnnAttention::Slice CudnnAttention::SliceFor(bool, bool, int64_t, int64_t, int64_t, int64_t, size_t) { return {}; }
 bool CudnnAttention::Forward(bool, void*, float*, const void*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, void*,
@@ -602,6 +603,39 @@ CudnnAttention::~CudnnAttention() {
 }
 
 int64_t CudnnAttention::version() const { return int64_t(library_->GetVersion()); }
+
+std::string CudnnAttention::DeviceJson() {
+  if (handle_ == nullptr) {
+    last_error_ = "cuDNN attention opened for planning only (no device)";
+    return "";
+  }
+  const Library& lib = *library_;
+  cudnnBackendDescriptor_t prop_d = nullptr;
+  cudnnStatus_t s = lib.CreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, &prop_d);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    last_error_ = lib.Describe(s, "create the device properties");
+    return "";
+  }
+  Descriptor prop(&lib, prop_d);
+  const auto handle = static_cast<cudnnHandle_t>(handle_);
+  s = lib.SetAttribute(prop_d, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  if (s == CUDNN_STATUS_SUCCESS) s = lib.Finalize(prop_d);
+  int64_t size = 0;
+  if (s == CUDNN_STATUS_SUCCESS) {
+    s = lib.GetAttribute(prop_d, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &size, nullptr);
+  }
+  std::string json(size_t(std::max<int64_t>(size, 0)), '\0');
+  if (s == CUDNN_STATUS_SUCCESS && size > 0) {
+    s = lib.GetAttribute(prop_d, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, size, &size, json.data());
+  }
+  if (s != CUDNN_STATUS_SUCCESS) {
+    last_error_ = lib.Describe(s, "describe the device");
+    return "";
+  }
+  json.resize(std::min(json.size(), size_t(std::max<int64_t>(size, 0))));
+  while (!json.empty() && json.back() == '\0') json.pop_back();
+  return json;
+}
 
 const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C,
                                                     int64_t NH, int64_t H) {

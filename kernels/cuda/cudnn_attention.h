@@ -52,6 +52,10 @@ class CudnnAttention {
 
   // The loaded library's version (cudnnGetVersion()).
   int64_t version() const;
+  // cuDNN's description of this handle's GPU (its device-properties JSON,
+  // what OpenForDevice takes), or "" with last_error() set where it cannot
+  // give one (opened for planning only, or a cuDNN older than 9.8).
+  std::string DeviceJson();
 
   // Bytes of workspace one call over B sequences' first H of NH heads (all
   // of them by default) needs, building its graph if it is not built yet;

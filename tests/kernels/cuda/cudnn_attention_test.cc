@@ -68,6 +68,24 @@ TEST(CudnnAttentionOpen, LoadsTheLibraryOrNamesTheStepThatFailed) {
   }
 }
 
+// The GPU as cuDNN describes it plans the same graphs without the handle:
+// what cudnn_plan_test does on hosts with no GPU.
+TEST(CudnnAttentionOpen, DescribesItsGpuForPlanningWithoutIt) {
+  PSTAR_REQUIRE_GPU();
+  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+  std::string why;
+  auto route = cuda::CudnnAttention::Open(&why);
+  ASSERT_NE(route, nullptr) << why;
+  const std::string json = route->DeviceJson();
+  ASSERT_FALSE(json.empty()) << route->last_error();
+  auto planner = cuda::CudnnAttention::OpenForDevice(json, &why);
+  ASSERT_NE(planner, nullptr) << why;
+  for (const bool backward : {false, true}) {
+    EXPECT_GE(planner->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << planner->last_error();
+    EXPECT_GE(route->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << route->last_error();
+  }
+}
+
 template <typename T>
 class CudnnAttentionTest : public ::testing::Test {};
 using SixteenBitTypes = ::testing::Types<bf16, fp16>;
