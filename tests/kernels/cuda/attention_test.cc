@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "tests/kernels/cuda/attention_test_util.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/element_test_util.h"
 
@@ -32,9 +33,6 @@ template <typename T>
 class CudaAttentionTest : public ::testing::Test {};
 TYPED_TEST_SUITE(CudaAttentionTest, ElementTypes, ElementName);
 
-struct AttentionShape {
-  int64_t B, T, C, NH;
-};
 // Odd sizes, a single position, T across and off the 64-position block, head
 // sizes 1 to the largest the kernels take (128), every multiple of 16 among
 // them (the tensor-core forward), over several key blocks.
@@ -42,30 +40,6 @@ constexpr AttentionShape kShapes[] = {{2, 5, 12, 3},   {1, 1, 4, 1},     {2, 17,
                                       {1, 70, 24, 3},  {1, 64, 3, 3},    {2, 129, 128, 1}, {1, 200, 256, 4},
                                       {1, 130, 96, 3}, {2, 65, 32, 2},   {1, 300, 512, 4}, {1, 190, 160, 2},
                                       {1, 100, 224, 2}};
-
-testing::Message Describe(const AttentionShape& s) {
-  return testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH;
-}
-
-// q, k and v gradients separately: each has its own scale. dq and dk are sums
-// of p·(dout·v - dout·out) terms that cancel exactly at one position (T=1:
-// both are zero, computed as a difference of equal dot products summed in
-// different orders), so the whole gradient's size is the floor of each part's.
-template <typename T>
-void ExpectGradientsClose(const std::vector<float>& got, const std::vector<float>& want, const AttentionShape& s) {
-  double floor = 0.0;
-  for (float w : want) floor = std::max(floor, std::abs(double(w)));
-  for (int part = 0; part < 3; ++part) {
-    std::vector<float> got_part, want_part;
-    for (int64_t row = 0; row < s.B * s.T; ++row) {
-      for (int64_t c = 0; c < s.C; ++c) {
-        got_part.push_back(got[size_t(row * 3 * s.C + part * s.C + c)]);
-        want_part.push_back(want[size_t(row * 3 * s.C + part * s.C + c)]);
-      }
-    }
-    EXPECT_TRUE(AllClose(got_part, want_part, Element<T>::kTolerance, floor)) << "d" << "qkv"[part];
-  }
-}
 
 TYPED_TEST(CudaAttentionTest, ForwardMatchesCpu) {
   PSTAR_REQUIRE_GPU();

@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention.h"
+#include "tests/kernels/cuda/attention_test_util.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/element_test_util.h"
 
@@ -86,60 +89,35 @@ TEST(CudnnAttentionOpen, DescribesItsGpuForPlanningWithoutIt) {
   }
 }
 
+// The route opened on this GPU for each test: a GPU host with a cuDNN build
+// must run it, so failing to open is a failure naming why.
 template <typename T>
-class CudnnAttentionTest : public ::testing::Test {};
+class CudnnAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PSTAR_REQUIRE_GPU();
+    if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
+    std::string why;
+    route_ = cuda::CudnnAttention::Open(&why);
+    ASSERT_NE(route_, nullptr) << why;
+  }
+  static constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  std::unique_ptr<cuda::CudnnAttention> route_;
+};
 using SixteenBitTypes = ::testing::Types<bf16, fp16>;
 TYPED_TEST_SUITE(CudnnAttentionTest, SixteenBitTypes, ElementName);
 
-struct Shape {
-  int64_t B, T, C, NH;
-};
 // Head sizes 64 and 128 (GPT-2's and the large models'), 32 and 96; T on
 // and off the 64-position block, a single position.
-constexpr Shape kShapes[] = {{2, 200, 768, 12}, {1, 129, 256, 2}, {2, 64, 128, 2},
-                             {2, 70, 96, 3},    {1, 1, 64, 1},    {3, 96, 384, 4}};
-
-testing::Message Describe(const Shape& s) {
-  return testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH;
-}
-
-// The route on this GPU, or a failure naming why not (a GPU host with a
-// cuDNN build must run it).
-std::unique_ptr<cuda::CudnnAttention> OpenOrFail() {
-  std::string why;
-  auto route = cuda::CudnnAttention::Open(&why);
-  EXPECT_NE(route, nullptr) << why;
-  return route;
-}
-
-// dq, dk and dv each against its own scale (as attention_test.cc).
-template <typename T>
-void ExpectGradientsClose(const std::vector<float>& got, const std::vector<float>& want, const Shape& s) {
-  for (int part = 0; part < 3; ++part) {
-    std::vector<float> got_part, want_part;
-    for (int64_t row = 0; row < s.B * s.T; ++row) {
-      for (int64_t c = 0; c < s.C; ++c) {
-        got_part.push_back(got[size_t(row * 3 * s.C + part * s.C + c)]);
-        want_part.push_back(want[size_t(row * 3 * s.C + part * s.C + c)]);
-      }
-    }
-    EXPECT_TRUE(AllClose(got_part, want_part, Element<T>::kTolerance)) << "d"
-                                                                       << "qkv"[part];
-  }
-}
-
-constexpr bool IsBf16(const bf16*) { return true; }
-constexpr bool IsBf16(const fp16*) { return false; }
+constexpr AttentionShape kShapes[] = {{2, 200, 768, 12}, {1, 129, 256, 2}, {2, 64, 128, 2},
+                                      {2, 70, 96, 3},    {1, 1, 64, 1},    {3, 96, 384, 4}};
 
 TYPED_TEST(CudnnAttentionTest, ForwardMatchesCpuAndRepeatsBitForBit) {
-  PSTAR_REQUIRE_GPU();
-  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
   using T = TypeParam;
-  auto route = OpenOrFail();
-  ASSERT_NE(route, nullptr);
-  const bool bf16 = IsBf16(static_cast<const T*>(nullptr));
+  auto& route = this->route_;
+  const bool bf16 = TestFixture::kBf16;
   std::mt19937 rng(31);
-  for (const Shape& s : kShapes) {
+  for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
     const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
     std::vector<float> out(size_t(s.B * s.T * s.C), kNaN), lse(size_t(s.B * s.NH * s.T), kNaN);
@@ -170,14 +148,11 @@ TYPED_TEST(CudnnAttentionTest, ForwardMatchesCpuAndRepeatsBitForBit) {
 // Backward from the CPU forward's results (out rounded to T): the
 // deterministic graph matches the CPU kernels and repeats its bits.
 TYPED_TEST(CudnnAttentionTest, BackwardMatchesCpuAndRepeatsBitForBit) {
-  PSTAR_REQUIRE_GPU();
-  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
   using T = TypeParam;
-  auto route = OpenOrFail();
-  ASSERT_NE(route, nullptr);
-  const bool bf16 = IsBf16(static_cast<const T*>(nullptr));
+  auto& route = this->route_;
+  const bool bf16 = TestFixture::kBf16;
   std::mt19937 rng(32);
-  for (const Shape& s : kShapes) {
+  for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
     const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
     const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
@@ -211,13 +186,10 @@ TYPED_TEST(CudnnAttentionTest, BackwardMatchesCpuAndRepeatsBitForBit) {
 // (to the 16-bit tolerance: a smaller call's graph may pick another engine
 // configuration than the whole batch's).
 TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
-  PSTAR_REQUIRE_GPU();
-  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
   using T = TypeParam;
-  auto route = OpenOrFail();
-  ASSERT_NE(route, nullptr);
-  const bool bf16 = IsBf16(static_cast<const T*>(nullptr));
-  const Shape s = {5, 300, 512, 8};
+  auto& route = this->route_;
+  const bool bf16 = TestFixture::kBf16;
+  const AttentionShape s = {5, 300, 512, 8};
   std::mt19937 rng(33);
   const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
   const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
@@ -262,13 +234,10 @@ TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
 // with cuDNN's backward, and cuDNN's forward with pstar's backward, both
 // match the CPU pair.
 TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
-  PSTAR_REQUIRE_GPU();
-  if (!cuda::CudnnAttention::Built()) GTEST_SKIP() << "built without cuDNN's headers";
   using T = TypeParam;
-  auto route = OpenOrFail();
-  ASSERT_NE(route, nullptr);
-  const bool bf16 = IsBf16(static_cast<const T*>(nullptr));
-  const Shape s = {2, 200, 768, 12};
+  auto& route = this->route_;
+  const bool bf16 = TestFixture::kBf16;
+  const AttentionShape s = {2, 200, 768, 12};
   std::mt19937 rng(34);
   const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
   const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);

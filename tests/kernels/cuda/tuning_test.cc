@@ -115,7 +115,10 @@ TEST(KernelTuning, OverridesApplyEveryPairOrNone) {
              {"attention_forward=1,attention_backward=9", "attention_backward=9: not one of its candidates (0, 1, 2"},
              {"attention_forward", "\"attention_forward\" is not knob=value"},
              {"attention_forward=", "attention_forward=: not one of its candidates"},
-             {"attention_forward=1x", "attention_forward=1x: not one of its candidates"}};
+             {"attention_forward=1x", "attention_forward=1x: not one of its candidates"},
+             {"attention_forward=99999999999999999999", "attention_forward=99999999999999999999: not one of"},
+             {"attention_forward=-1", "attention_forward=-1: not one of its candidates"},
+             {"=1", "no kernel tuning knob \"\""}};
   for (const auto& b : bad) {
     cuda::KernelTuning u = before;
     const std::string problem = cuda::ApplyTuningOverrides(b.spec, &u);
