@@ -225,11 +225,14 @@ run_world() {  # N rate overlap [compute_alone_s] -> one "netns ..." line
   # The smallest device budget and --extra-chunks chunks more: room for the
   # gathers ahead (ZeRO-3's prefetch buffer); 0 gathers each param chunk for
   # each use, with no room to gather any ahead.
-  local plan min
+  local plan min slot
   plan=$("$pstar" plan "${args[@]}" --world-size "$n" --json 2>&1) || die "pstar plan refused the job: $plan"
   min=$(sed -nE 's/.*"min_device_bytes": ([0-9]+).*/\1/p' <<<"$plan")
-  [ -n "$min" ] || die "pstar plan printed no min_device_bytes"
-  local budget=$(( min + extra * CHUNK * 4 ))
+  # A slot's bytes from the plan: the chunk as laid out, padded so that
+  # every rank's shard is aligned (larger than CHUNK floats at 3 ranks).
+  slot=$(sed -nE 's/.*"chunk_bytes": ([0-9]+).*/\1/p' <<<"$plan")
+  [ -n "$min" ] && [ -n "$slot" ] || die "pstar plan printed no min_device_bytes or chunk_bytes"
+  local budget=$(( min + extra * slot ))
   args+=(--set "runtime.device_memory=$budget" --set "runtime.comm_overlap=$([ "$overlap" = on ] && echo true || echo false)")
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   for ((k = 0; k < n; ++k)); do before[k]=$(tx_bytes "$k"); done

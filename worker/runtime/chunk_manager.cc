@@ -341,7 +341,8 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   // collective already: the step does not wait for it here.
   const bool gathered_on_queue =
       world_ > 1 && !comm_->device_buffers() && !placement_.HalfParam(index) && !AccumulatesHome(index) && !st.zero;
-  const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive, /*waits=*/!gathered_on_queue);
+  const bool fill = !placement_.HalfParam(index) && (AccumulatesHome(index) || st.zero);
+  const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive, /*waits=*/!gathered_on_queue, fill);
   if (slot < 0) return false;
   if (!gathered_on_queue) WaitTicket(slot_ticket_[size_t(slot)]);
   DeviceTier::SlotEvents& ev = device_.events(slot);
@@ -353,7 +354,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   if (placement_.HalfParam(index)) {
     NoteCollective(copier_->LoadHalfParam(index, slot, device_, host_), slot, index, /*writes_home=*/false);
     st.device_dirty = false;
-  } else if (AccumulatesHome(index) || st.zero) {
+  } else if (fill) {
     // A fill, not a transfer: nothing to count as prefetched. With N ranks a
     // gradient's home holds reduced sums and this rank's new partial starts
     // at zero.
@@ -377,7 +378,28 @@ bool ChunkManager::PrefetchLoad(int32_t index, int64_t must_outlive) {
   return Load(index, /*prefetch=*/true, must_outlive);
 }
 
-int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits) {
+int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits, bool fill) {
+  const bool opt = trace_.valid() && options_.eviction == EvictionPolicy::kOpt;
+  const bool prefetch = must_outlive > 0;
+  // A fill (a gradient's zeros) costs nothing at its use: loaded ahead, it
+  // gains nothing and may evict a copy that must come back this step (a
+  // transfer, or a gather with N ranks) for one it could have had later,
+  // when the chunks done by then free their slots. So a prefetched fill
+  // takes only a free slot past its collectives, or a victim no use this
+  // step needs again (or one OPT drops before that use anyway); else it
+  // waits for its use. With N ranks the victim is clean too: a dirty one's
+  // reduce-scatter would hold the fill, and this thread, until it ends.
+  if (fill && prefetch && opt) {
+    const auto past_collectives = [this](int32_t s) {
+      return comm_ == nullptr || slot_ticket_[size_t(s)] <= done_ticket_;
+    };
+    if (device_.HasFreeSlot(pool, past_collectives)) return device_.TakeFreeSlot(pool, past_collectives);
+    CollectVictims(pool, /*clean_only=*/clean_victims_only_ || world_ > 1);
+    const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
+    if (victim < 0 || (UsedAgainThisStep(victim) && !OptDropsBeforeItsUse(pool, victim))) return -1;
+    Evict(victim);
+    return device_.TakeFreeSlot(pool);
+  }
   // A caller that waits for the slot's last collective stalls compute on
   // the link when no free slot is past its collectives (a gradient's
   // reduce-scatter still reads it) or a dirty victim must be written home
@@ -389,27 +411,18 @@ int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits) {
   // over); a use takes what the rules below give and waits. The choice reads
   // only the tickets this thread has waited for and the trace, so every
   // rank, and the payload simulation, makes it alike.
-  if (waits && world_ > 1 && trace_.valid() && options_.eviction == EvictionPolicy::kOpt &&
+  if (waits && world_ > 1 && opt &&
       !device_.HasFreeSlot(pool, [this](int32_t s) { return slot_ticket_[size_t(s)] <= done_ticket_; })) {
     CollectVictims(pool, /*clean_only=*/true);
     const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
-    auto opt_drops = [&] {
-      std::vector<int32_t> resident;
-      for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
-        if (device_.owner(s) >= 0) resident.push_back(device_.owner(s));
-      }
-      return OptDropsBeforeNextUse(trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
-                                   [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; });
-    };
-    const bool used_again_this_step = victim >= 0 && trace_.NextUseDistance(victim) < trace_.size() - trace_.moment();
-    const bool take = victim >= 0 && (!used_again_this_step || opt_drops() ||
+    const bool take = victim >= 0 && (!UsedAgainThisStep(victim) || OptDropsBeforeItsUse(pool, victim) ||
                                       // a prefetch's usual clean victim, with no free slot at all
-                                      (must_outlive > 0 && !device_.HasFreeSlot(pool, [](int32_t) { return true; })));
+                                      (prefetch && !device_.HasFreeSlot(pool, [](int32_t) { return true; })));
     if (take) {
       Evict(victim);
       return device_.TakeFreeSlot(pool);
     }
-    if (must_outlive > 0) return -1;
+    if (prefetch) return -1;
   }
   // A free slot no collective still reads or writes, if there is one.
   const int32_t free =
@@ -422,6 +435,21 @@ int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits) {
   if (victim < 0) return -1;
   Evict(victim);  // frees its slot, now on top of the pool's free stack
   return device_.TakeFreeSlot(pool);
+}
+
+bool ChunkManager::UsedAgainThisStep(int32_t index) const {
+  return trace_.NextUseDistance(index) < trace_.size() - trace_.moment();
+}
+
+bool ChunkManager::OptDropsBeforeItsUse(int pool, int32_t victim) const {
+  std::vector<int32_t> resident;
+  for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
+    if (device_.owner(s) >= 0) resident.push_back(device_.owner(s));
+  }
+  return OptDropsBeforeNextUse(
+      trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
+      [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; },
+      [this](int32_t i) { return !placement_.HalfParam(i) && (AccumulatesHome(i) || states_[size_t(i)].zero); });
 }
 
 void ChunkManager::CollectVictims(int pool, bool clean_only) {

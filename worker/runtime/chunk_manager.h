@@ -291,8 +291,14 @@ class ChunkManager {
   // A free slot of `pool`, evicting a victim if needed; -1 when none
   // qualifies. With OPT, only chunks next used more than `must_outlive`
   // moments ahead may go. `waits`: the caller waits for the slot's last
-  // collective on this thread (see TakeSlot).
-  int32_t TakeSlot(int pool, int64_t must_outlive, bool waits);
+  // collective on this thread (see TakeSlot). `fill`: the load writes
+  // zeros, not a copy.
+  int32_t TakeSlot(int pool, int64_t must_outlive, bool waits, bool fill);
+  // Whether the trace uses chunk `index` again before the step ends.
+  bool UsedAgainThisStep(int32_t index) const;
+  // Whether OPT would drop `victim` (resident in `pool`) before its next use
+  // anyway, the other chunks used until then filling every slot.
+  bool OptDropsBeforeItsUse(int pool, int32_t victim) const;
   // The unpinned chunks of `pool` into candidates_ (only clean ones if asked).
   void CollectVictims(int pool, bool clean_only);
   void Evict(int32_t index);

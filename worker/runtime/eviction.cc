@@ -39,7 +39,8 @@ int32_t ChooseVictim(std::span<const EvictionCandidate> candidates, EvictionPoli
 }
 
 bool OptDropsBeforeNextUse(const ChunkTrace& trace, std::span<const int32_t> resident, int32_t slots,
-                           int32_t prefetch_depth, int32_t victim, const std::function<bool(int32_t index)>& in_pool) {
+                           int32_t prefetch_depth, int32_t victim, const std::function<bool(int32_t index)>& in_pool,
+                           const std::function<bool(int32_t index)>& filled) {
   const int64_t distance = trace.NextUseDistance(victim);
   if (distance == std::numeric_limits<int64_t>::max()) return true;  // never used again
   const int64_t size = trace.size();
@@ -62,7 +63,8 @@ bool OptDropsBeforeNextUse(const ChunkTrace& trace, std::span<const int32_t> res
     if (at < 0) continue;  // prefetching for the next step: its moments start at 0
     for (int32_t index : trace.MomentAt(at % size)) {
       if (index == victim || !in_pool(index)) continue;
-      auto [it, added] = spans.try_emplace(index, Span{std::max<int64_t>(0, d - prefetch_depth), d});
+      const int64_t lead = filled != nullptr && filled(index) ? 0 : prefetch_depth;
+      auto [it, added] = spans.try_emplace(index, Span{std::max<int64_t>(0, d - lead), d});
       if (!added && it->second.first < 0) it->second.first = 0;  // resident: holds its slot from now
       it->second.last = d;
     }

@@ -31,9 +31,12 @@ int32_t ChooseVictim(std::span<const EvictionCandidate> candidates, EvictionPoli
 // before that use needs every slot for chunks used both then-or-earlier and
 // again before it, each taken `prefetch_depth` moments before its first use
 // (`resident` lists the chunks in the slots now, pinned ones included;
-// `in_pool` says which chunks share those slots). Dropping such a victim now
-// costs nothing it would not cost later. Needs a valid trace.
+// `in_pool` says which chunks share those slots), except a chunk `filled`
+// says is zeros written at its use, not a copy brought ahead: it takes its
+// slot at that use. Dropping such a victim now costs nothing it would not
+// cost later. Needs a valid trace.
 bool OptDropsBeforeNextUse(const ChunkTrace& trace, std::span<const int32_t> resident, int32_t slots,
-                           int32_t prefetch_depth, int32_t victim, const std::function<bool(int32_t index)>& in_pool);
+                           int32_t prefetch_depth, int32_t victim, const std::function<bool(int32_t index)>& in_pool,
+                           const std::function<bool(int32_t index)>& filled = nullptr);
 
 }  // namespace pstar

@@ -100,6 +100,39 @@ TEST(ChunkManager, ZeroChunksNeedNoCopy) {
   EXPECT_EQ(m->counters().prefetches, 0);  // a fill is not a transfer
 }
 
+// A fill costs nothing at its use, so loading one ahead must not evict a
+// copy the step needs again: here gradient 2's zeros, wanted two moments
+// ahead, would take param 1's slot (next used three ahead) although param 0
+// frees one by then; param 1 would then be copied in twice a step.
+TEST(ChunkManager, AFillLoadedAheadNeverEvictsACopyTheStepNeedsAgain) {
+  auto m = Make(3, 3, EvictionPolicy::kOpt, 8);
+  auto use = [&](std::initializer_list<ChunkAccess> accesses) {
+    const std::vector<ChunkAccess> a(accesses);
+    m->Access(a);
+    m->Release(a);
+  };
+  const ChunkAccess p0{{StateKind::kParam, 0}, false}, p1{{StateKind::kParam, 1}, false},
+      p2{{StateKind::kParam, 2}, false}, g1{{StateKind::kGrad, 1}, true}, g2{{StateKind::kGrad, 2}, true};
+  int64_t per_step = 0;
+  for (int step = 0; step < 3; ++step) {
+    const int64_t before = H2D(*m);
+    m->BeginStep();
+    m->ZeroFill(StateKind::kGrad);
+    use({p0});
+    use({p1});
+    use({p2});
+    use({p0});  // param 0's last use this step
+    if (step > 0) EXPECT_TRUE(m->OnDevice(p1.key)) << "step " << step << ": param 1 left for gradient 2's zeros";
+    use({p2, g2});
+    use({p1, g1});
+    m->EndStep();
+    per_step = H2D(*m) - before;
+  }
+  EXPECT_TRUE(m->trace_valid());
+  // Params 0 and 2 come in once a step; param 1, used last, stays for the next.
+  EXPECT_LE(per_step, 2 * kChunkBytes) << "a param was copied in more than once a step";
+}
+
 TEST(ChunkManager, AChangedSequenceInvalidatesAndReRecordsTheTrace) {
   auto m = Make(3, 2, EvictionPolicy::kOpt, 0);
   CyclicSteps(*m, 3, 2);

@@ -73,6 +73,23 @@ TEST(Eviction, OptDropsAVictimOnlyWhenTheChunksUsedBeforeItsNextUseFillEverySlot
   EXPECT_TRUE(OptDropsBeforeNextUse(unused, std::vector<int32_t>{7, 1}, 8, 0, 7, all));
 }
 
+TEST(Eviction, AFilledChunkTakesItsSlotOnlyAtItsUse) {
+  const auto all = [](int32_t) { return true; };
+  // Serving moment 1 (chunk 1), chunk 0 next used at 4. Brought two moments
+  // ahead, chunk 3 would hold a slot from moment 2, beside 1 and 2: with
+  // three slots chunk 0 goes. Filled at its use (moment 3), it takes chunk
+  // 1's slot, whose last use is over by then.
+  const ChunkTrace t = TraceAt({{0}, {1}, {2, 1}, {3, 2}, {0}}, 1);
+  const std::vector<int32_t> resident = {0, 1, 2};
+  EXPECT_TRUE(OptDropsBeforeNextUse(t, resident, 3, 2, 0, all));
+  EXPECT_FALSE(OptDropsBeforeNextUse(t, resident, 3, 2, 0, all, [](int32_t i) { return i == 3; }));
+  // A filled chunk still holds a slot at its use: there 2 and 3 fill two.
+  const ChunkTrace later = TraceAt({{0}, {1}, {2}, {3, 2}, {0}}, 1);
+  const auto filled = [](int32_t i) { return i == 3; };
+  EXPECT_TRUE(OptDropsBeforeNextUse(later, std::vector<int32_t>{0, 1}, 2, 0, 0, all, filled));
+  EXPECT_FALSE(OptDropsBeforeNextUse(later, std::vector<int32_t>{0, 1}, 3, 0, 0, all, filled));
+}
+
 TEST(Eviction, OptDropsReadsTheNextStepForAVictimUsedThere) {
   const auto all = [](int32_t) { return true; };
   // Serving moment 2 (chunk 2): chunk 0 is next used at the next step's
