@@ -1,7 +1,9 @@
 // A host emulation of what the tensor-core kernels use of CUDA, so that their
-// code runs (slowly) on a machine without a GPU: one std::thread per CUDA
-// thread of a block, std::barrier for __syncthreads and __syncwarp, warp
-// reductions through a per-warp exchange, and WMMA fragments as whole 16x16
+// code runs (slowly) on a machine without a GPU: one fiber per CUDA thread of
+// a block, all on the calling thread and switched cooperatively at
+// __syncthreads and __syncwarp (a barrier that cannot complete, one not every
+// thread reaches, aborts naming it), warp reductions through a per-warp
+// exchange, and WMMA fragments as whole 16x16
 // matrices that lane 0 of a warp loads, multiplies and stores (between two
 // warp barriers) for the warp: the kernels only ever hand fragments to WMMA
 // calls, so the other lanes' copies are never read. For the mma.sync
@@ -18,13 +20,14 @@
 // hardware or its speed; the GPU tests do that.
 //
 // CUDA's built-in names (threadIdx, blockIdx, blockDim) must be plain names
-// here, so they are thread_local variables that RunBlocks sets per emulated
-// thread. Include this before the kernels, inside no namespace. Elements are
-// float or Bf16 (below).
+// here, so they are thread_local variables that the switch to a fiber sets. Include this before the kernels, inside no
+// namespace. Elements are float or Bf16 (below).
 #pragma once
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -32,7 +35,7 @@
 #include <functional>
 #include <memory>
 #include <random>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "kernels/half.h"
@@ -45,20 +48,114 @@ struct Dim3 {
 
 constexpr int kWarpSize = 32;
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PSTAR_EMULATION_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PSTAR_EMULATION_ASAN 1
+#endif
+#endif
+#ifdef PSTAR_EMULATION_ASAN
+}  // namespace pstar::test::emulation
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+namespace pstar::test::emulation {
+#endif
+
+// cp.async: each thread's copies wait in groups and land at the wait that
+// covers them.
+struct AsyncCopy {
+  void* dst;
+  const void* src;  // null: zeros
+};
+
+struct FiberBarrier;
+
+// One emulated CUDA thread: its context and stack, what it waits at, and its
+// cp.async groups.
+struct Fiber {
+  ucontext_t context;
+  unsigned char* stack = nullptr;  // the usable stack, above a guard page
+  size_t stack_bytes = 0;
+  unsigned tid = 0;
+  bool done = false;
+  const FiberBarrier* waiting = nullptr;  // the barrier it waits at, if any
+  uint64_t generation = 0;                // that barrier's generation when it arrived
+  void* fake_stack = nullptr;             // AddressSanitizer's, across switches
+  std::vector<AsyncCopy> uncommitted_copies;
+  std::vector<std::vector<AsyncCopy>> committed_copies;
+};
+
+// The fibers of one RunBlocks and the switches between them: a fiber runs
+// until it waits at a barrier, then the first fiber that can go on runs, in
+// thread order or (every other block) its reverse. So one warp runs as far as
+// its barriers let it before the next starts: a missing __syncthreads shows
+// as a read of what another warp has not written yet, or has overwritten
+// already, in one of the two orders. cp.async copies land at the wait that
+// covers them (a read before it sees garbage) or, in the second and third
+// block of every four, at once (a copy issued into a tile other warps still
+// read shows): the first blocks of a grid already see all four pairings.
+struct Scheduler {
+  std::vector<std::unique_ptr<Fiber>> fibers;
+  size_t current = 0;
+  int64_t blocks_done = 0;
+  bool ascending = true;
+  bool eager_copies = false;
+  ucontext_t main;
+  const void* main_stack = nullptr;  // the calling thread's stack, for AddressSanitizer
+  size_t main_stack_bytes = 0;
+  void* main_fake_stack = nullptr;
+
+  bool CanRun(const Fiber& f) const;
+  // From fiber `from` (null: the caller) to fiber `to` (null: back to the
+  // caller, every fiber done). A finished `from` never runs again.
+  void SwitchTo(Fiber* from, Fiber* to);
+  // The current fiber cannot go on: the next one that can runs.
+  void Yield();
+};
+inline thread_local Scheduler* current_scheduler = nullptr;
+
+// __syncthreads and __syncwarp: the last of `expected` arrivals releases the
+// others, which run again when the scheduler comes to them.
+struct FiberBarrier {
+  FiberBarrier(unsigned n, const char* what) : expected(n), name(what) {}
+  void arrive_and_wait() {
+    if (++arrived == expected) {
+      arrived = 0;
+      ++generation;
+      return;
+    }
+    Scheduler& s = *current_scheduler;
+    Fiber& me = *s.fibers[s.current];
+    me.waiting = this;
+    me.generation = generation;
+    s.Yield();
+    me.waiting = nullptr;
+  }
+  unsigned expected, arrived = 0;
+  uint64_t generation = 0;
+  const char* name;
+};
+
+inline bool Scheduler::CanRun(const Fiber& f) const {
+  return !f.done && (f.waiting == nullptr || f.waiting->generation != f.generation);
+}
+
 // One block's shared state: its barriers, the warps' exchange slots and the
 // dynamic shared memory.
 struct Block {
   explicit Block(unsigned threads, size_t shared_bytes)
-      : all(threads),
+      : all(threads, "__syncthreads"),
         exchange(threads),
         words(size_t(threads) * kWords),
         shared(shared_bytes + 128, 0xCD) {  // uninitialized, as on a GPU
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w) {
-      warps.push_back(std::make_unique<std::barrier<>>(std::min<unsigned>(kWarpSize, threads - w * kWarpSize)));
+      warps.push_back(
+          std::make_unique<FiberBarrier>(std::min<unsigned>(kWarpSize, threads - w * kWarpSize), "__syncwarp"));
     }
   }
-  std::barrier<> all;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  FiberBarrier all;
+  std::vector<std::unique_ptr<FiberBarrier>> warps;
   std::vector<float> exchange;
   static constexpr size_t kWords = 8;
   std::vector<uint64_t> words;  // kWords per thread: the registers a warp-wide instruction exchanges
@@ -67,14 +164,7 @@ struct Block {
 
 inline thread_local Block* current_block = nullptr;
 
-// cp.async: each thread's copies wait in groups and land at the wait that
-// covers them.
-struct AsyncCopy {
-  void* dst;
-  const void* src;  // null: zeros
-};
-inline thread_local std::vector<AsyncCopy> uncommitted_copies;
-inline thread_local std::vector<std::vector<AsyncCopy>> committed_copies;
+inline Fiber& CurrentFiber() { return *current_scheduler->fibers[current_scheduler->current]; }
 
 }  // namespace pstar::test::emulation
 
@@ -85,6 +175,66 @@ inline thread_local pstar::test::emulation::Dim3 threadIdx, blockIdx, blockDim, 
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(bytes)
+
+namespace pstar::test::emulation {
+
+inline void Scheduler::SwitchTo(Fiber* from, Fiber* to) {
+  ucontext_t* save = from != nullptr ? &from->context : &main;
+  if (to != nullptr) {
+    current = size_t(to->tid);
+    threadIdx = {to->tid, 0, 0};
+  }
+#ifdef PSTAR_EMULATION_ASAN
+  // A finished fiber's fake stack goes with it (null save).
+  void** fake = from == nullptr ? &main_fake_stack : from->done ? nullptr : &from->fake_stack;
+  if (to != nullptr) {
+    __sanitizer_start_switch_fiber(fake, to->stack, to->stack_bytes);
+  } else {
+    __sanitizer_start_switch_fiber(fake, main_stack, main_stack_bytes);
+  }
+#endif
+  if (swapcontext(save, to != nullptr ? &to->context : &main) != 0) std::abort();
+    // Back here: someone switched to `from` (or the last fiber to the caller).
+#ifdef PSTAR_EMULATION_ASAN
+  __sanitizer_finish_switch_fiber(from == nullptr ? main_fake_stack : from->fake_stack, nullptr, nullptr);
+#endif
+}
+
+inline void Scheduler::Yield() {
+  Fiber* from = fibers[current].get();
+  const size_t n = fibers.size();
+  for (size_t k = 0; k < n; ++k) {
+    Fiber* next = fibers[ascending ? k : n - 1 - k].get();
+    if (!CanRun(*next)) continue;
+    if (next == from) return;  // its barrier completed meanwhile: it goes on
+    SwitchTo(from, next);
+    return;
+  }
+  bool all_done = true;
+  for (const auto& f : fibers) all_done = all_done && f->done;
+  if (all_done) {
+    SwitchTo(from, nullptr);
+    return;
+  }
+  // Every fiber not done waits at a barrier that cannot complete: name each
+  // such barrier, how many threads reached it and the first of them.
+  std::string report;
+  std::vector<const FiberBarrier*> named;
+  for (const auto& f : fibers) {
+    if (f->done || f->waiting == nullptr || std::find(named.begin(), named.end(), f->waiting) != named.end()) {
+      continue;
+    }
+    named.push_back(f->waiting);
+    report += std::string(report.empty() ? "" : ", ") + "at " + f->waiting->name + " " +
+              std::to_string(f->waiting->arrived) + " of " + std::to_string(f->waiting->expected) +
+              " threads (thread " + std::to_string(f->tid) + " first)";
+  }
+  std::fprintf(stderr, "warp emulation: block %u,%u cannot go on: %s; a barrier not every thread reaches\n", blockIdx.x,
+               blockIdx.y, report.c_str());
+  std::abort();
+}
+
+}  // namespace pstar::test::emulation
 
 inline void __syncthreads() { pstar::test::emulation::current_block->all.arrive_and_wait(); }
 inline void __syncwarp() {
@@ -134,8 +284,76 @@ inline T FromFloat(float x) {
 }
 using std::min;
 
-// Runs kernel() as a grid of blocks, one block at a time, on one thread per
-// CUDA thread (the same threads for every block; shared memory is refilled
+// What every fiber of a RunBlocks runs: the grid's blocks in order, the block
+// barrier between two of them.
+struct GridRun {
+  Dim3 grid;
+  unsigned threads;
+  const std::vector<Dim3>* order;
+  const std::function<void()>* kernel;
+};
+inline thread_local const GridRun* current_run = nullptr;
+
+inline void RunFiber() {
+  Scheduler& s = *current_scheduler;
+  Fiber& me = CurrentFiber();
+#ifdef PSTAR_EMULATION_ASAN
+  const void* from_stack = nullptr;
+  size_t from_bytes = 0;
+  __sanitizer_finish_switch_fiber(nullptr, &from_stack, &from_bytes);
+  if (s.main_stack == nullptr) s.main_stack = from_stack, s.main_stack_bytes = from_bytes;  // thread 0, from the caller
+#endif
+  const GridRun& run = *current_run;
+  blockDim = {run.threads, 1, 1};
+  gridDim = run.grid;
+  for (const Dim3& at : *run.order) {
+    blockIdx = at;
+    (*run.kernel)();
+    if (!me.uncommitted_copies.empty() || !me.committed_copies.empty()) {
+      std::fprintf(stderr, "warp emulation: thread %u ended block %u,%u with cp.async copies not waited for\n", me.tid,
+                   at.x, at.y);
+      std::abort();
+    }
+    current_block->all.arrive_and_wait();  // every thread is done with the block
+    if (me.tid == 0) {
+      std::fill(current_block->shared.begin(), current_block->shared.end(), 0xCD);
+      ++s.blocks_done;
+      s.ascending = s.blocks_done % 2 == 0;
+      s.eager_copies = (s.blocks_done + 1) / 2 % 2 == 1;  // lazy, eager, eager, lazy with the orders above
+    }
+    current_block->all.arrive_and_wait();
+  }
+  me.done = true;
+  s.Yield();  // never comes back
+}
+
+// A fiber for thread `t` that starts in RunFiber, on a stack above a guard
+// page: room for the kernels' register arrays and the sanitizers' redzones,
+// and no more, since AddressSanitizer clears a context's whole stack shadow
+// at every switch (1 MiB stacks made the emulated tests seven times slower
+// under it). (Not inlined: getcontext returns twice, and no caller's
+// variable must live across it.)
+constexpr size_t kStackBytes = size_t{128} << 10, kStackGuard = 4096;
+[[gnu::noinline]] inline std::unique_ptr<Fiber> MakeFiber(unsigned t) {
+  auto f = std::make_unique<Fiber>();
+  f->tid = t;
+  void* region = mmap(nullptr, kStackBytes + kStackGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED || mprotect(region, kStackGuard, PROT_NONE) != 0) {
+    std::fprintf(stderr, "warp emulation: no memory for thread %u's stack\n", t);
+    std::abort();
+  }
+  f->stack = static_cast<unsigned char*>(region) + kStackGuard;
+  f->stack_bytes = kStackBytes;
+  if (getcontext(&f->context) != 0) std::abort();
+  f->context.uc_stack.ss_sp = f->stack;
+  f->context.uc_stack.ss_size = f->stack_bytes;
+  f->context.uc_link = nullptr;
+  makecontext(&f->context, &RunFiber, 0);
+  return f;
+}
+
+// Runs kernel() as a grid of blocks, one block at a time, on one fiber per
+// CUDA thread (the same fibers for every block; shared memory is refilled
 // with garbage between blocks). Blocks run in launch order (x fastest), or
 // with `shuffle_seed` in a shuffled order: CUDA promises none, and a kernel
 // whose blocks wait on one another must not depend on it.
@@ -147,28 +365,17 @@ inline void RunBlocks(Dim3 grid, unsigned threads, size_t shared_bytes, const st
     for (unsigned bx = 0; bx < grid.x; ++bx) order.push_back({bx, by, 0});
   }
   if (shuffle_seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937(shuffle_seed));
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      current_block = &block;
-      threadIdx = {t, 0, 0};
-      blockDim = {threads, 1, 1};
-      gridDim = grid;
-      for (const Dim3& at : order) {
-        blockIdx = at;
-        kernel();
-        if (!uncommitted_copies.empty() || !committed_copies.empty()) {
-          std::fprintf(stderr, "warp emulation: thread %u ended block %u,%u with cp.async copies not waited for\n", t,
-                       at.x, at.y);
-          std::abort();
-        }
-        block.all.arrive_and_wait();  // every thread is done with the block
-        if (t == 0) std::fill(block.shared.begin(), block.shared.end(), 0xCD);
-        block.all.arrive_and_wait();
-      }
-    });
-  }
-  for (std::thread& th : pool) th.join();
+  const GridRun run{grid, threads, &order, &kernel};
+  current_run = &run;
+  Scheduler scheduler;
+  current_scheduler = &scheduler;
+  current_block = &block;
+  for (unsigned t = 0; t < threads; ++t) scheduler.fibers.push_back(MakeFiber(t));
+  scheduler.SwitchTo(nullptr, scheduler.fibers[0].get());
+  for (auto& f : scheduler.fibers) munmap(f->stack - kStackGuard, f->stack_bytes + kStackGuard);
+  current_scheduler = nullptr;
+  current_block = nullptr;
+  current_run = nullptr;
 }
 
 }  // namespace pstar::test::emulation
@@ -257,14 +464,23 @@ inline void CpAsync16(void* dst, const void* src, bool valid) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) EmulationFault("cp.async destination not 16-byte aligned", dst);
   if (!InShared(dst, 16)) EmulationFault("cp.async destination outside shared memory", dst);
   if (valid && reinterpret_cast<uintptr_t>(src) % 16 != 0) EmulationFault("cp.async source not 16-byte aligned", src);
-  uncommitted_copies.push_back({dst, valid ? src : nullptr});
+  if (current_scheduler->eager_copies) {  // lands now; again, unchanged, at its wait
+    if (valid) {
+      std::memcpy(dst, src, 16);
+    } else {
+      std::memset(dst, 0, 16);
+    }
+  }
+  CurrentFiber().uncommitted_copies.push_back({dst, valid ? src : nullptr});
 }
 inline void CpAsyncCommit() {
-  committed_copies.push_back(std::move(uncommitted_copies));
-  uncommitted_copies.clear();
+  Fiber& me = CurrentFiber();
+  me.committed_copies.push_back(std::move(me.uncommitted_copies));
+  me.uncommitted_copies.clear();
 }
 template <int kPending>
 void CpAsyncWait() {
+  std::vector<std::vector<AsyncCopy>>& committed_copies = CurrentFiber().committed_copies;
   while (committed_copies.size() > size_t(kPending)) {
     for (const AsyncCopy& c : committed_copies.front()) {
       if (c.src != nullptr) {
