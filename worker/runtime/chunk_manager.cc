@@ -341,7 +341,7 @@ bool ChunkManager::Load(int32_t index, bool prefetch, int64_t must_outlive) {
   // collective already: the step does not wait for it here.
   const bool gathered_on_queue =
       world_ > 1 && !comm_->device_buffers() && !placement_.HalfParam(index) && !AccumulatesHome(index) && !st.zero;
-  const bool fill = !placement_.HalfParam(index) && (AccumulatesHome(index) || st.zero);
+  const bool fill = LoadsAsFill(index);
   const int32_t slot = TakeSlot(placement_.PoolOf(index), must_outlive, /*waits=*/!gathered_on_queue, fill);
   if (slot < 0) return false;
   if (!gathered_on_queue) WaitTicket(slot_ticket_[size_t(slot)]);
@@ -448,8 +448,7 @@ bool ChunkManager::OptDropsBeforeItsUse(int pool, int32_t victim) const {
   }
   return OptDropsBeforeNextUse(
       trace_, resident, device_.pool_size(pool), options_.prefetch_depth, victim,
-      [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; },
-      [this](int32_t i) { return !placement_.HalfParam(i) && (AccumulatesHome(i) || states_[size_t(i)].zero); });
+      [this, pool](int32_t i) { return placement_.PoolOf(i) == pool; }, [this](int32_t i) { return LoadsAsFill(i); });
 }
 
 void ChunkManager::CollectVictims(int pool, bool clean_only) {

@@ -309,6 +309,11 @@ class ChunkManager {
   // With N > 1 ranks a gradient's home shard accumulates reduce-scattered
   // device partials; its device copy always starts from zeros.
   bool AccumulatesHome(int32_t index) const { return world_ > 1 && placement_.KindOf(index) == StateKind::kGrad; }
+  // Whether loading chunk `index` writes zeros rather than copying: a
+  // gradient whose home holds reduced sums, or a chunk with no copy yet.
+  bool LoadsAsFill(int32_t index) const {
+    return !placement_.HalfParam(index) && (AccumulatesHome(index) || states_[size_t(index)].zero);
+  }
 
   const ChunkPlacement placement_;
   const int32_t num_chunks_;
