@@ -417,7 +417,8 @@ int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits, bool 
     const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
     const bool take = victim >= 0 && (!UsedAgainThisStep(victim) || OptDropsBeforeItsUse(pool, victim) ||
                                       // a prefetch's usual clean victim, with no free slot at all
-                                      (prefetch && !device_.HasFreeSlot(pool, [](int32_t) { return true; })));
+                                      (prefetch && !device_.HasFreeSlot(pool, [](int32_t) { return true; }) &&
+                                       !HeldChunkGoesFirst(pool, victim, must_outlive)));
     if (take) {
       Evict(victim);
       return device_.TakeFreeSlot(pool);
@@ -433,12 +434,28 @@ int32_t ChunkManager::TakeSlot(int pool, int64_t must_outlive, bool waits, bool 
   CollectVictims(pool, /*clean_only=*/clean_victims_only_);
   const int32_t victim = ChooseVictim(candidates_, options_.eviction, trace_, must_outlive);
   if (victim < 0) return -1;
+  // A prefetch does not evict a copy this step needs again while a chunk an
+  // op holds now would be OPT's victim once released: waiting a few moments
+  // saves bringing the copy back (a second gather with N ranks).
+  if (prefetch && opt && UsedAgainThisStep(victim) && HeldChunkGoesFirst(pool, victim, must_outlive)) return -1;
   Evict(victim);  // frees its slot, now on top of the pool's free stack
   return device_.TakeFreeSlot(pool);
 }
 
 bool ChunkManager::UsedAgainThisStep(int32_t index) const {
   return trace_.NextUseDistance(index) < trace_.size() - trace_.moment();
+}
+
+bool ChunkManager::HeldChunkGoesFirst(int pool, int32_t victim, int64_t must_outlive) const {
+  const int64_t victim_use = trace_.NextUseDistance(victim);
+  const int64_t min_lead = std::max<int64_t>(1, options_.prefetch_depth / 2);
+  for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
+    const int32_t owner = device_.owner(s);
+    if (owner < 0 || owner == victim || states_[size_t(owner)].pins == 0) continue;
+    const ChunkTrace::HeldRun run = trace_.CurrentRun(owner);
+    if (run.release > 0 && must_outlive - run.release >= min_lead && run.next_use > victim_use) return true;
+  }
+  return false;
 }
 
 bool ChunkManager::OptDropsBeforeItsUse(int pool, int32_t victim) const {

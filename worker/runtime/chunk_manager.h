@@ -296,6 +296,12 @@ class ChunkManager {
   int32_t TakeSlot(int pool, int64_t must_outlive, bool waits, bool fill);
   // Whether the trace uses chunk `index` again before the step ends.
   bool UsedAgainThisStep(int32_t index) const;
+  // Whether a prefetch of a chunk first used `must_outlive` moments ahead
+  // should wait rather than evict `victim`: a chunk the current moment holds
+  // in `pool` is released in time (keeping at least half the prefetch's
+  // lookahead) and next used after `victim`, so OPT would evict it instead
+  // and `victim` stays.
+  bool HeldChunkGoesFirst(int pool, int32_t victim, int64_t must_outlive) const;
   // Whether OPT would drop `victim` (resident in `pool`) before its next use
   // anyway, the other chunks used until then filling every slot.
   bool OptDropsBeforeItsUse(int pool, int32_t victim) const;

@@ -1,6 +1,7 @@
 #include "worker/runtime/chunk_trace.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -36,6 +37,22 @@ int64_t ChunkTrace::NextUseDistance(int32_t index) const {
   auto it = std::upper_bound(uses.begin(), uses.end(), int32_t(moment_));
   if (it != uses.end()) return *it - moment_;
   return int64_t(trace_.size()) - moment_ + uses.front();
+}
+
+ChunkTrace::HeldRun ChunkTrace::CurrentRun(int32_t index) const {
+  const std::vector<int32_t>& uses = uses_[size_t(index)];
+  if (moment_ < 0 || moment_ >= int64_t(trace_.size())) return {};
+  auto it = std::lower_bound(uses.begin(), uses.end(), int32_t(moment_));
+  if (it == uses.end() || *it != moment_) return {};
+  while (std::next(it) != uses.end() && *std::next(it) == *it + 1) ++it;
+  HeldRun run;
+  run.release = *it + 1 - moment_;
+  if (std::next(it) != uses.end()) {
+    run.next_use = *std::next(it) - moment_;
+  } else {
+    run.next_use = int64_t(trace_.size()) - moment_ + uses.front();  // the next step's first use
+  }
+  return run;
 }
 
 }  // namespace pstar

@@ -37,6 +37,15 @@ class ChunkTrace {
   // Moments from now until chunk `index` is next used (a later step's first
   // use counts on); a very large number when it never is.
   int64_t NextUseDistance(int32_t index) const;
+  // For a chunk the current moment uses: moments from now until the first
+  // moment after its run of consecutive uses (when its pin ends), and from
+  // now until its first use after that run (a later step's first use counts
+  // on). Both 0 when the current moment does not use it.
+  struct HeldRun {
+    int64_t release = 0;
+    int64_t next_use = 0;
+  };
+  HeldRun CurrentRun(int32_t index) const;
 
  private:
   const int32_t total_chunks_;

@@ -133,6 +133,32 @@ TEST(ChunkManager, AFillLoadedAheadNeverEvictsACopyTheStepNeedsAgain) {
   EXPECT_LE(per_step, 2 * kChunkBytes) << "a param was copied in more than once a step";
 }
 
+// A prefetch waits for a chunk an op holds now rather than evict a copy the
+// step needs again sooner: param 3's copy, wanted eight moments ahead while
+// param 1 is held, would take param 0's slot (next used nine ahead), although
+// param 1 frees its slot two moments later and is next used after param 0;
+// param 0 would then be copied in twice a step.
+TEST(ChunkManager, APrefetchWaitsForAHeldChunkRatherThanEvictACopyNeededSooner) {
+  auto m = Make(4, 3, EvictionPolicy::kOpt, 8);
+  int64_t per_step = 0;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = H2D(*m);
+    m->BeginStep();
+    ReadMoment(*m, 0);
+    for (int k = 0; k < 3; ++k) ReadMoment(*m, 1);
+    for (int k = 0; k < 6; ++k) ReadMoment(*m, 2);
+    ReadMoment(*m, 3);
+    ReadMoment(*m, 0);
+    ReadMoment(*m, 1);
+    m->EndStep();
+    per_step = H2D(*m) - before;
+  }
+  EXPECT_TRUE(m->trace_valid());
+  // Params 1 (evicted for param 3), 2 and 3 come in once a step; param 0 stays.
+  EXPECT_LE(per_step, 3 * kChunkBytes) << "a param was copied in more than once a step";
+  EXPECT_GT(m->counters().prefetch_hits, 0);
+}
+
 TEST(ChunkManager, AChangedSequenceInvalidatesAndReRecordsTheTrace) {
   auto m = Make(3, 2, EvictionPolicy::kOpt, 0);
   CyclicSteps(*m, 3, 2);

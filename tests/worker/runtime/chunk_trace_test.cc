@@ -72,5 +72,25 @@ TEST(ChunkTrace, NextUseDistanceWrapsIntoTheNextStep) {
   EXPECT_EQ(t.NextUseDistance(0), 1);
 }
 
+TEST(ChunkTrace, CurrentRunEndsAtTheFirstMomentWithoutTheChunk) {
+  ChunkTrace t(8);
+  test::RecordStep(t, {{0, 1}, {1}, {1, 2}, {2}, {1}, {0}});
+  t.BeginStep();
+  t.Observe({0, 1});  // serving moment 0: chunk 1 is held through moment 2
+  EXPECT_EQ(t.CurrentRun(1).release, 3);
+  EXPECT_EQ(t.CurrentRun(1).next_use, 4);
+  EXPECT_EQ(t.CurrentRun(0).release, 1);
+  EXPECT_EQ(t.CurrentRun(0).next_use, 5);
+  EXPECT_EQ(t.CurrentRun(2).release, 0);  // not used now
+  EXPECT_EQ(t.CurrentRun(2).next_use, 0);
+  for (int m = 1; m < 5; ++m) {
+    t.Advance();
+    t.Observe(std::vector<int32_t>(t.MomentAt(m)));
+  }
+  // Moment 4: chunk 1's run ends here; its next use is the next step's first moment.
+  EXPECT_EQ(t.CurrentRun(1).release, 1);
+  EXPECT_EQ(t.CurrentRun(1).next_use, 6 - 4 + 0);
+}
+
 }  // namespace
 }  // namespace pstar
