@@ -33,13 +33,26 @@ if ! wanted="$(versions)"; then
   wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
 fi
 
-# Only what is not already there, then nothing else: stale versions go.
+# A .deb of exactly version $2 of package $1 in apt's own cache (where an
+# install of the same package on this machine left it), or nothing.
+cached_deb() {
+  local f
+  for f in /var/cache/apt/archives/"${1}_"*.deb; do
+    [ -f "$f" ] && [ "$(dpkg-deb -f "$f" Package 2>/dev/null)" = "$1" ] &&
+      [ "$(dpkg-deb -f "$f" Version 2>/dev/null)" = "$2" ] && { echo "$f"; return 0; }
+  done
+  return 0
+}
+# Only what is not already there, then nothing else: stale versions go. A
+# copy in apt's cache is taken before the network is asked.
 fetch_missing() {
-  local p v file fetch=()
+  local p v file cached fetch=()
   while IFS='=' read -r p v; do
     file="$(ls "$out/${p}_"*.deb 2>/dev/null | head -1 || true)"
     if [ -z "$file" ] || [ "$(dpkg-deb -f "$file" Version 2>/dev/null)" != "$v" ]; then
       rm -f "$out/${p}_"*.deb
+      cached="$(cached_deb "$p" "$v")"
+      if [ -n "$cached" ] && cp "$cached" "$out/"; then continue; fi
       fetch+=("$p=$v")
     fi
   done <<< "$wanted"
@@ -64,12 +77,15 @@ missing() {
 rm -f "$out/apt-download.log"
 fetch_missing
 # A file can be missing after a fetch that apt called done (a mirror or
-# proxy dropping one request) or because the package lists changed under
-# this run (a periodic apt update): take the versions again and fetch what is
-# missing, up to three more times, a little apart.
-for attempt in 1 2 3; do
+# proxy dropping one request, or a mirror in the middle of a sync failing
+# the file's checksum) or because the package lists changed under this run
+# (a periodic apt update): take the versions again, from fresh lists after
+# the first retry, and fetch what is missing, up to three more times, the
+# last a minute on (a mirror's sync is over in minutes).
+for pause in 2 15 60; do
   [ -n "$(missing)" ] || break
-  sleep "$attempt"
+  sleep "$pause"
+  [ "$pause" = 2 ] || apt-get update -q >/dev/null 2>&1 || true
   wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
   fetch_missing
 done
