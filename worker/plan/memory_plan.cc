@@ -125,6 +125,7 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.device_home_bytes = TierLayout::HomedKinds(r) * int64_t(p.device_adam_chunks) * p.chunk_bytes;
   p.device_slots = slots.full + TierLayout::HomedKinds(r) * p.device_adam_chunks;
   p.device_param_slots = slots.half;
+  p.device_streaming_slots = slots.full;
 
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).

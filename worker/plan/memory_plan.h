@@ -43,6 +43,7 @@ struct MemoryPlan {
   int64_t device_bytes = 0;           // the device tier this config gets
   int64_t device_slots = 0;           // chunk-sized slots in it (streaming and homes)
   int64_t device_param_slots = 0;     // half-size slots 16-bit params stream through
+  int64_t device_streaming_slots = 0;  // the chunk-sized slots chunks stream through (no homes)
   int32_t device_adam_chunks = 0;     // chunks whose moments are homed on the device (Adam runs there)
   int64_t device_home_bytes = 0;      // the part of the tier those moments (and 16-bit runs' masters) take
   std::string param_device = "fp32";  // the params' format on the device: fp32, bf16 or fp16

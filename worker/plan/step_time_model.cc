@@ -181,28 +181,37 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   p.compute_s = p.tokens_per_rank * flops_per_token / (Or(spec.compute_tflops, "compute_tflops") * 1e12);
 
   // Chunk traffic. Every chunk resident: params cross once a step (after
-  // their update), else once per forward and backward of every micro-batch.
+  // their update), else once per forward and backward of every micro-batch,
+  // less the chunks the tier's spare slots keep over the turn from one to
+  // the other: OPT keeps the forward's last chunks, which the backward uses
+  // first, in every slot beyond those one op pins (what `pstar plan
+  // --payload` counts at every budget of the shaped-network job).
   const double elements = double(plan.num_chunks) * double(plan.chunk_elems);
   const double param_bytes = plan.param_device == "fp32" ? 4.0 : 2.0;
   const double grad_bytes = plan.grad_home == "fp32" ? 4.0 : 2.0;
   const bool resident = plan.device_bytes >= plan.all_resident_device_bytes;
-  const double passes = resident ? 1.0 : 2.0 * double(c.train.grad_accum_steps);
+  const int64_t spare = plan.param_device == "fp32" ? plan.device_streaming_slots - plan.max_chunks_per_moment
+                                                    : plan.device_param_slots - 1;
+  const double kept = double(std::clamp<int64_t>(spare, 0, plan.num_chunks));
+  const double param_loads =
+      resident ? double(plan.num_chunks) : double(c.train.grad_accum_steps) * (2.0 * double(plan.num_chunks) - kept);
+  const double param_chunk = double(plan.chunk_elems) * param_bytes;
   const double host_updated = double(plan.num_chunks - plan.device_adam_chunks) / double(plan.num_chunks);
   double h2d = 0, d2h = 0, ends = 0;
   if (gpus == 1) {
-    h2d = (resident ? host_updated : passes) * elements * param_bytes;
+    h2d = resident ? host_updated * elements * param_bytes : param_loads * param_chunk;
     d2h = (resident ? host_updated : 1.0) * elements * grad_bytes;
   } else {
     // Each rank copies its shard up and the ring gathers the rest.
-    h2d = passes * elements / n * param_bytes;
+    h2d = param_loads * param_chunk / n;
     d2h = elements / n * grad_bytes;
-    p.gather_bytes = passes * (n - 1) / n * elements * param_bytes;
+    p.gather_bytes = param_loads * (n - 1) / n * param_chunk;
     p.scatter_bytes = (n - 1) / n * elements * grad_bytes;
     const bool across = p.nodes > 1;
     const double bandwidth = across ? spec.inter_node_gbits_per_s * spec.link_efficiency / 8.0 * 1e9
                                     : spec.intra_node_gbytes_per_s * 1e9;
     p.collective_s = (p.gather_bytes + p.scatter_bytes) / bandwidth;
-    const double collectives = (passes + 1.0) * double(plan.num_chunks);
+    const double collectives = param_loads + double(plan.num_chunks);
     const double hop = across ? spec.inter_latency_s : spec.intra_latency_s;
     p.collective_latency_s = collectives * (n - 1) * hop;
     // The chunk pipeline's ends: the step's first op waits for its chunk's
@@ -211,7 +220,7 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     // starts only after the last backward op. One chunk's gather and one
     // chunk's reduce-scatter run with nothing beside them, whatever the
     // overlap (bench/zero_netns.sh's runs show both ends idle but for them).
-    ends = (p.gather_bytes / passes + p.scatter_bytes) / double(plan.num_chunks) / bandwidth + 2.0 * (n - 1) * hop;
+    ends = ((n - 1) / n * param_chunk + p.scatter_bytes / double(plan.num_chunks)) / bandwidth + 2.0 * (n - 1) * hop;
   }
   p.pcie_s = std::max(h2d, d2h) / (Or(spec.pcie_gbytes_per_s, "pcie_gbytes_per_s") * 1e9);
   p.adam_s = host_updated * elements / n / Or(spec.host_adam_params_per_s, "host_adam_params_per_s");
