@@ -35,12 +35,15 @@
 # Usage: bench/zero_netns.sh [--ranks "2 3"] [--rates "1gbit 500mbit 250mbit"]
 #                            [--overlap "off on"] [--extra-chunks K] [--steps N]
 #                            [--shape bench|tiny] [--log-dir DIR] [--events]
-#                            [--chunk ELEMENTS] [--dry-run]
+#                            [--chunk ELEMENTS] [--layers N] [--dry-run]
 #   The device budget is the plan's smallest plus K chunks (default 2);
 #   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead,
 #   default 16: a gather must start a chunk's worth of ops ahead).
 #   --chunk sets default_chunk_size (the bench shape's default 1048576;
-#   at least 524288, its largest tensor). --dry-run: the tiny shape, 2 ranks,
+#   at least 524288, its largest tensor). --layers sets the bench shape's
+#   depth (default 4; 12 is GPT-2's, where what a step cannot overlap, its
+#   first gather, its last reduce-scatter and the turn from forward to
+#   backward, is a smaller share of it). --dry-run: the tiny shape, 2 ranks,
 #   1 Gbit/s, 3 steps (what bench/run-gpu-benchmarks.sh --dry-run runs).
 #   --events writes each rank's chunk event log (DIR/events_<run>.csv.rank<K>)
 #   and prints rank 0's link timeline (bench/collective_timeline.py).
@@ -55,7 +58,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pstar="${PSTAR_BUILD_DIR:-$root/build}/bin/pstar"
 py="${PYTHON3:-python3}"
 ranks_list="2 3" rates="1gbit 500mbit 250mbit" overlaps="off on" steps=6 shape=bench log_dir="" extra=2 depth=16
-events=0 chunk="" dry_run=0
+events=0 chunk="" dry_run=0 layers=4
 die() { echo "zero_netns: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -69,6 +72,7 @@ while [ "$#" -gt 0 ]; do
     --log-dir) log_dir="$2"; shift ;;
     --events) events=1 ;;
     --chunk) chunk="$2"; shift ;;
+    --layers) layers="$2"; shift ;;
     --dry-run) dry_run=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" ;;
@@ -78,6 +82,7 @@ done
 [[ "$steps" =~ ^[0-9]+$ ]] && [ "$steps" -ge 2 ] || die "--steps: a whole number of at least 2, got '$steps'"
 [[ "$extra" =~ ^[0-9]+$ ]] && [ "$extra" -le 64 ] || die "--extra-chunks: a whole number from 0 to 64, got '$extra'"
 [ -z "$depth" ] || [[ "$depth" =~ ^[0-9]+$ ]] || die "--prefetch-depth: a whole number, got '$depth'"
+[[ "$layers" =~ ^[1-9][0-9]?$ ]] || die "--layers: a whole number from 1 to 99, got '$layers'"
 [ -z "$chunk" ] || [[ "$chunk" =~ ^[1-9][0-9]*$ ]] || die "--chunk: a number of elements, got '$chunk'"
 for n in $ranks_list; do [[ "$n" =~ ^[2-8]$ ]] || die "--ranks: each from 2 to 8, got '$n'"; done
 [ "$dry_run" = 0 ] || { shape=tiny ranks_list=2 rates=1gbit steps=3; }
@@ -201,11 +206,12 @@ PY
 if [ "$shape" = tiny ]; then
   L=2 NH=2 C=64 V=256 T=32 B=2 CHUNK=16384
 else
-  # Width 256, 4 layers, vocabulary 2048: 3.7M parameters in 4 MiB chunks,
-  # gathered twice and reduce-scattered once a step: at 1 Gbit/s 1.3 (2
-  # ranks) to 1.7 (3 ranks) times the compute of 5 x 128 tokens per rank on
-  # one core each, inside the 0.5-2x an overlap measurement needs.
-  L=4 NH=4 C=256 V=2048 T=128 B=5 CHUNK=1048576
+  # Width 256, 4 layers (--layers), vocabulary 2048: 3.7M parameters in 4
+  # MiB chunks (10.8M at 12 layers), gathered twice and reduce-scattered
+  # once a step: at 1 Gbit/s about 1.1 to 1.2 times the compute of 5 x 128
+  # tokens per rank on one core each (at 4 and 12 layers, 2 and 3 ranks),
+  # inside the 0.5-2x an overlap measurement needs.
+  L=$layers NH=4 C=256 V=2048 T=128 B=5 CHUNK=1048576
 fi
 [ -z "$chunk" ] || CHUNK=$chunk
 job_args() {  # N
