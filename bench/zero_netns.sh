@@ -264,14 +264,19 @@ run_world() {  # N rate overlap [compute_alone_s] -> one "netns ..." line
   local wire=0
   for ((k = 0; k < n; ++k)); do wire=$(( wire + after[k] - before[k] )); done
   # The step-time model (pstar plan --scale) for this run: N nodes of one
-  # device at this rate, this device budget, fp32 as the CPU trains, the
-  # compute rate that gives the compute alone (the model's compute term is
-  # linear in it), copies and Adam free (the device tier is host memory).
-  local model="" scale=() c1 tflops
+  # device at this rate, this device budget's chunk slots (the model plans a
+  # GPU, whose activations and workspaces differ from the CPU's: the same
+  # slots above its minimum), fp32 as the CPU trains, the compute rate that
+  # gives the compute alone (the model's compute term is linear in it),
+  # copies and Adam free (the device tier is host memory).
+  local model="" scale=() c1 tflops gpu_min
   if [ "$rate" != unshaped ] && [ -n "$compute_alone" ]; then
+    gpu_min=$("$pstar" plan "${args[@]}" --set train.precision=fp32 --set runtime.device=cuda --world-size "$n" --json |
+                sed -nE 's/.*"min_device_bytes": ([0-9]+).*/\1/p')
+    [ -n "$gpu_min" ] || die "pstar plan printed no min_device_bytes for the GPU plan"
     scale=("${args[@]}" --set train.precision=fp32 --set client.mem_tracer.overall_gpu_mem_ratio=1.0 --scale
            --nodes "$n" --gpus-per-node 1 --inter-bw "$(awk -v b="$(rate_bits "$rate")" 'BEGIN { print b / 1e9 }')"
-           --pcie-bw 100000 --adam-rate 1e15 --gpu-memory "$budget")
+           --pcie-bw 100000 --adam-rate 1e15 --gpu-memory "$(( budget - min + gpu_min ))")
     c1=$("$pstar" plan "${scale[@]}" --tflops 1 | awk -v n="$n" '$1 == n && $2 == n { print $3 }')
     tflops=$(awk -v c1="$c1" -v s="$compute_alone" 'BEGIN { if (c1 > 0 && s > 0) printf "%.6g", c1 / (s * 1e3) }')
     [ -z "$tflops" ] || model=$("$pstar" plan "${scale[@]}" --tflops "$tflops" |

@@ -197,7 +197,7 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
       resident ? double(plan.num_chunks) : double(c.train.grad_accum_steps) * (2.0 * double(plan.num_chunks) - kept);
   const double param_chunk = double(plan.chunk_elems) * param_bytes;
   const double host_updated = double(plan.num_chunks - plan.device_adam_chunks) / double(plan.num_chunks);
-  double h2d = 0, d2h = 0, ends = 0;
+  double h2d = 0, d2h = 0, ends = 0, link_idle = 0;
   if (gpus == 1) {
     h2d = resident ? host_updated * elements * param_bytes : param_loads * param_chunk;
     d2h = (resident ? host_updated : 1.0) * elements * grad_bytes;
@@ -221,6 +221,20 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     // chunk's reduce-scatter run with nothing beside them, whatever the
     // overlap (bench/zero_netns.sh's runs show both ends idle but for them).
     ends = ((n - 1) / n * param_chunk + p.scatter_bytes / double(plan.num_chunks)) / bandwidth + 2.0 * (n - 1) * hop;
+    // The turn from forward to backward: once the forward pass's last
+    // gather is over, the link has nothing to send until the first gradient
+    // chunk is final. The compute between is the last chunk's forward, the
+    // classifier's forward and backward and the last chunk's backward (the
+    // chunks the backward pass needs first are on the device already, and
+    // the other slots are held). Where the link binds, the step is its work
+    // plus this idle turn (bench/zero_netns.sh's timelines). With every
+    // chunk resident the gathers run at the step's start instead, and the
+    // link waits for the pipeline's ends.
+    if (!resident) {
+      const double classifier = per_param * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
+      p.turn_s = p.compute_s * (classifier + (1.0 - classifier) / double(plan.num_chunks));
+    }
+    link_idle = resident ? ends : p.turn_s;
   }
   p.pcie_s = std::max(h2d, d2h) / (Or(spec.pcie_gbytes_per_s, "pcie_gbytes_per_s") * 1e9);
   p.adam_s = host_updated * elements / n / Or(spec.host_adam_params_per_s, "host_adam_params_per_s");
@@ -233,7 +247,9 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   const double beside = std::max(p.pcie_s, p.adam_s + p.disk_s);
   p.step_sync_s = p.compute_s + comm + std::max(0.0, beside - p.compute_s);
   p.pipeline_ends_s = ends;
-  p.step_overlap_s = std::min(p.step_sync_s, std::max({p.compute_s, comm, beside}) + ends);
+  // Under compute the step is the compute and the pipeline's ends, or where
+  // the link binds its work and the time it idles, whichever is longer.
+  p.step_overlap_s = std::min(p.step_sync_s, std::max({p.compute_s + ends, comm + link_idle, beside + ends}));
   p.exposed_collective_s = std::max(0.0, p.step_overlap_s - std::max(p.compute_s, beside));
   p.tokens_per_s = p.step_overlap_s > 0 ? n * p.tokens_per_rank / p.step_overlap_s : 0.0;
 

@@ -62,6 +62,7 @@ struct StepPrediction {
   double gather_bytes = 0, scatter_bytes = 0;  // per rank per step
   double step_sync_s = 0;       // collectives synchronous (comm_overlap false)
   double pipeline_ends_s = 0;   // one chunk's gather and one's reduce-scatter, with nothing beside them
+  double turn_s = 0;            // compute from the forward pass's last gather to the first final gradient (link idle)
   double step_overlap_s = 0;    // collectives, copies and Adam under compute
   double exposed_collective_s = 0;  // of the overlapped step
   double tokens_per_s = 0;      // with overlap

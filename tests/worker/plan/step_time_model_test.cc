@@ -99,13 +99,43 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   EXPECT_EQ(one->pipeline_ends_s, 0.0);
   EXPECT_NEAR(eight->pipeline_ends_s,
               (chunk_gather + eight->scatter_bytes / double(plan8->num_chunks)) / 370e9 + 2 * 7 * 3e-6, 1e-12);
+  // The turn from forward to backward, where the link idles: the last
+  // chunk's forward and backward and the classifier's, a share of the
+  // compute; none on one GPU or with every chunk resident.
+  EXPECT_EQ(one->turn_s, 0.0);
+  const bool resident8 = plan8->device_bytes >= plan8->all_resident_device_bytes;
+  const double classifier = 8.0 * 50257 * 1600 / fpt;
+  EXPECT_NEAR(eight->turn_s,
+              resident8 ? 0.0 : eight->compute_s * (classifier + (1 - classifier) / double(plan8->num_chunks)), 1e-12);
+  ClusterSpec tight = spec;  // chunks stream: the turn is there
+  tight.gpu_memory_bytes = int64_t(4) << 30;
+  auto streamed = PredictStep(c, tight, 8);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  auto plan_tight = PlanMemory(
+      [&] {
+        Config r = c;
+        r.runtime.device_memory = int64_t(double(tight.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
+        r.runtime.host_memory = tight.host_memory_bytes;
+        return r;
+      }(),
+      8);
+  ASSERT_TRUE(plan_tight.ok()) << plan_tight.status().message();
+  ASSERT_LT(plan_tight->device_bytes, plan_tight->all_resident_device_bytes);
+  EXPECT_NEAR(streamed->turn_s, streamed->compute_s * (classifier + (1 - classifier) / double(plan_tight->num_chunks)),
+              1e-12);
+  EXPECT_GT(streamed->turn_s, 0.0);
   for (const auto& p : {*one, *eight, *sixteen}) {
     EXPECT_LE(p.step_overlap_s, p.step_sync_s + 1e-12) << p.gpus;
     EXPECT_GE(p.step_overlap_s, p.compute_s) << p.gpus;
     const double comm = p.collective_s + p.collective_latency_s;
     const double beside = std::max(p.pcie_s, p.adam_s + p.disk_s);
-    EXPECT_NEAR(p.step_overlap_s,
-                std::min(p.step_sync_s, std::max({p.compute_s, comm, beside}) + p.pipeline_ends_s), 1e-12)
+    // Compute and the pipeline's ends, or the link's work and its idle time
+    // (the turn, or the ends with every chunk resident).
+    const double idle = p.turn_s > 0 ? p.turn_s : p.pipeline_ends_s;
+    EXPECT_NEAR(
+        p.step_overlap_s,
+        std::min(p.step_sync_s, std::max({p.compute_s + p.pipeline_ends_s, comm + idle, beside + p.pipeline_ends_s})),
+        1e-12)
         << p.gpus;
     EXPECT_NEAR(p.exposed_collective_s, std::max(0.0, p.step_overlap_s - std::max(p.compute_s, beside)), 1e-12)
         << p.gpus;
