@@ -29,6 +29,7 @@
 #                      ranks on the CPU backend, each rank with cores of its own
 #                      (bench/zero_netns.sh; skipped where namespaces or tc are
 #                      missing)                                          (1-2 min)
+#     zero-netns-12    not by default: the same at 12 layers, GPT-2's depth (2-3 min)
 #   "offload" stands for offload-plan, offload-pstar, offload-fsdp and offload-compare.
 #   Three invocations of under 10 minutes each (the same OUT_DIR each time:
 #   later parts read what earlier ones wrote there):
@@ -66,7 +67,7 @@ while [ "$#" -gt 0 ]; do
     --archive) archive="${1:?--archive needs a file}"; shift ;;
     offload) parts+=(offload-plan offload-pstar offload-fsdp offload-compare) ;;
     env | transfer | in-memory | step | attention | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
-      offload-waits | offload-sweep | offload-margin | adam | zero-netns) parts+=("$a") ;;
+      offload-waits | offload-sweep | offload-margin | adam | zero-netns | zero-netns-12) parts+=("$a") ;;
     *) die "unknown part $a (try --help)" ;;
   esac
 done
@@ -125,6 +126,7 @@ run_part() {
         overlap) cmd=("$here/chunk_transfer.sh" --skip-bandwidth) ;;
         adam) cmd=("$here/cpu_adam_bandwidth.sh") ;;
         zero-netns) cmd=("$here/zero_netns.sh" --ranks "2 3" --rates 1gbit --steps 12 --events) ;;
+        zero-netns-12) cmd=("$here/zero_netns.sh" --layers 12 --ranks "2 3" --rates 1gbit --steps 10 --events) ;;
       esac
       timeout "${PART_TIMEOUT:-540}" bash "${cmd[@]}" ${dry[@]+"${dry[@]}"} --log-dir "$out" 2>&1 | tee "$log"
       rc=${PIPESTATUS[0]}
@@ -144,7 +146,7 @@ run_part() {
       offload-waits | offload-sweep | offload-margin) grep -E '^(==|   )' "$log" | grep -v '^== plan' ;;
       overlap) grep -E '^overlap' "$log" ;;
       adam) grep -E '^ +[0-9]+ |^pstar/pytorch|^pytorch' "$log" ;;
-      zero-netns) grep -E '^(netns|link|zero_netns|shape)|timeline +(step|median)' "$log" ;;
+      zero-netns | zero-netns-12) grep -E '^(netns|link|zero_netns|shape)|timeline +(step|median)' "$log" ;;
     esac
   } >> "$out/summary.txt"
   return 0
