@@ -184,8 +184,8 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   // their update), else once per forward and backward of every micro-batch,
   // less the chunks the tier's spare slots keep over the turn from one to
   // the other: OPT keeps the forward's last chunks, which the backward uses
-  // first, in every slot beyond those one op pins (what `pstar plan
-  // --payload` counts at every budget of the shaped-network job).
+  // first, in every slot beyond those one op pins (within a chunk of what
+  // `pstar plan --payload` counts at every budget of the shaped-network job).
   const double elements = double(plan.num_chunks) * double(plan.chunk_elems);
   const double param_bytes = plan.param_device == "fp32" ? 4.0 : 2.0;
   const double grad_bytes = plan.grad_home == "fp32" ? 4.0 : 2.0;
@@ -217,9 +217,9 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     // The chunk pipeline's ends: the step's first op waits for its chunk's
     // gather, which starts only once the optimizer has updated that chunk,
     // and the optimizer waits for the last gradient's reduce-scatter, which
-    // starts only after the last backward op. One chunk's gather and one
-    // chunk's reduce-scatter run with nothing beside them, whatever the
-    // overlap (bench/zero_netns.sh's runs show both ends idle but for them).
+    // starts only after the last backward op. Where compute binds, one
+    // chunk's gather and one chunk's reduce-scatter run with no compute
+    // beside them, whatever the overlap.
     ends = ((n - 1) / n * param_chunk + p.scatter_bytes / double(plan.num_chunks)) / bandwidth + 2.0 * (n - 1) * hop;
     // The turn from forward to backward: once the forward pass's last
     // gather is over, the link has nothing to send until the first gradient
