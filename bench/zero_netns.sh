@@ -25,10 +25,9 @@
 # and 1 times (N-1)/N param bytes a step: every param chunk gathered for
 # forward and for backward, every gradient chunk reduce-scattered once; the
 # smallest device budget sends more, as a chunk used twice in a pass, like
-# the tied embedding's, is gathered, and its partial gradient
-# reduce-scattered, once per use; a chunk whose backward uses read no
-# weight, as the embeddings' backward does where they fill a chunk, is
-# gathered only for the forward), the replay's payload (the same calls:
+# the tied embedding's, is gathered once per use; a chunk whose backward
+# uses read no weight, as the embeddings' backward does where they fill a
+# chunk, is gathered only for the forward), the replay's payload (the same calls:
 # equal to the step's), and the bytes on the wire (every rank's veth tx
 # bytes) over the payload.
 #

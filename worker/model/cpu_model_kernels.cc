@@ -165,29 +165,34 @@ class CpuModelKernels final : public ModelKernels {
   // accumulator.
   void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
-    const bool half = Is16(dinp, dout, inp);
+    const bool input_grad = dinp.f32 != nullptr || dinp.h16 != nullptr;
+    const bool half = input_grad ? Is16(dinp, dout, inp) : Is16(dout, inp);
     const float* x = inp.f32;
     const float* w = nullptr;
     const float* d = dout.f32;
     float* dx = dinp.f32;
     if (half) {
       OpScope cast(timer(), ProfileOp::kCast);
-      WidenInto(inp.h16, N * C, inp_);
-      w = Operand(weight, OC * C);
+      if (dweight != nullptr) {
+        WidenInto(inp.h16, N * C, inp_);
+        x = inp_.data();
+      }
+      if (input_grad) {
+        w = Operand(weight, OC * C);
+        grad_.resize(size_t(N * C));
+        dx = grad_.data();
+      }
       WidenInto(dout.h16, N * OC, dout_);
-      x = inp_.data();
       d = dout_.data();
-      grad_.resize(size_t(N * C));
-      dx = grad_.data();
-    } else {
+    } else if (input_grad) {
       w = Fp32(weight);
     }
-    {
+    if (input_grad) {
       OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
       k::Gemm(false, false, N, C, OC, 1.0f, d, OC, w, C, 0.0f, dx, C);
       if (half) NarrowInto(dx, N * C, dinp.h16);
     }
-    {
+    if (dweight != nullptr) {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
       k::Gemm(true, false, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
     }

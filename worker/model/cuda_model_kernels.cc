@@ -240,14 +240,17 @@ class CudaModelKernels final : public ModelKernels {
   // bias gradients fp32.
   void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout, ActTensor inp,
                       Param weight, int64_t N, int64_t C, int64_t OC) override {
+    // Without dinp only the weight and bias gradients (the weight unread).
+    const bool input_grad = dinp.f32 != nullptr || dinp.h16 != nullptr;
     if (precision_ == Precision::kFp32) {
-      LinearBackward<float>(role, As<float>(dinp), dweight, dbias, As<float>(dout), As<float>(inp), weight.f32, N, C,
-                            OC);
+      LinearBackward<float>(role, input_grad ? As<float>(dinp) : nullptr, dweight, dbias, As<float>(dout),
+                            As<float>(inp), weight.f32, N, C, OC);
       return;
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      LinearBackward<H>(role, As<H>(dinp), dweight, dbias, As<H>(dout), As<H>(inp), Half<H>(weight), N, C, OC);
+      LinearBackward<H>(role, input_grad ? As<H>(dinp) : nullptr, dweight, dbias, As<H>(dout), As<H>(inp),
+                        input_grad ? Half<H>(weight) : nullptr, N, C, OC);
     });
   }
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
@@ -449,10 +452,11 @@ class CudaModelKernels final : public ModelKernels {
   // tuning's gelu_backward_epilogue, 16 bits), dinp is multiplied by GELU'(gelu_pre)
   // in the input gradient's epilogue; false, having done nothing, where
   // cuBLASLt does not take that epilogue.
+  // dinp null: the weight and bias gradients alone; dweight null: dinp alone.
   template <typename T>
   bool LinearBackward(LinearRole role, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                       const T* weight, int64_t N, int64_t C, int64_t OC, const T* gelu_pre = nullptr) {
-    {
+    if (dinp != nullptr) {
       OpScope op(timer(), GemmOp(role, GemmPass::kInputGrad));
       if constexpr (std::is_same_v<T, float>) {
         kc::MatmulBackwardInput<T, T>(blas_, dinp, dout, weight, N, C, OC, stream_);
@@ -467,7 +471,7 @@ class CudaModelKernels final : public ModelKernels {
     // With the tuning's bias_grad_epilogue (16 bits), the bias gradient
     // rides in the weight gradient's epilogue into scratch, then is added.
     bool bias_done = false;
-    {
+    if (dweight != nullptr) {
       OpScope op(timer(), GemmOp(role, GemmPass::kWeightGrad));
       // The tuned rank for the layers' 16-bit weight gradients (the shapes the
       // tuner timed); the classifier's and fp32 runs' take the first.

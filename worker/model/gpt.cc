@@ -90,8 +90,8 @@ void InitParameters(ParamStore& store, uint64_t seed) {
   store.chunks().ZeroFill(StateKind::kExpAvgSq);
 }
 
-std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayout& layout,
-                                            bool recompute) {
+std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayout& layout, bool recompute,
+                                            int64_t tokens) {
   auto id = [&](const std::string& name) { return layout.Find(name); };
   auto block = [&](int64_t l, const char* a, const char* b) {
     return std::vector<TensorId>{id(LayerName(l, a)), id(LayerName(l, b))};
@@ -110,7 +110,10 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   for (int64_t l = 0; l < g.n_layer; ++l) block_forward(seq, l);
   seq.push_back({{lnf_w, lnf_b}, Pass::kForward});
   seq.push_back({{wte}, Pass::kForward});
-  seq.push_back({{wte}, Pass::kBackward});
+  // With dlogits kept, the classifier's input gradient reads wte and its
+  // weight gradient waits for the embeddings' backward (Gpt::Backward).
+  const bool dlogits_kept = ClassifierRows(g, tokens) >= tokens;
+  seq.push_back({{wte}, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
   seq.push_back({{lnf_w, lnf_b}, Pass::kBackward});
   for (int64_t l = g.n_layer - 1; l >= 0; --l) {
     if (recompute && l != g.n_layer - 1) block_forward(seq, l);
@@ -401,22 +404,22 @@ void Gpt::Backward() {
     std::fprintf(stderr, "pstar: internal error: Gpt::Backward without a TrainForward before it\n");
     std::abort();
   }
-  {
-    // dlnf (into dtmp) and dwte from dlogits: kept from forward, or per
-    // block from the logits again (the same bits as in forward).
+  // dlnf (into dtmp) and dwte from dlogits: kept from forward (dwte then
+  // at the end, from the same dlogits and lnf), or per block from the
+  // logits again (the same bits as in forward).
+  const bool dlogits_kept = pending_ == ClassifierBackward::kDlogitsReady;
+  if (dlogits_kept) {
+    auto u = store_->AcquireParams({wte_});
+    kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, nullptr, nullptr, a.logits, a.lnf, P(u, wte_), BT, C, Vp);
+  } else {
     auto u = store_->Acquire({wte_}, Pass::kBackward);
-    if (pending_ == ClassifierBackward::kDlogitsReady) {
-      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, u.grad(wte_), nullptr, a.logits, a.lnf, P(u, wte_), BT,
-                               C, Vp);
-    } else {
-      const int64_t R = classifier_rows_;
-      for (int64_t r0 = 0; r0 < BT; r0 += R) {
-        const int64_t n = std::min(R, BT - r0);
-        kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
-        kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
-        kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(wte_), nullptr, a.logits,
-                                 a.lnf.At(r0 * C), P(u, wte_), n, C, Vp);
-      }
+    const int64_t R = classifier_rows_;
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
+      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(wte_), nullptr, a.logits,
+                               a.lnf.At(r0 * C), P(u, wte_), n, C, Vp);
     }
   }
   pending_ = ClassifierBackward::kNone;
@@ -432,8 +435,13 @@ void Gpt::Backward() {
     BlockBackward(l, a.residual[size_t(l)]);
   }
   {
-    // Token and position rows take their gradients; no weight is read.
+    // Token and position rows take their gradients; no weight is read. The
+    // classifier's share of wte's gradient first, as it came first before.
     auto u = store_->AcquireGrads({wte_, wpe_});
+    if (dlogits_kept) {
+      kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(wte_), nullptr, a.logits, a.lnf, Param{},
+                               BT, C, Vp);
+    }
     kernels_->EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
   }
 }

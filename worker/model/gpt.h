@@ -30,11 +30,12 @@ std::vector<TensorSpec> GptVisibleTensorSpecs(const GptConfig& config);
 // normal(0, std) weights, zero biases, unit norm weights.
 void InitParameters(ParamStore& store, uint64_t seed);
 
-// The parameter brackets one micro-batch's Forward and Backward open, in order:
-// what the chunk trace will record, known before running (plans, budget checks).
-// A test holds it equal to the recorded trace.
-std::vector<AccessMoment> GptAccessSequence(const GptConfig& config, const ParamLayout& layout,
-                                            bool recompute);
+// The parameter brackets one micro-batch of `tokens` (batch * seq) tokens'
+// Forward and Backward open, in order: what the chunk trace will record,
+// known before running (plans, budget checks). A test holds it equal to the
+// recorded trace.
+std::vector<AccessMoment> GptAccessSequence(const GptConfig& config, const ParamLayout& layout, bool recompute,
+                                            int64_t tokens);
 
 class Gpt {
  public:
@@ -72,7 +73,11 @@ class Gpt {
   // it with its gradients' sums, ModelKernels::TakeStepSums, in one wait).
   double MeanLoss(double loss_sum);
   // Adds the gradients of the last TrainForward's micro-batch, weighted as it
-  // said, into the gradient chunks. Only after a TrainForward.
+  // said, into the gradient chunks. Only after a TrainForward. Where the
+  // dlogits are kept whole, the classifier's weight gradient waits for the
+  // end, beside the embeddings' backward: the first gradient chunk is final
+  // that much sooner, and the tied embedding's gradient chunk is untouched
+  // (not partial) through the blocks' backward. The same bits either way.
   void Backward();
 
   const GptConfig& config() const { return config_; }

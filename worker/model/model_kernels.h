@@ -151,7 +151,10 @@ class ModelKernels {
                              int64_t C, int64_t OC) = 0;
   // dinp and dout are activation gradients: the GEMMs read dout as it is
   // and write dinp in the run's format, with no cast; the weight and bias
-  // gradients (chunks) are fp32 and accumulate.
+  // gradients (chunks) are fp32 and accumulate. Either half may be left out,
+  // in two calls that give the same bits as one: with dinp empty (weight may
+  // be empty then) only the weight and bias gradients, with dweight and
+  // dbias null only dinp.
   virtual void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
                               ActTensor inp, Param weight, int64_t N, int64_t C, int64_t OC) = 0;
   // Causal self-attention with no T×T storage (kernels/attention.h): lse

@@ -34,7 +34,7 @@ MomentChunks MostChunksPerMoment(const ParamLayout& layout, const std::vector<Ac
     for (TensorId id : m.tensors) {
       const int32_t chunk = layout.placement(id).chunk;
       if (m.params) AddAccess(accesses, {StateKind::kParam, chunk}, false);
-      if (m.pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
+      if (m.pass == Pass::kBackward && m.grads) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
     }
     int32_t grads = 0;
     for (const ChunkAccess& a : accesses) grads += a.key.kind == StateKind::kGrad;
@@ -91,19 +91,23 @@ ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
 }
 
 ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pass pass) {
-  return AcquireUse(std::vector<TensorId>(tensors), pass, /*params=*/true);
+  return AcquireUse(std::vector<TensorId>(tensors), pass, /*params=*/true, /*grads=*/true);
 }
 
 ParamStore::Use ParamStore::AcquireGrads(std::initializer_list<TensorId> tensors) {
-  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/false);
+  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/false, /*grads=*/true);
 }
 
-ParamStore::Use ParamStore::AcquireUse(std::vector<TensorId> ids, Pass pass, bool params) {
+ParamStore::Use ParamStore::AcquireParams(std::initializer_list<TensorId> tensors) {
+  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/true, /*grads=*/false);
+}
+
+ParamStore::Use ParamStore::AcquireUse(std::vector<TensorId> ids, Pass pass, bool params, bool grads) {
   std::vector<ChunkAccess> accesses;
   for (TensorId id : ids) {
     const int32_t chunk = layout_.placement(id).chunk;
     if (params) AddAccess(accesses, {StateKind::kParam, chunk}, false);
-    if (pass == Pass::kBackward) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
+    if (pass == Pass::kBackward && grads) AddAccess(accesses, {StateKind::kGrad, chunk}, true);
   }
   chunks_->Access(accesses);
   const int64_t step_moment = step_moment_++;
@@ -127,15 +131,15 @@ ParamStore::Use ParamStore::AcquireUse(std::vector<TensorId> ids, Pass pass, boo
   for (TensorId id : ids) {
     ++compute_refs_[size_t(id)];
     states_[size_t(id)] = TensorState::kCompute;
-    if (recording_) trace_.push_back({moment_, id, pass, params});
+    if (recording_) trace_.push_back({moment_, id, pass, params, grads});
   }
   ++moment_;
-  return Use(this, std::move(ids), std::move(accesses), pass, params, step_moment);
+  return Use(this, std::move(ids), std::move(accesses), pass, params, grads, step_moment);
 }
 
 void ParamStore::Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass,
-                         bool params, int64_t step_moment) {
-  if (pass == Pass::kBackward && round_grad_) {
+                         bool params, bool grads, int64_t step_moment) {
+  if (pass == Pass::kBackward && grads && round_grad_) {
     for (TensorId id : tensors) {
       const TensorPlacement& p = layout_.placement(id);
       round_grad_(chunks_->DeviceData({StateKind::kGrad, p.chunk}) + p.offset, layout_.spec(id).numel());
@@ -263,12 +267,13 @@ ParamStore::Use::Use(Use&& other) noexcept
       accesses_(std::move(other.accesses_)),
       pass_(other.pass_),
       params_(other.params_),
+      grads_(other.grads_),
       step_moment_(other.step_moment_) {
   other.store_ = nullptr;
 }
 
 ParamStore::Use::~Use() {
-  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_, params_, step_moment_);
+  if (store_ != nullptr) store_->Release(tensors_, accesses_, pass_, params_, grads_, step_moment_);
 }
 
 void ParamStore::Use::Check(TensorId id) const {
@@ -298,6 +303,7 @@ const uint16_t* ParamStore::Use::half_param(TensorId id) const {
 float* ParamStore::Use::grad(TensorId id) const {
   Check(id);
   if (pass_ != Pass::kBackward) ModelBug("gradient requested in the forward pass:", store_->layout_.spec(id).name);
+  if (!grads_) ModelBug("gradient requested in a use of values alone:", store_->layout_.spec(id).name);
   const TensorPlacement& p = store_->layout_.placement(id);
   return store_->chunks_->DeviceData({StateKind::kGrad, p.chunk}) + p.offset;
 }

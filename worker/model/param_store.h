@@ -29,6 +29,7 @@ struct AccessRecord {
   TensorId tensor;
   Pass pass;
   bool params = true;  // false: a backward use of the gradients alone (AcquireGrads)
+  bool grads = true;   // false: a backward use of the values alone (AcquireParams)
 };
 
 // One bracket of the access sequence.
@@ -36,11 +37,12 @@ struct AccessMoment {
   std::vector<TensorId> tensors;
   Pass pass;
   bool params = true;  // false: the tensors' gradients alone (AcquireGrads)
+  bool grads = true;   // false in the backward pass: the tensors' values alone (AcquireParams)
 };
 
 // The most chunks any moment pins: its tensors' param chunks (unless it
-// reaches only gradients), plus their grad chunks in the backward pass (in
-// all, and of each kind). The device budget must hold this many.
+// reaches only gradients), plus their grad chunks in the backward pass
+// (unless it reaches only values; in all, and of each kind). The device budget must hold this many.
 struct MomentChunks {
   int32_t total = 0, params = 0, grads = 0;
 };
@@ -77,6 +79,10 @@ class ParamStore {
   // reads none of their values (the embeddings' backward): their param
   // chunks are not made resident for it, which with N ranks spares a gather.
   Use AcquireGrads(std::initializer_list<TensorId> tensors);
+  // A backward-pass use of the tensors' values alone, for an op that writes
+  // none of their gradients (the classifier's input gradient, whose weight
+  // gradient is taken later): their grad chunks are not made resident for it.
+  Use AcquireParams(std::initializer_list<TensorId> tensors);
 
   // Param, grad and both Adam moments of one chunk for its optimizer update, on
   // the device when the hybrid placement put its moments there, else on the host.
@@ -164,9 +170,9 @@ class ParamStore {
 
  private:
   ParamStore(ParamLayout layout, std::unique_ptr<ChunkManager> chunks);
-  Use AcquireUse(std::vector<TensorId> ids, Pass pass, bool params);
+  Use AcquireUse(std::vector<TensorId> ids, Pass pass, bool params, bool grads);
   void Release(const std::vector<TensorId>& tensors, const std::vector<ChunkAccess>& accesses, Pass pass, bool params,
-               int64_t step_moment);
+               bool grads, int64_t step_moment);
 
   ParamLayout layout_;
   std::unique_ptr<ChunkManager> chunks_;
@@ -201,18 +207,19 @@ class ParamStore::Use {
   float* param(TensorId id) const;
   // 16-bit params (param_device: bf16 and fp16 runs).
   const uint16_t* half_param(TensorId id) const;
-  // Only in the backward pass.
+  // Only in a backward-pass use that reaches gradients.
   float* grad(TensorId id) const;
 
  private:
   friend class ParamStore;
   Use(ParamStore* store, std::vector<TensorId> tensors, std::vector<ChunkAccess> accesses, Pass pass, bool params,
-      int64_t step_moment)
+      bool grads, int64_t step_moment)
       : store_(store),
         tensors_(std::move(tensors)),
         accesses_(std::move(accesses)),
         pass_(pass),
         params_(params),
+        grads_(grads),
         step_moment_(step_moment) {}
   void Check(TensorId id) const;
   void CheckParams(TensorId id) const;
@@ -222,6 +229,7 @@ class ParamStore::Use {
   std::vector<ChunkAccess> accesses_;
   Pass pass_;
   bool params_;          // false: an AcquireGrads use
+  bool grads_;           // false: an AcquireParams use
   int64_t step_moment_;  // the Acquire's place in the step
 };
 

@@ -75,8 +75,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
                                             c.train.activation_checkpointing, compute);
   p.activation_format = PrecisionName(compute.precision);
-  const MomentChunks most =
-      MostChunksPerMoment(*layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing));
+  const MomentChunks most = MostChunksPerMoment(
+      *layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing, c.train.batch_size * c.train.seq_len));
   p.max_chunks_per_moment = most.total;
 
   ChunkRuntimeOptions& r = p.runtime;

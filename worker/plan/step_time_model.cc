@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "worker/core/bytes.h"
+#include "worker/model/gpt_config.h"
 #include "worker/plan/memory_plan.h"
 
 namespace pstar {
@@ -182,16 +183,23 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
 
   // Chunk traffic. Every chunk resident: params cross once a step (after
   // their update), else once per forward and backward of every micro-batch,
-  // less the chunks the tier's spare slots keep over the turn from one to
-  // the other: OPT keeps the forward's last chunks, which the backward uses
-  // first, in every slot beyond those one op pins (within a chunk of what
-  // `pstar plan --payload` counts at every budget of the shaped-network job).
+  // less the chunks the tier's slots keep over the turn from one to the
+  // other: OPT keeps the forward's last chunks, which the backward uses
+  // first, in every slot but the gradient chunks the turn pins. Those are
+  // the last chunk's (the most one op pins, less its param, itself a kept
+  // chunk) and, where the classifier's weight gradient is taken at the turn
+  // (its logits recomputed there, Gpt::Backward), the tied embedding's
+  // partial one. Within a chunk of what `pstar plan --payload` counts at
+  // every budget of the shaped-network job.
   const double elements = double(plan.num_chunks) * double(plan.chunk_elems);
   const double param_bytes = plan.param_device == "fp32" ? 4.0 : 2.0;
   const double grad_bytes = plan.grad_home == "fp32" ? 4.0 : 2.0;
   const bool resident = plan.device_bytes >= plan.all_resident_device_bytes;
-  const int64_t spare = plan.param_device == "fp32" ? plan.device_streaming_slots - plan.max_chunks_per_moment
-                                                    : plan.device_param_slots - 1;
+  const int64_t micro_tokens = c.train.batch_size * c.train.seq_len;
+  const bool dlogits_kept = ClassifierRows(g, micro_tokens) >= micro_tokens;
+  const int64_t spare = plan.param_device == "fp32"
+                            ? plan.device_streaming_slots - plan.max_chunks_per_moment + (dlogits_kept ? 1 : 0)
+                            : plan.device_param_slots - 1;
   const double kept = double(std::clamp<int64_t>(spare, 0, plan.num_chunks));
   const double param_loads =
       resident ? double(plan.num_chunks) : double(c.train.grad_accum_steps) * (2.0 * double(plan.num_chunks) - kept);
@@ -224,15 +232,18 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     // The turn from forward to backward: once the forward pass's last
     // gather is over, the link has nothing to send until the first gradient
     // chunk is final. The compute between is the last chunk's forward, the
-    // classifier's forward and backward and the last chunk's backward (the
-    // chunks the backward pass needs first are on the device already, and
-    // the other slots are held). Where the link binds, the step is its work
-    // plus this idle turn (bench/zero_netns.sh's timelines). With every
-    // chunk resident the gathers run at the step's start instead, and the
-    // link waits for the pipeline's ends.
+    // classifier's forward and input gradient (and, with its logits
+    // recomputed, those again and its weight gradient) and the last chunk's
+    // backward (the chunks the backward pass needs first are on the device
+    // already, and the other slots are held). Where the link binds, the step
+    // is its work plus this idle turn (bench/zero_netns.sh's timelines). With
+    // every chunk resident the gathers run at the step's start instead, and
+    // the link waits for the pipeline's ends.
     if (!resident) {
-      const double classifier = per_param * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
-      p.turn_s = p.compute_s * (classifier + (1.0 - classifier) / double(plan.num_chunks));
+      const double classifier_gemms = dlogits_kept ? 2.0 : 4.0;
+      const double classifier = 2.0 * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
+      const double rest = per_param * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
+      p.turn_s = p.compute_s * (classifier_gemms * classifier + (1.0 - rest) / double(plan.num_chunks));
     }
     link_idle = resident ? ends : p.turn_s;
   }

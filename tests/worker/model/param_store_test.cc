@@ -61,6 +61,33 @@ TEST(ParamStore, AGradientsOnlyUseLeavesTheParamChunkWhereItIs) {
   EXPECT_EQ(MostChunksPerMoment(store.layout(), {{{1}, Pass::kBackward}}).total, 2);
 }
 
+// A backward use of values alone reads the params without making the
+// gradient resident (the classifier's input gradient), records its moment
+// as such, and refuses a gradient.
+TEST(ParamStore, AValuesOnlyBackwardUseLeavesTheGradientChunkWhereItIs) {
+  ParamStore store = MakeStore();
+  store.ZeroGrads();
+  store.TensorData(StateKind::kParam, 1)[3] = 2.5f;
+  store.TensorData(StateKind::kGrad, 1);  // its device copy dropped
+  EXPECT_FALSE(store.chunks().OnDevice({StateKind::kGrad, 1}));
+  store.SetRecording(true);
+  {
+    auto u = store.AcquireParams({1});
+    EXPECT_TRUE(store.InCompute(1));
+    EXPECT_EQ(u.param(1)[3], 2.5f);
+    EXPECT_TRUE(store.chunks().OnDevice({StateKind::kParam, 1}));
+    EXPECT_FALSE(store.chunks().OnDevice({StateKind::kGrad, 1})) << "the gradient chunk was made resident";
+    EXPECT_DEATH(u.grad(1), "gradient requested in a use of values alone");
+  }
+  EXPECT_EQ(store.state(1), TensorState::kHoldAfterBackward);
+  ASSERT_EQ(store.trace().size(), 1u);
+  EXPECT_EQ(store.trace()[0].pass, Pass::kBackward);
+  EXPECT_TRUE(store.trace()[0].params);
+  EXPECT_FALSE(store.trace()[0].grads);
+  // The planner counts its param chunk alone.
+  EXPECT_EQ(MostChunksPerMoment(store.layout(), {{{1}, Pass::kBackward, true, false}}).total, 1);
+}
+
 TEST(ParamStore, KindsShareOneLayoutInSeparateMemory) {
   ParamStore store = MakeStore();
   EXPECT_EQ(store.layout().num_chunks(), 2);

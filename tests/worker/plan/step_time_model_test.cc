@@ -146,13 +146,12 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
 // The collectives' bytes against what the runtime sends (`pstar plan
 // --payload`'s simulation of the job's own chunk traffic), at budgets from
 // the smallest to all resident, at 2 and 3 ranks. The model counts the param
-// chunks the spare slots keep over the turn from forward to backward as the
-// slots beyond the most one op pins, and one reduce-scatter per gradient
+// chunks the slots keep over the turn from forward to backward as every slot
+// but the gradient chunks the turn pins, and one reduce-scatter per gradient
 // chunk. The runtime may keep more where most ops pin fewer chunks than the
 // most (the model then counts more gathers, never more than ZeRO-3's two a
-// chunk), and in the smallest budgets gathers the classifier's chunk again
-// and reduce-scatters the tied embedding's partial gradient twice: within
-// one chunk of the model's count either way.
+// chunk), and in the smallest budgets gathers the classifier's chunk again:
+// within one chunk of the model's count either way.
 Config PayloadJob(const std::string& model, const std::string& train, const std::string& chunk, int depth) {
   auto c =
       ParseConfig("", "test",

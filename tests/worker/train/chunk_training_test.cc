@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tests/worker/tiny_gpt_job.h"
+#include "worker/model/gpt.h"
 #include "worker/train/trainer.h"
 
 namespace pstar {
@@ -222,28 +223,37 @@ TEST(ChunkTraining, OptMovesNoMoreThanLruOnTheRecordedTrace) {
   EXPECT_GT(strictly_fewer, 0);
 }
 
+// With and without activation checkpointing, and with the classifier's
+// dlogits kept whole (its weight gradient at the end, beside the
+// embeddings') and in row blocks (all of it at the turn).
 TEST(ChunkTraining, TheRecordedTraceIsTheStaticAccessSequence) {
   auto data = RandomTokens(3000, 40, 11);
-  for (bool recompute : {false, true}) {
+  for (int form = 0; form < 4; ++form) {
+    const bool recompute = form % 2 == 1, blocks = form >= 2;
     Config c = MakeConfig({std::string("train.activation_checkpointing=") + (recompute ? "true" : "false")});
+    if (blocks) c.model.gpt.n_embd = 64, c.model.gpt.n_head = 4;
+    const int64_t tokens = c.train.batch_size * c.train.seq_len;
+    ASSERT_EQ(ClassifierRows(c.model.gpt, tokens) < tokens, blocks);
     auto t = Trainer::Create(c, data);
     ASSERT_TRUE(t.ok());
     ParamStore& store = (*t)->store();
     store.SetRecording(true);
     ASSERT_TRUE((*t)->Step().ok());
-    auto expected = GptAccessSequence(c.model.gpt, store.layout(), recompute);
+    auto expected = GptAccessSequence(c.model.gpt, store.layout(), recompute, tokens);
     std::vector<AccessMoment> recorded;
     for (const AccessRecord& a : store.trace()) {
       if (recorded.size() <= size_t(a.moment)) recorded.resize(size_t(a.moment) + 1);
       recorded[size_t(a.moment)].tensors.push_back(a.tensor);
       recorded[size_t(a.moment)].pass = a.pass;
       recorded[size_t(a.moment)].params = a.params;
+      recorded[size_t(a.moment)].grads = a.grads;
     }
     ASSERT_EQ(recorded.size(), expected.size());
     for (size_t m = 0; m < expected.size(); ++m) {
       EXPECT_EQ(recorded[m].tensors, expected[m].tensors) << "moment " << m;
       EXPECT_EQ(recorded[m].pass, expected[m].pass) << "moment " << m;
       EXPECT_EQ(recorded[m].params, expected[m].params) << "moment " << m;
+      EXPECT_EQ(recorded[m].grads, expected[m].grads) << "moment " << m;
     }
   }
 }

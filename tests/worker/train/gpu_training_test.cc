@@ -435,6 +435,77 @@ TEST(GpuTraining, StepSumsAreTheCpuKernelsBits) {
   cudaFree(scratch);
 }
 
+// The classifier's backward in two calls (dinp at the turn from forward to
+// backward, the weight gradient at the end, Gpt::Backward) gives the bits
+// of one call on the GPU too, and each half writes only its own output.
+TEST(GpuTraining, MatmulBackwardInTwoHalvesGivesTheBitsOfOne) {
+  PSTAR_REQUIRE_GPUS(1);
+  const int64_t N = 640, C = 256, OC = 2048;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    auto ops = MakeCudaModelKernels(nullptr, precision);
+    ASSERT_TRUE(ops.ok()) << ops.status().message();
+    const int64_t scratch_bytes = 64 << 20;
+    void* scratch = nullptr;
+    ASSERT_EQ(cudaMalloc(&scratch, size_t(scratch_bytes)), cudaSuccess);
+    (*ops)->SetScratch(scratch, scratch_bytes);
+    const bool half = precision != Precision::kFp32;
+    const size_t width = half ? 2 : 4;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    // Device buffers of random contents (16-bit patterns of normal floats).
+    auto random_buffer = [&](int64_t n, size_t bytes_each) {
+      std::vector<float> f(static_cast<size_t>(n));
+      for (float& v : f) v = normal(rng);
+      std::vector<uint16_t> h(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &f[size_t(i)], 4);
+        h[size_t(i)] = uint16_t(bits >> 16);  // the float truncated to bf16
+      }
+      void* d = nullptr;
+      EXPECT_EQ(cudaMalloc(&d, size_t(n) * bytes_each), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d, bytes_each == 2 ? static_cast<const void*>(h.data()) : f.data(), size_t(n) * bytes_each,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      return d;
+    };
+    void* dout = random_buffer(N * OC, width);
+    void* inp = random_buffer(N * C, width);
+    void* weight = random_buffer(OC * C, width);
+    void* dinp_whole = random_buffer(N * C, width);
+    void* dinp_half = random_buffer(N * C, width);
+    auto* dweight_whole = static_cast<float*>(random_buffer(OC * C, 4));
+    auto* dweight_half = static_cast<float*>(random_buffer(OC * C, 4));
+    ASSERT_EQ(cudaMemcpy(dweight_half, dweight_whole, size_t(OC * C) * 4, cudaMemcpyDeviceToDevice), cudaSuccess);
+    auto act = [&](void* p) {
+      return half ? ActTensor{nullptr, static_cast<uint16_t*>(p)} : ActTensor{static_cast<float*>(p), nullptr};
+    };
+    const Param w = half ? Param{nullptr, static_cast<const uint16_t*>(weight)} : Param{static_cast<float*>(weight)};
+    auto host = [&](const void* d, size_t bytes) {
+      std::vector<uint8_t> out(bytes);
+      EXPECT_EQ(cudaMemcpy(out.data(), d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      return out;
+    };
+    const std::vector<uint8_t> dweight_before = host(dweight_half, size_t(OC * C) * 4);
+    (*ops)->MatmulBackward(LinearRole::kClassifier, act(dinp_whole), dweight_whole, nullptr, act(dout), act(inp), w, N,
+                           C, OC);
+    (*ops)->MatmulBackward(LinearRole::kClassifier, act(dinp_half), nullptr, nullptr, act(dout), act(inp), w, N, C, OC);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(host(dweight_half, size_t(OC * C) * 4), dweight_before) << "the input half wrote the weight gradient";
+    (*ops)->MatmulBackward(LinearRole::kClassifier, ActTensor{}, dweight_half, nullptr, act(dout), act(inp), Param{}, N,
+                           C, OC);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(host(dinp_half, size_t(N * C) * width), host(dinp_whole, size_t(N * C) * width));
+    EXPECT_EQ(host(dweight_half, size_t(OC * C) * 4), host(dweight_whole, size_t(OC * C) * 4));
+    EXPECT_NE(host(dweight_whole, size_t(OC * C) * 4), dweight_before);
+    for (void* p : {dout, inp, weight, dinp_whole, dinp_half, static_cast<void*>(dweight_whole),
+                    static_cast<void*>(dweight_half), scratch}) {
+      cudaFree(p);
+    }
+  }
+}
+
 #ifdef PSTAR_WITH_NCCL
 // Two ranks, one GPU each, over NCCL (threads of this process) against one
 // GPU with the same global batch, at a device budget that evicts gradients.
