@@ -206,7 +206,7 @@ if [ "$shape" = tiny ]; then
   L=2 NH=2 C=64 V=256 T=32 B=2 CHUNK=16384
 else
   # Width 256, 4 layers (--layers), vocabulary 2048: 3.7M parameters in 4
-  # MiB chunks (10.8M at 12 layers), gathered twice and reduce-scattered
+  # MiB chunks (10.0M at 12 layers), gathered twice and reduce-scattered
   # once a step: at 1 Gbit/s about 1.1 to 1.2 times the compute of 5 x 128
   # tokens per rank on one core each (at 4 and 12 layers, 2 and 3 ranks),
   # inside the 0.5-2x an overlap measurement needs.
