@@ -448,12 +448,11 @@ bool ChunkManager::UsedAgainThisStep(int32_t index) const {
 
 bool ChunkManager::HeldChunkGoesFirst(int pool, int32_t victim, int64_t must_outlive) const {
   const int64_t victim_use = trace_.NextUseDistance(victim);
-  const int64_t min_lead = std::max<int64_t>(1, options_.prefetch_depth / 2);
   for (int32_t s = device_.pool_first(pool); s < device_.pool_first(pool) + device_.pool_size(pool); ++s) {
     const int32_t owner = device_.owner(s);
     if (owner < 0 || owner == victim || states_[size_t(owner)].pins == 0) continue;
     const ChunkTrace::HeldRun run = trace_.CurrentRun(owner);
-    if (run.release > 0 && must_outlive - run.release >= min_lead && run.next_use > victim_use) return true;
+    if (run.release > 0 && run.release < must_outlive && run.next_use > victim_use) return true;
   }
   return false;
 }

@@ -298,9 +298,10 @@ class ChunkManager {
   bool UsedAgainThisStep(int32_t index) const;
   // Whether a prefetch of a chunk first used `must_outlive` moments ahead
   // should wait rather than evict `victim`: a chunk the current moment holds
-  // in `pool` is released in time (keeping at least half the prefetch's
-  // lookahead) and next used after `victim`, so OPT would evict it instead
-  // and `victim` stays.
+  // in `pool` is released before that use and next used after `victim`, so
+  // OPT would evict it instead and `victim` stays. However little lookahead
+  // is left then: a late gather costs at most its own time, where the
+  // evicted copy would cost a whole second one.
   bool HeldChunkGoesFirst(int pool, int32_t victim, int64_t must_outlive) const;
   // Whether OPT would drop `victim` (resident in `pool`) before its next use
   // anyway, the other chunks used until then filling every slot.

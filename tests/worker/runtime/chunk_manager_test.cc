@@ -159,6 +159,30 @@ TEST(ChunkManager, APrefetchWaitsForAHeldChunkRatherThanEvictACopyNeededSooner) 
   EXPECT_GT(m->counters().prefetch_hits, 0);
 }
 
+// The same wait however little of the lookahead is left when the held chunk
+// is released: at depth 16 the prefetch of param 3, five moments ahead,
+// waits for param 1's release two moments before that use rather than
+// evict param 0, which the step reads again before param 1.
+TEST(ChunkManager, ADeepPrefetchWaitsForAHeldChunkReleasedJustInTime) {
+  auto m = Make(4, 3, EvictionPolicy::kOpt, 16);
+  int64_t per_step = 0;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = H2D(*m);
+    m->BeginStep();
+    ReadMoment(*m, 0);
+    for (int k = 0; k < 3; ++k) ReadMoment(*m, 1);
+    for (int k = 0; k < 2; ++k) ReadMoment(*m, 2);
+    ReadMoment(*m, 3);
+    ReadMoment(*m, 0);
+    ReadMoment(*m, 1);
+    m->EndStep();
+    per_step = H2D(*m) - before;
+  }
+  EXPECT_TRUE(m->trace_valid());
+  EXPECT_LE(per_step, 3 * kChunkBytes) << "a param was copied in more than once a step";
+  EXPECT_GT(m->counters().prefetch_hits, 0);
+}
+
 TEST(ChunkManager, AChangedSequenceInvalidatesAndReRecordsTheTrace) {
   auto m = Make(3, 2, EvictionPolicy::kOpt, 0);
   CyclicSteps(*m, 3, 2);
