@@ -123,6 +123,7 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
       seq.push_back({block(l, w, b), Pass::kBackward});
     }
   }
+  if (dlogits_kept) seq.push_back({{wte}, Pass::kBackward, /*params=*/false});  // the classifier's weight gradient
   seq.push_back({{wte, wpe}, Pass::kBackward, /*params=*/false});  // the embeddings' backward reads no weight
   return seq;
 }
@@ -434,14 +435,16 @@ void Gpt::Backward() {
     if (recompute_ && l != L - 1) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
     BlockBackward(l, a.residual[size_t(l)]);
   }
+  if (dlogits_kept) {
+    // The classifier's share of wte's gradient first, in a use of its own:
+    // a gradient kept in 16 bits is rounded after it, as at the turn.
+    auto u = store_->AcquireGrads({wte_});
+    kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(wte_), nullptr, a.logits, a.lnf, Param{}, BT,
+                             C, Vp);
+  }
   {
-    // Token and position rows take their gradients; no weight is read. The
-    // classifier's share of wte's gradient first, as it came first before.
+    // Token and position rows take their gradients; no weight is read.
     auto u = store_->AcquireGrads({wte_, wpe_});
-    if (dlogits_kept) {
-      kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(wte_), nullptr, a.logits, a.lnf, Param{},
-                               BT, C, Vp);
-    }
     kernels_->EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
   }
 }
