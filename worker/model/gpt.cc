@@ -112,7 +112,7 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   seq.push_back({{wte}, Pass::kForward});
   // With dlogits kept, the classifier's input gradient reads wte and its
   // weight gradient waits for the embeddings' backward (Gpt::Backward).
-  const bool dlogits_kept = ClassifierRows(g, tokens) >= tokens;
+  const bool dlogits_kept = ClassifierKeepsLogits(g, tokens);
   seq.push_back({{wte}, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
   seq.push_back({{lnf_w, lnf_b}, Pass::kBackward});
   for (int64_t l = g.n_layer - 1; l >= 0; --l) {

@@ -42,6 +42,11 @@ struct GptConfig {
 // logits again. A function of the shapes alone, so any device budget and
 // activation checkpointing give the same bits.
 int64_t ClassifierRows(const GptConfig& config, int64_t tokens);
+// Whether ClassifierRows keeps the whole micro-batch's logits (and so the
+// dlogits, from which backward takes dwte at its end, Gpt::Backward).
+inline bool ClassifierKeepsLogits(const GptConfig& config, int64_t tokens) {
+  return ClassifierRows(config, tokens) >= tokens;
+}
 
 struct GptPreset {
   std::string_view name;

@@ -42,7 +42,8 @@ struct AccessMoment {
 
 // The most chunks any moment pins: its tensors' param chunks (unless it
 // reaches only gradients), plus their grad chunks in the backward pass
-// (unless it reaches only values; in all, and of each kind). The device budget must hold this many.
+// (unless it reaches only values; in all, and of each kind). The device
+// budget must hold this many.
 struct MomentChunks {
   int32_t total = 0, params = 0, grads = 0;
 };

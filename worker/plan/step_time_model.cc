@@ -195,8 +195,7 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   const double param_bytes = plan.param_device == "fp32" ? 4.0 : 2.0;
   const double grad_bytes = plan.grad_home == "fp32" ? 4.0 : 2.0;
   const bool resident = plan.device_bytes >= plan.all_resident_device_bytes;
-  const int64_t micro_tokens = c.train.batch_size * c.train.seq_len;
-  const bool dlogits_kept = ClassifierRows(g, micro_tokens) >= micro_tokens;
+  const bool dlogits_kept = ClassifierKeepsLogits(g, c.train.batch_size * c.train.seq_len);
   const int64_t spare = plan.param_device == "fp32"
                             ? plan.device_streaming_slots - plan.max_chunks_per_moment + (dlogits_kept ? 1 : 0)
                             : plan.device_param_slots - 1;
@@ -240,10 +239,11 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     // every chunk resident the gathers run at the step's start instead, and
     // the link waits for the pipeline's ends.
     if (!resident) {
-      const double classifier_gemms = dlogits_kept ? 2.0 : 4.0;
-      const double classifier = 2.0 * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
-      const double rest = per_param * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
-      p.turn_s = p.compute_s * (classifier_gemms * classifier + (1.0 - rest) / double(plan.num_chunks));
+      // Shares of the step's FLOPs: one classifier GEMM's, all of the classifier's.
+      const double classifier_gemm = 2.0 * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
+      const double classifier = per_param * double(g.vocab_size) * double(g.n_embd) / flops_per_token;
+      const double turn_gemms = dlogits_kept ? 2.0 : 4.0;
+      p.turn_s = p.compute_s * (turn_gemms * classifier_gemm + (1.0 - classifier) / double(plan.num_chunks));
     }
     link_idle = resident ? ends : p.turn_s;
   }

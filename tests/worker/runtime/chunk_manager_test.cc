@@ -133,6 +133,25 @@ TEST(ChunkManager, AFillLoadedAheadNeverEvictsACopyTheStepNeedsAgain) {
   EXPECT_LE(per_step, 2 * kChunkBytes) << "a param was copied in more than once a step";
 }
 
+// Four steps of param 0, param 1 three times, param 2 `held_moments`
+// times, param 3, param 0, param 1; the bytes copied in by the last.
+int64_t HeldChunkStepBytes(ChunkManager& m, int held_moments) {
+  int64_t per_step = 0;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = H2D(m);
+    m.BeginStep();
+    ReadMoment(m, 0);
+    for (int k = 0; k < 3; ++k) ReadMoment(m, 1);
+    for (int k = 0; k < held_moments; ++k) ReadMoment(m, 2);
+    ReadMoment(m, 3);
+    ReadMoment(m, 0);
+    ReadMoment(m, 1);
+    m.EndStep();
+    per_step = H2D(m) - before;
+  }
+  return per_step;
+}
+
 // A prefetch waits for a chunk an op holds now rather than evict a copy the
 // step needs again sooner: param 3's copy, wanted eight moments ahead while
 // param 1 is held, would take param 0's slot (next used nine ahead), although
@@ -140,19 +159,7 @@ TEST(ChunkManager, AFillLoadedAheadNeverEvictsACopyTheStepNeedsAgain) {
 // param 0 would then be copied in twice a step.
 TEST(ChunkManager, APrefetchWaitsForAHeldChunkRatherThanEvictACopyNeededSooner) {
   auto m = Make(4, 3, EvictionPolicy::kOpt, 8);
-  int64_t per_step = 0;
-  for (int step = 0; step < 4; ++step) {
-    const int64_t before = H2D(*m);
-    m->BeginStep();
-    ReadMoment(*m, 0);
-    for (int k = 0; k < 3; ++k) ReadMoment(*m, 1);
-    for (int k = 0; k < 6; ++k) ReadMoment(*m, 2);
-    ReadMoment(*m, 3);
-    ReadMoment(*m, 0);
-    ReadMoment(*m, 1);
-    m->EndStep();
-    per_step = H2D(*m) - before;
-  }
+  const int64_t per_step = HeldChunkStepBytes(*m, 6);
   EXPECT_TRUE(m->trace_valid());
   // Params 1 (evicted for param 3), 2 and 3 come in once a step; param 0 stays.
   EXPECT_LE(per_step, 3 * kChunkBytes) << "a param was copied in more than once a step";
@@ -165,19 +172,7 @@ TEST(ChunkManager, APrefetchWaitsForAHeldChunkRatherThanEvictACopyNeededSooner) 
 // evict param 0, which the step reads again before param 1.
 TEST(ChunkManager, ADeepPrefetchWaitsForAHeldChunkReleasedJustInTime) {
   auto m = Make(4, 3, EvictionPolicy::kOpt, 16);
-  int64_t per_step = 0;
-  for (int step = 0; step < 4; ++step) {
-    const int64_t before = H2D(*m);
-    m->BeginStep();
-    ReadMoment(*m, 0);
-    for (int k = 0; k < 3; ++k) ReadMoment(*m, 1);
-    for (int k = 0; k < 2; ++k) ReadMoment(*m, 2);
-    ReadMoment(*m, 3);
-    ReadMoment(*m, 0);
-    ReadMoment(*m, 1);
-    m->EndStep();
-    per_step = H2D(*m) - before;
-  }
+  const int64_t per_step = HeldChunkStepBytes(*m, 2);
   EXPECT_TRUE(m->trace_valid());
   EXPECT_LE(per_step, 3 * kChunkBytes) << "a param was copied in more than once a step";
   EXPECT_GT(m->counters().prefetch_hits, 0);
