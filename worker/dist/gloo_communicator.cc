@@ -156,7 +156,10 @@ class GlooCommunicator final : public Communicator {
 
   Status AllReduceSum(double* data, int64_t n) override {
     if (n < 0) return Status::InvalidArgument("all_reduce: negative element count");
-    return Counted(CollectiveOp::kAllReduce, [&](int64_t* sent) { return RingAllReduce(data, n, sent); });
+    return Counted(CollectiveOp::kAllReduce, [&](int64_t* sent) {
+      return n * int64_t(sizeof(double)) <= kDirectAllReduceBytes ? DirectAllReduce(data, n, sent)
+                                                                  : RingAllReduce(data, n, sent);
+    });
   }
 
   Status Broadcast(void* data, int64_t bytes, int root) override {
@@ -292,6 +295,30 @@ class GlooCommunicator final : public Communicator {
 
   // Ring all-reduce in place: the reduce-scatter above over N near-equal
   // blocks, then an all-gather of the totals.
+  // A small all-reduce (the step's loss, norm and stop vote) is bound by
+  // latency, not bandwidth: every rank sends its vector to every other in one
+  // exchange, where the ring takes 2(N-1) exchanges one after another. Each
+  // rank adds the vectors up in rank order, so every rank holds the same bits.
+  static constexpr int64_t kDirectAllReduceBytes = 4096;
+  Status DirectAllReduce(double* data, int64_t n, int64_t* sent) {
+    const size_t bytes = size_t(n) * sizeof(double);
+    std::vector<double> from(size_t(size_) * size_t(n));
+    std::vector<Transfer> sends, recvs;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      sends.push_back({p, data, bytes});
+      recvs.push_back({p, from.data() + size_t(p) * size_t(n), bytes});
+    }
+    PSTAR_RETURN_IF_ERROR(Exchange(CollectiveOp::kAllReduce, 0, sends, recvs, sent));
+    std::copy(data, data + n, from.begin() + ptrdiff_t(rank_) * n);
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = from[size_t(i)];
+      for (int p = 1; p < size_; ++p) sum += from[size_t(p) * size_t(n) + size_t(i)];
+      data[i] = sum;
+    }
+    return Status();
+  }
+
   Status RingAllReduce(double* data, int64_t n, int64_t* sent) {
     std::vector<size_t> off(size_t(size_) + 1);
     for (int i = 0; i <= size_; ++i) off[size_t(i)] = size_t(n * i / size_);

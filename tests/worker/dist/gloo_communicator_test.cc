@@ -116,14 +116,23 @@ TEST_P(GlooWorld, CollectivesMatchAReference) {
     EXPECT_EQ(std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(float)), 0);
     EXPECT_EQ(Bytes(comm, CollectiveOp::kReduceScatter), 2 * (world - 1) * kShard * 4);
 
-    // all_reduce over sizes that split unevenly, and fewer elements than ranks.
+    // all_reduce: a ring over sizes that split unevenly; a small one (fewer
+    // elements than ranks) in one exchange, summed in rank order.
     for (int64_t n : {int64_t(1001), int64_t(3)}) {
+      const int64_t bytes_before = Bytes(comm, CollectiveOp::kAllReduce);
       std::vector<double> data = RankData<double>(r, n, 3);
       ASSERT_TRUE(comm.AllReduceSum(data.data(), n).ok());
       for (int64_t i = 0; i < n; ++i) {
         double sum = 0;
         for (int p = 0; p < world; ++p) sum += RankData<double>(p, n, 3)[size_t(i)];
-        ASSERT_NEAR(data[size_t(i)], sum, 1e-12) << "n " << n << " element " << i;
+        if (n == 3) {
+          ASSERT_EQ(data[size_t(i)], sum) << "element " << i;
+        } else {
+          ASSERT_NEAR(data[size_t(i)], sum, 1e-12) << "n " << n << " element " << i;
+        }
+      }
+      if (n == 3) {
+        EXPECT_EQ(Bytes(comm, CollectiveOp::kAllReduce) - bytes_before, (world - 1) * 3 * 8);
       }
       if (n == 1001) all_reduced[size_t(r)] = data;
     }
