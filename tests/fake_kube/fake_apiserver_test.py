@@ -727,9 +727,16 @@ class ShutdownTest(unittest.TestCase):
 class KubectlTest(ServerTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.s = Server("--kubelet", "--work-dir", tempfile.mkdtemp(prefix="fake-kube-work-"), token="kc-token",
-                       tls=True)
+        cls.work = tempfile.mkdtemp(prefix="fake-kube-work-")
+        cls.s = Server("--kubelet", "--work-dir", cls.work, token="kc-token", tls=True)
         cls.files = cls.s.dir
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.work, ignore_errors=True)
 
     def kubectl(self, *args, ok=True):
         env = dict(os.environ, KUBECONFIG=self.s.kubeconfig, HOME=self.files)
