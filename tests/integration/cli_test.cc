@@ -280,6 +280,46 @@ TEST(Cli, PlanScalePrintsTheTableAndRefusesBadClusterFlags) {
   bad({"--gpus", "2000000"}, "--gpus: expected a whole number from 1 to 1048576");
   bad({"--gpus-per-node", "2.5"}, "--gpus-per-node: expected a whole number");
   bad({"--tflops"}, "--tflops needs a value");
+  // Flags that would be ignored are refused.
+  bad({"--gpus", "16", "--nodes", "2"}, "--gpus and --nodes: give one of them");
+  bad({"--world-size", "2"}, "--world-size: --scale plans every world size up to --gpus");
+  bad({"--payload"}, "--payload: not with --scale");
+  ExpectOneLineError(RunProcess({bin, "plan", "--nodes", "4"}), "--nodes is a flag of --scale");
+  ExpectOneLineError(RunProcess({bin, "plan", "--inter-bw", "100"}), "--inter-bw is a flag of --scale");
+
+  // --json: the same rows, times in seconds, and where each rate came from.
+  std::vector<std::string> json_argv = two_nodes;
+  json_argv.push_back("--json");
+  const test::ProcessResult js = RunProcess(json_argv);
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const auto j = nlohmann::json::parse(js.out);
+  ASSERT_EQ(j["rows"].size(), 5u) << js.out;  // 1, 2, 4, 8 and 16 GPUs
+  const auto& last = j["rows"].back();
+  EXPECT_EQ(last["gpus"].get<int64_t>(), 16);
+  EXPECT_EQ(last["nodes"].get<int64_t>(), 2);
+  EXPECT_TRUE(last["fits"].get<bool>());
+  EXPECT_GT(last["step_overlap_s"].get<double>(), 0.0);
+  EXPECT_GE(last["step_sync_s"].get<double>(), last["step_overlap_s"].get<double>());
+  EXPECT_EQ(j["cluster"]["nodes"].get<int64_t>(), 2);
+  EXPECT_EQ(j["rates"][0]["name"], "compute_tflops");
+  EXPECT_NE(j["rates"][0]["source"].get<std::string>().find("bench/RESULTS.md"), std::string::npos);
+  char ovl[32];
+  std::snprintf(ovl, sizeof ovl, " %.1f ", 1e3 * last["step_overlap_s"].get<double>());
+  const size_t row16 = r.out.find("\n    16     2 ");
+  ASSERT_NE(row16, std::string::npos);
+  EXPECT_NE(r.out.substr(row16, r.out.find('\n', row16 + 1) - row16).find(ovl), std::string::npos) << ovl << r.out;
+
+  // An absurd flag gives absurd but readable cells, each row on a line.
+  std::vector<std::string> slow = two_nodes;
+  slow.insert(slow.end(), {"--pcie-bw", "1e-300"});
+  const test::ProcessResult s = RunProcess(slow);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("e+"), std::string::npos) << s.out;
+  for (const char* row : {"\n     1     1 ", "\n    16     2 "}) {
+    const size_t at = s.out.find(row);
+    ASSERT_NE(at, std::string::npos) << row << s.out;
+    EXPECT_LT(s.out.find('\n', at + 1) - at, 160u) << s.out;
+  }
 }
 
 // pstar plan --payload: the collectives' bytes per step of one rank of N,

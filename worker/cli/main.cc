@@ -17,7 +17,8 @@ struct CommandHelp {
 };
 
 constexpr CommandHelp kCommands[] = {
-    {"train", "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile] [--log-format text|json] "
+    {"train",
+     "train [--config FILE] [--set KEY=VALUE]... [--print-config] [--profile] [--log-format text|json] "
      "[--chunk-events FILE] [--comm-alone]",
      "train a GPT; without --config, the built-in default job",
      "  --config FILE      the job's YAML config (docs/config.md); default: the built-in default job\n"
@@ -32,17 +33,19 @@ constexpr CommandHelp kCommands[] = {
      "  --comm-alone       with several ranks: replay the last step's gathers and reduce-scatters without\n"
      "                     compute when training ends, and print their time (the step's communication alone)\n"
      "Ranks come from RANK, WORLD_SIZE, MASTER_ADDR, ... (see pstar launch); Ctrl-C stops after the step.\n"},
-    {"plan", "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json] [--payload] [--scale [CLUSTER FLAGS]]",
+    {"plan",
+     "plan [--config FILE] [--set KEY=VALUE]... [--world-size N] [--json] [--payload] [--scale [CLUSTER FLAGS]]",
      "print the job's memory plan: chunks, bytes per tier, minimum memory; or its step time at scale",
      "  --config FILE      the job's YAML config; default: the built-in default job\n"
      "  --set KEY=VALUE    override one config key (repeatable)\n"
      "  --world-size N     plan one of N data-parallel ranks (default 1)\n"
-     "  --json             print the plan as one JSON object\n"
+     "  --json             print the plan (or with --scale, the table) as one JSON object\n"
      "  --payload          with --world-size N: run the job's chunk traffic for a few steps as rank 0 and\n"
      "                     print the all-gather and reduce-scatter bytes a rank sends per step (CPU jobs)\n"
      "  --scale            predict the step on 1, 2, 4, ... GPUs up to the cluster's: compute, PCIe copies,\n"
      "                     collectives (and what overlap leaves exposed), host Adam, disk, tokens/s and the\n"
-     "                     largest model of the job's width that fits (batch is per GPU)\n"
+     "                     largest model of the job's width that fits (batch is per GPU); not with\n"
+     "                     --world-size or --payload\n"
      "  cluster flags: --nodes N (128) or --gpus N (whole nodes) --gpus-per-node G (8) --intra-bw GB/s (370)\n"
      "                 --inter-bw Gbit/s (400) --tflops T --pcie-bw GB/s --adam-rate params/s (measured)\n"
      "                 --disk-bw GB/s (2) --gpu-memory BYTES (80GiB) --host-memory BYTES (256GiB per GPU)\n"},

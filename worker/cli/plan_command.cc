@@ -1,10 +1,10 @@
 // pstar plan: the memory plan of a job, computed without allocating it.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "worker/cli/commands.h"
 #include "worker/core/bytes.h"
@@ -68,6 +68,56 @@ Result<double> NumberFlag(const std::string& flag, const std::string& v, bool wh
   return x;
 }
 
+// --scale --json: the cluster, the rates the model used (given or measured,
+// with where), and one object per world size, times in seconds.
+nlohmann::json ScalingJson(const ClusterSpec& spec, const std::vector<StepPrediction>& rows) {
+  nlohmann::json rates = nlohmann::json::array();
+  for (const MeasuredRate& r : MeasuredRates()) {
+    const std::string name = r.name;
+    const double given = name == "compute_tflops"      ? spec.compute_tflops
+                         : name == "pcie_gbytes_per_s" ? spec.pcie_gbytes_per_s
+                                                       : spec.host_adam_params_per_s;
+    rates.push_back({{"name", name},
+                     {"value", given > 0 ? given : r.value},
+                     {"unit", r.unit},
+                     {"source", given > 0 ? std::string("given") : std::string(r.source)}});
+  }
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const StepPrediction& p : rows) {
+    out_rows.push_back({{"gpus", p.gpus},
+                        {"nodes", p.nodes},
+                        {"fits", p.fits},
+                        {"why_not", p.why_not},
+                        {"parameters", p.parameters},
+                        {"tokens_per_rank_per_step", p.tokens_per_rank},
+                        {"compute_s", p.compute_s},
+                        {"pcie_s", p.pcie_s},
+                        {"collective_s", p.collective_s + p.collective_latency_s},
+                        {"exposed_collective_s", p.exposed_collective_s},
+                        {"adam_s", p.adam_s},
+                        {"disk_s", p.disk_s},
+                        {"all_gather_bytes_per_rank", p.gather_bytes},
+                        {"reduce_scatter_bytes_per_rank", p.scatter_bytes},
+                        {"step_sync_s", p.step_sync_s},
+                        {"step_overlap_s", p.step_overlap_s},
+                        {"tokens_per_s", p.tokens_per_s},
+                        {"largest_layers", p.largest_layers},
+                        {"largest_parameters", p.largest_parameters},
+                        {"largest_capped", p.largest_capped}});
+  }
+  return {{"cluster",
+           {{"nodes", spec.nodes},
+            {"gpus_per_node", spec.gpus_per_node},
+            {"intra_node_gbytes_per_s", spec.intra_node_gbytes_per_s},
+            {"inter_node_gbits_per_s", spec.inter_node_gbits_per_s},
+            {"link_efficiency", spec.link_efficiency},
+            {"disk_gbytes_per_s", spec.disk_gbytes_per_s},
+            {"gpu_memory_bytes", spec.gpu_memory_bytes},
+            {"host_memory_bytes", spec.host_memory_bytes}}},
+          {"rates", rates},
+          {"rows", out_rows}};
+}
+
 }  // namespace
 
 int PlanCommand(const std::vector<std::string>& args) {
@@ -78,7 +128,8 @@ int PlanCommand(const std::vector<std::string>& args) {
   ClusterSpec spec;
   spec.nodes = 128;
   int64_t gpus = 0;  // --gpus: the cluster in GPUs, whole nodes
-  std::vector<std::string> rest;
+  std::vector<std::string> rest, cluster_flags;
+  bool world_size_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--scale") {
@@ -96,6 +147,11 @@ int PlanCommand(const std::vector<std::string>& args) {
     }
     if (i + 1 >= args.size()) return UsageError(a + " needs a value");
     const std::string& v = args[++i];
+    if (a == "--world-size") {
+      world_size_given = true;
+    } else {
+      cluster_flags.push_back(a);
+    }
     if (a == "--gpu-memory" || a == "--host-memory") {
       auto bytes = ParseBytes(v);
       if (!bytes.ok() || *bytes <= 0) return UsageError(a + ": expected a positive byte count, got '" + v + "'");
@@ -130,6 +186,14 @@ int PlanCommand(const std::vector<std::string>& args) {
   }
   auto job = ParseJobArgs("plan", rest, {"--json", "--payload"});
   if (!job.ok()) return UsageError(job.status().message());
+  // Flags that would be ignored are refused: the cluster's without --scale,
+  // a rank's with it (the model plans every world size itself).
+  if (!scale && !cluster_flags.empty()) return UsageError(cluster_flags.front() + " is a flag of --scale");
+  if (scale && world_size_given) return UsageError("--world-size: --scale plans every world size up to --gpus");
+  if (scale && job->Has("--payload"))
+    return UsageError("--payload: not with --scale (it counts one world size's bytes)");
+  const bool nodes_given = std::find(cluster_flags.begin(), cluster_flags.end(), "--nodes") != cluster_flags.end();
+  if (nodes_given && gpus > 0) return UsageError("--gpus and --nodes: give one of them");
   auto config = LoadJobConfig(*job);
   if (!config.ok()) return ReportError(config.status());
   if (scale) {
@@ -143,7 +207,11 @@ int PlanCommand(const std::vector<std::string>& args) {
     if (Status valid = ValidateClusterSpec(spec); !valid.ok()) return UsageError(valid.message());
     auto rows = PredictScaling(*config, spec);
     if (!rows.ok()) return ReportError(rows.status());
-    std::fputs(FormatScaling(*config, spec, *rows).c_str(), stdout);
+    if (job->Has("--json")) {
+      std::printf("%s\n", ScalingJson(spec, *rows).dump(2).c_str());
+    } else {
+      std::fputs(FormatScaling(*config, spec, *rows).c_str(), stdout);
+    }
     return kExitOk;
   }
   auto plan = PlanMemory(*config, world_size);

@@ -285,6 +285,22 @@ Result<std::vector<StepPrediction>> PredictScaling(const Config& config, const C
   return rows;
 }
 
+namespace {
+
+// A cell of the table: fixed with `decimals` below `fixed_below`, else three
+// significant digits (flags can make a term astronomically large).
+std::string TableNumber(double v, int decimals, double fixed_below = 1e7) {
+  char cell[48];
+  if (std::isfinite(v) && std::fabs(v) < fixed_below) {
+    std::snprintf(cell, sizeof cell, "%.*f", decimals, v);
+  } else {
+    std::snprintf(cell, sizeof cell, "%.3g", v);
+  }
+  return cell;
+}
+
+}  // namespace
+
 std::string FormatScaling(const Config& config, const ClusterSpec& spec, const std::vector<StepPrediction>& rows) {
   std::string out;
   char line[512];
@@ -321,12 +337,16 @@ std::string FormatScaling(const Config& config, const ClusterSpec& spec, const s
   for (const StepPrediction& p : rows) {
     char largest[32];
     std::snprintf(largest, sizeof largest, "%s%.1fB", p.largest_capped ? ">=" : "", double(p.largest_parameters) / 1e9);
-    std::snprintf(line, sizeof line, "%6lld %5lld %10.1f %9.1f %9.1f %11.1f %9.1f %9.1f %11.1f %11.1f %13.0f %9s  %s\n",
-                  (long long)p.gpus, (long long)p.nodes, 1e3 * p.compute_s, 1e3 * p.pcie_s,
-                  1e3 * (p.collective_s + p.collective_latency_s), 1e3 * p.exposed_collective_s, 1e3 * p.adam_s,
-                  1e3 * p.disk_s, 1e3 * p.step_sync_s, 1e3 * p.step_overlap_s, p.tokens_per_s, largest,
-                  p.fits ? "yes" : ("no: " + p.why_not).c_str());
+    std::snprintf(line, sizeof line, "%6lld %5lld %10s %9s %9s %11s %9s %9s %11s %11s %13s %9s  ", (long long)p.gpus,
+                  (long long)p.nodes, TableNumber(1e3 * p.compute_s, 1).c_str(), TableNumber(1e3 * p.pcie_s, 1).c_str(),
+                  TableNumber(1e3 * (p.collective_s + p.collective_latency_s), 1).c_str(),
+                  TableNumber(1e3 * p.exposed_collective_s, 1).c_str(), TableNumber(1e3 * p.adam_s, 1).c_str(),
+                  TableNumber(1e3 * p.disk_s, 1).c_str(), TableNumber(1e3 * p.step_sync_s, 1).c_str(),
+                  TableNumber(1e3 * p.step_overlap_s, 1).c_str(), TableNumber(p.tokens_per_s, 0, 1e12).c_str(),
+                  largest);
     out += line;
+    out += p.fits ? "yes" : "no: " + p.why_not;
+    out += "\n";
   }
   out += "largest: the most layers of this width whose plan fits that many GPUs (ZeRO shards model data 1/N; "
          ">= at the 10000 layers a config takes); sync: collectives waited for as they start (runtime.comm_overlap false), ovl: under compute\n";
