@@ -1,7 +1,11 @@
+#include "worker/model/param_layout.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "worker/model/gpt.h"
-#include "worker/model/param_layout.h"
 
 namespace pstar {
 namespace {
@@ -69,6 +73,35 @@ TEST(ParamLayout, GptTensorsInFirstUseOrder) {
   EXPECT_EQ(GptTensorSpecs(g).front().shape, (std::vector<int64_t>{30, 8}));
   EXPECT_FALSE(specs[3].decayed());  // ln_1.bias
   EXPECT_TRUE(specs[4].decayed());   // c_attn.weight
+}
+
+// Every chunk size the planner weighs, judged by the layout Build packs: the
+// one chosen wastes the least, and the smallest of those that tie.
+TEST(ParamLayout, AutomaticChunkSizeIsTheLeastPaddingOfEveryCandidateForRandomModels) {
+  std::mt19937_64 rng(20261129);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int64_t> sizes(size_t(1 + rng() % (trial < 20 ? 30 : 3000)));
+    const int64_t spread = int64_t(1 + rng() % 100000);
+    for (int64_t& n : sizes) n = int64_t(1 + rng() % uint64_t(spread));
+    if (trial % 3 == 0) sizes[rng() % sizes.size()] = spread * 3;  // one large tensor, like an embedding
+    const auto specs = Specs(sizes);
+    const int64_t chosen = ParamLayout::ChooseChunkElems(specs);
+    auto waste = [&](int64_t s) {
+      auto layout = ParamLayout::Build(specs, s);
+      EXPECT_TRUE(layout.ok()) << layout.status().message();
+      return layout->padded_elements() - layout->num_elements();
+    };
+    int64_t largest = 0, total = 0;
+    for (int64_t n : sizes) largest = std::max(largest, n), total += n;
+    const int64_t lo = (largest + 1023) / 1024 * 1024;
+    const int64_t hi = std::max(lo, (std::min(total, 2 * lo) + 1023) / 1024 * 1024);
+    const int64_t step = std::max<int64_t>(1024, ((hi - lo) / 2000 + 1 + 1023) / 1024 * 1024);
+    int64_t best = lo, best_waste = waste(lo);
+    for (int64_t s = lo + step; s <= hi; s += step) {
+      if (const int64_t w = waste(s); w < best_waste) best = s, best_waste = w;
+    }
+    EXPECT_EQ(chosen, best) << "trial " << trial << ", " << sizes.size() << " tensors";
+  }
 }
 
 }  // namespace
