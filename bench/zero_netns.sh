@@ -39,7 +39,8 @@
 #   --prefetch-depth sets runtime.prefetch_depth (moments of lookahead,
 #   default 16: a gather must start a chunk's worth of ops ahead).
 #   --chunk sets default_chunk_size (the bench shape's default 1048576;
-#   at least 524288, its largest tensor). --layers sets the bench shape's
+#   at least 524288, its largest tensor; 0 the planner's choice, the size
+#   with the least padding). --layers sets the bench shape's
 #   depth (default 4; 12 is GPT-2's, where what a step cannot overlap, its
 #   first gather, its last reduce-scatter and the turn from forward to
 #   backward, is a smaller share of it). --dry-run: the tiny shape, 2 ranks,
@@ -82,7 +83,7 @@ done
 [[ "$extra" =~ ^[0-9]+$ ]] && [ "$extra" -le 64 ] || die "--extra-chunks: a whole number from 0 to 64, got '$extra'"
 [ -z "$depth" ] || [[ "$depth" =~ ^[0-9]+$ ]] || die "--prefetch-depth: a whole number, got '$depth'"
 [[ "$layers" =~ ^[1-9][0-9]?$ ]] || die "--layers: a whole number from 1 to 99, got '$layers'"
-[ -z "$chunk" ] || [[ "$chunk" =~ ^[1-9][0-9]*$ ]] || die "--chunk: a number of elements, got '$chunk'"
+[ -z "$chunk" ] || [[ "$chunk" =~ ^(0|[1-9][0-9]*)$ ]] || die "--chunk: a number of elements (0: the planner's choice), got '$chunk'"
 for n in $ranks_list; do [[ "$n" =~ ^[2-8]$ ]] || die "--ranks: each from 2 to 8, got '$n'"; done
 [ "$dry_run" = 0 ] || { shape=tiny ranks_list=2 rates=1gbit steps=3; }
 case "$shape" in bench | tiny) ;; *) die "--shape: bench or tiny, got '$shape'" ;; esac
