@@ -32,6 +32,7 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"activation_format", p.activation_format},
           {"gelu_outputs_kept", p.gelu_outputs_kept},
           {"max_chunks_per_moment", p.max_chunks_per_moment},
+          {"chunks_before_first_block", p.chunks_before_first_block},
           {"min_device_bytes", p.min_device_bytes},
           {"all_resident_device_bytes", p.all_resident_device_bytes},
           {"device_bytes", p.device_bytes},

@@ -78,6 +78,8 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   const MomentChunks most = MostChunksPerMoment(
       *layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing, c.train.batch_size * c.train.seq_len));
   p.max_chunks_per_moment = most.total;
+  const TensorId first_gemm = layout->Find("transformer.h.0.attn.c_attn.weight");
+  p.chunks_before_first_block = first_gemm < 0 ? 1 : layout->placement(first_gemm).chunk + 1;
 
   ChunkRuntimeOptions& r = p.runtime;
   r.device_capacity_bytes = c.runtime.device_memory;

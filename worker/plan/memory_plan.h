@@ -38,6 +38,9 @@ struct MemoryPlan {
   bool gelu_outputs_kept = false;
   std::string activation_format = "fp32";  // the activations' format: fp32, bf16 or fp16 (ActTensor)
   int32_t max_chunks_per_moment = 0;  // most chunks one op pins
+  // The chunks, from the first, that the first block's first GEMM reads:
+  // what a step gathers before anything but the embeddings can run.
+  int32_t chunks_before_first_block = 0;
   int64_t min_device_bytes = 0;       // activations + the chunks one op pins
   int64_t all_resident_device_bytes = 0;  // activations + every chunk: nothing moves
   int64_t device_bytes = 0;           // the device tier this config gets

@@ -221,13 +221,16 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
     const double collectives = param_loads + double(plan.num_chunks);
     const double hop = across ? spec.inter_latency_s : spec.intra_latency_s;
     p.collective_latency_s = collectives * (n - 1) * hop;
-    // The chunk pipeline's ends: the step's first op waits for its chunk's
-    // gather, which starts only once the optimizer has updated that chunk,
-    // and the optimizer waits for the last gradient's reduce-scatter, which
-    // starts only after the last backward op. Where compute binds, one
-    // chunk's gather and one chunk's reduce-scatter run with no compute
-    // beside them, whatever the overlap.
-    ends = ((n - 1) / n * param_chunk + p.scatter_bytes / double(plan.num_chunks)) / bandwidth + 2.0 * (n - 1) * hop;
+    // The chunk pipeline's ends: the step's first ops wait for their chunks'
+    // gathers, which start only once the optimizer has updated them, and the
+    // optimizer waits for the last gradient's reduce-scatter, which starts
+    // only after the last backward op. Where compute binds, the gathers of
+    // the chunks the first block's first GEMM reads (the embeddings' and its
+    // own; nothing but the embeddings runs beside them) and one chunk's
+    // reduce-scatter run with no compute beside them, whatever the overlap.
+    const double first = double(std::max<int32_t>(1, plan.chunks_before_first_block));
+    ends = (first * (n - 1) / n * param_chunk + p.scatter_bytes / double(plan.num_chunks)) / bandwidth +
+           (first + 1.0) * (n - 1) * hop;
     // The turn from forward to backward: once the forward pass's last
     // gather is over, the link has nothing to send until the first gradient
     // chunk is final. The compute between is the last chunk's forward, the

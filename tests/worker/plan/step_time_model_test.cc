@@ -94,11 +94,34 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   EXPECT_NEAR(sixteen->collective_s, (sixteen->gather_bytes + sixteen->scatter_bytes) / (400e9 * 0.9 / 8), 1e-12);
   // Host Adam shards with the ranks.
   EXPECT_NEAR(sixteen->adam_s * 2, eight->adam_s, 1e-12);
-  // The pipeline's ends: one chunk's gather (of one pass) and one chunk's
+  // The pipeline's ends: the gathers of the chunks the first block's first
+  // GEMM reads (here one: the embeddings share it) and one chunk's
   // reduce-scatter, with their ring latencies; none on one GPU.
   EXPECT_EQ(one->pipeline_ends_s, 0.0);
+  ASSERT_EQ(plan8->chunks_before_first_block, 1);
   EXPECT_NEAR(eight->pipeline_ends_s,
               (chunk_gather + eight->scatter_bytes / double(plan8->num_chunks)) / 370e9 + 2 * 7 * 3e-6, 1e-12);
+  // Chunks of the token embedding's size: it fills the first, and the first
+  // block's attention weight lies in the second, so both gathers are waited for.
+  const Config split = Job({"default_chunk_size=80486400"});
+  auto split8 = PredictStep(split, spec, 8);
+  ASSERT_TRUE(split8.ok()) << split8.status().message();
+  auto plan_split = PlanMemory(
+      [&] {
+        Config r = split;
+        r.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
+        r.runtime.host_memory = spec.host_memory_bytes;
+        return r;
+      }(),
+      8);
+  ASSERT_TRUE(plan_split.ok()) << plan_split.status().message();
+  ASSERT_EQ(plan_split->chunks_before_first_block, 2);
+  EXPECT_NEAR(
+      split8->pipeline_ends_s,
+      (2 * 7.0 / 8.0 * double(plan_split->chunk_elems) * 2.0 + split8->scatter_bytes / double(plan_split->num_chunks)) /
+              370e9 +
+          3 * 7 * 3e-6,
+      1e-12);
   // The turn from forward to backward, where the link idles: the last
   // chunk's forward and backward and the classifier's, a share of the
   // compute; none on one GPU or with every chunk resident.
