@@ -9,7 +9,9 @@ trains the same numbers at any rate, overlap on and off agree, the payload is at
 ZeRO-3's count, the replayed step's and `pstar plan --payload`'s equal it exactly, the wire carries
 it with a small protocol overhead, the shaped link makes the collectives
 slower, every rank's event log pairs each collective's begin with its end and
-rank 0's timeline adds up, and every namespace is gone afterwards. Speed targets stay in bench/.
+rank 0's timeline adds up, and every namespace is gone afterwards. The call a
+16-core GPU host gets (bench/run-gpu-benchmarks.sh zero-netns zero-netns-12)
+runs dry. Speed targets stay in bench/.
 
 Where namespaces cannot be made (not root, no netns) the test skips; with
 PSTAR_EXPECT_NETNS=1 a skip fails.
@@ -150,10 +152,29 @@ class ZeroNetnsTest(unittest.TestCase):
     def test_no_namespace_is_left_behind(self):
         self.assertEqual(self.after, self.before)
 
+    def test_the_call_a_gpu_host_gets_runs_dry(self):
+        # bench/run-gpu-benchmarks.sh zero-netns zero-netns-12 measures ranks
+        # with cores of their own on a 16-core GPU host; dry, each part is the
+        # tiny shape at 2 ranks and 1 Gbit/s, 3 steps.
+        with tempfile.TemporaryDirectory(prefix="zero-netns-dry-") as tmp:
+            out = os.path.join(tmp, "bench")
+            r = subprocess.run(["bash", os.path.join(SOURCE_DIR, "bench", "run-gpu-benchmarks.sh"), out, "--dry-run",
+                                "zero-netns", "zero-netns-12"],
+                               env=dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR, PYTHON3="/usr/bin/python3"),
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            with open(os.path.join(out, "summary.txt")) as f:
+                summary = f.read()
+        for part in ("zero-netns", "zero-netns-12"):
+            self.assertIn("--- %s (exit 0," % part, summary)
+        runs = re.findall(r"^netns ranks=2 rate=1gbit overlap=on status=ok .*payload_matches_plan=yes", summary, re.M)
+        self.assertEqual(len(runs), 2, summary)
+        self.assertEqual(namespaces(), self.before)
+
     def test_bad_arguments_get_one_line_and_exit_2(self):
         for args in (["--ranks", "9"], ["--steps", "1"], ["--shape", "huge"], ["--rates", "fast"],
                      ["--overlap", "sometimes"], ["--extra-chunks", "many"], ["--prefetch-depth", "deep"],
-                     ["--chunk", "big"]):
+                     ["--chunk", "big"], ["--chunk", "-1"]):
             r = subprocess.run(["bash", os.path.join(SOURCE_DIR, "bench", "zero_netns.sh"), "--shape", "tiny"] + args,
                                env=dict(os.environ, PSTAR_BUILD_DIR=BUILD_DIR), capture_output=True, text=True,
                                timeout=120)
