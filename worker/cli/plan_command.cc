@@ -74,11 +74,8 @@ Result<double> NumberFlag(const std::string& flag, const std::string& v, bool wh
 nlohmann::json ScalingJson(const ClusterSpec& spec, const std::vector<StepPrediction>& rows) {
   nlohmann::json rates = nlohmann::json::array();
   for (const MeasuredRate& r : MeasuredRates()) {
-    const std::string name = r.name;
-    const double given = name == "compute_tflops"      ? spec.compute_tflops
-                         : name == "pcie_gbytes_per_s" ? spec.pcie_gbytes_per_s
-                                                       : spec.host_adam_params_per_s;
-    rates.push_back({{"name", name},
+    const double given = GivenRate(spec, r);
+    rates.push_back({{"name", r.name},
                      {"value", given > 0 ? given : r.value},
                      {"unit", r.unit},
                      {"source", given > 0 ? std::string("given") : std::string(r.source)}});

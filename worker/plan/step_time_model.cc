@@ -40,6 +40,14 @@ const std::vector<MeasuredRate>& MeasuredRates() {
   return kRates;
 }
 
+double GivenRate(const ClusterSpec& spec, const MeasuredRate& rate) {
+  const std::string name = rate.name;
+  if (name == "compute_tflops") return spec.compute_tflops;
+  if (name == "pcie_gbytes_per_s") return spec.pcie_gbytes_per_s;
+  if (name == "host_adam_params_per_s") return spec.host_adam_params_per_s;
+  return 0.0;
+}
+
 Status ValidateClusterSpec(const ClusterSpec& s) {
   auto positive = [](double v, const char* flag) -> Status {
     if (!(v > 0.0) || !std::isfinite(v)) {
@@ -323,9 +331,7 @@ std::string FormatScaling(const Config& config, const ClusterSpec& spec, const s
                 spec.inter_node_gbits_per_s, 100 * spec.link_efficiency, spec.disk_gbytes_per_s);
   out += line;
   for (const MeasuredRate& r : MeasuredRates()) {
-    const double given = std::string(r.name) == "compute_tflops"           ? spec.compute_tflops
-                         : std::string(r.name) == "pcie_gbytes_per_s"      ? spec.pcie_gbytes_per_s
-                                                                             : spec.host_adam_params_per_s;
+    const double given = GivenRate(spec, r);
     if (given > 0) {
       std::snprintf(line, sizeof line, "rate: %s %g %s (given)\n", r.name, given, r.unit);
     } else {

@@ -51,6 +51,10 @@ struct MeasuredRate {
 };
 const std::vector<MeasuredRate>& MeasuredRates();
 
+// The value a flag gave `rate` (--tflops, --pcie-bw, --adam-rate), or 0
+// where none did and the measured value applies.
+double GivenRate(const ClusterSpec& spec, const MeasuredRate& rate);
+
 struct StepPrediction {
   int64_t gpus = 0, nodes = 0;
   bool fits = false;            // the plan fits the GPU and host memory given
