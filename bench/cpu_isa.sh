@@ -32,7 +32,7 @@ if ! [[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 10 && "$rounds" =~ ^[0-9]+$ && "$ro
   exit 2
 fi
 [ -x "$native" ] || { echo "cpu_isa: $native is missing (bash scripts/build.sh)" >&2; exit 2; }
-if ! "$native" info | grep -q '^cpu kernels: native '; then
+if ! grep -q '^cpu kernels: native ' <<<"$("$native" info)"; then
   echo "cpu_isa: $native is not a -march=native build (its 'pstar info': $("$native" info | grep '^cpu kernels'))" >&2
   exit 2
 fi

@@ -130,7 +130,7 @@ make_world() {  # N: namespaces 0..N-1 on the bridge (kept from an earlier world
   local k ns
   for ((k = 0; k < $1; ++k)); do
     ns=$(rank_ns "$k")
-    ip netns list | grep -qw "$ns" && continue
+    grep -qw "$ns" <<<"$(ip netns list)" && continue
     ip netns add "$ns" || return 1
     made+=("$ns")
     ip link add "$(rank_if "$k")" type veth peer name "pz${id}r${k}b" || return 1

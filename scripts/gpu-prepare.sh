@@ -89,10 +89,18 @@ for pause in 2 15 60; do
   wanted="$(versions)" || { echo "gpu-prepare: a package in scripts/gpu/packages.txt has no candidate version" >&2; exit 1; }
   fetch_missing
 done
+# Whether $1 is in scripts/gpu/packages.txt. (Not `printf | grep -q`: grep
+# may exit at its match while printf still writes a line, and under
+# pipefail printf's SIGPIPE would call a listed package unlisted.)
+listed() {
+  local q
+  for q in "${packages[@]}"; do [ "$q" = "$1" ] && return 0; done
+  return 1
+}
 for f in "$out"/*.deb; do
   [ -f "$f" ] || continue
   p="$(dpkg-deb -f "$f" Package)"
-  printf '%s\n' "${packages[@]}" | grep -qx "$p" || rm -f "$f"  # no longer listed
+  listed "$p" || rm -f "$f"  # no longer listed
 done
 absent="$(missing)"
 if [ -n "$absent" ]; then
