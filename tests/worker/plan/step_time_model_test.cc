@@ -57,6 +57,15 @@ ClusterSpec SmallCluster(int64_t nodes) {
   return spec;
 }
 
+// The plan the model makes for `gpus` ranks of `spec`: the GPU's and the
+// host's memory as the job's budgets.
+Result<MemoryPlan> PlanOnCluster(const Config& c, const ClusterSpec& spec, int gpus) {
+  Config r = c;
+  r.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
+  r.runtime.host_memory = spec.host_memory_bytes;
+  return PlanMemory(r, gpus);
+}
+
 TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   ClusterSpec spec = SmallCluster(4);
   spec.compute_tflops = 100;
@@ -72,12 +81,7 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   EXPECT_EQ(one->gather_bytes, 0.0);
   EXPECT_EQ(one->collective_s, 0.0);
   // Ring bytes per rank: (N-1)/N of the param chunks per gather pass, of the fp32 gradients once.
-  auto plan8 = PlanMemory([&] {
-    Config r = c;
-    r.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
-    r.runtime.host_memory = spec.host_memory_bytes;
-    return r;
-  }(), 8);
+  auto plan8 = PlanOnCluster(c, spec, 8);
   ASSERT_TRUE(plan8.ok()) << plan8.status().message();
   const double elements = double(plan8->num_chunks) * double(plan8->chunk_elems);
   EXPECT_DOUBLE_EQ(eight->scatter_bytes, 7.0 / 8.0 * elements * 4.0);
@@ -106,14 +110,7 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   const Config split = Job({"default_chunk_size=80486400"});
   auto split8 = PredictStep(split, spec, 8);
   ASSERT_TRUE(split8.ok()) << split8.status().message();
-  auto plan_split = PlanMemory(
-      [&] {
-        Config r = split;
-        r.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
-        r.runtime.host_memory = spec.host_memory_bytes;
-        return r;
-      }(),
-      8);
+  auto plan_split = PlanOnCluster(split, spec, 8);
   ASSERT_TRUE(plan_split.ok()) << plan_split.status().message();
   ASSERT_EQ(plan_split->chunks_before_first_block, 2);
   EXPECT_NEAR(
@@ -134,14 +131,7 @@ TEST(StepTimeModel, TermsFollowThePlanAndTheRates) {
   tight.gpu_memory_bytes = int64_t(4) << 30;
   auto streamed = PredictStep(c, tight, 8);
   ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-  auto plan_tight = PlanMemory(
-      [&] {
-        Config r = c;
-        r.runtime.device_memory = int64_t(double(tight.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
-        r.runtime.host_memory = tight.host_memory_bytes;
-        return r;
-      }(),
-      8);
+  auto plan_tight = PlanOnCluster(c, tight, 8);
   ASSERT_TRUE(plan_tight.ok()) << plan_tight.status().message();
   ASSERT_LT(plan_tight->device_bytes, plan_tight->all_resident_device_bytes);
   EXPECT_NEAR(streamed->turn_s, streamed->compute_s * (classifier + (1 - classifier) / double(plan_tight->num_chunks)),
