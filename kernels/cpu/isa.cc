@@ -1,5 +1,7 @@
 #include "kernels/cpu/isa.h"
 
+#include <cblas.h>
+
 #include <cstdlib>
 #include <string_view>
 
@@ -98,6 +100,11 @@ std::vector<CpuIsa> BuiltCpuIsas() {
 }
 
 bool CpuIsaSupported(CpuIsa isa) { return X86Supports(isa); }
+
+std::string BlasCoreName() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? "unknown" : name;
+}
 
 CpuIsa SelectedCpuIsa() { return TheSelection().isa; }
 

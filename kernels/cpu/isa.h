@@ -15,7 +15,10 @@
 // life of the process and is the same on every run on the same CPU, so a
 // given build on a given machine keeps its same-bits-every-run promise; set
 // PSTAR_CPU_ISA to pin a variant (for example on ranks of a job that span
-// CPUs of different generations and should compute the same bits).
+// CPUs of different generations and should compute the same bits). OpenBLAS,
+// which runs the GEMMs, picks its own kernels by CPU the same way, and they
+// too round differently (AVX2's against AVX-512's): such ranks pin them with
+// OPENBLAS_CORETYPE as well (BlasCoreName says which run).
 #pragma once
 
 #include <string>
@@ -31,6 +34,9 @@ const char* CpuIsaName(CpuIsa isa);
 std::vector<CpuIsa> BuiltCpuIsas();
 // Whether this CPU, and the OS's saved vector state, can run the variant.
 bool CpuIsaSupported(CpuIsa isa);
+// The kernels OpenBLAS runs in this process ("Haswell", "SkylakeX", ...):
+// the ones it picked for this CPU, or those OPENBLAS_CORETYPE names.
+std::string BlasCoreName();
 
 // The variant the kernels run: the one PSTAR_CPU_ISA names when this build
 // has it and the CPU supports it, else the most capable built variant the CPU

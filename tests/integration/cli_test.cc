@@ -97,6 +97,22 @@ TEST(Cli, EveryCpuKernelVariantTrainsToTheSameLosses) {
       << best.out;
 }
 
+// `pstar info` names the OpenBLAS kernels the process runs (their rounding is
+// the GEMMs'), and OPENBLAS_CORETYPE pins them: Prescott's SSE3 kernels run on
+// every x86-64 CPU.
+TEST(Cli, InfoNamesTheOpenBlasKernels) {
+  const auto own = RunProcess({test::PstarBinary(), "info"});
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_NE(own.out.find("BLAS: OpenBLAS, " + kernels::cpu::BlasCoreName() + " kernels"), std::string::npos)
+      << own.out;
+#if defined(__x86_64__)
+  test::ChildProcess pinned({test::PstarBinary(), "info"}, {"OPENBLAS_CORETYPE=Prescott"});
+  const auto p = pinned.Wait();
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("BLAS: OpenBLAS, Prescott kernels"), std::string::npos) << p.out;
+#endif
+}
+
 // --log-format json: each progress line is one JSON object a tool can read.
 TEST(Cli, JsonProgressLines) {
   test::TempDir dir("cli");

@@ -14,8 +14,9 @@ namespace pstar::cli {
 int InfoCommand(const std::vector<std::string>& args) {
   if (!args.empty()) return UsageError("info takes no options");
   std::printf("pstar %s\n", kPstarVersion);
-  std::printf("cpu: %d threads (OpenMP), BLAS: OpenBLAS\n", omp_get_max_threads());
   namespace kc = kernels::cpu;
+  std::printf("cpu: %d threads (OpenMP), BLAS: OpenBLAS, %s kernels (OPENBLAS_CORETYPE pins them)\n",
+              omp_get_max_threads(), kc::BlasCoreName().c_str());
   std::string built;
   for (kc::CpuIsa isa : kc::BuiltCpuIsas()) {
     built += built.empty() ? "" : ", ";
