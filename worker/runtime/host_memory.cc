@@ -1,5 +1,6 @@
 #include "worker/runtime/host_memory.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -86,6 +87,19 @@ Result<HostBudget> DetectHostBudget(int64_t configured, const HostMemoryFiles& f
   if (ram > 0) return HostBudget{ram, "physical RAM"};
   return Status::Internal("cannot determine host memory: no cgroup limit under " + files.cgroup_root +
                           " and no MemTotal in " + files.meminfo + " (set runtime.host_memory)");
+}
+
+HostBudget RankHostBudget(HostBudget budget, double ratio, int local_ranks) {
+  if (budget.source == "config") return budget;
+  budget.bytes = int64_t(double(budget.bytes) * ratio);
+  char text[64];
+  std::snprintf(text, sizeof text, " x overall_cpu_mem_ratio %g", ratio);
+  budget.source += text;
+  if (local_ranks > 1) {
+    budget.bytes /= local_ranks;
+    budget.source += " / " + std::to_string(local_ranks) + " local ranks";
+  }
+  return budget;
 }
 
 }  // namespace pstar

@@ -32,4 +32,10 @@ struct HostMemoryFiles {
 // MemTotal; otherwise MemTotal.
 Result<HostBudget> DetectHostBudget(int64_t configured, const HostMemoryFiles& files = {});
 
+// What one rank is checked against: a configured budget as it is; a detected
+// one times `ratio` (PatrickStar's overall_cpu_mem_ratio: headroom for the
+// rest of the process), split among the `local_ranks` that share the host.
+// The source says each step.
+HostBudget RankHostBudget(HostBudget budget, double ratio, int local_ranks);
+
 }  // namespace pstar

@@ -146,6 +146,18 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const 
   return Status::Internal("unknown data source");
 }
 
+int64_t RankDeviceTierBytes(const Config& config, int local_rank) {
+  if (config.runtime.device_memory > 0) return config.runtime.device_memory;
+#ifdef PSTAR_WITH_CUDA
+  if (config.runtime.device == "cuda") {
+    return int64_t(double(CudaDeviceMemoryBytes(local_rank)) * config.mem_tracer.overall_gpu_mem_ratio);
+  }
+#else
+  (void)local_rank;
+#endif
+  return 0;
+}
+
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
                                                  Communicator* comm, int local_ranks, int local_rank) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
@@ -153,15 +165,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   auto backend = MakeBackend(device, local_rank);
   if (!backend.ok()) return backend.status().WithPrefix("runtime.device");
   t->config_ = config;
-#ifdef PSTAR_WITH_CUDA
-  if (device == ComputeDevice::kCuda && config.runtime.device_memory == 0) {
-    // Unset, a GPU's tier is the overall_gpu_mem_ratio share of its memory
-    // (clamped to what every chunk needs); the rest is left to CUDA's own
-    // context and libraries.
-    t->config_.runtime.device_memory =
-        int64_t(double(CudaDeviceMemoryBytes(local_rank)) * config.mem_tracer.overall_gpu_mem_ratio);
-  }
-#endif
+  // The planner clamps a GPU's share to what every chunk needs.
+  t->config_.runtime.device_memory = RankDeviceTierBytes(config, local_rank);
   if (comm == nullptr) comm = (t->own_comm_ = MakeSingleRankCommunicator()).get();
   t->comm_ = comm;
   t->world_ = comm->world_size();
@@ -171,18 +176,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
 
   PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(t->config_, t->world_));
   const MemoryPlan& plan = t->plan_;
-  PSTAR_ASSIGN_OR_RETURN(t->host_budget_, DetectHostBudget(config.runtime.host_memory));
-  if (t->host_budget_.source != "config") {
-    // A detected limit keeps PatrickStar's headroom for the rest of the process.
-    t->host_budget_.bytes = int64_t(double(t->host_budget_.bytes) * config.mem_tracer.overall_cpu_mem_ratio);
-    char ratio[64];
-    std::snprintf(ratio, sizeof ratio, " x overall_cpu_mem_ratio %g", config.mem_tracer.overall_cpu_mem_ratio);
-    t->host_budget_.source += ratio;
-    if (local_ranks > 1) {
-      t->host_budget_.bytes /= local_ranks;
-      t->host_budget_.source += " / " + std::to_string(local_ranks) + " local ranks";
-    }
-  }
+  PSTAR_ASSIGN_OR_RETURN(const HostBudget detected, DetectHostBudget(config.runtime.host_memory));
+  t->host_budget_ = RankHostBudget(detected, config.mem_tracer.overall_cpu_mem_ratio, local_ranks);
   if (plan.min_host_bytes > t->host_budget_.bytes) {
     return Status::ResourceExhausted(
         "host memory budget too small: need " + std::to_string(plan.min_host_bytes) + " bytes (" +

@@ -220,6 +220,12 @@ class Trainer {
 // communicator connects, whose NCCL rendezvous would claim the GPU first.
 Status CheckComputeDevice(const std::string& device, int local_rank);
 
+// The device tier rank LOCAL_RANK `local_rank` runs with: runtime.device_memory
+// when set; unset on CUDA, mem_tracer.overall_gpu_mem_ratio of that GPU's
+// memory (the rest left to CUDA's context and libraries); otherwise 0, a tier
+// that holds every chunk (the CPU backend's, or CUDA's with no GPU seen).
+int64_t RankDeviceTierBytes(const Config& config, int local_rank);
+
 // The GPT-2 tokenizer data.tokenizer names, or null when it is byte or none.
 Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config);
 
