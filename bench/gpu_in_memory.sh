@@ -104,7 +104,7 @@ for name in $models; do
       [ -n "$batch" ] || die "$name: not even batch 4 fits $(gib "$tier") of GPU memory"
     fi
   fi
-  plan=$("$pstar" plan "${common[@]}" --set "train.batch_size=$batch" --json)
+  plan=$("$pstar" plan "${common[@]}" --set "train.batch_size=$batch" --json) || [ $? -eq 1 ]  # 1: does not fit
   N=$(plan_field parameters "$plan")
   fpt=$(flops_per_token "$N" "$L" "$C" "$T")
   echo

@@ -149,7 +149,9 @@ plan_table() {
       t=$plan_tier_bytes
       plan_tier[$L]=$(train_tier "")
     fi
-    plan=$("$pstar" plan "${args[@]}" --set "runtime.device=$dev" --set "runtime.device_memory=$t" --json)
+    # Exit 1 is a plan that does not fit this host: the table says so.
+    plan=$("$pstar" plan "${args[@]}" --set "runtime.device=$dev" --set "runtime.device_memory=$t" --json) ||
+      [ $? -eq 1 ]
     params[$L]=$(plan_field parameters "$plan")
     host_min=$(plan_field min_host_bytes "$plan") dev_min=$(plan_field min_device_bytes "$plan")
     if [ "$host_min" -gt "$host_budget" ]; then
@@ -500,7 +502,7 @@ if [ "$part" = all ] || [ "$part" = margin ]; then
     for L in $(descending); do
       mapfile -t args < <(batch=$b job_args "$L")
       plan=$("$pstar" plan "${args[@]}" --set "client.mem_tracer.margin_use_ratio=$ratio" \
-               --set "runtime.device_memory=${plan_tier[$L]:-0}" --json 2>/dev/null) || continue
+               --set "runtime.device_memory=${plan_tier[$L]:-0}" --json 2>/dev/null) || [ $? -eq 1 ] || continue
       [ "$(plan_field min_host_bytes "$plan")" -le "$host_budget" ] && { largest=$L; break; }
     done
     if [ -z "$largest" ]; then

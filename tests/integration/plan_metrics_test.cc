@@ -55,6 +55,53 @@ TEST(Plan, PrintsTheMemoryPlanAndMatchesItsJson) {
   EXPECT_NE(bad.err.find("runtime.device_memory"), std::string::npos) << bad.err;
 }
 
+// The plan ends with its verdict for the budgets the job would run with, and
+// says it in its exit status: the host budget at which it turns is the one
+// at which `pstar train` refuses the job.
+TEST(Plan, EndsWithItsVerdictAndExitsOneWhenTheJobDoesNotFit) {
+  test::TempDir dir("plan-verdict");
+  test::WriteText(dir.path() + "/job.yaml", kJob);
+  const std::vector<std::string> plan = {test::PstarBinary(), "plan", "--config", dir.path() + "/job.yaml"};
+  auto fits = RunProcess(plan);
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_NE(fits.out.find("\nverdict: fits: host needs "), std::string::npos) << fits.out;
+  std::vector<std::string> json = plan;
+  json.push_back("--json");
+  auto j = RunProcess(json);
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto verdict = nlohmann::json::parse(j.out)["verdict"];
+  EXPECT_TRUE(verdict["fits"].get<bool>());
+  const int64_t min_host = nlohmann::json::parse(j.out)["min_host_bytes"].get<int64_t>();
+  ASSERT_EQ(verdict["tiers"].back()["tier"], "host");
+  EXPECT_EQ(verdict["tiers"].back()["need_bytes"].get<int64_t>(), min_host);
+
+  auto with = [&](std::vector<std::string> argv, int64_t host_bytes) {
+    argv.insert(argv.end(), {"--set", "runtime.host_memory=" + std::to_string(host_bytes)});
+    return RunProcess(argv);
+  };
+  auto at_min = with(plan, min_host);
+  EXPECT_EQ(at_min.exit_code, 0) << at_min.out;
+  auto below = with(plan, min_host - 1);
+  EXPECT_EQ(below.exit_code, 1) << below.out << below.err;
+  EXPECT_NE(below.out.find("host: minimum"), std::string::npos) << below.out;  // the plan is still printed
+  EXPECT_NE(below.out.find("\nverdict: does not fit: host needs "), std::string::npos) << below.out;
+  EXPECT_NE(below.out.find("(config), short by 1 B"), std::string::npos) << below.out;
+  EXPECT_NE(below.out.find("\n  change: runtime.host_memory: at least "), std::string::npos) << below.out;
+  auto below_json = with(json, min_host - 1);
+  EXPECT_EQ(below_json.exit_code, 1);
+  const auto refused = nlohmann::json::parse(below_json.out)["verdict"];
+  EXPECT_FALSE(refused["fits"].get<bool>());
+  EXPECT_FALSE(refused["tiers"].back()["fits"].get<bool>());
+  EXPECT_FALSE(refused["changes"].empty());
+
+  const std::vector<std::string> train = {test::PstarBinary(), "train", "--config", dir.path() + "/job.yaml",
+                                          "--set", "train.steps=1"};
+  EXPECT_EQ(with(train, min_host).exit_code, 0);
+  auto refused_train = with(train, min_host - 1);
+  EXPECT_EQ(refused_train.exit_code, 2);
+  EXPECT_NE(refused_train.err.find("host memory budget too small"), std::string::npos) << refused_train.err;
+}
+
 // One sample's value from a text exposition, or -1 when absent.
 double Sample(const std::string& body, const std::string& series) {
   size_t at = body.find("\n" + series + " ");

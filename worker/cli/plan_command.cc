@@ -9,8 +9,10 @@
 #include "worker/cli/commands.h"
 #include "worker/core/bytes.h"
 #include "worker/plan/memory_plan.h"
+#include "worker/plan/plan_verdict.h"
 #include "worker/plan/step_time_model.h"
 #include "worker/train/step_payload.h"
+#include "worker/train/trainer.h"
 
 namespace pstar::cli {
 
@@ -53,6 +55,18 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
           {"disk_bytes", p.disk_bytes},
           {"disk_window_bytes", p.disk_window_bytes},
           {"disk_file", p.disk_file}};
+}
+
+nlohmann::json VerdictJson(const PlanVerdict& v) {
+  nlohmann::json tiers = nlohmann::json::array();
+  for (const PlanVerdict::Tier& t : v.checked) {
+    tiers.push_back({{"tier", t.tier},
+                     {"need_bytes", t.need},
+                     {"have_bytes", t.have},
+                     {"source", t.source},
+                     {"fits", t.fits()}});
+  }
+  return {{"fits", v.fits()}, {"tiers", tiers}, {"unchecked", v.unchecked}, {"changes", v.changes}};
 }
 
 // A flag's value: a whole number from 1 to 1,048,576, or a positive rate.
@@ -223,8 +237,14 @@ int PlanCommand(const std::vector<std::string>& args) {
     if (!simulated.ok()) return ReportError(simulated.status().WithPrefix("--payload"));
     payload = *simulated;
   }
+  // The verdict, for the budgets one rank would run with on this host.
+  auto detected = DetectHostBudget(config->runtime.host_memory);
+  if (!detected.ok()) return ReportError(detected.status());
+  const HostBudget host = RankHostBudget(*detected, config->mem_tracer.overall_cpu_mem_ratio, 1);
+  const PlanVerdict verdict = JudgePlan(*config, world_size, *plan, host, RankDeviceTierBytes(*config, 0));
   if (job->Has("--json")) {
     nlohmann::json j = PlanJson(*plan);
+    j["verdict"] = VerdictJson(verdict);
     if (payload) {
       j["payload"] = {{"all_gather_bytes_per_step", payload->all_gather_bytes},
                       {"reduce_scatter_bytes_per_step", payload->reduce_scatter_bytes},
@@ -240,8 +260,9 @@ int PlanCommand(const std::vector<std::string>& args) {
                   (long long)payload->all_gather_bytes, (long long)payload->reduce_scatter_bytes,
                   (long long)payload->steps, world_size, payload->steady ? "" : "; the last two steps differed");
     }
+    std::fputs(FormatVerdict(verdict).c_str(), stdout);
   }
-  return kExitOk;
+  return verdict.fits() ? kExitOk : kExitFailure;
 }
 
 }  // namespace pstar::cli
