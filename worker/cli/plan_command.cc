@@ -130,120 +130,124 @@ nlohmann::json ScalingJson(const ClusterSpec& spec, const std::vector<StepPredic
           {"rows", out_rows}};
 }
 
-}  // namespace
-
-int PlanCommand(const std::vector<std::string>& args) {
-  // --world-size N: the plan of one of N data-parallel ranks. --scale and
-  // its flags: the step-time model for 1 GPU up to the cluster's.
+// --world-size N: the plan of one of N data-parallel ranks. --scale and
+// its flags: the step-time model for 1 GPU up to the cluster's.
+struct PlanFlags {
+  JobArgs job;
   int world_size = 1;
+  bool world_size_given = false;
   bool scale = false;
   ClusterSpec spec;
-  spec.nodes = 128;
   int64_t gpus = 0;  // --gpus: the cluster in GPUs, whole nodes
-  std::vector<std::string> rest, cluster_flags;
-  bool world_size_given = false;
+  std::vector<std::string> cluster_flags;
+};
+
+// One of the value flags (`flag` with its value `v`) into `f`.
+Status SetPlanFlag(const std::string& flag, const std::string& v, PlanFlags* f) {
+  if (flag == "--world-size") {
+    f->world_size_given = true;
+  } else {
+    f->cluster_flags.push_back(flag);
+  }
+  ClusterSpec& spec = f->spec;
+  if (flag == "--gpu-memory" || flag == "--host-memory") {
+    auto bytes = ParseBytes(v);
+    if (!bytes.ok() || *bytes <= 0) {
+      return Status::InvalidArgument(flag + ": expected a positive byte count, got '" + v + "'");
+    }
+    (flag == "--gpu-memory" ? spec.gpu_memory_bytes : spec.host_memory_bytes) = *bytes;
+    return Status::Ok();
+  }
+  const bool whole = flag == "--world-size" || flag == "--nodes" || flag == "--gpus" || flag == "--gpus-per-node";
+  PSTAR_ASSIGN_OR_RETURN(const double x, NumberFlag(flag, v, whole));
+  if (flag == "--world-size") {
+    if (x > 65536) return Status::InvalidArgument("--world-size: expected a positive integer up to 65536, got '" + v + "'");
+    f->world_size = int(x);
+  } else if (flag == "--nodes") {
+    spec.nodes = int64_t(x);
+  } else if (flag == "--gpus") {
+    f->gpus = int64_t(x);
+  } else if (flag == "--gpus-per-node") {
+    spec.gpus_per_node = int64_t(x);
+  } else if (flag == "--intra-bw") {
+    spec.intra_node_gbytes_per_s = x;
+  } else if (flag == "--inter-bw") {
+    spec.inter_node_gbits_per_s = x;
+  } else if (flag == "--tflops") {
+    spec.compute_tflops = x;
+  } else if (flag == "--pcie-bw") {
+    spec.pcie_gbytes_per_s = x;
+  } else if (flag == "--adam-rate") {
+    spec.host_adam_params_per_s = x;
+  } else if (flag == "--disk-bw") {
+    spec.disk_gbytes_per_s = x;
+  }
+  return Status::Ok();
+}
+
+// InvalidArgument (a usage error) naming the flag. Flags that would be
+// ignored are refused: the cluster's without --scale, a rank's with it (the
+// model plans every world size itself).
+Result<PlanFlags> ParsePlanFlags(const std::vector<std::string>& args) {
+  PlanFlags f;
+  f.spec.nodes = 128;
+  std::vector<std::string> rest;
+  static const char* kValueFlags[] = {"--world-size", "--nodes",   "--gpus",      "--gpus-per-node",
+                                      "--intra-bw",   "--inter-bw", "--tflops",    "--pcie-bw",
+                                      "--adam-rate",  "--disk-bw",  "--gpu-memory", "--host-memory"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--scale") {
-      scale = true;
+      f.scale = true;
       continue;
     }
-    static const char* kValueFlags[] = {"--world-size", "--nodes", "--gpus", "--gpus-per-node", "--intra-bw",
-                                        "--inter-bw",   "--tflops",    "--pcie-bw",       "--adam-rate",
-                                        "--disk-bw",    "--gpu-memory", "--host-memory"};
     bool known = false;
-    for (const char* f : kValueFlags) known = known || a == f;
+    for (const char* flag : kValueFlags) known = known || a == flag;
     if (!known) {
       rest.push_back(a);
       continue;
     }
-    if (i + 1 >= args.size()) return UsageError(a + " needs a value");
-    const std::string& v = args[++i];
-    if (a == "--world-size") {
-      world_size_given = true;
-    } else {
-      cluster_flags.push_back(a);
-    }
-    if (a == "--gpu-memory" || a == "--host-memory") {
-      auto bytes = ParseBytes(v);
-      if (!bytes.ok() || *bytes <= 0) return UsageError(a + ": expected a positive byte count, got '" + v + "'");
-      (a == "--gpu-memory" ? spec.gpu_memory_bytes : spec.host_memory_bytes) = *bytes;
-      continue;
-    }
-    const bool whole = a == "--world-size" || a == "--nodes" || a == "--gpus" || a == "--gpus-per-node";
-    auto x = NumberFlag(a, v, whole);
-    if (!x.ok()) return UsageError(x.status().message());
-    if (a == "--world-size") {
-      if (*x > 65536) return UsageError("--world-size: expected a positive integer up to 65536, got '" + v + "'");
-      world_size = int(*x);
-    } else if (a == "--nodes") {
-      spec.nodes = int64_t(*x);
-    } else if (a == "--gpus") {
-      gpus = int64_t(*x);
-    } else if (a == "--gpus-per-node") {
-      spec.gpus_per_node = int64_t(*x);
-    } else if (a == "--intra-bw") {
-      spec.intra_node_gbytes_per_s = *x;
-    } else if (a == "--inter-bw") {
-      spec.inter_node_gbits_per_s = *x;
-    } else if (a == "--tflops") {
-      spec.compute_tflops = *x;
-    } else if (a == "--pcie-bw") {
-      spec.pcie_gbytes_per_s = *x;
-    } else if (a == "--adam-rate") {
-      spec.host_adam_params_per_s = *x;
-    } else if (a == "--disk-bw") {
-      spec.disk_gbytes_per_s = *x;
-    }
+    if (i + 1 >= args.size()) return Status::InvalidArgument(a + " needs a value");
+    PSTAR_RETURN_IF_ERROR(SetPlanFlag(a, args[++i], &f));
   }
-  auto job = ParseJobArgs("plan", rest, {"--json", "--payload"});
-  if (!job.ok()) return UsageError(job.status().message());
-  // Flags that would be ignored are refused: the cluster's without --scale,
-  // a rank's with it (the model plans every world size itself).
-  if (!scale && !cluster_flags.empty()) return UsageError(cluster_flags.front() + " is a flag of --scale");
-  if (scale && world_size_given) return UsageError("--world-size: --scale plans every world size up to --gpus");
-  if (scale && job->Has("--payload"))
-    return UsageError("--payload: not with --scale (it counts one world size's bytes)");
-  const bool nodes_given = std::find(cluster_flags.begin(), cluster_flags.end(), "--nodes") != cluster_flags.end();
-  if (nodes_given && gpus > 0) return UsageError("--gpus and --nodes: give one of them");
-  auto config = LoadJobConfig(*job);
-  if (!config.ok()) return ReportError(config.status());
-  if (scale) {
-    if (gpus > 0) {
-      if (gpus % spec.gpus_per_node != 0) {
-        return UsageError("--gpus: " + std::to_string(gpus) + " GPUs are not whole nodes of " +
-                          std::to_string(spec.gpus_per_node) + " (--gpus-per-node)");
-      }
-      spec.nodes = gpus / spec.gpus_per_node;
-    }
-    if (Status valid = ValidateClusterSpec(spec); !valid.ok()) return UsageError(valid.message());
-    auto rows = PredictScaling(*config, spec);
-    if (!rows.ok()) return ReportError(rows.status());
-    if (job->Has("--json")) {
-      std::printf("%s\n", ScalingJson(spec, *rows).dump(2).c_str());
-    } else {
-      std::fputs(FormatScaling(*config, spec, *rows).c_str(), stdout);
-    }
-    return kExitOk;
+  PSTAR_ASSIGN_OR_RETURN(f.job, ParseJobArgs("plan", rest, {"--json", "--payload"}));
+  if (!f.scale && !f.cluster_flags.empty()) return Status::InvalidArgument(f.cluster_flags.front() + " is a flag of --scale");
+  if (f.scale && f.world_size_given) {
+    return Status::InvalidArgument("--world-size: --scale plans every world size up to --gpus");
   }
-  auto plan = PlanMemory(*config, world_size);
-  if (!plan.ok()) return ReportError(plan.status());
-  // --payload: the collectives' bytes per step, counted by running the
-  // job's chunk traffic as rank 0 (SimulateStepPayload).
-  std::optional<StepPayload> payload;
-  if (job->Has("--payload")) {
-    if (world_size < 2) return UsageError("--payload needs --world-size of at least 2 (one rank sends nothing)");
-    auto simulated = SimulateStepPayload(*config, world_size);
-    if (!simulated.ok()) return ReportError(simulated.status().WithPrefix("--payload"));
-    payload = *simulated;
+  if (f.scale && f.job.Has("--payload")) {
+    return Status::InvalidArgument("--payload: not with --scale (it counts one world size's bytes)");
   }
-  // The verdict, for the budgets one rank would run with on this host.
-  auto detected = DetectHostBudget(config->runtime.host_memory);
-  if (!detected.ok()) return ReportError(detected.status());
-  const HostBudget host = RankHostBudget(*detected, config->mem_tracer.overall_cpu_mem_ratio, 1);
-  const PlanVerdict verdict = JudgePlan(*config, world_size, *plan, host, RankDeviceTierBytes(*config, 0));
-  if (job->Has("--json")) {
-    nlohmann::json j = PlanJson(*plan);
+  const bool nodes_given = std::find(f.cluster_flags.begin(), f.cluster_flags.end(), "--nodes") != f.cluster_flags.end();
+  if (nodes_given && f.gpus > 0) return Status::InvalidArgument("--gpus and --nodes: give one of them");
+  return f;
+}
+
+// --scale: the step-time model for every world size up to the cluster's.
+int PlanScaling(PlanFlags& f, const Config& config) {
+  ClusterSpec& spec = f.spec;
+  if (f.gpus > 0) {
+    if (f.gpus % spec.gpus_per_node != 0) {
+      return UsageError("--gpus: " + std::to_string(f.gpus) + " GPUs are not whole nodes of " +
+                        std::to_string(spec.gpus_per_node) + " (--gpus-per-node)");
+    }
+    spec.nodes = f.gpus / spec.gpus_per_node;
+  }
+  if (Status valid = ValidateClusterSpec(spec); !valid.ok()) return UsageError(valid.message());
+  auto rows = PredictScaling(config, spec);
+  if (!rows.ok()) return ReportError(rows.status());
+  if (f.job.Has("--json")) {
+    std::printf("%s\n", ScalingJson(spec, *rows).dump(2).c_str());
+  } else {
+    std::fputs(FormatScaling(config, spec, *rows).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+void PrintRankPlan(bool json, const MemoryPlan& plan, const std::optional<StepPayload>& payload,
+                   const PlanVerdict& verdict) {
+  if (json) {
+    nlohmann::json j = PlanJson(plan);
     j["verdict"] = VerdictJson(verdict);
     if (payload) {
       j["payload"] = {{"all_gather_bytes_per_step", payload->all_gather_bytes},
@@ -252,17 +256,50 @@ int PlanCommand(const std::vector<std::string>& args) {
                       {"steady", payload->steady}};
     }
     std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::fputs(FormatPlan(*plan).c_str(), stdout);
-    if (payload) {
-      std::printf("payload: all_gather_bytes_per_step=%lld reduce_scatter_bytes_per_step=%lld per rank "
-                  "(the last of %lld steps run as rank 0 of %d%s)\n",
-                  (long long)payload->all_gather_bytes, (long long)payload->reduce_scatter_bytes,
-                  (long long)payload->steps, world_size, payload->steady ? "" : "; the last two steps differed");
-    }
-    std::fputs(FormatVerdict(verdict).c_str(), stdout);
+    return;
   }
+  std::fputs(FormatPlan(plan).c_str(), stdout);
+  if (payload) {
+    std::printf("payload: all_gather_bytes_per_step=%lld reduce_scatter_bytes_per_step=%lld per rank "
+                "(the last of %lld steps run as rank 0 of %d%s)\n",
+                (long long)payload->all_gather_bytes, (long long)payload->reduce_scatter_bytes,
+                (long long)payload->steps, plan.world_size, payload->steady ? "" : "; the last two steps differed");
+  }
+  std::fputs(FormatVerdict(verdict).c_str(), stdout);
+}
+
+// One rank's plan with the device tier and host budget it would run with
+// here (the trainer's functions), its payload under --payload, and the
+// verdict: exit 1 when the job does not fit.
+int PlanRank(const PlanFlags& f, const Config& config) {
+  const int64_t device_tier = RankDeviceTierBytes(config, 0);
+  auto plan = PlanMemory(config, f.world_size, device_tier);
+  if (!plan.ok()) return ReportError(plan.status());
+  // --payload: the collectives' bytes per step, counted by running the
+  // job's chunk traffic as rank 0 (SimulateStepPayload).
+  std::optional<StepPayload> payload;
+  if (f.job.Has("--payload")) {
+    if (f.world_size < 2) return UsageError("--payload needs --world-size of at least 2 (one rank sends nothing)");
+    auto simulated = SimulateStepPayload(config, f.world_size);
+    if (!simulated.ok()) return ReportError(simulated.status().WithPrefix("--payload"));
+    payload = *simulated;
+  }
+  auto detected = DetectHostBudget(config.runtime.host_memory);
+  if (!detected.ok()) return ReportError(detected.status());
+  const HostBudget host = RankHostBudget(*detected, config.mem_tracer.overall_cpu_mem_ratio, 1);
+  const PlanVerdict verdict = JudgePlan(config, f.world_size, *plan, host, device_tier);
+  PrintRankPlan(f.job.Has("--json"), *plan, payload, verdict);
   return verdict.fits() ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int PlanCommand(const std::vector<std::string>& args) {
+  auto flags = ParsePlanFlags(args);
+  if (!flags.ok()) return UsageError(flags.status().message());
+  auto config = LoadJobConfig(flags->job);
+  if (!config.ok()) return ReportError(config.status());
+  return flags->scale ? PlanScaling(*flags, *config) : PlanRank(*flags, *config);
 }
 
 }  // namespace pstar::cli

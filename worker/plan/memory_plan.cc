@@ -51,40 +51,41 @@ Result<ParamLayout> BuildJobLayout(const Config& c, int world_size) {
   return layout;
 }
 
-Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
-  const GptConfig& g = c.model.gpt;
-  if (world_size < 1) return Status::InvalidArgument("world size must be at least 1");
-  PSTAR_ASSIGN_OR_RETURN(ParamLayout layout_value, BuildJobLayout(c, world_size));
-  const ParamLayout* layout = &layout_value;
-  MemoryPlan p;
-  p.world_size = world_size;
-  p.parameters = g.NumParameters();  // as users count them: no vocabulary padding
-  p.tensors = layout->num_tensors();
-  p.chunk_elems = layout->chunk_elems();
-  p.chunk_bytes = TierLayout::SlotBytes(layout->chunk_elems() * int64_t(sizeof(float)));
-  p.num_chunks = layout->num_chunks();
-  p.padding_elems = layout->padded_elements() - layout->num_elements();
-  for (int k = 0; k < kNumStateKinds; ++k) {
-    p.kinds.push_back({StateKind(k), p.num_chunks, int64_t(p.num_chunks) * p.chunk_bytes});
-    p.model_bytes += p.kinds.back().bytes;
-  }
+namespace {
 
-  const ComputeDevice device = c.runtime.device == "cuda" ? ComputeDevice::kCuda : ComputeDevice::kCpu;
-  ComputeSpec compute{device, Precision::kFp32};
+ComputeSpec JobCompute(const Config& c) {
+  ComputeSpec compute{c.runtime.device == "cuda" ? ComputeDevice::kCuda : ComputeDevice::kCpu, Precision::kFp32};
   if (auto precision = ParsePrecision(c.train.precision); precision.ok()) compute.precision = *precision;
-  p.activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
-                                            c.train.activation_checkpointing, compute);
-  p.activation_format = PrecisionName(compute.precision);
-  const MomentChunks most = MostChunksPerMoment(
-      *layout, GptAccessSequence(g, *layout, c.train.activation_checkpointing, c.train.batch_size * c.train.seq_len));
-  p.max_chunks_per_moment = most.total;
-  const TensorId first_gemm = layout->Find("transformer.h.0.attn.c_attn.weight");
-  p.chunks_before_first_block = first_gemm < 0 ? 1 : layout->placement(first_gemm).chunk + 1;
+  return compute;
+}
 
-  ChunkRuntimeOptions& r = p.runtime;
-  r.device_capacity_bytes = c.runtime.device_memory;
-  r.non_model_bytes = p.activation_bytes;
-  r.min_chunks_per_moment = p.max_chunks_per_moment;
+// The chunk layout's figures and what one op pins at once.
+void PlanChunks(const Config& c, const ParamLayout& layout, const ComputeSpec& compute, MemoryPlan* p) {
+  const GptConfig& g = c.model.gpt;
+  p->parameters = g.NumParameters();  // as users count them: no vocabulary padding
+  p->tensors = layout.num_tensors();
+  p->chunk_elems = layout.chunk_elems();
+  p->chunk_bytes = TierLayout::SlotBytes(layout.chunk_elems() * int64_t(sizeof(float)));
+  p->num_chunks = layout.num_chunks();
+  p->padding_elems = layout.padded_elements() - layout.num_elements();
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    p->kinds.push_back({StateKind(k), p->num_chunks, int64_t(p->num_chunks) * p->chunk_bytes});
+    p->model_bytes += p->kinds.back().bytes;
+  }
+  p->activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
+                                             c.train.activation_checkpointing, compute);
+  p->activation_format = PrecisionName(compute.precision);
+  const TensorId first_gemm = layout.Find("transformer.h.0.attn.c_attn.weight");
+  p->chunks_before_first_block = first_gemm < 0 ? 1 : layout.placement(first_gemm).chunk + 1;
+}
+
+// The chunk runtime's options but the disk tier's.
+void PlanRuntime(const Config& c, int world_size, int64_t device_tier_bytes, const ComputeSpec& compute,
+                 const MomentChunks& most, MemoryPlan* p) {
+  ChunkRuntimeOptions& r = p->runtime;
+  r.device_capacity_bytes = device_tier_bytes;
+  r.non_model_bytes = p->activation_bytes;
+  r.min_chunks_per_moment = p->max_chunks_per_moment;
   r.eviction = c.runtime.eviction == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kOpt;
   r.prefetch_depth = int32_t(c.runtime.prefetch_depth);
   r.comm_overlap = c.runtime.comm_overlap;
@@ -95,101 +96,134 @@ Result<MemoryPlan> PlanMemory(const Config& c, int world_size) {
   if (c.train.grad_precision == "16bit") {
     // With several ranks the gradients are also reduce-scattered in 16 bits.
     r.grad_home = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
-    p.grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
+    p->grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
   }
   // 16-bit runs stream 16-bit params; the fp32 masters stay with the optimizer.
   if (compute.precision != Precision::kFp32) {
     r.param_device = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
     r.min_param_chunks_per_moment = most.params;
     r.min_grad_chunks_per_moment = most.grads;
-    p.param_device = PrecisionName(compute.precision);
+    p->param_device = PrecisionName(compute.precision);
   }
+}
 
-  const int64_t chunk_bytes = layout->chunk_elems() * int64_t(sizeof(float));
-  if (!c.train.activation_checkpointing && c.runtime.device_memory > 0) {
+// The device tier: whether the GELU outputs are kept, its minimum, its size
+// and its slots.
+void PlanDevice(const Config& c, int64_t device_tier_bytes, const ComputeSpec& compute, int64_t chunk_bytes,
+                MemoryPlan* p) {
+  ChunkRuntimeOptions& r = p->runtime;
+  if (!c.train.activation_checkpointing && device_tier_bytes > 0) {
     // The GELU outputs kept where the tier has room for them beside every
     // chunk: a tier that streams chunks spends the memory on chunks instead.
     ChunkRuntimeOptions kept = r;
-    kept.non_model_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len, false, compute, true);
+    kept.non_model_bytes = Gpt::ActivationBytes(c.model.gpt, c.train.batch_size, c.train.seq_len, false, compute, true);
     kept.device_capacity_bytes = 0;
-    if (TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, kept) <= c.runtime.device_memory) {
-      p.gelu_outputs_kept = true;
-      p.activation_bytes = r.non_model_bytes = kept.non_model_bytes;
+    if (TierLayout::DeviceCapacity(p->num_chunks, chunk_bytes, kept) <= device_tier_bytes) {
+      p->gelu_outputs_kept = true;
+      p->activation_bytes = r.non_model_bytes = kept.non_model_bytes;
     }
   }
-  p.min_device_bytes = TierLayout::MinDeviceBytes(chunk_bytes, r);
+  p->min_device_bytes = TierLayout::MinDeviceBytes(chunk_bytes, r);
   ChunkRuntimeOptions all = r;
   all.device_capacity_bytes = 0;
-  p.all_resident_device_bytes = TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, all);
-  p.device_bytes = TierLayout::DeviceCapacity(p.num_chunks, chunk_bytes, r);
-  const TierLayout::TierSlots slots = TierLayout::LayOutSlots(p.num_chunks, chunk_bytes, r);
-  p.device_adam_chunks = slots.device_adam_chunks;
-  p.device_home_bytes = TierLayout::HomedKinds(r) * int64_t(p.device_adam_chunks) * p.chunk_bytes;
-  p.device_slots = slots.full + TierLayout::HomedKinds(r) * p.device_adam_chunks;
-  p.device_param_slots = slots.half;
-  p.device_streaming_slots = slots.full;
+  p->all_resident_device_bytes = TierLayout::DeviceCapacity(p->num_chunks, chunk_bytes, all);
+  p->device_bytes = TierLayout::DeviceCapacity(p->num_chunks, chunk_bytes, r);
+  const TierLayout::TierSlots slots = TierLayout::LayOutSlots(p->num_chunks, chunk_bytes, r);
+  p->device_adam_chunks = slots.device_adam_chunks;
+  p->device_home_bytes = TierLayout::HomedKinds(r) * int64_t(p->device_adam_chunks) * p->chunk_bytes;
+  p->device_slots = slots.full + TierLayout::HomedKinds(r) * p->device_adam_chunks;
+  p->device_param_slots = slots.half;
+  p->device_streaming_slots = slots.full;
+}
 
+// The host's figures for the runtime options as they stand (the disk tier
+// planner calls it again for each placement it tries).
+void PlanHost(const Config& c, int64_t shard, MemoryPlan* p) {
+  const ChunkRuntimeOptions& r = p->runtime;
+  p->host_chunk_bytes = TierLayout::HostHomeBytes(p->num_chunks, shard, p->device_adam_chunks, r);
+  // Plus, with 16-bit gradient homes, the shard the host widens one into.
+  // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
+  // into, and with chunks homed in GPU memory the one-chunk buffer the host
+  // reads and writes those through (checkpoints, initialization). Plus the
+  // disk tier's windows.
+  p->disk_window_bytes = TierLayout::DiskWindowBytes(shard, r);
+  p->host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? shard : 0) +
+                           TierLayout::ParamStagingBytes(shard, r, p->device_is_host_memory) +
+                           (!p->device_is_host_memory && p->device_adam_chunks > 0 ? p->chunk_bytes : 0) +
+                           p->disk_window_bytes;
+  p->host_undo_bytes = c.runtime.undo_memory;
+  p->min_host_bytes = p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->host_undo_bytes +
+                      (p->device_is_host_memory ? p->device_bytes : 0);
+}
+
+// The disk tier homes what is touched least often, of the last chunks that
+// update on the host: their optimizer moments (once a step, by the
+// optimizer), then in 16-bit runs their fp32 masters (the same, a 16-bit home
+// staying on the host for the forward and backward). As many as a configured
+// host budget needs, or all of them where the budget is left to detection or
+// with nvme_spill "all" (a pod's memory request then drops by all of them).
+Status PlanDiskTier(const Config& c, int64_t shard, MemoryPlan* p) {
+  ChunkRuntimeOptions& r = p->runtime;
+  const int32_t host_updated = p->num_chunks - p->device_adam_chunks;
+  const int32_t masters = r.param_device.has_value() ? host_updated : 0;
+  r.disk_path = c.runtime.nvme_path;
+  r.disk_read_ahead = int32_t(c.runtime.nvme_read_ahead);
+  r.disk_io_threads = int32_t(c.runtime.nvme_io_threads);
+  r.disk_moment_chunks = host_updated;
+  r.disk_master_chunks = masters;
+  if (c.runtime.host_memory > 0 && c.runtime.nvme_spill == "auto") {
+    auto fits = [&](int32_t moments, int32_t on_disk_masters) {
+      r.disk_moment_chunks = moments;
+      r.disk_master_chunks = on_disk_masters;
+      PlanHost(c, shard, p);
+      return p->min_host_bytes <= c.runtime.host_memory;
+    };
+    bool done = false;
+    for (int32_t k = 0; k <= host_updated && !done; ++k) done = fits(k, 0);
+    for (int32_t k = 1; k <= masters && !done; ++k) done = fits(host_updated, k);
+  }
+  PlanHost(c, shard, p);
+  p->disk_moment_chunks = r.disk_moment_chunks;
+  p->disk_master_chunks = r.disk_master_chunks;
+  p->disk_bytes = TierLayout::DiskBytes(shard, r);
+  p->disk_file = r.disk_moment_chunks > 0 ? DiskTier::FilePath(r.disk_path, 0) : "";
+  if (c.runtime.nvme_memory > 0 && p->disk_bytes > c.runtime.nvme_memory) {
+    return Status::ResourceExhausted(
+        "runtime.nvme_memory: the disk tier needs " + std::to_string(p->disk_bytes) + " bytes (" +
+        FormatBytes(p->disk_bytes) + ": the moments of " + std::to_string(p->disk_moment_chunks) +
+        " chunks and the masters of " + std::to_string(p->disk_master_chunks) + "), " +
+        std::to_string(c.runtime.nvme_memory) + " bytes (" + FormatBytes(c.runtime.nvme_memory) + ") allowed");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int64_t GpuTierBytes(const Config& c, int64_t gpu_memory_bytes) {
+  return int64_t(double(gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
+}
+
+Result<MemoryPlan> PlanMemory(const Config& c, int world_size, int64_t device_tier_bytes) {
+  if (world_size < 1) return Status::InvalidArgument("world size must be at least 1");
+  PSTAR_ASSIGN_OR_RETURN(const ParamLayout layout, BuildJobLayout(c, world_size));
+  const ComputeSpec compute = JobCompute(c);
+  MemoryPlan p;
+  p.world_size = world_size;
+  PlanChunks(c, layout, compute, &p);
+  const MomentChunks most = MostChunksPerMoment(
+      layout, GptAccessSequence(c.model.gpt, layout, c.train.activation_checkpointing,
+                                c.train.batch_size * c.train.seq_len));
+  p.max_chunks_per_moment = most.total;
+  PlanRuntime(c, world_size, device_tier_bytes, compute, most, &p);
+  const int64_t chunk_bytes = layout.chunk_elems() * int64_t(sizeof(float));
+  PlanDevice(c, device_tier_bytes, compute, chunk_bytes, &p);
   // The CPU backend emulates the device tier in RAM; on CUDA it is GPU memory
   // and the host tier is pinned (counted with the chunks).
-  p.device_is_host_memory = device == ComputeDevice::kCpu;
+  p.device_is_host_memory = compute.device == ComputeDevice::kCpu;
   p.host_data_bytes = DataBytes(c);
   const int64_t shard = p.chunk_bytes / world_size;
-  auto plan_host = [&] {
-    p.host_chunk_bytes = TierLayout::HostHomeBytes(p.num_chunks, shard, p.device_adam_chunks, r);
-    // Plus, with 16-bit gradient homes, the shard the host widens one into.
-    // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
-    // into, and with chunks homed in GPU memory the one-chunk buffer the host
-    // reads and writes those through (checkpoints, initialization). Plus the
-    // disk tier's windows.
-    p.disk_window_bytes = TierLayout::DiskWindowBytes(shard, r);
-    p.host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? shard : 0) +
-                            TierLayout::ParamStagingBytes(shard, r, p.device_is_host_memory) +
-                            (!p.device_is_host_memory && p.device_adam_chunks > 0 ? p.chunk_bytes : 0) +
-                            p.disk_window_bytes;
-    p.host_undo_bytes = c.runtime.undo_memory;
-    p.min_host_bytes = p.host_chunk_bytes + p.host_data_bytes + p.host_overhead_bytes + p.host_undo_bytes +
-                       (p.device_is_host_memory ? p.device_bytes : 0);
-  };
-  plan_host();
-  if (!c.runtime.nvme_path.empty()) {
-    // The disk tier homes what is touched least often, of the last chunks
-    // that update on the host: their optimizer moments (once a step, by the
-    // optimizer), then in 16-bit runs their fp32 masters (the same, a 16-bit
-    // home staying on the host for the forward and backward). As many as a
-    // configured host budget needs, or all of them where the budget is left
-    // to detection or with nvme_spill "all" (a pod's memory request then
-    // drops by all of them).
-    const int32_t host_updated = p.num_chunks - p.device_adam_chunks;
-    const int32_t masters = r.param_device.has_value() ? host_updated : 0;
-    r.disk_path = c.runtime.nvme_path;
-    r.disk_read_ahead = int32_t(c.runtime.nvme_read_ahead);
-    r.disk_io_threads = int32_t(c.runtime.nvme_io_threads);
-    r.disk_moment_chunks = host_updated;
-    r.disk_master_chunks = masters;
-    if (c.runtime.host_memory > 0 && c.runtime.nvme_spill == "auto") {
-      auto fits = [&](int32_t moments, int32_t on_disk_masters) {
-        r.disk_moment_chunks = moments;
-        r.disk_master_chunks = on_disk_masters;
-        plan_host();
-        return p.min_host_bytes <= c.runtime.host_memory;
-      };
-      bool done = false;
-      for (int32_t k = 0; k <= host_updated && !done; ++k) done = fits(k, 0);
-      for (int32_t k = 1; k <= masters && !done; ++k) done = fits(host_updated, k);
-    }
-    plan_host();
-    p.disk_moment_chunks = r.disk_moment_chunks;
-    p.disk_master_chunks = r.disk_master_chunks;
-    p.disk_bytes = TierLayout::DiskBytes(shard, r);
-    p.disk_file = r.disk_moment_chunks > 0 ? DiskTier::FilePath(r.disk_path, 0) : "";
-    if (c.runtime.nvme_memory > 0 && p.disk_bytes > c.runtime.nvme_memory) {
-      return Status::ResourceExhausted(
-          "runtime.nvme_memory: the disk tier needs " + std::to_string(p.disk_bytes) + " bytes (" +
-          FormatBytes(p.disk_bytes) + ": the moments of " + std::to_string(p.disk_moment_chunks) +
-          " chunks and the masters of " + std::to_string(p.disk_master_chunks) + "), " + std::to_string(c.runtime.nvme_memory) + " bytes (" + FormatBytes(c.runtime.nvme_memory) +
-          ") allowed");
-    }
-  }
+  PlanHost(c, shard, &p);
+  if (!c.runtime.nvme_path.empty()) PSTAR_RETURN_IF_ERROR(PlanDiskTier(c, shard, &p));
   return p;
 }
 

@@ -78,7 +78,18 @@ Result<ParamLayout> BuildJobLayout(const Config& config, int world_size);
 
 // Fails with the reason when the config cannot be laid out. With N ranks the
 // host figures are one rank's (it holds 1/N of every kind).
-Result<MemoryPlan> PlanMemory(const Config& config, int world_size = 1);
+// `device_tier_bytes` is the device tier the rank gets (RankDeviceTierBytes in
+// worker/train/trainer.h: runtime.device_memory, or a GPU's share where that
+// is unset); 0 leaves room for every chunk.
+Result<MemoryPlan> PlanMemory(const Config& config, int world_size, int64_t device_tier_bytes);
+// A GPU's device tier where runtime.device_memory is unset:
+// mem_tracer.overall_gpu_mem_ratio of its `gpu_memory_bytes` (the rest is
+// left to CUDA's context and libraries).
+int64_t GpuTierBytes(const Config& config, int64_t gpu_memory_bytes);
+// The plan with the config's own runtime.device_memory as the tier.
+inline Result<MemoryPlan> PlanMemory(const Config& config, int world_size = 1) {
+  return PlanMemory(config, world_size, config.runtime.device_memory);
+}
 
 // The plan as the aligned text block `pstar plan` prints.
 std::string FormatPlan(const MemoryPlan& plan);

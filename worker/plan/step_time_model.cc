@@ -78,24 +78,24 @@ Status ValidateClusterSpec(const ClusterSpec& s) {
 
 namespace {
 
-// The job as it runs on `gpus` CUDA ranks of `spec`.
+// The job as it runs on `gpus` CUDA ranks of `spec`, whose device tier is
+// GpuTierBytes of the spec's GPU (whatever runtime.device_memory says).
 Config RankConfig(Config c, const ClusterSpec& spec, int64_t gpus) {
   c.runtime.device = "cuda";
-  c.runtime.device_memory = int64_t(double(spec.gpu_memory_bytes) * c.mem_tracer.overall_gpu_mem_ratio);
   c.runtime.host_memory = spec.host_memory_bytes;
   return c;
 }
 
-// Whether the plan fits; the reason when not.
-Result<MemoryPlan> FittingPlan(const Config& c, int64_t gpus, std::string* why_not) {
-  auto plan = PlanMemory(c, int(gpus));
+// Whether the plan fits a device tier of `tier` bytes; the reason when not.
+Result<MemoryPlan> FittingPlan(const Config& c, int64_t gpus, int64_t tier, std::string* why_not) {
+  auto plan = PlanMemory(c, int(gpus), tier);
   if (!plan.ok()) {
     *why_not = plan.status().message();
     return plan.status();
   }
   if (plan->min_host_bytes > c.runtime.host_memory) {
     *why_not = "host needs " + FormatBytes(plan->min_host_bytes);
-  } else if (plan->min_device_bytes > c.runtime.device_memory) {
+  } else if (plan->min_device_bytes > tier) {
     *why_not = "GPU needs " + FormatBytes(plan->min_device_bytes);
   } else {
     why_not->clear();
@@ -107,12 +107,12 @@ Result<MemoryPlan> FittingPlan(const Config& c, int64_t gpus, std::string* why_n
 // their parameters. Host and device needs grow about linearly with the layers:
 // two small plans estimate where they cross the budgets, and a binary search
 // around the estimate finds the exact count with a few plans near it.
-int64_t LargestLayers(const Config& c, int64_t gpus, int64_t* parameters) {
+int64_t LargestLayers(const Config& c, int64_t gpus, int64_t tier, int64_t* parameters) {
   auto fits = [&](int64_t layers, MemoryPlan* out) {
     Config at = c;
     at.model.gpt.n_layer = layers;
     std::string why_not;
-    auto plan = FittingPlan(at, gpus, &why_not);
+    auto plan = FittingPlan(at, gpus, tier, &why_not);
     if (!plan.ok()) return false;
     if (out != nullptr) *out = *plan;
     return why_not.empty();
@@ -129,7 +129,7 @@ int64_t LargestLayers(const Config& c, int64_t gpus, int64_t* parameters) {
   };
   if (a.num_chunks > 0 && b.num_chunks > 0) {
     bound(double(a.min_host_bytes), double(b.min_host_bytes), double(c.runtime.host_memory));
-    bound(double(a.min_device_bytes), double(b.min_device_bytes), double(c.runtime.device_memory));
+    bound(double(a.min_device_bytes), double(b.min_device_bytes), double(tier));
   }
   estimate = std::clamp<int64_t>(estimate, 1, kMaxLayers);
   int64_t lo = std::max<int64_t>(1, estimate - estimate / 4 - 8);
@@ -169,8 +169,9 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   p.gpus = gpus;
   p.nodes = (gpus + spec.gpus_per_node - 1) / spec.gpus_per_node;
   const Config c = RankConfig(config, spec, gpus);
+  const int64_t tier = GpuTierBytes(c, spec.gpu_memory_bytes);
   std::string why_not;
-  auto planned = FittingPlan(c, gpus, &why_not);
+  auto planned = FittingPlan(c, gpus, tier, &why_not);
   if (!planned.ok()) {
     p.why_not = why_not;
     return p;
@@ -276,7 +277,7 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   p.tokens_per_s = p.step_overlap_s > 0 ? n * p.tokens_per_rank / p.step_overlap_s : 0.0;
 
   // The largest model of this width that fits this world size.
-  p.largest_layers = LargestLayers(c, gpus, &p.largest_parameters);
+  p.largest_layers = LargestLayers(c, gpus, tier, &p.largest_parameters);
   p.largest_capped = p.largest_layers == kMaxLayers;
   return p;
 }

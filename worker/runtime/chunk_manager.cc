@@ -25,53 +25,57 @@ ChunkManager::ChunkManager(const ChunkPlacement& placement, int64_t chunk_bytes,
       backend_(std::move(backend)),
       trace_(placement.total()) {}
 
-Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
-                                                           std::unique_ptr<DeviceBackend> backend,
-                                                           const ChunkRuntimeOptions& options,
-                                                           Communicator* comm) {
-  if (num_chunks <= 0 || chunk_bytes <= 0) return Status::InvalidArgument("no chunks to manage");
+namespace {
+
+// Each chunk of `chunk_bytes` must split into `world` shards of whole
+// aligned lines (in 16 bits too, where params stream so), over a
+// communicator that moves the device tier's kind of memory.
+Status CheckShards(int64_t chunk_bytes, int world, const ChunkRuntimeOptions& options, const Communicator* comm,
+                   const DeviceBackend& backend) {
+  if (world <= 1) return Status::Ok();
   constexpr int64_t kAlign = TierLayout::kAlignment;
   const int64_t stride = TierLayout::SlotBytes(chunk_bytes);
-  const int world = comm != nullptr ? comm->world_size() : 1;
-  if (world > 1 && stride % (kAlign * world) != 0) {
+  if (stride % (kAlign * world) != 0) {
     return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) + " bytes cannot be split into " +
                                    std::to_string(world) + " aligned shards (needs a multiple of " +
                                    std::to_string(kAlign * world) + " bytes)");
   }
-  if (world > 1 && options.param_device.has_value() && (stride / 2) % (kAlign * world) != 0) {
+  if (options.param_device.has_value() && (stride / 2) % (kAlign * world) != 0) {
     return Status::InvalidArgument("chunk of " + std::to_string(chunk_bytes) +
                                    " bytes cannot be split into aligned 16-bit shards (needs a multiple of " +
                                    std::to_string(2 * kAlign * world) + " bytes)");
   }
-  if (world > 1 && comm->device_buffers() == backend->device_is_host_memory()) {
+  if (comm->device_buffers() == backend.device_is_host_memory()) {
     return Status::FailedPrecondition(
-        std::string(backend->device_is_host_memory()
+        std::string(backend.device_is_host_memory()
                         ? "the communicator moves GPU memory but the device tier is host memory"
                         : "a GPU device tier with several ranks needs a communicator over GPU memory (NCCL)"));
   }
-  const int64_t non_model = TierLayout::Align(options.non_model_bytes);
-  const int64_t capacity = TierLayout::DeviceCapacity(num_chunks, chunk_bytes, options);
+  return Status::Ok();
+}
+
+// The device tier of `capacity` bytes holds what one op pins at once.
+Status CheckDeviceFits(int64_t chunk_bytes, int64_t capacity, const ChunkRuntimeOptions& options) {
   const int64_t needed = TierLayout::MinDeviceBytes(chunk_bytes, options);
-  if (capacity < needed) {
-    return Status::ResourceExhausted(
-        "device memory budget too small: need at least " + std::to_string(needed) + " bytes (" +
-        FormatBytes(needed) + ": " + FormatBytes(non_model) + " activations and workspaces + " +
-        (options.grad_home.has_value()
-             ? FormatBytes(TierLayout::StagingBytes(chunk_bytes, options)) + " staging for 16-bit gradient copies + "
-             : std::string()) +
-        (options.param_device.has_value()
-             ? std::to_string(TierLayout::MinParamChunks(options)) + " 16-bit param chunks of " +
-                   FormatBytes(TierLayout::HalfSlotBytes(chunk_bytes)) + " and " +
-                   std::to_string(TierLayout::MinGradChunks(options)) + " chunks of " + FormatBytes(stride)
-             : std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride)) +
-        " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) +
-        ")");
-  }
-  // With N ranks every update runs on the host shards (device Adam would need
-  // the device to hold shards, not gathered chunks).
-  ChunkRuntimeOptions laid = options;
-  if (world > 1) laid.hybrid_adam = false;
-  const TierLayout::TierSlots slots = TierLayout::LayOutSlots(num_chunks, chunk_bytes, laid);
+  if (capacity >= needed) return Status::Ok();
+  const int64_t stride = TierLayout::SlotBytes(chunk_bytes);
+  return Status::ResourceExhausted(
+      "device memory budget too small: need at least " + std::to_string(needed) + " bytes (" + FormatBytes(needed) +
+      ": " + FormatBytes(TierLayout::Align(options.non_model_bytes)) + " activations and workspaces + " +
+      (options.grad_home.has_value()
+           ? FormatBytes(TierLayout::StagingBytes(chunk_bytes, options)) + " staging for 16-bit gradient copies + "
+           : std::string()) +
+      (options.param_device.has_value()
+           ? std::to_string(TierLayout::MinParamChunks(options)) + " 16-bit param chunks of " +
+                 FormatBytes(TierLayout::HalfSlotBytes(chunk_bytes)) + " and " +
+                 std::to_string(TierLayout::MinGradChunks(options)) + " chunks of " + FormatBytes(stride)
+           : std::to_string(options.min_chunks_per_moment) + " chunks of " + FormatBytes(stride)) +
+      " in use at once), available " + std::to_string(capacity) + " bytes (" + FormatBytes(capacity) + ")");
+}
+
+// Where each chunk of each kind is homed, given the device tier's slots.
+Result<ChunkPlacement> PlaceChunks(int32_t num_chunks, const TierLayout::TierSlots& slots,
+                                   const ChunkRuntimeOptions& options) {
   ChunkPlacement placement;
   placement.num_chunks = num_chunks;
   placement.device_adam_chunks = slots.device_adam_chunks;
@@ -93,37 +97,71 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
   if (options.disk_moment_chunks > 0 && options.disk_path.empty()) {
     return Status::InvalidArgument("disk tier: moments homed on disk need a directory (runtime.nvme_path)");
   }
+  return placement;
+}
 
+}  // namespace
+
+Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, int64_t chunk_bytes,
+                                                           std::unique_ptr<DeviceBackend> backend,
+                                                           const ChunkRuntimeOptions& options,
+                                                           Communicator* comm) {
+  if (num_chunks <= 0 || chunk_bytes <= 0) return Status::InvalidArgument("no chunks to manage");
+  const int world = comm != nullptr ? comm->world_size() : 1;
+  PSTAR_RETURN_IF_ERROR(CheckShards(chunk_bytes, world, options, comm, *backend));
+  const int64_t capacity = TierLayout::DeviceCapacity(num_chunks, chunk_bytes, options);
+  PSTAR_RETURN_IF_ERROR(CheckDeviceFits(chunk_bytes, capacity, options));
+  // With N ranks every update runs on the host shards (device Adam would need
+  // the device to hold shards, not gathered chunks).
+  ChunkRuntimeOptions laid = options;
+  if (world > 1) laid.hybrid_adam = false;
+  const TierLayout::TierSlots slots = TierLayout::LayOutSlots(num_chunks, chunk_bytes, laid);
+  PSTAR_ASSIGN_OR_RETURN(const ChunkPlacement placement, PlaceChunks(num_chunks, slots, options));
+  const int64_t stride = TierLayout::SlotBytes(chunk_bytes);
   auto m = std::unique_ptr<ChunkManager>(new ChunkManager(placement, stride, std::move(backend), options, comm));
-  DeviceBackend& b = *m->backend_;
-  PSTAR_ASSIGN_OR_RETURN(m->device_, DeviceTier::Create(b, placement, chunk_bytes, slots, options, capacity));
-  PSTAR_ASSIGN_OR_RETURN(m->host_, HostTier::Create(b, placement, m->shard_bytes_, options));
-  PSTAR_ASSIGN_OR_RETURN(m->copier_, TierCopier::Create(b, comm, placement, stride, options, &m->counters_));
-  if (placement.disk_chunks > 0) {
-    DiskTier::Shape shape;
-    shape.directory = options.disk_path;
-    shape.rank = m->rank_;
-    shape.home_bytes = m->shard_bytes_;
-    shape.homes = 2 * placement.disk_chunks + placement.disk_master_chunks;
-    shape.windows = TierLayout::DiskWindows(options);
-    shape.io_threads = std::max(1, options.disk_io_threads);
-    PSTAR_ASSIGN_OR_RETURN(m->disk_, DiskTier::Create(shape));
-    m->disk_->SetCounters(&m->counters_);
-    m->counters_.disk_tier = 1;
-  }
-  if (options.grad_home.has_value()) m->widen_buffer_.resize(size_t(m->shard_bytes_) / sizeof(float));
-  m->states_.assign(size_t(placement.total()), ChunkState{});
-  for (int32_t i = num_chunks; i < placement.total(); ++i) {
+  PSTAR_RETURN_IF_ERROR(m->CreateTiers(chunk_bytes, slots, capacity));
+  m->InitState();
+  m->CountHomes(capacity);
+  return m;
+}
+
+Status ChunkManager::CreateTiers(int64_t chunk_bytes, const TierLayout::TierSlots& slots, int64_t capacity) {
+  DeviceBackend& b = *backend_;
+  PSTAR_ASSIGN_OR_RETURN(device_, DeviceTier::Create(b, placement_, chunk_bytes, slots, options_, capacity));
+  PSTAR_ASSIGN_OR_RETURN(host_, HostTier::Create(b, placement_, shard_bytes_, options_));
+  PSTAR_ASSIGN_OR_RETURN(copier_, TierCopier::Create(b, comm_, placement_, chunk_bytes_, options_, &counters_));
+  if (placement_.disk_chunks == 0) return Status::Ok();
+  DiskTier::Shape shape;
+  shape.directory = options_.disk_path;
+  shape.rank = rank_;
+  shape.home_bytes = shard_bytes_;
+  shape.homes = 2 * placement_.disk_chunks + placement_.disk_master_chunks;
+  shape.windows = TierLayout::DiskWindows(options_);
+  shape.io_threads = std::max(1, options_.disk_io_threads);
+  PSTAR_ASSIGN_OR_RETURN(disk_, DiskTier::Create(shape));
+  disk_->SetCounters(&counters_);
+  counters_.disk_tier = 1;
+  return Status::Ok();
+}
+
+void ChunkManager::InitState() {
+  const int32_t num_chunks = placement_.num_chunks;
+  if (options_.grad_home.has_value()) widen_buffer_.resize(size_t(shard_bytes_) / sizeof(float));
+  states_.assign(size_t(placement_.total()), ChunkState{});
+  for (int32_t i = num_chunks; i < placement_.total(); ++i) {
     // Grads and moments start as zeros; device-homed moments are zero-filled
     // in place already.
-    m->states_[size_t(i)].zero = !placement.DeviceHomed(i) || i < 2 * num_chunks;
+    states_[size_t(i)].zero = !placement_.DeviceHomed(i) || i < 2 * num_chunks;
   }
-  m->compute_done_ = b.CreateEvent();
-  m->slot_ticket_.assign(size_t(m->device_.slot_count()), 0);
-  m->home_read_by_.assign(size_t(placement.total()), 0);
-  m->home_written_by_.assign(size_t(placement.total()), 0);
+  compute_done_ = backend_->CreateEvent();
+  slot_ticket_.assign(size_t(device_.slot_count()), 0);
+  home_read_by_.assign(size_t(placement_.total()), 0);
+  home_written_by_.assign(size_t(placement_.total()), 0);
+}
 
-  RuntimeCounters& c = m->counters_;
+void ChunkManager::CountHomes(int64_t capacity) {
+  const int32_t num_chunks = placement_.num_chunks;
+  RuntimeCounters& c = counters_;
   for (int k = 0; k < kNumStateKinds; ++k) {
     // Each chunk's home: on the device, on disk (a param whose master is
     // there keeps a 16-bit home on the host too), or on the host.
@@ -131,27 +169,26 @@ Result<std::unique_ptr<ChunkManager>> ChunkManager::Create(int32_t num_chunks, i
     int64_t host_bytes = 0;
     for (int32_t chunk = 0; chunk < num_chunks; ++chunk) {
       const int32_t i = k * num_chunks + chunk;
-      if (placement.DeviceHomed(i)) {
+      if (placement_.DeviceHomed(i)) {
         ++on_device;
-      } else if (placement.DiskHomed(i)) {
+      } else if (placement_.DiskHomed(i)) {
         ++on_disk;
-        if (placement.HalfParam(i)) ++on_host, host_bytes += m->shard_bytes_ / 2;
+        if (placement_.HalfParam(i)) ++on_host, host_bytes += shard_bytes_ / 2;
       } else {
         ++on_host;
-        host_bytes += m->host_.HomeBytes(i);
+        host_bytes += host_.HomeBytes(i);
       }
     }
     c.resident_bytes[int(Tier::kHost)][size_t(k)] = host_bytes;
     c.resident_chunks[int(Tier::kHost)][size_t(k)] = on_host;
-    c.resident_bytes[int(Tier::kDisk)][size_t(k)] = int64_t(on_disk) * m->shard_bytes_;
+    c.resident_bytes[int(Tier::kDisk)][size_t(k)] = int64_t(on_disk) * shard_bytes_;
     c.resident_chunks[int(Tier::kDisk)][size_t(k)] = on_disk;
-    c.resident_bytes[int(Tier::kDevice)][size_t(k)] = int64_t(on_device) * stride;
+    c.resident_bytes[int(Tier::kDevice)][size_t(k)] = int64_t(on_device) * chunk_bytes_;
     c.resident_chunks[int(Tier::kDevice)][size_t(k)] = on_device;
   }
-  c.non_model_bytes[int(Tier::kDevice)] = non_model;
+  c.non_model_bytes[int(Tier::kDevice)] = TierLayout::Align(options_.non_model_bytes);
   c.device_capacity_bytes = capacity;
-  c.chunk_budget_bytes = m->device_.chunk_budget_bytes();
-  return m;
+  c.chunk_budget_bytes = device_.chunk_budget_bytes();
 }
 
 float* ChunkManager::DeviceHome(ChunkKey key) {

@@ -247,6 +247,11 @@ class ChunkManager {
 
   ChunkManager(const ChunkPlacement& placement, int64_t chunk_bytes, std::unique_ptr<DeviceBackend> backend,
                const ChunkRuntimeOptions& options, Communicator* comm);
+  // Create's steps once the placement is known: the tiers and the copier,
+  // each chunk's starting state, and the residency counters of the homes.
+  Status CreateTiers(int64_t chunk_bytes, const TierLayout::TierSlots& slots, int64_t capacity);
+  void InitState();
+  void CountHomes(int64_t capacity);
 
   int32_t Index(ChunkKey key) const { return placement_.Index(key); }
   // Before the host touches chunk index `index`'s home: the collectives

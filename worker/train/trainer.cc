@@ -150,13 +150,57 @@ int64_t RankDeviceTierBytes(const Config& config, int local_rank) {
   if (config.runtime.device_memory > 0) return config.runtime.device_memory;
 #ifdef PSTAR_WITH_CUDA
   if (config.runtime.device == "cuda") {
-    return int64_t(double(CudaDeviceMemoryBytes(local_rank)) * config.mem_tracer.overall_gpu_mem_ratio);
+    return GpuTierBytes(config, CudaDeviceMemoryBytes(local_rank));
   }
 #else
   (void)local_rank;
 #endif
   return 0;
 }
+
+namespace {
+
+// The rank's plan checked against its host budget and disk room; `plan` and
+// the budget are the trainer's.
+Status CheckBudgets(const Config& config, const MemoryPlan& plan, const HostBudget& budget, int local_ranks) {
+  if (plan.min_host_bytes > budget.bytes) {
+    return Status::ResourceExhausted(
+        "host memory budget too small: need " + std::to_string(plan.min_host_bytes) + " bytes (" +
+        FormatBytes(plan.min_host_bytes) + ": chunks " + FormatBytes(plan.host_chunk_bytes) +
+        ", emulated device " + FormatBytes(plan.device_is_host_memory ? plan.device_bytes : 0) +
+        ", data " + FormatBytes(plan.host_data_bytes) + ", overhead " +
+        FormatBytes(plan.host_overhead_bytes) + "), available " + std::to_string(budget.bytes) +
+        " bytes (" + FormatBytes(budget.bytes) + ", " + budget.source + ")");
+  }
+  if (plan.disk_moment_chunks > 0) {
+    // Every local rank keeps its own file in the one directory.
+    PSTAR_RETURN_IF_ERROR(DiskTier::CheckRoom(config.runtime.nvme_path, plan.disk_bytes * std::max(1, local_ranks),
+                                              config.runtime.nvme_memory));
+  }
+  return Status::Ok();
+}
+
+LrSchedule ScheduleFromConfig(const Config& c) {
+  LrSchedule s;
+  s.max_lr = c.optimizer.lr;
+  s.min_lr = c.train.min_lr;
+  s.warmup_steps = c.train.warmup_steps;
+  s.total_steps = c.train.steps;
+  s.decay = c.train.lr_decay == "constant" ? LrDecay::kConstant : LrDecay::kCosine;
+  return s;
+}
+
+AdamConfig AdamFromConfig(const OptimizerSection& o) {
+  AdamConfig adam;
+  adam.decoupled_weight_decay = o.type == "AdamW";
+  adam.beta1 = o.beta1;
+  adam.beta2 = o.beta2;
+  adam.eps = o.eps;
+  adam.weight_decay = o.weight_decay;
+  return adam;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
                                                  Communicator* comm, int local_ranks, int local_rank) {
@@ -165,135 +209,113 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   auto backend = MakeBackend(device, local_rank);
   if (!backend.ok()) return backend.status().WithPrefix("runtime.device");
   t->config_ = config;
-  // The planner clamps a GPU's share to what every chunk needs.
-  t->config_.runtime.device_memory = RankDeviceTierBytes(config, local_rank);
   if (comm == nullptr) comm = (t->own_comm_ = MakeSingleRankCommunicator()).get();
   t->comm_ = comm;
   t->world_ = comm->world_size();
-  const int rank = comm->rank();
-  const TrainSection& tr = config.train;
-  const GptConfig& g = config.model.gpt;
-
-  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(t->config_, t->world_));
-  const MemoryPlan& plan = t->plan_;
+  // The planner clamps a GPU's share to what every chunk needs.
+  PSTAR_ASSIGN_OR_RETURN(t->plan_, PlanMemory(config, t->world_, RankDeviceTierBytes(config, local_rank)));
   PSTAR_ASSIGN_OR_RETURN(const HostBudget detected, DetectHostBudget(config.runtime.host_memory));
   t->host_budget_ = RankHostBudget(detected, config.mem_tracer.overall_cpu_mem_ratio, local_ranks);
-  if (plan.min_host_bytes > t->host_budget_.bytes) {
-    return Status::ResourceExhausted(
-        "host memory budget too small: need " + std::to_string(plan.min_host_bytes) + " bytes (" +
-        FormatBytes(plan.min_host_bytes) + ": chunks " + FormatBytes(plan.host_chunk_bytes) +
-        ", emulated device " + FormatBytes(plan.device_is_host_memory ? plan.device_bytes : 0) +
-        ", data " + FormatBytes(plan.host_data_bytes) + ", overhead " +
-        FormatBytes(plan.host_overhead_bytes) + "), available " + std::to_string(t->host_budget_.bytes) +
-        " bytes (" + FormatBytes(t->host_budget_.bytes) + ", " + t->host_budget_.source + ")");
-  }
+  PSTAR_RETURN_IF_ERROR(CheckBudgets(config, t->plan_, t->host_budget_, local_ranks));
+  PSTAR_RETURN_IF_ERROR(t->CreateStore(std::move(backend).value()));
+  PSTAR_RETURN_IF_ERROR(t->CreateModel(device));
+  auto loader = BatchLoader::Create(data, config.train.batch_size, config.train.seq_len, comm->rank(), t->world_);
+  if (!loader.ok()) return loader.status().WithPrefix("data");
+  t->loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
+  PSTAR_RETURN_IF_ERROR(t->CreateOptimizer());
+  t->schedule_ = ScheduleFromConfig(config);
+  PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
+  if (t->tokenizer_ != nullptr) t->tokenizer_json_ = t->tokenizer_->ToTokenizerJson();
+  t->tokens_.resize(size_t(config.train.batch_size * config.train.seq_len));
+  t->targets_.resize(size_t(config.train.batch_size * config.train.seq_len));
+  return t;
+}
 
-  if (plan.disk_moment_chunks > 0) {
-    // Every local rank keeps its own file in the one directory.
-    PSTAR_RETURN_IF_ERROR(DiskTier::CheckRoom(config.runtime.nvme_path, plan.disk_bytes * std::max(1, local_ranks),
-                                              config.runtime.nvme_memory));
-  }
-
-  PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, BuildJobLayout(config, t->world_));
-  auto store = ParamStore::Create(std::move(layout), std::move(backend).value(), plan.runtime, comm);
+Status Trainer::CreateStore(std::unique_ptr<DeviceBackend> backend) {
+  PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, BuildJobLayout(config_, world_));
+  auto store = ParamStore::Create(std::move(layout), std::move(backend), plan_.runtime, comm_);
   if (!store.ok()) return store.status().WithPrefix("runtime.device_memory");
-  t->store_ = std::move(store).value();
-  InitParameters(*t->store_, tr.seed);
-  if (!config.model.init_from.empty()) {
+  store_ = std::move(store).value();
+  InitParameters(*store_, config_.train.seed);
+  if (!config_.model.init_from.empty()) {
     PSTAR_RETURN_IF_ERROR(
-        ImportHuggingFaceGpt2(config.model.init_from, g, *t->store_).WithPrefix("model.init_from"));
+        ImportHuggingFaceGpt2(config_.model.init_from, config_.model.gpt, *store_).WithPrefix("model.init_from"));
   }
+  return Status::Ok();
+}
 
-  t->arena_ = std::make_unique<Arena>("activations", t->store_->chunks().non_model_memory(),
-                                      size_t(plan.activation_bytes));
-  PSTAR_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(t->config_.train.precision));
+Status Trainer::CreateModel(ComputeDevice device) {
+  const TrainSection& tr = config_.train;
+  arena_ = std::make_unique<Arena>("activations", store_->chunks().non_model_memory(), size_t(plan_.activation_bytes));
+  PSTAR_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(tr.precision));
   std::unique_ptr<ModelKernels> kernels = MakeCpuModelKernels(precision);
   if (device == ComputeDevice::kCuda) {
     PSTAR_ASSIGN_OR_RETURN(kernels, MakeCudaModelKernels(
-                                        t->store_->chunks().backend().stream_handle(StreamKind::kCompute),
-                                        precision));
+                                        store_->chunks().backend().stream_handle(StreamKind::kCompute), precision));
   }
-  t->scaler_ = LossScaler::FromConfig(config.fp16, precision == Precision::kFp16);
-  PSTAR_ASSIGN_OR_RETURN(Gpt model,
-                         Gpt::Create(g, *t->store_, *t->arena_, tr.batch_size, tr.seq_len, tr.activation_checkpointing,
-                                     std::move(kernels), plan.gelu_outputs_kept));
-  t->model_ = std::make_unique<Gpt>(std::move(model));
-  if (plan.runtime.grad_home.has_value()) {
+  scaler_ = LossScaler::FromConfig(config_.fp16, precision == Precision::kFp16);
+  PSTAR_ASSIGN_OR_RETURN(Gpt model, Gpt::Create(config_.model.gpt, *store_, *arena_, tr.batch_size, tr.seq_len,
+                                                tr.activation_checkpointing, std::move(kernels),
+                                                plan_.gelu_outputs_kept));
+  model_ = std::make_unique<Gpt>(std::move(model));
+  if (plan_.runtime.grad_home.has_value()) {
     // Gradients homed in 16 bits hold only 16-bit values, wherever they are.
-    t->store_->SetGradientRounding(
-        [model = t->model_.get()](float* grad, int64_t n) { model->kernels().RoundToPrecision(grad, n); });
+    store_->SetGradientRounding(
+        [model = model_.get()](float* grad, int64_t n) { model->kernels().RoundToPrecision(grad, n); });
   }
+  return Status::Ok();
+}
 
-  auto loader = BatchLoader::Create(data, tr.batch_size, tr.seq_len, rank, t->world_);
-  if (!loader.ok()) return loader.status().WithPrefix("data");
-  t->loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
-
-  AdamConfig adam;
-  adam.decoupled_weight_decay = config.optimizer.type == "AdamW";
-  adam.beta1 = config.optimizer.beta1;
-  adam.beta2 = config.optimizer.beta2;
-  adam.eps = config.optimizer.eps;
-  adam.weight_decay = config.optimizer.weight_decay;
-  t->optimizer_ = std::make_unique<AdamOptimizer>(adam);
-  const std::string& overlap = t->config_.runtime.optimizer_overlap;
-  if (overlap == "pipeline" || overlap == "speculate") {
-    ChunkManager& chunks = t->store_->chunks();
-    // The update thread's kernels leave one core to the step's thread,
-    // which queues the compute meanwhile (and on the CPU backend runs it).
-    const int cores = config.train.threads > 0 ? int(config.train.threads) : omp_get_num_procs();
-    t->updater_ = std::make_unique<AsyncUpdater>(t->store_->layout().num_chunks(),
-                                                 [backend = &chunks.backend(), cores] {
-                                                   backend->BindThread();
-                                                   omp_set_num_threads(std::max(1, cores - 1));
-                                                 });
-    // An update reads the gradient and writes the rest: reading a gradient
-    // beside it is safe, anything else waits for it.
-    chunks.SetHostFence([updater = t->updater_.get()](int32_t chunk, StateKind kind, bool writes) {
-      if (kind == StateKind::kGrad && !writes) return;
-      updater->Wait(chunk);
-    });
-  }
-  if (overlap == "speculate" && t->world_ == 1) {
-    // As many chunks as the undo budget holds, of those that can be undone.
-    int32_t speculable = 0;
-    for (int32_t c = 0; c < t->store_->layout().num_chunks(); ++c) {
-      speculable += AdamOptimizer::Speculable(*t->store_, c);
-    }
-    const int64_t per_chunk = 3 * t->store_->chunks().shard_bytes();
-    const int64_t room = config.runtime.undo_memory > 0
-                             ? config.runtime.undo_memory
-                             : std::max<int64_t>(0, t->host_budget_.bytes - plan.min_host_bytes);
-    t->undo_chunks_ = int32_t(std::min<int64_t>(speculable, room / per_chunk));
-    if (t->undo_chunks_ > 0) {
-      t->undo_.reset(new (std::nothrow) float[size_t(t->undo_chunks_) * size_t(per_chunk / int64_t(sizeof(float)))]);
-      if (t->undo_ == nullptr) {
-        return Status::ResourceExhausted("runtime.undo_memory: cannot allocate " +
-                                         FormatBytes(int64_t(t->undo_chunks_) * per_chunk) +
-                                         " of undo copies for speculation");
-      }
-    }
-  }
+Status Trainer::CreateOptimizer() {
+  optimizer_ = std::make_unique<AdamOptimizer>(AdamFromConfig(config_.optimizer));
+  const std::string& overlap = config_.runtime.optimizer_overlap;
+  if (overlap == "pipeline" || overlap == "speculate") StartUpdateThread();
+  if (overlap == "speculate" && world_ == 1) PSTAR_RETURN_IF_ERROR(AllocateUndo());
   // With N ranks a final gradient is reduce-scattered at once, under the
   // rest of the backward pass.
-  t->reduce_when_final_ = t->world_ > 1 && config.runtime.comm_overlap;
-  if (t->reduce_when_final_ || t->undo_chunks_ > 0) {
-    t->store_->SetGradFinalObserver([trainer = t.get()](int32_t chunk) { trainer->OnGradFinal(chunk); });
+  reduce_when_final_ = world_ > 1 && config_.runtime.comm_overlap;
+  if (reduce_when_final_ || undo_chunks_ > 0) {
+    store_->SetGradFinalObserver([trainer = this](int32_t chunk) { trainer->OnGradFinal(chunk); });
   }
-  t->speculated_mask_.assign(size_t(t->store_->layout().num_chunks()), 0);
-  t->compute_start_ = t->store_->chunks().backend().CreateTimingEvent();
-  t->compute_end_ = t->store_->chunks().backend().CreateTimingEvent();
+  speculated_mask_.assign(size_t(store_->layout().num_chunks()), 0);
+  compute_start_ = store_->chunks().backend().CreateTimingEvent();
+  compute_end_ = store_->chunks().backend().CreateTimingEvent();
+  return Status::Ok();
+}
 
-  t->schedule_.max_lr = config.optimizer.lr;
-  t->schedule_.min_lr = tr.min_lr;
-  t->schedule_.warmup_steps = tr.warmup_steps;
-  t->schedule_.total_steps = tr.steps;
-  t->schedule_.decay = tr.lr_decay == "constant" ? LrDecay::kConstant : LrDecay::kCosine;
+void Trainer::StartUpdateThread() {
+  ChunkManager& chunks = store_->chunks();
+  // The update thread's kernels leave one core to the step's thread, which
+  // queues the compute meanwhile (and on the CPU backend runs it).
+  const int cores = config_.train.threads > 0 ? int(config_.train.threads) : omp_get_num_procs();
+  updater_ = std::make_unique<AsyncUpdater>(store_->layout().num_chunks(), [backend = &chunks.backend(), cores] {
+    backend->BindThread();
+    omp_set_num_threads(std::max(1, cores - 1));
+  });
+  // An update reads the gradient and writes the rest: reading a gradient
+  // beside it is safe, anything else waits for it.
+  chunks.SetHostFence([updater = updater_.get()](int32_t chunk, StateKind kind, bool writes) {
+    if (kind == StateKind::kGrad && !writes) return;
+    updater->Wait(chunk);
+  });
+}
 
-  PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
-  if (t->tokenizer_ != nullptr) t->tokenizer_json_ = t->tokenizer_->ToTokenizerJson();
-  t->tokens_.resize(size_t(tr.batch_size * tr.seq_len));
-  t->targets_.resize(size_t(tr.batch_size * tr.seq_len));
-  return t;
+Status Trainer::AllocateUndo() {
+  // As many chunks as the undo budget holds, of those that can be undone.
+  int32_t speculable = 0;
+  for (int32_t c = 0; c < store_->layout().num_chunks(); ++c) speculable += AdamOptimizer::Speculable(*store_, c);
+  const int64_t per_chunk = 3 * store_->chunks().shard_bytes();
+  const int64_t room = config_.runtime.undo_memory > 0 ? config_.runtime.undo_memory
+                                                       : std::max<int64_t>(0, host_budget_.bytes - plan_.min_host_bytes);
+  undo_chunks_ = int32_t(std::min<int64_t>(speculable, room / per_chunk));
+  if (undo_chunks_ == 0) return Status::Ok();
+  undo_.reset(new (std::nothrow) float[size_t(undo_chunks_) * size_t(per_chunk / int64_t(sizeof(float)))]);
+  if (undo_ == nullptr) {
+    return Status::ResourceExhausted("runtime.undo_memory: cannot allocate " +
+                                     FormatBytes(int64_t(undo_chunks_) * per_chunk) +
+                                     " of undo copies for speculation");
+  }
+  return Status::Ok();
 }
 
 std::vector<OwnedRange> Trainer::CheckpointRanges() {
@@ -479,21 +501,8 @@ int64_t CollectiveNanoseconds(const Communicator& comm) {
 
 }  // namespace
 
-Result<StepStats> Trainer::Step() {
-  NvtxRange step_range("step");
+void Trainer::RunMicroBatches(float scale) {
   const int64_t accum = config_.train.grad_accum_steps;
-  StepStats stats;
-  stats.step = step_;
-  // fp16: the loss, and with it every gradient, is scaled up by `scale`.
-  const float scale = scaler_.scale();
-  stats.loss_scale = scale;
-  const int64_t collective_ns_before = CollectiveNanoseconds(*comm_);
-  const int64_t waited_ns_before = comm_->waited_nanoseconds();
-  if (event_log_ != nullptr) {
-    event_log_->set_step(step_);
-    event_log_->Record(step_, ChunkEventKind::kStepBegin);
-  }
-  if (profiler_ != nullptr) profiler_->BeginStep();
   // Speculation assumes this step clips nothing and skips nothing, as the
   // last one did not; its updates start as the gradients become final.
   speculating_ = undo_chunks_ > 0 && speculate_next_;
@@ -519,6 +528,9 @@ Result<StepStats> Trainer::Step() {
   // Every rank's gradient chunks reach their owners' home shards.
   store_->FlushGrads();
   store_->EndPhase(StepPhase::kBackward);
+}
+
+Status Trainer::ReduceLossAndNorm(float scale, StepStats* stats) {
   // The step's one wait for the device: the gradients' sums of squares and
   // the loss sum come back together (the norm's kernels queue behind the
   // backward, so the device does not idle between two waits).
@@ -541,34 +553,69 @@ Result<StepStats> Trainer::Step() {
     stop = reduced[1];
     squares = reduced[2];
   }
-  stats.loss = float(loss);
-  stats.stop = stop > 0.0;
-  stats.compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: the sums waited
+  stats->loss = float(loss);
+  stats->stop = stop > 0.0;
+  DeviceBackend& backend = store_->chunks().backend();
+  stats->compute_seconds = backend.ElapsedSeconds(*compute_start_, *compute_end_);  // reached: the sums waited
   // The stored gradients are sums over ranks; the mean is what the loss asks for.
-  stats.grad_norm = std::sqrt(squares) / double(world_) / double(scale);
-  // The loss scaler's overflow decision: the norm is finite exactly when every
-  // gradient is, and every rank sees the same all-reduced norm.
-  const bool finite = std::isfinite(stats.grad_norm);
-  const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
-  // What speculation assumed: no overflow skip and no clip.
-  const bool as_assumed = finite && clip == 1.0f;
+  stats->grad_norm = std::sqrt(squares) / double(world_) / double(scale);
+  return Status::Ok();
+}
+
+Status Trainer::SettleSpeculation(bool as_assumed, StepStats* stats) {
   speculate_next_ = as_assumed;
-  stats.speculated_chunks = int32_t(speculated_.size());
+  stats->speculated_chunks = int32_t(speculated_.size());
   if (!speculated_.empty()) {
     ++speculation_.steps;
     speculation_.chunks += int64_t(speculated_.size());
     if (!as_assumed || store_->final_order_broken()) {
       UndoSpeculation();
-      stats.rolled_back = true;
+      stats->rolled_back = true;
       ++speculation_.rolled_back;
     }
   }
-  if (store_->final_order_broken() && stats.speculated_chunks > 0) {
+  if (store_->final_order_broken() && stats->speculated_chunks > 0) {
     // A chunk was used after its update began: the step's gradients may have
     // seen updated params. Its updates are undone; nothing else is applied.
     return Status::Internal("the step's chunk uses changed under speculation at step " + std::to_string(step_ + 1) +
                             " (set runtime.optimizer_overlap: pipeline)");
   }
+  return Status::Ok();
+}
+
+void Trainer::ReadProfile(StepStats* stats) {
+  if (profiler_ == nullptr) return;
+  profiler_->EndStep();
+  const Profiler::StepProfile& p = profiler_->last_step();
+  if (!p.measured) return;
+  stats->kernel_seconds = p.op_seconds;
+  stats->compute_idle_seconds = p.idle_seconds;
+  stats->h2d_seconds = p.move_seconds[size_t(Direction::kHostToDevice)];
+  stats->d2h_seconds = p.move_seconds[size_t(Direction::kDeviceToHost)];
+}
+
+Result<StepStats> Trainer::Step() {
+  NvtxRange step_range("step");
+  StepStats stats;
+  stats.step = step_;
+  // fp16: the loss, and with it every gradient, is scaled up by `scale`.
+  const float scale = scaler_.scale();
+  stats.loss_scale = scale;
+  const int64_t collective_ns_before = CollectiveNanoseconds(*comm_);
+  const int64_t waited_ns_before = comm_->waited_nanoseconds();
+  if (event_log_ != nullptr) {
+    event_log_->set_step(step_);
+    event_log_->Record(step_, ChunkEventKind::kStepBegin);
+  }
+  if (profiler_ != nullptr) profiler_->BeginStep();
+  RunMicroBatches(scale);
+  PSTAR_RETURN_IF_ERROR(ReduceLossAndNorm(scale, &stats));
+  // The loss scaler's overflow decision: the norm is finite exactly when every
+  // gradient is, and every rank sees the same all-reduced norm.
+  const bool finite = std::isfinite(stats.grad_norm);
+  const float clip = ClipCoefficient(stats.grad_norm, config_.train.grad_clip);
+  // What speculation assumed: no overflow skip and no clip.
+  PSTAR_RETURN_IF_ERROR(SettleSpeculation(finite && clip == 1.0f, &stats));
   if (!std::isfinite(stats.loss) || (!finite && (!scaler_.enabled() || scaler_.at_minimum()))) {
     if (!speculated_.empty()) UndoSpeculation();  // the state stays the last step's
     return Status::Internal("training diverged at step " + std::to_string(step_ + 1) + ": loss " +
@@ -592,19 +639,10 @@ Result<StepStats> Trainer::Step() {
   speculated_.clear();
   store_->EndStep();
   std::tie(stats.host_adam_seconds, stats.update_wait_seconds) = TakeOptimizerTimes();
-  if (profiler_ != nullptr) {
-    profiler_->EndStep();
-    const Profiler::StepProfile& p = profiler_->last_step();
-    if (p.measured) {
-      stats.kernel_seconds = p.op_seconds;
-      stats.compute_idle_seconds = p.idle_seconds;
-      stats.h2d_seconds = p.move_seconds[size_t(Direction::kHostToDevice)];
-      stats.d2h_seconds = p.move_seconds[size_t(Direction::kDeviceToHost)];
-    }
-  }
+  ReadProfile(&stats);
   // A failed copy or kernel of this step (CUDA reports them late).
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
-  stats.tokens = accum * int64_t(tokens_.size()) * world_;
+  stats.tokens = config_.train.grad_accum_steps * int64_t(tokens_.size()) * world_;
   stats.collective_seconds = double(CollectiveNanoseconds(*comm_) - collective_ns_before) * 1e-9;
   stats.collective_wait_seconds = double(comm_->waited_nanoseconds() - waited_ns_before) * 1e-9;
   if (event_log_ != nullptr) event_log_->Record(step_, ChunkEventKind::kStepEnd);

@@ -160,6 +160,19 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // Create's phases, in order once the plan and budgets are checked.
+  Status CreateStore(std::unique_ptr<DeviceBackend> backend);
+  Status CreateModel(ComputeDevice device);
+  Status CreateOptimizer();  // Adam, the update thread, speculation's undo copies, observers
+  void StartUpdateThread();
+  Status AllocateUndo();
+  // Step's phases: the micro-batches' forward and backward passes; the loss,
+  // the gradient norm and the stop vote, reduced over ranks; speculation kept
+  // or undone (`as_assumed`: no clip and no skip); the profile's figures.
+  void RunMicroBatches(float scale);
+  Status ReduceLossAndNorm(float scale, StepStats* stats);
+  Status SettleSpeculation(bool as_assumed, StepStats* stats);
+  void ReadProfile(StepStats* stats);
   // This rank's pieces of every saved kind, at their home shards.
   std::vector<OwnedRange> CheckpointRanges();
   // A chunk's gradient became final in this step's last backward pass: with

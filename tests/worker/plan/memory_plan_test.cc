@@ -13,6 +13,29 @@ Config Parse(const std::string& yaml, const std::vector<std::string>& overrides 
   return *c;
 }
 
+// The tier a rank gets is the plan's input: a GPU's share plans as the same
+// runtime.device_memory written in the config would, and 0 holds every chunk.
+TEST(MemoryPlan, TheDeviceTierIsAnInputNotARewrittenConfig) {
+  const Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\nruntime: {device: cuda}\n");
+  ASSERT_EQ(c.runtime.device_memory, 0);
+  auto roomy = PlanMemory(c, 1, 0);
+  ASSERT_TRUE(roomy.ok()) << roomy.status().message();
+  const int64_t tier = roomy->all_resident_device_bytes - 3 * roomy->chunk_bytes;
+  auto share = PlanMemory(c, 1, tier);
+  ASSERT_TRUE(share.ok()) << share.status().message();
+  Config written = c;
+  written.runtime.device_memory = tier;
+  auto as_written = PlanMemory(written);
+  ASSERT_TRUE(as_written.ok()) << as_written.status().message();
+  EXPECT_EQ(share->device_bytes, as_written->device_bytes);
+  EXPECT_EQ(share->device_slots, as_written->device_slots);
+  EXPECT_EQ(share->device_adam_chunks, as_written->device_adam_chunks);
+  EXPECT_EQ(share->gelu_outputs_kept, as_written->gelu_outputs_kept);
+  EXPECT_EQ(share->runtime.device_capacity_bytes, tier);
+  EXPECT_LT(share->device_bytes, roomy->device_bytes);
+  EXPECT_EQ(GpuTierBytes(c, 1000), int64_t(1000 * c.mem_tracer.overall_gpu_mem_ratio));
+}
+
 TEST(MemoryPlan, CountsEveryKindAndTier) {
   Config c = Parse("model: {preset: tiny}\ntrain: {batch_size: 2, seq_len: 32}\n");
   auto p = PlanMemory(c);
