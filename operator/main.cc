@@ -177,12 +177,182 @@ int Fail(const Status& s) {
   return 1;
 }
 
-int Run(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
+ReconcilerOptions ReconcilerOptionsFrom(const Flags& flags) {
+  ReconcilerOptions options;
+  options.watch_namespace = flags.ns;
+  options.workers = flags.workers;
+  options.defaults = flags.defaults;
+  options.identity = flags.identity;
+  options.watch_nodes = flags.node_check;
+  options.poll_progress = flags.progress_interval > 0;
+  options.progress.interval = std::chrono::seconds(std::max(1, flags.progress_interval));
+  return options;
+}
+
+// The running operator: its metrics endpoint, the reconciler, and with
+// --leader-elect the elector that starts the reconciler once it leads.
+// Members go in the reverse of their order here: the elector and the
+// reconciler before the metrics endpoint (which the reconciler records into),
+// and that before the state its handlers read.
+class OperatorProcess {
+ public:
+  OperatorProcess(const Flags& flags, const KubeConfig& config, std::unique_ptr<KubeClient> client)
+      : flags_(flags), config_(config), client_(std::move(client)), leading_(!flags.leader_elect) {}
+
+  // Until SIGTERM or SIGINT (which the caller blocked), or a lost lease;
+  // returns the exit code.
+  int Run(const sigset_t& stop_signals);
+
+ private:
+  Status StartMetrics();
+  // Fills the caches and starts the workers (on the starter thread when
+  // leading, so that the elector's thread keeps renewing).
+  Status StartReconciling();
+  Status ElectLeader();
+  // Stops in the order that keeps every callback and handler safe.
+  int Stop(int sig);
+
+  const Flags& flags_;
+  const KubeConfig& config_;
+  std::unique_ptr<KubeClient> client_;
+  LeaderElectionConfig lease_;  // outlives the elector's callbacks, which print it
+  std::atomic<bool> leading_;
+  std::atomic<bool> failed_{false};  // lost the lease, or could not start
+  std::atomic<bool> stopping_{false};
+  std::atomic<JobReconciler*> live_{nullptr};
+  std::unique_ptr<OperatorMetrics> metrics_;
+  std::unique_ptr<JobReconciler> reconciler_;
+  std::unique_ptr<KubeClient> elector_client_;
+  std::unique_ptr<LeaderElector> elector_;
+  std::thread starter_;
+};
+
+Status OperatorProcess::StartMetrics() {
+  OperatorMetricsOptions options;
+  options.bind_address = flags_.metrics_address;
+  options.legacy_names = flags_.legacy_metric_names;
+  options.port = flags_.metrics_port;
+  options.snapshot = [this] {
+    JobReconciler* r = live_.load();
+    OperatorSnapshot s = r != nullptr ? r->Snapshot() : OperatorSnapshot{};
+    s.leader = leading_.load();
+    return s;
+  };
+  options.healthy = [this] { return !failed_.load(); };
+  options.ready = [this] {
+    JobReconciler* r = live_.load();
+    return !leading_.load() || (r != nullptr && r->Synced());
+  };
+  auto started = OperatorMetrics::Start(std::move(options));
+  if (!started.ok()) return started.status().WithPrefix("metrics");
+  metrics_ = std::move(started).value();
+  std::printf("pstar-operator %s: metrics, /healthz and /readyz on %s:%d\n", kPstarVersion,
+              flags_.metrics_address.c_str(), metrics_->port());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+Status OperatorProcess::StartReconciling() {
+  PSTAR_RETURN_IF_ERROR(reconciler_->Start(std::chrono::seconds(flags_.sync_timeout)));
+  live_ = reconciler_.get();
+  std::printf("pstar-operator: reconciling PatrickStarJobs in %s\n",
+              flags_.ns.empty() ? "every namespace" : ("namespace " + flags_.ns).c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+Status OperatorProcess::ElectLeader() {
+  lease_.lease_namespace = !flags_.lease_ns.empty()             ? flags_.lease_ns
+                           : config_.default_namespace.empty() ? "pstar"
+                                                               : config_.default_namespace;
+  lease_.lease_name = flags_.lease_id;
+  lease_.identity = flags_.identity;
+  LeaderCallbacks callbacks;
+  // The callbacks run on the elector's thread, which must keep renewing: the
+  // caches fill on a thread of their own.
+  callbacks.on_started_leading = [this] {
+    leading_ = true;
+    std::printf("pstar-operator: %s leads (lease %s/%s)\n", flags_.identity.c_str(), lease_.lease_namespace.c_str(),
+                lease_.lease_name.c_str());
+    std::fflush(stdout);
+    starter_ = std::thread([this] {
+      Status s = StartReconciling();
+      if (!s.ok() && !stopping_) {
+        std::fprintf(stderr, "pstar-operator: error: %s\n", s.message().c_str());
+        failed_ = true;
+        ::kill(::getpid(), SIGTERM);
+      }
+    });
+  };
+  callbacks.on_stopped_leading = [this] {
+    leading_ = false;
+    if (stopping_) return;  // released on the way out
+    // Another replica may act on the jobs now: stop at once, restart clean.
+    failed_ = true;
+    std::fprintf(stderr, "pstar-operator: lost the leader lease; exiting\n");
+    ::kill(::getpid(), SIGTERM);
+  };
+  // The elector has a client of its own, without retries and with a short
+  // timeout, so one renewal can never outlast the renew deadline.
+  ClientOptions lease_options;
+  lease_options.request_timeout = lease_.retry_period;
+  lease_options.max_retries = 0;
+  auto lease_client = KubeClient::Create(config_, lease_options);
+  if (!lease_client.ok()) return lease_client.status();
+  elector_client_ = std::move(lease_client).value();
+  elector_ = std::make_unique<LeaderElector>(*elector_client_, lease_, callbacks);
+  elector_->Start();
+  return Status::Ok();
+}
+
+int OperatorProcess::Stop(int sig) {
+  stopping_ = true;
+  std::printf("pstar-operator: stopping (%s)\n", failed_ ? "lost the lease or failed to start" : strsignal(sig));
+  std::fflush(stdout);
+  live_ = nullptr;
+  // Requests in flight (a list or watch against a stalled server, a status
+  // write) are cancelled, so the stop below is prompt; the next leader redoes
+  // whatever they were doing.
+  client_->Shutdown();
+  reconciler_->Stop();  // also ends a start still waiting for the caches
+  // Stop joins the elector's thread, so no callback runs after it; only then
+  // is the starter thread (which a callback creates) joined. The lease is
+  // released only once this replica no longer reconciles.
+  if (elector_) elector_->Stop();
+  if (starter_.joinable()) starter_.join();
+  metrics_.reset();  // its handlers read the state above
+  return failed_ ? 1 : 0;
+}
+
+int OperatorProcess::Run(const sigset_t& stop_signals) {
+  if (Status s = StartMetrics(); !s.ok()) return Fail(s);
+  reconciler_ = std::make_unique<JobReconciler>(*client_, ReconcilerOptionsFrom(flags_), metrics_.get());
+  if (!flags_.leader_elect) {
+    if (Status s = StartReconciling(); !s.ok()) {
+      // Informers still listing a server that does not answer would hold
+      // the exit for their retries: cancel them first.
+      client_->Shutdown();
+      return Fail(s);
     }
+  } else if (Status s = ElectLeader(); !s.ok()) {
+    return Fail(s);
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  return Stop(sig);
+}
+
+bool AsksForHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  }
+  return false;
+}
+
+int Run(int argc, char** argv) {
+  if (AsksForHelp(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
   auto flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
@@ -196,135 +366,14 @@ int Run(int argc, char** argv) {
   client_options.burst = flags->burst;
   auto client = KubeClient::Create(*config, client_options);
   if (!client.ok()) return Fail(client.status());
-
   // SIGTERM and SIGINT end the process cleanly: the main thread waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  ReconcilerOptions options;
-  options.watch_namespace = flags->ns;
-  options.workers = flags->workers;
-  options.defaults = flags->defaults;
-  options.identity = flags->identity;
-  options.watch_nodes = flags->node_check;
-  options.poll_progress = flags->progress_interval > 0;
-  options.progress.interval = std::chrono::seconds(std::max(1, flags->progress_interval));
-  std::unique_ptr<OperatorMetrics> metrics;
-  std::unique_ptr<JobReconciler> reconciler;
-  std::unique_ptr<KubeClient> elector_client;
-  std::unique_ptr<LeaderElector> elector;
-  std::atomic<bool> leading{!flags->leader_elect};
-  std::atomic<bool> failed{false};    // lost the lease, or could not start
-  std::atomic<bool> stopping{false};
-  std::thread starter;
-
-  OperatorMetricsOptions metrics_options;
-  metrics_options.bind_address = flags->metrics_address;
-  metrics_options.legacy_names = flags->legacy_metric_names;
-  metrics_options.port = flags->metrics_port;
-  std::atomic<JobReconciler*> live{nullptr};
-  metrics_options.snapshot = [&] {
-    JobReconciler* r = live.load();
-    OperatorSnapshot s = r != nullptr ? r->Snapshot() : OperatorSnapshot{};
-    s.leader = leading.load();
-    return s;
-  };
-  metrics_options.healthy = [&] { return !failed.load(); };
-  metrics_options.ready = [&] {
-    JobReconciler* r = live.load();
-    return !leading.load() || (r != nullptr && r->Synced());
-  };
-  auto started = OperatorMetrics::Start(std::move(metrics_options));
-  if (!started.ok()) return Fail(started.status().WithPrefix("metrics"));
-  metrics = std::move(started).value();
-  std::printf("pstar-operator %s: metrics, /healthz and /readyz on %s:%d\n", kPstarVersion,
-              flags->metrics_address.c_str(), metrics->port());
-  std::fflush(stdout);
-
-  reconciler = std::make_unique<JobReconciler>(**client, options, metrics.get());
-  auto start_reconciling = [&]() -> Status {
-    PSTAR_RETURN_IF_ERROR(reconciler->Start(std::chrono::seconds(flags->sync_timeout)));
-    live = reconciler.get();
-    std::printf("pstar-operator: reconciling PatrickStarJobs in %s\n",
-                flags->ns.empty() ? "every namespace" : ("namespace " + flags->ns).c_str());
-    std::fflush(stdout);
-    return Status::Ok();
-  };
-
-  int exit_code = 0;
-  LeaderElectionConfig lc;  // outlives the elector's callbacks, which print it
-  if (!flags->leader_elect) {
-    Status s = start_reconciling();
-    if (!s.ok()) {
-      // Informers still listing a server that does not answer would hold
-      // the exit for their retries: cancel them first.
-      (*client)->Shutdown();
-      return Fail(s);
-    }
-  } else {
-    lc.lease_namespace = !flags->lease_ns.empty() ? flags->lease_ns
-                                      : (config->default_namespace.empty() ? "pstar" : config->default_namespace);
-    lc.lease_name = flags->lease_id;
-    lc.identity = flags->identity;
-    LeaderCallbacks callbacks;
-    // The callbacks run on the elector's thread, which must keep renewing:
-    // the caches fill on a thread of their own.
-    callbacks.on_started_leading = [&] {
-      leading = true;
-      std::printf("pstar-operator: %s leads (lease %s/%s)\n", flags->identity.c_str(),
-                  lc.lease_namespace.c_str(), lc.lease_name.c_str());
-      std::fflush(stdout);
-      starter = std::thread([&] {
-        Status s = start_reconciling();
-        if (!s.ok() && !stopping) {
-          std::fprintf(stderr, "pstar-operator: error: %s\n", s.message().c_str());
-          failed = true;
-          ::kill(::getpid(), SIGTERM);
-        }
-      });
-    };
-    callbacks.on_stopped_leading = [&] {
-      leading = false;
-      if (stopping) return;  // released on the way out
-      // Another replica may act on the jobs now: stop at once, restart clean.
-      failed = true;
-      std::fprintf(stderr, "pstar-operator: lost the leader lease; exiting\n");
-      ::kill(::getpid(), SIGTERM);
-    };
-    // The elector has a client of its own, without retries and with a short
-    // timeout, so one renewal can never outlast the renew deadline.
-    ClientOptions lease_options;
-    lease_options.request_timeout = lc.retry_period;
-    lease_options.max_retries = 0;
-    auto lease_client = KubeClient::Create(*config, lease_options);
-    if (!lease_client.ok()) return Fail(lease_client.status());
-    elector_client = std::move(lease_client).value();
-    elector = std::make_unique<LeaderElector>(*elector_client, lc, callbacks);
-    elector->Start();
-  }
-
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  stopping = true;
-  std::printf("pstar-operator: stopping (%s)\n", failed ? "lost the lease or failed to start" : strsignal(sig));
-  std::fflush(stdout);
-  live = nullptr;
-  // Requests in flight (a list or watch against a stalled server, a status
-  // write) are cancelled, so the stop below is prompt; the next leader redoes
-  // whatever they were doing.
-  (*client)->Shutdown();
-  reconciler->Stop();  // also ends a start still waiting for the caches
-  // Stop joins the elector's thread, so no callback runs after it; only then
-  // is the starter thread (which a callback creates) joined. The lease is
-  // released only once this replica no longer reconciles.
-  if (elector) elector->Stop();
-  if (starter.joinable()) starter.join();
-  if (failed) exit_code = 1;
-  metrics.reset();  // its handlers read the state above
-  return exit_code;
+  OperatorProcess process(*flags, *config, std::move(client).value());
+  return process.Run(stop_signals);
 }
 
 }  // namespace

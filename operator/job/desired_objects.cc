@@ -1,8 +1,9 @@
 #include "operator/job/desired_objects.h"
 
+#include "operator/job/worker_overrides.h"
+#include "operator/job/yaml_emit.h"
 #include "operator/kube/kube_config.h"
 #include "operator/kube/quantity.h"
-#include "operator/job/yaml_emit.h"
 
 namespace pstar::op {
 
@@ -104,24 +105,10 @@ Json Args(const JobSpec& spec, const PodSizing& sizing) {
                "--rdzv-id", "$(PSTAR_RDZV_ID)",
                "--",
                "train",
-               "--config", kConfigPath,
-               "--set", std::string("runtime.device=") + (spec.device == JobDevice::kCuda ? "cuda" : "cpu"),
-               "--set", "runtime.host_memory=" + std::to_string(sizing.worker_host_budget_bytes)};
-  if (spec.disk_tier.enabled()) {
+               "--config", kConfigPath};
+  for (const WorkerOverride& o : WorkerOverrides(spec, &sizing)) {
     args.push_back("--set");
-    args.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
-    args.push_back("--set");
-    args.push_back("runtime.nvme_memory=" + std::to_string(spec.disk_tier.size_bytes / spec.nproc_per_node));
-    // Everything the plan may put on disk goes there, as the pod was sized:
-    // the budget (the limit's share) is a check, its headroom stays headroom.
-    args.push_back("--set");
-    args.push_back("runtime.nvme_spill=all");
-  }
-  if (spec.metrics_port > 0) {
-    args.push_back("--set");
-    args.push_back("metrics.port=" + std::to_string(spec.metrics_port));
-    args.push_back("--set");
-    args.push_back("metrics.bind_address=$(POD_IP)");
+    args.push_back(o.Set());
   }
   return args;
 }

@@ -768,119 +768,18 @@ int MaxJobNameLength(int32_t num_nodes) {
   return kDnsLabelMax - int(std::string("-node-").size()) - Digits(std::max<int64_t>(0, int64_t(num_nodes) - 1));
 }
 
-Result<JobSpec> ParseJob(const Json& job) {
-  if (!job.is_object()) return Status::InvalidArgument("the job must be an object, got " + Describe(job));
-  JobSpec s;
-  // Metadata: what the pods are named after and owned by.
-  auto metadata = job.find("metadata");
-  if (metadata == job.end() || !metadata->is_object()) return Status::InvalidArgument("metadata is required");
-  Fields meta(&*metadata, "metadata");
-  PSTAR_RETURN_IF_ERROR(meta.String("name", &s.name));
-  PSTAR_RETURN_IF_ERROR(meta.String("namespace", &s.ns));
-  PSTAR_RETURN_IF_ERROR(meta.String("uid", &s.uid));
-  PSTAR_ASSIGN_OR_RETURN(std::optional<int64_t> generation, meta.Int("generation", 0, std::numeric_limits<int64_t>::max()));
-  s.generation = generation.value_or(0);
-  if (s.name.empty()) return Status::InvalidArgument("metadata.name is required");
-  if (s.ns.empty()) s.ns = "default";
+namespace {
 
-  auto spec_it = job.find("spec");
-  if (spec_it == job.end() || spec_it->is_null()) return Status::InvalidArgument("spec is required");
-  if (!spec_it->is_object()) return Invalid("spec", "must be an object, got " + Describe(*spec_it));
-  const Json& spec_json = *spec_it;
-  PSTAR_RETURN_IF_ERROR(CheckAllKnownKeys(spec_json));
-  Fields spec(&spec_json, "spec");
+// spec.config.runtime as the user wrote it, or null when it is not an object.
+const Json* ConfigRuntime(const JobSpec& s) {
+  auto it = s.config.find("runtime");
+  return it != s.config.end() && it->is_object() ? &*it : nullptr;
+}
 
-  PSTAR_RETURN_IF_ERROR(spec.Int32("numNodes", 1, kMaxWorldSize, &s.num_nodes));
-  PSTAR_RETURN_IF_ERROR(spec.Int32("nprocPerNode", 1, kMaxWorldSize, &s.nproc_per_node));
-  if (int64_t(s.num_nodes) * s.nproc_per_node > kMaxWorldSize) {
-    return Status::InvalidArgument("spec.numNodes x spec.nprocPerNode = " +
-                                   std::to_string(int64_t(s.num_nodes) * s.nproc_per_node) +
-                                   " ranks; the world size must be at most " + std::to_string(kMaxWorldSize));
-  }
-  if (!IsDns1035Label(s.name)) {
-    return Status::InvalidArgument("metadata.name '" + s.name +
-                                   "' must be a DNS label: lowercase letters, digits and '-', starting with a letter");
-  }
-  const int max_name = MaxJobNameLength(s.num_nodes);
-  if (int(s.name.size()) > max_name) {
-    return Status::InvalidArgument("metadata.name '" + s.name + "' is " + std::to_string(s.name.size()) +
-                                   " characters; at most " + std::to_string(max_name) +
-                                   " leave room for the pod names (<name>-node-" + std::to_string(s.num_nodes - 1) +
-                                   ") within 63");
-  }
-
-  std::string device = "cuda";
-  PSTAR_RETURN_IF_ERROR(spec.Enum("device", {"cuda", "cpu"}, &device));
-  s.device = device == "cpu" ? JobDevice::kCpu : JobDevice::kCuda;
-  PSTAR_RETURN_IF_ERROR(spec.String("image", &s.image));
-  PSTAR_RETURN_IF_ERROR(spec.Enum("imagePullPolicy", {"Always", "IfNotPresent", "Never"}, &s.image_pull_policy));
-
-  const Json* config = spec.Get("config");
-  if (config == nullptr) return Status::InvalidArgument("spec.config is required (the worker's job config)");
-  if (!config->is_object()) return Invalid("spec.config", "must be an object, got " + Describe(*config));
-  s.config = *config;
-  // JSON is YAML: the worker's own parser checks the config, so a job the
-  // worker would reject fails here, before any pod starts.
-  auto parsed = ParseConfig(config->dump(), "spec.config");
-  if (!parsed.ok()) return parsed.status();
-  // spec.device sets the worker's runtime.device; a config saying otherwise
-  // would train on the other device than the pods were sized and given GPUs for.
-  const Json* runtime = config->contains("runtime") ? &(*config)["runtime"] : nullptr;
-  if (runtime != nullptr && runtime->is_object() && runtime->contains("device") && parsed->runtime.device != device) {
-    return Invalid("spec.config.runtime.device",
-                   "is \"" + parsed->runtime.device + "\" but spec.device is \"" + device +
-                       "\"; spec.device sets it: remove it from the config");
-  }
-
-  PSTAR_RETURN_IF_ERROR(spec.Int32("masterPort", 1, 65535, &s.master_port));
-  PSTAR_RETURN_IF_ERROR(spec.Int32("metricsPort", 0, 65535, &s.metrics_port));
-  if (s.metrics_port > 0) {
-    const int64_t last = int64_t(s.metrics_port) + s.nproc_per_node - 1;
-    if (last > 65535) {
-      return Invalid("spec.metricsPort", std::to_string(s.metrics_port) + " leaves no room for " +
-                                             std::to_string(s.nproc_per_node) + " ranks' ports (up to " +
-                                             std::to_string(last) + ")");
-    }
-    if (s.master_port >= s.metrics_port && s.master_port <= last) {
-      return Invalid("spec.masterPort", std::to_string(s.master_port) + " clashes with the metrics ports " +
-                                            std::to_string(s.metrics_port) + "-" + std::to_string(last));
-    }
-  }
-
-  std::set<std::string> env_names;
-  PSTAR_RETURN_IF_ERROR(ParseNccl(spec, &s.nccl, &env_names));
-  PSTAR_RETURN_IF_ERROR(ParseHostMemory(spec, &s.host_memory));
-  PSTAR_RETURN_IF_ERROR(ParseDiskTier(spec, &s.disk_tier));
-  PSTAR_RETURN_IF_ERROR(ParseRunPolicy(spec, &s.run_policy));
-  PSTAR_RETURN_IF_ERROR(spec.ObjectArray("env", &s.env));
-  if (s.env.is_null()) s.env = Json::array();
-  PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
-  PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
-  PSTAR_RETURN_IF_ERROR(CheckDiskTierVolume(&s.disk_tier, s.overrides));
-  if (s.disk_tier.enabled() && runtime != nullptr && runtime->is_object()) {
-    for (const char* key : {"nvme_path", "nvme_memory", "nvme_spill"}) {
-      if (runtime->contains(key)) {
-        return Invalid(std::string("spec.config.runtime.") + key,
-                       "is set but spec.diskTier sets it for the pods: remove it from the config");
-      }
-    }
-  }
-
-  if (s.run_policy.min_available > s.num_nodes) {
-    return Status::InvalidArgument("spec.runPolicy.schedulingPolicy.minAvailable must be at most numNodes (" +
-                                   std::to_string(s.num_nodes) + "), got " +
-                                   std::to_string(s.run_policy.min_available));
-  }
-  // One priority class, from either place.
-  PodOverrides& o = s.overrides;
-  const std::string& policy_class = s.run_policy.priority_class;
-  if (!policy_class.empty() && !o.priority_class_name.empty() && policy_class != o.priority_class_name) {
-    return Status::InvalidArgument("spec.template.spec.priorityClassName '" + o.priority_class_name +
-                                   "' conflicts with spec.runPolicy.schedulingPolicy.priorityClass '" + policy_class + "'");
-  }
-  if (o.priority_class_name.empty()) o.priority_class_name = policy_class;
-
-  // Memory fixed in two places must agree.
+// Memory fixed in two places (spec.hostMemory and the template's resources)
+// must agree, and the limit be at least the request.
+Status CheckMemoryAgrees(const JobSpec& s) {
+  const PodOverrides& o = s.overrides;
   auto agree = [](int64_t a, int64_t b, const std::string& a_path, const std::string& b_path) -> Status {
     if (a > 0 && b > 0 && a != b) {
       return Status::InvalidArgument(b_path + " " + FormatBytesQuantity(b) + " conflicts with " + a_path + " " +
@@ -898,22 +797,169 @@ Result<JobSpec> ParseJob(const Json& job) {
     return Status::InvalidArgument("the memory limit " + FormatBytesQuantity(limit) + " is below the request " +
                                    FormatBytesQuantity(request));
   }
+  return Status::Ok();
+}
 
-  // GPUs are the operator's to set on cuda jobs: one per rank.
-  if (s.device == JobDevice::kCuda && o.resources.is_object()) {
-    for (const char* section : {"requests", "limits"}) {
-      auto sec = o.resources.find(section);
-      if (sec == o.resources.end() || !sec->is_object()) continue;
-      auto gpu = sec->find("nvidia.com/gpu");
-      if (gpu == sec->end()) continue;
-      const std::string value = gpu->is_string() ? gpu->get<std::string>() : gpu->dump();
-      if (value != std::to_string(s.nproc_per_node)) {
-        return Status::InvalidArgument(o.worker_path + ".resources." + section +
-                                       ".nvidia.com/gpu is " + value + ", but a cuda job gets one GPU per rank (" +
-                                       std::to_string(s.nproc_per_node) + "); leave it to the operator");
+// GPUs are the operator's to set on cuda jobs: one per rank.
+Status CheckGpuResources(const JobSpec& s) {
+  const PodOverrides& o = s.overrides;
+  if (s.device != JobDevice::kCuda || !o.resources.is_object()) return Status::Ok();
+  for (const char* section : {"requests", "limits"}) {
+    auto sec = o.resources.find(section);
+    if (sec == o.resources.end() || !sec->is_object()) continue;
+    auto gpu = sec->find("nvidia.com/gpu");
+    if (gpu == sec->end()) continue;
+    const std::string value = gpu->is_string() ? gpu->get<std::string>() : gpu->dump();
+    if (value != std::to_string(s.nproc_per_node)) {
+      return Status::InvalidArgument(o.worker_path + ".resources." + section + ".nvidia.com/gpu is " + value +
+                                     ", but a cuda job gets one GPU per rank (" + std::to_string(s.nproc_per_node) +
+                                     "); leave it to the operator");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace {
+
+// Metadata: what the pods are named after and owned by.
+Status ParseMetadata(const Json& job, JobSpec* s) {
+  auto metadata = job.find("metadata");
+  if (metadata == job.end() || !metadata->is_object()) return Status::InvalidArgument("metadata is required");
+  Fields meta(&*metadata, "metadata");
+  PSTAR_RETURN_IF_ERROR(meta.String("name", &s->name));
+  PSTAR_RETURN_IF_ERROR(meta.String("namespace", &s->ns));
+  PSTAR_RETURN_IF_ERROR(meta.String("uid", &s->uid));
+  PSTAR_ASSIGN_OR_RETURN(std::optional<int64_t> generation,
+                         meta.Int("generation", 0, std::numeric_limits<int64_t>::max()));
+  s->generation = generation.value_or(0);
+  if (s->name.empty()) return Status::InvalidArgument("metadata.name is required");
+  if (s->ns.empty()) s->ns = "default";
+  return Status::Ok();
+}
+
+// The world's shape, and a name that leaves room for the pods' names.
+Status ParseShape(Fields& spec, JobSpec* s) {
+  PSTAR_RETURN_IF_ERROR(spec.Int32("numNodes", 1, kMaxWorldSize, &s->num_nodes));
+  PSTAR_RETURN_IF_ERROR(spec.Int32("nprocPerNode", 1, kMaxWorldSize, &s->nproc_per_node));
+  if (int64_t(s->num_nodes) * s->nproc_per_node > kMaxWorldSize) {
+    return Status::InvalidArgument("spec.numNodes x spec.nprocPerNode = " +
+                                   std::to_string(int64_t(s->num_nodes) * s->nproc_per_node) +
+                                   " ranks; the world size must be at most " + std::to_string(kMaxWorldSize));
+  }
+  if (!IsDns1035Label(s->name)) {
+    return Status::InvalidArgument("metadata.name '" + s->name +
+                                   "' must be a DNS label: lowercase letters, digits and '-', starting with a letter");
+  }
+  const int max_name = MaxJobNameLength(s->num_nodes);
+  if (int(s->name.size()) > max_name) {
+    return Status::InvalidArgument("metadata.name '" + s->name + "' is " + std::to_string(s->name.size()) +
+                                   " characters; at most " + std::to_string(max_name) +
+                                   " leave room for the pod names (<name>-node-" + std::to_string(s->num_nodes - 1) +
+                                   ") within 63");
+  }
+  return Status::Ok();
+}
+
+// The device, the image and the worker's config, which the worker's own
+// parser checks (JSON is YAML), so that a job the worker would reject fails
+// here, before any pod starts.
+Status ParseWorker(Fields& spec, JobSpec* s) {
+  std::string device = "cuda";
+  PSTAR_RETURN_IF_ERROR(spec.Enum("device", {"cuda", "cpu"}, &device));
+  s->device = device == "cpu" ? JobDevice::kCpu : JobDevice::kCuda;
+  PSTAR_RETURN_IF_ERROR(spec.String("image", &s->image));
+  PSTAR_RETURN_IF_ERROR(spec.Enum("imagePullPolicy", {"Always", "IfNotPresent", "Never"}, &s->image_pull_policy));
+  const Json* config = spec.Get("config");
+  if (config == nullptr) return Status::InvalidArgument("spec.config is required (the worker's job config)");
+  if (!config->is_object()) return Invalid("spec.config", "must be an object, got " + Describe(*config));
+  s->config = *config;
+  auto parsed = ParseConfig(config->dump(), "spec.config");
+  if (!parsed.ok()) return parsed.status();
+  // spec.device sets the worker's runtime.device; a config saying otherwise
+  // would train on the other device than the pods were sized and given GPUs for.
+  const Json* runtime = ConfigRuntime(*s);
+  if (runtime != nullptr && runtime->contains("device") && parsed->runtime.device != device) {
+    return Invalid("spec.config.runtime.device",
+                   "is \"" + parsed->runtime.device + "\" but spec.device is \"" + device +
+                       "\"; spec.device sets it: remove it from the config");
+  }
+  return Status::Ok();
+}
+
+// The rendezvous port and the ranks' metrics ports, apart.
+Status ParsePorts(Fields& spec, JobSpec* s) {
+  PSTAR_RETURN_IF_ERROR(spec.Int32("masterPort", 1, 65535, &s->master_port));
+  PSTAR_RETURN_IF_ERROR(spec.Int32("metricsPort", 0, 65535, &s->metrics_port));
+  if (s->metrics_port == 0) return Status::Ok();
+  const int64_t last = int64_t(s->metrics_port) + s->nproc_per_node - 1;
+  if (last > 65535) {
+    return Invalid("spec.metricsPort", std::to_string(s->metrics_port) + " leaves no room for " +
+                                           std::to_string(s->nproc_per_node) + " ranks' ports (up to " +
+                                           std::to_string(last) + ")");
+  }
+  if (s->master_port >= s->metrics_port && s->master_port <= last) {
+    return Invalid("spec.masterPort", std::to_string(s->master_port) + " clashes with the metrics ports " +
+                                          std::to_string(s->metrics_port) + "-" + std::to_string(last));
+  }
+  return Status::Ok();
+}
+
+// What is set in two places must agree: the disk tier's keys, the gang's
+// minimum, the priority class, the memory, a cuda job's GPUs.
+Status CheckAgreement(JobSpec* s) {
+  const Json* runtime = ConfigRuntime(*s);
+  if (s->disk_tier.enabled() && runtime != nullptr) {
+    for (const char* key : {"nvme_path", "nvme_memory", "nvme_spill"}) {
+      if (runtime->contains(key)) {
+        return Invalid(std::string("spec.config.runtime.") + key,
+                       "is set but spec.diskTier sets it for the pods: remove it from the config");
       }
     }
   }
+  if (s->run_policy.min_available > s->num_nodes) {
+    return Status::InvalidArgument("spec.runPolicy.schedulingPolicy.minAvailable must be at most numNodes (" +
+                                   std::to_string(s->num_nodes) + "), got " +
+                                   std::to_string(s->run_policy.min_available));
+  }
+  // One priority class, from either place.
+  PodOverrides& o = s->overrides;
+  const std::string& policy_class = s->run_policy.priority_class;
+  if (!policy_class.empty() && !o.priority_class_name.empty() && policy_class != o.priority_class_name) {
+    return Status::InvalidArgument("spec.template.spec.priorityClassName '" + o.priority_class_name +
+                                   "' conflicts with spec.runPolicy.schedulingPolicy.priorityClass '" + policy_class + "'");
+  }
+  if (o.priority_class_name.empty()) o.priority_class_name = policy_class;
+  PSTAR_RETURN_IF_ERROR(CheckMemoryAgrees(*s));
+  return CheckGpuResources(*s);
+}
+
+}  // namespace
+
+Result<JobSpec> ParseJob(const Json& job) {
+  if (!job.is_object()) return Status::InvalidArgument("the job must be an object, got " + Describe(job));
+  JobSpec s;
+  PSTAR_RETURN_IF_ERROR(ParseMetadata(job, &s));
+  auto spec_it = job.find("spec");
+  if (spec_it == job.end() || spec_it->is_null()) return Status::InvalidArgument("spec is required");
+  if (!spec_it->is_object()) return Invalid("spec", "must be an object, got " + Describe(*spec_it));
+  PSTAR_RETURN_IF_ERROR(CheckAllKnownKeys(*spec_it));
+  Fields spec(&*spec_it, "spec");
+  PSTAR_RETURN_IF_ERROR(ParseShape(spec, &s));
+  PSTAR_RETURN_IF_ERROR(ParseWorker(spec, &s));
+  PSTAR_RETURN_IF_ERROR(ParsePorts(spec, &s));
+  std::set<std::string> env_names;
+  PSTAR_RETURN_IF_ERROR(ParseNccl(spec, &s.nccl, &env_names));
+  PSTAR_RETURN_IF_ERROR(ParseHostMemory(spec, &s.host_memory));
+  PSTAR_RETURN_IF_ERROR(ParseDiskTier(spec, &s.disk_tier));
+  PSTAR_RETURN_IF_ERROR(ParseRunPolicy(spec, &s.run_policy));
+  PSTAR_RETURN_IF_ERROR(spec.ObjectArray("env", &s.env));
+  if (s.env.is_null()) s.env = Json::array();
+  PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
+  PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
+  PSTAR_RETURN_IF_ERROR(CheckDiskTierVolume(&s.disk_tier, s.overrides));
+  PSTAR_RETURN_IF_ERROR(CheckAgreement(&s));
   return s;
 }
 

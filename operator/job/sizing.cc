@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "operator/job/worker_overrides.h"
 #include "operator/kube/quantity.h"
 #include "worker/config/config.h"
 #include "worker/plan/memory_plan.h"
@@ -201,17 +202,8 @@ std::string HumanBytes(int64_t bytes) {
 }
 
 Result<PodSizing> SizePods(const JobSpec& spec) {
-  // runtime.device as the pods' args set it, so that what follows from it
-  // (the precision, the kernels' scratch) is planned as the worker will.
-  const std::string device = spec.device == JobDevice::kCuda ? "cuda" : "cpu";
-  std::vector<std::string> sets = {"runtime.device=" + device};
-  // With a disk tier the plan homes every moment (and 16-bit master) there
-  // that updates on the host: the pods' memory drops by them.
-  if (spec.disk_tier.enabled()) {
-    sets.push_back("runtime.nvme_path=" + spec.disk_tier.mount_path);
-    sets.push_back("runtime.nvme_spill=all");
-  }
-  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", sets));
+  // What the pods set beyond spec.config, as they set it.
+  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", PlannedOverrides(spec)));
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
   const MemoryPlan& plan = *planned;

@@ -6,6 +6,7 @@
 
 #include "operator/job/job_spec.h"
 #include "operator/job/sizing.h"
+#include "operator/reconciler/gang_pods.h"
 
 namespace pstar::op {
 
@@ -23,28 +24,9 @@ constexpr milliseconds kNodeFitRetry{30000};
 constexpr const char* kConditionOrder[] = {"Created", "Schedulable", "Running", "Restarting", "Suspended",
                                            "Succeeded", "Failed"};
 
-const Json& At(const Json& j, const char* pointer) {
-  static const Json kNull;
-  const Json::json_pointer p(pointer);
-  return j.is_object() && j.contains(p) ? j.at(p) : kNull;
-}
-
-std::string Str(const Json& j, const char* pointer) {
-  const Json& v = At(j, pointer);
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
-
 int64_t Int(const Json& j, const char* pointer, int64_t fallback) {
-  const Json& v = At(j, pointer);
+  const Json& v = JsonAt(j, pointer);
   return v.is_number_integer() ? v.get<int64_t>() : fallback;
-}
-
-int LabelInt(const Json& pod, const std::string& key) {
-  const Json& labels = At(pod, "/metadata/labels");
-  if (!labels.is_object() || !labels.contains(key) || !labels[key].is_string()) return -1;
-  const std::string& text = labels[key].get_ref<const std::string&>();
-  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), ::isdigit)) return -1;
-  return std::stoi(text);
 }
 
 uint64_t Fnv1a(const std::string& text) {
@@ -53,65 +35,11 @@ uint64_t Fnv1a(const std::string& text) {
   return h;
 }
 
-bool Terminating(const Json& object) { return At(object, "/metadata/deletionTimestamp").is_string(); }
-std::string NameOf(const Json& pod) { return Str(pod, "/metadata/name"); }
-std::string PodPhase(const Json& pod) { return Str(pod, "/status/phase"); }
-
-// When a terminated pod's worker container finished (RFC 3339), or "" when unknown.
-std::string FinishedAt(const Json& pod) {
-  const Json& statuses = At(pod, "/status/containerStatuses");
-  if (!statuses.is_array()) return "";
-  for (const Json& c : statuses) {
-    const Json& at = At(c, "/state/terminated/finishedAt");
-    if (at.is_string()) return at.get<std::string>();
-  }
-  return "";
-}
-
-// Whether pod `a` finished strictly before pod `b` (unknown times never do).
-bool FinishedBefore(const Json& a, const Json& b) {
-  auto ta = ParseTime(FinishedAt(a)), tb = ParseTime(FinishedAt(b));
-  return ta.ok() && (!tb.ok() || *ta < *tb);
-}
-
-bool PodReady(const Json& pod) {
-  for (const Json& c : At(pod, "/status/conditions").is_array() ? At(pod, "/status/conditions") : Json::array()) {
-    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
-  }
-  return PodPhase(pod) == "Running";
-}
-
-// Why a failed pod failed, for messages: its exit code, or the pod's reason.
-std::string FailureText(const Json& pod) {
-  const int code = PodExitCode(pod);
-  if (code >= 0) {
-    std::string text = "pod " + NameOf(pod) + " exited with code " + std::to_string(code);
-    if (code > 128 && code < 160) text += " (signal " + std::to_string(code - 128) + ")";
-    return text;
-  }
-  std::string why = Str(pod, "/status/reason");
-  std::string message = Str(pod, "/status/message");
-  std::replace(message.begin(), message.end(), '\n', ' ');
-  if (!message.empty()) why += (why.empty() ? "" : ": ") + message;
-  return "pod " + NameOf(pod) + " failed" + (why.empty() ? "" : " (" + why + ")");
-}
-
-// Whether the kernel killed the pod's worker container at its memory limit
-// (the kubelet's terminated reason OOMKilled).
-bool OomKilled(const Json& pod) {
-  const Json& statuses = At(pod, "/status/containerStatuses");
-  if (!statuses.is_array()) return false;
-  for (const Json& c : statuses) {
-    if (Str(c, "/name") == kContainerName && Str(c, "/state/terminated/reason") == "OOMKilled") return true;
-  }
-  return false;
-}
-
 // One line for an OOM-killed rank: which ranks, the limit they had, what the
 // plan needed, and what to change. The same limit fails the same way, so the
 // job is not restarted.
 std::string OutOfMemoryText(const Json& pod, const JobSpec& spec, const PodSizing& sizing) {
-  const int index = LabelInt(pod, kNodeIndexLabel);
+  const int index = PodLabelInt(pod, kNodeIndexLabel);
   std::string ranks;
   if (index >= 0) {
     const int first = index * spec.nproc_per_node;
@@ -210,7 +138,7 @@ class StatusBuilder {
 // One event per condition that became true, with the condition's reason.
 void AddTransitionEvents(const Json& before, const Json& after, std::vector<JobEvent>* events) {
   auto was_true = [&](const std::string& type) {
-    const Json& conds = At(before, "/conditions");
+    const Json& conds = JsonAt(before, "/conditions");
     if (!conds.is_array()) return false;
     for (const Json& c : conds) {
       if (c.value("type", "") == type) return c.value("status", "") == "True";
@@ -293,6 +221,25 @@ class Decider {
 
   JobActions Finished();
 
+  // Run's phases, in order.
+  void LookAgainAtARejectedSpec();
+  JobActions AwaitPlan();
+  void RecordPlan();  // sizing, world size and restarts into the status
+  JobActions Suspend();
+  void Resume();
+  // What ends this attempt ("" when nothing does): a failed rank, a spec
+  // changed under a live pod, a pod deleted from outside, a vanished pod.
+  std::string AttemptEndingEvent(const GangFailure& failure, bool* spec_changed) const;
+  std::optional<JobActions> EndAttemptOnFailure();  // the job fails, or the gang restarts
+  JobActions Succeed();
+  std::optional<JobActions> FailPastDeadline();
+  bool AddChildren();  // false: nothing more to do this time
+  void CheckNodeFitOfTheGang();
+  int AddMissingPods();  // the PodGroup and the pods the gang lacks; how many
+  void SetCreated(int missing);
+  void SetRunning(const GangCounts& counts);
+  void SetNoRankReady();
+
   // The pod of node `index` as created, with the hash of what it is made of.
   Json PodWithHash(const JobSpec& spec, const PodSizing& sizing, int index, int attempt) const {
     Json pod = DesiredPod(spec, sizing, index, attempt, defaults_);
@@ -327,7 +274,7 @@ class Decider {
     for (const auto& [index, pod] : gang) {
       const std::string phase = PodPhase(*pod);
       if (phase == "Succeeded" || phase == "Failed" || Terminating(*pod)) continue;
-      const Json& had = At(*pod, "/metadata/annotations");
+      const Json& had = JsonAt(*pod, "/metadata/annotations");
       if (!had.is_object() || !had.contains(kSpecHashAnnotation)) continue;  // made before hashes
       const Json want = PodWithHash(spec, sizing, index, attempt);
       if (had[kSpecHashAnnotation] != want["metadata"]["annotations"][kSpecHashAnnotation]) return pod;
@@ -342,6 +289,11 @@ class Decider {
   StatusBuilder st_;
   const std::shared_ptr<const JobPlan> plan_;
   JobActions a_;
+  // Set by Run once the plan is valid.
+  const JobSpec* spec_ = nullptr;
+  const PodSizing* sizing_ = nullptr;
+  int64_t restarts_ = 0, failed_restarts_ = 0;
+  GangPods pods_;
 };
 
 JobActions Decider::Finished() {
@@ -351,7 +303,7 @@ JobActions Decider::Finished() {
   const RunPolicy policy = spec.ok() ? spec->run_policy : RunPolicy{};
   CleanUp(policy.clean_pod_policy);
   if (policy.ttl_seconds_after_finished) {
-    auto done = ParseTime(Str(o_.job, "/status/completionTime"));
+    auto done = ParseTime(JsonString(o_.job, "/status/completionTime"));
     if (!done.ok()) {
       st_.status()["completionTime"] = st_.now();  // the TTL counts from now
       RequeueWithin(seconds(*policy.ttl_seconds_after_finished));
@@ -369,275 +321,263 @@ JobActions Decider::Finished() {
 
 JobActions Decider::Run() {
   if (Terminating(o_.job)) return {};  // the garbage collector removes the children
+  LookAgainAtARejectedSpec();
+  if (plan_ == nullptr) return AwaitPlan();
+  if (st_.IsTrue("Succeeded") || st_.IsTrue("Failed")) return Finished();
+  const auto& spec = plan_->spec;
+  if (!spec.ok()) return Fail("InvalidSpec", spec.status().message(), CleanPodPolicy::kAll);
+  const auto& sizing = plan_->sizing;
+  if (!sizing.ok()) return Fail("InvalidSpec", sizing.status().message(), CleanPodPolicy::kAll);
+  spec_ = &*spec;
+  sizing_ = &*sizing;
+  RecordPlan();
+  if (spec_->run_policy.suspend) return Suspend();
+  if (st_.IsTrue("Suspended")) Resume();
+  pods_ = ClassifyPods(o_.pods, restarts_, spec_->num_nodes);
+  a_.delete_pods = pods_.stale_to_delete;
+  if (pods_.ahead) {
+    RequeueWithin(milliseconds(200));  // the cached job is behind its own pods
+    return Finish();
+  }
+  if (std::optional<JobActions> ended = EndAttemptOnFailure()) return std::move(*ended);
+  const GangCounts counts = CountGang(pods_.gang);
+  if (counts.succeeded == spec_->num_nodes) return Succeed();
+  if (std::optional<JobActions> late = FailPastDeadline()) return std::move(*late);
+  if (!AddChildren()) return Finish();
+  if (pods_.stale) {
+    // Not while pods of an older attempt are still going away.
+    SetPhase(restarts_ > 0 ? kPhaseRestarting : kPhasePending);
+    SetNoRankReady();
+    return Finish();
+  }
+  if (!st_.IsTrue("Running")) CheckNodeFitOfTheGang();
+  const int missing = AddMissingPods();
+  SetCreated(missing);
+  SetRunning(counts);
+  return Finish();
+}
 
+void Decider::LookAgainAtARejectedSpec() {
   // A spec rejected at an older generation is looked at afresh once edited.
-  if (const Json* failed = st_.Find("Failed");
-      failed != nullptr && failed->value("status", "") == "True" && failed->value("reason", "") == "InvalidSpec" &&
+  const Json* failed = st_.Find("Failed");
+  if (failed != nullptr && failed->value("status", "") == "True" && failed->value("reason", "") == "InvalidSpec" &&
       failed->value("observedGeneration", int64_t(0)) < generation_) {
     st_.Remove("Failed");
     st_.status().erase("completionTime");
     SetPhase(kPhasePending);
   }
-  if (plan_ == nullptr) {
-    // Being sized (JobPlanner): a new job shows Pending meanwhile; a known
-    // one keeps its status until the new generation's plan is made.
-    // (Not observedGeneration: nothing of the spec was acted on.)
-    if (st_.status().contains("phase")) return {};
-    SetPhase(kPhasePending);
-    a_.status = st_.status();
-    return std::move(a_);
-  }
-  if (st_.IsTrue("Succeeded") || st_.IsTrue("Failed")) return Finished();
+}
 
-  const auto& spec = plan_->spec;
-  if (!spec.ok()) return Fail("InvalidSpec", spec.status().message(), CleanPodPolicy::kAll);
-  const auto& sizing = plan_->sizing;
-  if (!sizing.ok()) return Fail("InvalidSpec", sizing.status().message(), CleanPodPolicy::kAll);
+JobActions Decider::AwaitPlan() {
+  // Being sized (JobPlanner): a new job shows Pending meanwhile; a known one
+  // keeps its status until the new generation's plan is made. (Not
+  // observedGeneration: nothing of the spec was acted on.)
+  if (st_.status().contains("phase")) return {};
+  SetPhase(kPhasePending);
+  a_.status = st_.status();
+  return std::move(a_);
+}
+
+void Decider::RecordPlan() {
   Json& s = st_.status();
   if (!o_.progress.is_null()) s["progress"] = o_.progress;
-  s["worldSize"] = spec->world_size();
-  s["memory"] = SizingStatus(*sizing);
+  s["worldSize"] = spec_->world_size();
+  s["memory"] = SizingStatus(*sizing_);
   if (!s.contains("restarts")) s["restarts"] = 0;
-  const int64_t restarts = Int(s, "/restarts", 0);  // gang attempts so far: the pods' attempt label
+  restarts_ = Int(s, "/restarts", 0);  // gang attempts so far: the pods' attempt label
   // Restarts that count against backoffLimit: those after a rank failed, not
   // those after a spec edit or a pod deleted from outside (a drain, an
   // eviction). A status written before this field existed counts them all.
-  const int64_t failed_restarts = s.contains("failedRestarts") ? Int(s, "/failedRestarts", 0) : restarts;
-  const RunPolicy& policy = spec->run_policy;
-  const int world = spec->world_size();
+  failed_restarts_ = s.contains("failedRestarts") ? Int(s, "/failedRestarts", 0) : restarts_;
+}
 
-  if (policy.suspend) {
-    DeleteAllPods();
-    st_.Set("Suspended", true, "JobSuspended", "the job is suspended; its pods are deleted");
-    st_.Set("Running", false, "JobSuspended", "the job is suspended");
-    st_.Set("Restarting", false, "JobSuspended", "the job is suspended");
-    SetPhase(kPhaseSuspended);
-    s["readyRanks"] = 0;
-    s["ready"] = "0/" + std::to_string(world);
-    return Finish();
-  }
-  if (st_.IsTrue("Suspended")) {
-    st_.Set("Suspended", false, "JobResumed", "the job is resumed");
-    s.erase("startTime");  // the active deadline counts from the resume
-  }
+void Decider::SetNoRankReady() {
+  Json& s = st_.status();
+  s["readyRanks"] = 0;
+  s["ready"] = "0/" + std::to_string(spec_->world_size());
+}
 
-  // Sort the pods into this attempt's gang, older attempts, and pods the
-  // cache shows from an attempt the cached job has not reached yet.
-  std::map<int, const Json*> gang;
-  bool stale_pods = false;
-  const Json* deleted = nullptr;
-  for (const Json& pod : o_.pods) {
-    const int attempt = LabelInt(pod, kAttemptLabel);
-    const int index = LabelInt(pod, kNodeIndexLabel);
-    if (attempt > restarts) {
-      RequeueWithin(milliseconds(200));  // the cached job is behind its own pods
-      return Finish();
-    }
-    if (attempt < restarts || index < 0 || index >= spec->num_nodes) {
-      stale_pods = true;
-      if (!Terminating(pod)) a_.delete_pods.push_back(NameOf(pod));
-      continue;
-    }
-    if (Terminating(pod) && PodPhase(pod) != "Succeeded") {
-      // Only the operator deletes a live gang's pods, and only after it has
-      // moved to the next attempt: someone else (a drain, an eviction,
-      // kubectl delete) is taking this rank away.
-      deleted = &pod;
-    }
-    gang[index] = &pod;
-  }
+JobActions Decider::Suspend() {
+  DeleteAllPods();
+  st_.Set("Suspended", true, "JobSuspended", "the job is suspended; its pods are deleted");
+  st_.Set("Running", false, "JobSuspended", "the job is suspended");
+  st_.Set("Restarting", false, "JobSuspended", "the job is suspended");
+  SetPhase(kPhaseSuspended);
+  SetNoRankReady();
+  return Finish();
+}
 
-  // A failed rank ends the attempt: the whole gang restarts or the job fails.
-  // The failure is the first pod to fail (its peers' exits usually follow
-  // from it), unless a pod exited with a permanent code: that decides, and
-  // is named, whichever order the exits came in.
-  auto is_permanent = [&](const Json& pod) {
-    const int code = PodExitCode(pod);
-    return policy.restart_policy == RestartPolicy::kNever ||
-           (policy.restart_policy == RestartPolicy::kExitCode &&
-            std::find(policy.permanent_exit_codes.begin(), policy.permanent_exit_codes.end(), code) !=
-                policy.permanent_exit_codes.end());
-  };
-  const Json* failed = nullptr;
-  bool permanent = false;
-  for (const auto& [index, pod] : gang) {
-    if (PodPhase(*pod) != "Failed") continue;
-    const bool pod_permanent = is_permanent(*pod);
-    if (failed == nullptr || (pod_permanent && !permanent) ||
-        (pod_permanent == permanent && FinishedBefore(*pod, *failed))) {
-      failed = pod;
-      permanent = pod_permanent;
-    }
+void Decider::Resume() {
+  st_.Set("Suspended", false, "JobResumed", "the job is resumed");
+  st_.status().erase("startTime");  // the active deadline counts from the resume
+}
+
+std::string Decider::AttemptEndingEvent(const GangFailure& failure, bool* spec_changed) const {
+  if (failure.pod != nullptr) return FailureText(*failure.pod);
+  if (const Json* changed = ChangedPod(pods_.gang, *spec_, *sizing_, int(restarts_)); changed != nullptr) {
+    *spec_changed = true;
+    return "the spec changed since pod " + NameOf(*changed) + " was created";
   }
-  // An OOM kill decides before any other failure: restarting with the same
-  // limit would end the same way.
-  for (const auto& [index, pod] : gang) {
-    if (PodPhase(*pod) == "Failed" && OomKilled(*pod)) {
-      return Fail("OutOfMemory", OutOfMemoryText(*pod, *spec, *sizing), policy.clean_pod_policy);
-    }
-  }
-  std::string failure;
-  bool spec_changed = false;  // restarts the gang whatever the backoff limit
-  bool rank_failed = false;   // counts against the backoff limit
-  if (failed != nullptr) {
-    failure = FailureText(*failed);
-    rank_failed = true;
-  } else if (const Json* changed = ChangedPod(gang, *spec, *sizing, int(restarts)); changed != nullptr) {
-    failure = "the spec changed since pod " + NameOf(*changed) + " was created";
-    spec_changed = true;
-  } else if (deleted != nullptr) {
-    failure = "pod " + NameOf(*deleted) + " is being deleted";
-  } else if (st_.IsTrue("Running") && !stale_pods && int(gang.size()) < spec->num_nodes) {
+  if (pods_.deleted != nullptr) return "pod " + NameOf(*pods_.deleted) + " is being deleted";
+  if (st_.IsTrue("Running") && !pods_.stale && int(pods_.gang.size()) < spec_->num_nodes) {
     // A pod of a running gang vanished (deleted, or its node was lost): the
     // others cannot go on without its ranks.
-    for (int i = 0; i < spec->num_nodes; ++i) {
-      if (!gang.count(i)) {
-        failure = "pod " + PodName(*spec, i) + " disappeared";
-        break;
-      }
+    for (int i = 0; i < spec_->num_nodes; ++i) {
+      if (!pods_.gang.count(i)) return "pod " + PodName(*spec_, i) + " disappeared";
     }
   }
-  if (!failure.empty()) {
-    if (permanent) {
-      return Fail("PermanentFailure", failure + ", a permanent exit code; the job is not restarted",
-                  policy.clean_pod_policy);
-    }
-    if (rank_failed && failed_restarts >= policy.backoff_limit) {
-      return Fail("BackoffLimitExceeded",
-                  failure + "; the gang was already restarted " + std::to_string(failed_restarts) +
-                      " times after a failure (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
-                  policy.clean_pod_policy);
-    }
-    s["restarts"] = restarts + 1;
-    s["failedRestarts"] = failed_restarts + (rank_failed ? 1 : 0);
-    s["lastRestartTime"] = st_.now();
-    const std::string message =
-        failure + "; restarting all " + std::to_string(spec->num_nodes) + " pods" +
-        (rank_failed ? " (restart " + std::to_string(failed_restarts + 1) + " of " +
-                           std::to_string(policy.backoff_limit) + " after failures)"
-                     : " (not counted against backoffLimit)");
-    const char* reason = spec_changed ? "SpecChanged" : rank_failed ? "RankFailed" : "PodDeleted";
-    st_.Set("Restarting", true, reason, message);
-    st_.Set("Running", false, reason, failure);
-    SetPhase(kPhaseRestarting);
-    s["readyRanks"] = 0;
-    s["ready"] = "0/" + std::to_string(world);
-    DeleteAllPods();
-    return Finish();
-  }
+  return "";
+}
 
-  // Success: every rank of the gang finished.
-  int succeeded = 0, running = 0, ready = 0;
-  for (const auto& [index, pod] : gang) {
-    const std::string phase = PodPhase(*pod);
-    if (phase == "Succeeded") ++succeeded;
-    if (phase == "Running") {
-      ++running;
-      if (PodReady(*pod)) ++ready;
-    }
+std::optional<JobActions> Decider::EndAttemptOnFailure() {
+  // A failed rank ends the attempt: the whole gang restarts or the job fails.
+  const RunPolicy& policy = spec_->run_policy;
+  const GangFailure failed = FirstFailure(pods_.gang, policy);
+  // An OOM kill decides before any other failure: restarting with the same
+  // limit would end the same way.
+  if (const Json* oom = OomKilledPod(pods_.gang); oom != nullptr) {
+    return Fail("OutOfMemory", OutOfMemoryText(*oom, *spec_, *sizing_), policy.clean_pod_policy);
   }
-  if (succeeded == spec->num_nodes) {
-    const std::string message = "all " + std::to_string(world) + " ranks finished";
-    st_.Set("Succeeded", true, "JobSucceeded", message);
-    st_.Set("Running", false, "JobSucceeded", message);
-    st_.Set("Restarting", false, "JobSucceeded", message);
-    SetPhase(kPhaseSucceeded);
-    if (!s.contains("completionTime")) s["completionTime"] = st_.now();
-    s["readyRanks"] = 0;
-    s["ready"] = "0/" + std::to_string(world);
-    CleanUp(policy.clean_pod_policy);
-    if (policy.ttl_seconds_after_finished) RequeueWithin(seconds(*policy.ttl_seconds_after_finished));
-    return Finish();
+  bool spec_changed = false;  // restarts the gang whatever the backoff limit
+  const std::string failure = AttemptEndingEvent(failed, &spec_changed);
+  if (failure.empty()) return std::nullopt;
+  const bool rank_failed = failed.pod != nullptr;  // counts against the backoff limit
+  if (failed.permanent) {
+    return Fail("PermanentFailure", failure + ", a permanent exit code; the job is not restarted",
+                policy.clean_pod_policy);
   }
+  if (rank_failed && failed_restarts_ >= policy.backoff_limit) {
+    return Fail("BackoffLimitExceeded",
+                failure + "; the gang was already restarted " + std::to_string(failed_restarts_) +
+                    " times after a failure (backoffLimit " + std::to_string(policy.backoff_limit) + ")",
+                policy.clean_pod_policy);
+  }
+  Json& s = st_.status();
+  s["restarts"] = restarts_ + 1;
+  s["failedRestarts"] = failed_restarts_ + (rank_failed ? 1 : 0);
+  s["lastRestartTime"] = st_.now();
+  const std::string message =
+      failure + "; restarting all " + std::to_string(spec_->num_nodes) + " pods" +
+      (rank_failed ? " (restart " + std::to_string(failed_restarts_ + 1) + " of " +
+                         std::to_string(policy.backoff_limit) + " after failures)"
+                   : " (not counted against backoffLimit)");
+  const char* reason = spec_changed ? "SpecChanged" : rank_failed ? "RankFailed" : "PodDeleted";
+  st_.Set("Restarting", true, reason, message);
+  st_.Set("Running", false, reason, failure);
+  SetPhase(kPhaseRestarting);
+  SetNoRankReady();
+  DeleteAllPods();
+  return Finish();
+}
 
-  if (policy.active_deadline_seconds) {
-    if (auto start = ParseTime(Str(s, "/startTime")); start.ok()) {
-      const WallTime due = *start + seconds(*policy.active_deadline_seconds);
-      if (o_.now >= due) {
-        return Fail("DeadlineExceeded",
-                    "the job ran longer than activeDeadlineSeconds (" +
-                        std::to_string(*policy.active_deadline_seconds) + " s)",
-                    CleanPodPolicy::kRunning);
-      }
-      RequeueWithin(duration_cast<milliseconds>(due - o_.now));
-    }
-  }
+JobActions Decider::Succeed() {
+  const RunPolicy& policy = spec_->run_policy;
+  const std::string message = "all " + std::to_string(spec_->world_size()) + " ranks finished";
+  st_.Set("Succeeded", true, "JobSucceeded", message);
+  st_.Set("Running", false, "JobSucceeded", message);
+  st_.Set("Restarting", false, "JobSucceeded", message);
+  SetPhase(kPhaseSucceeded);
+  Json& s = st_.status();
+  if (!s.contains("completionTime")) s["completionTime"] = st_.now();
+  SetNoRankReady();
+  CleanUp(policy.clean_pod_policy);
+  if (policy.ttl_seconds_after_finished) RequeueWithin(seconds(*policy.ttl_seconds_after_finished));
+  return Finish();
+}
 
-  // The children: Service and ConfigMap, then one pod per node slot, but not
-  // while pods of an older attempt are still going away.
-  if (!o_.service_exists) a_.create.push_back(DesiredService(*spec));
-  const Json config_map = DesiredConfigMap(*spec);
+std::optional<JobActions> Decider::FailPastDeadline() {
+  const std::optional<int64_t>& deadline = spec_->run_policy.active_deadline_seconds;
+  if (!deadline) return std::nullopt;
+  auto start = ParseTime(JsonString(st_.status(), "/startTime"));
+  if (!start.ok()) return std::nullopt;
+  const WallTime due = *start + seconds(*deadline);
+  if (o_.now >= due) {
+    return Fail("DeadlineExceeded",
+                "the job ran longer than activeDeadlineSeconds (" + std::to_string(*deadline) + " s)",
+                CleanPodPolicy::kRunning);
+  }
+  RequeueWithin(duration_cast<milliseconds>(due - o_.now));
+  return std::nullopt;
+}
+
+bool Decider::AddChildren() {
+  // Service and ConfigMap, the store token's Secret, the NetworkPolicy.
+  if (!o_.service_exists) a_.create.push_back(DesiredService(*spec_));
+  const Json config_map = DesiredConfigMap(*spec_);
   if (o_.config_map.is_null()) {
     a_.create.push_back(config_map);
-  } else if (o_.config_map.value("data", Json::object()) != config_map["data"] && gang.empty()) {
+  } else if (o_.config_map.value("data", Json::object()) != config_map["data"] && pods_.gang.empty()) {
     // The config changed: the next gang must read the new one.
     Json updated = o_.config_map;
     updated["data"] = config_map["data"];
     a_.replace.push_back(std::move(updated));
   }
   if (!o_.store_token_exists) {
-    if (o_.fresh_store_token.empty()) return Finish();  // the shell always gives one; a unit test may not
-    a_.create.push_back(DesiredStoreTokenSecret(*spec, o_.fresh_store_token));
+    if (o_.fresh_store_token.empty()) return false;  // the shell always gives one; a unit test may not
+    a_.create.push_back(DesiredStoreTokenSecret(*spec_, o_.fresh_store_token));
   }
   if (defaults_.network_policy.enabled && !o_.network_policy_exists) {
-    a_.create.push_back(DesiredNetworkPolicy(*spec, defaults_.network_policy));
+    a_.create.push_back(DesiredNetworkPolicy(*spec_, defaults_.network_policy));
   }
-  if (stale_pods) {
-    SetPhase(restarts > 0 ? kPhaseRestarting : kPhasePending);
-    s["readyRanks"] = 0;
-    s["ready"] = "0/" + std::to_string(world);
-    return Finish();
-  }
-  if (!st_.IsTrue("Running")) {
-    // Until the gang runs: can today's nodes hold it? Advisory only: the
-    // pods are created either way, since a cluster autoscaler (or Karpenter)
-    // adds nodes only for pods that wait. Nodes changing enqueue no job, so
-    // a gang that does not fit is looked at again.
-    const NodeFit fit = CheckNodeFit(*spec, *sizing, o_.nodes);
-    s["nodeFit"] = fit.message;
-    if (!fit.fits) {
-      const std::string message = fit.message + "; the pods are created and wait for a node";
-      const Json* before = st_.Find("Schedulable");
-      if (before == nullptr || before->value("message", "") != message) {
-        a_.events.push_back({"Warning", fit.reason, message});
-      }
-      st_.Set("Schedulable", false, fit.reason, message, /*list=*/true);
-      RequeueWithin(kNodeFitRetry);
-    } else if (st_.Find("Schedulable") != nullptr) {
-      st_.Set("Schedulable", true, fit.reason, fit.message);
+  return true;
+}
+
+void Decider::CheckNodeFitOfTheGang() {
+  // Until the gang runs: can today's nodes hold it? Advisory only: the pods
+  // are created either way, since a cluster autoscaler (or Karpenter) adds
+  // nodes only for pods that wait. Nodes changing enqueue no job, so a gang
+  // that does not fit is looked at again.
+  const NodeFit fit = CheckNodeFit(*spec_, *sizing_, o_.nodes);
+  st_.status()["nodeFit"] = fit.message;
+  if (!fit.fits) {
+    const std::string message = fit.message + "; the pods are created and wait for a node";
+    const Json* before = st_.Find("Schedulable");
+    if (before == nullptr || before->value("message", "") != message) {
+      a_.events.push_back({"Warning", fit.reason, message});
     }
+    st_.Set("Schedulable", false, fit.reason, message, /*list=*/true);
+    RequeueWithin(kNodeFitRetry);
+  } else if (st_.Find("Schedulable") != nullptr) {
+    st_.Set("Schedulable", true, fit.reason, fit.message);
   }
-  // Gang scheduling: the PodGroup goes before a new gang's pods (it is
-  // made once per job and kept across attempts: 409 on a later gang).
+}
+
+int Decider::AddMissingPods() {
+  // Gang scheduling: the PodGroup goes before a new gang's pods (it is made
+  // once per job and kept across attempts: 409 on a later gang).
   const GangSchedulingOptions& gang_options = defaults_.gang;
   const bool gang_scheduled = gang_options.scheduler != GangScheduler::kNone && o_.gang_api_served;
-  if (gang.empty() && gang_options.scheduler != GangScheduler::kNone) {
+  if (pods_.gang.empty() && gang_options.scheduler != GangScheduler::kNone) {
     if (!gang_scheduled) {
       a_.events.push_back({"Warning", "GangSchedulingUnavailable",
                            std::string("the cluster does not serve ") + GangApiGroupVersion(gang_options.scheduler) +
                                " (" + GangSchedulerName(gang_options.scheduler) +
                                "): the pods are scheduled one by one"});
     } else if (gang_options.scheduler != GangScheduler::kKueue) {
-      a_.create.push_back(DesiredPodGroup(*spec, *sizing, gang_options));
+      a_.create.push_back(DesiredPodGroup(*spec_, *sizing_, gang_options));
     }
   }
   int missing = 0;
-  for (int i = 0; i < spec->num_nodes; ++i) {
-    if (!gang.count(i)) {
-      Json pod = PodWithHash(*spec, *sizing, i, int(restarts));
-      if (gang_scheduled) ApplyGangScheduling(*spec, gang_options, int(restarts), &pod);
-      a_.create.push_back(std::move(pod));
-      ++missing;
-    }
+  for (int i = 0; i < spec_->num_nodes; ++i) {
+    if (pods_.gang.count(i)) continue;
+    Json pod = PodWithHash(*spec_, *sizing_, i, int(restarts_));
+    if (gang_scheduled) ApplyGangScheduling(*spec_, gang_options, int(restarts_), &pod);
+    a_.create.push_back(std::move(pod));
+    ++missing;
   }
-  if (!s.contains("startTime")) s["startTime"] = st_.now();
+  if (!st_.status().contains("startTime")) st_.status()["startTime"] = st_.now();
+  return missing;
+}
+
+void Decider::SetCreated(int missing) {
   // Created says what the cluster shows: true once every pod of the gang is
   // seen, not when its creation is merely asked for. A refused create (a
   // quota, an admission webhook) stays visible here, one event per new error.
   auto pods_text = [](int n) { return std::to_string(n) + (n == 1 ? " pod" : " pods"); };
+  const int world = spec_->world_size();
   if (missing == 0) {
     st_.Set("Created", true, "PodsCreated",
-            "created " + pods_text(spec->num_nodes) + " for " + std::to_string(world) +
+            "created " + pods_text(spec_->num_nodes) + " for " + std::to_string(world) +
                 (world == 1 ? " rank" : " ranks"));
   } else if (!o_.create_failure.empty()) {
     const std::string message = "cannot create " + pods_text(missing) + ": " + o_.create_failure;
@@ -648,11 +588,16 @@ JobActions Decider::Run() {
     st_.Set("Created", false, "CreateFailed", message, /*list=*/true);
   } else if (!st_.IsTrue("Created")) {
     st_.Set("Created", false, "CreatingPods",
-            "creating " + pods_text(missing) + " of " + std::to_string(spec->num_nodes), /*list=*/true);
+            "creating " + pods_text(missing) + " of " + std::to_string(spec_->num_nodes), /*list=*/true);
   }
-  s["readyRanks"] = ready * spec->nproc_per_node;
-  s["ready"] = std::to_string(ready * spec->nproc_per_node) + "/" + std::to_string(world);
-  if (running + succeeded == spec->num_nodes && running > 0) {
+}
+
+void Decider::SetRunning(const GangCounts& counts) {
+  Json& s = st_.status();
+  const int world = spec_->world_size();
+  s["readyRanks"] = counts.ready * spec_->nproc_per_node;
+  s["ready"] = std::to_string(counts.ready * spec_->nproc_per_node) + "/" + std::to_string(world);
+  if (counts.running + counts.succeeded == spec_->num_nodes && counts.running > 0) {
     const std::string message = "all " + std::to_string(world) + " ranks are running";
     st_.Set("Running", true, "AllRanksRunning", message);
     st_.Set("Restarting", false, "AllRanksRunning", message);
@@ -660,7 +605,6 @@ JobActions Decider::Run() {
   } else if (!st_.IsTrue("Running")) {
     SetPhase(st_.IsTrue("Restarting") ? kPhaseRestarting : st_.IsTrue("Created") ? kPhaseCreated : kPhasePending);
   }
-  return Finish();
 }
 
 }  // namespace
@@ -673,16 +617,6 @@ std::shared_ptr<const JobPlan> PlanJob(const Json& job) {
 
 JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaults& defaults) {
   return Decider(observed, defaults).Run();
-}
-
-int PodExitCode(const Json& pod) {
-  const Json& statuses = At(pod, "/status/containerStatuses");
-  if (!statuses.is_array()) return -1;
-  for (const Json& c : statuses) {
-    const Json& code = At(c, "/state/terminated/exitCode");
-    if (code.is_number_integer()) return code.get<int>();
-  }
-  return -1;
 }
 
 }  // namespace pstar::op

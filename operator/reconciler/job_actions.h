@@ -17,6 +17,7 @@
 #include "operator/job/job_spec.h"
 #include "operator/job/sizing.h"
 #include "operator/kube/kube_time.h"
+#include "operator/reconciler/gang_pods.h"
 
 namespace pstar::op {
 
@@ -88,8 +89,5 @@ JobActions DecideJobActions(const JobObservation& observed, const OperatorDefaul
 // Pods carry a hash of what they were made from (the pod as desired and the
 // worker config): a gang whose hash differs from the spec's is restarted.
 inline constexpr const char* kSpecHashAnnotation = "patrickstar.io/spec-hash";
-
-// The exit code of a terminated pod's worker container (-1 when unknown).
-int PodExitCode(const Json& pod);
 
 }  // namespace pstar::op
