@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build, the tests and the benchmarks need.
+# Installs the Debian packages pstar needs:
+#   install-deps.sh run   what building and running `pstar` needs (the first command)
+#   install-deps.sh       everything: the operator, the tests, the sanitizer and
+#                         fuzz passes, the benchmarks, the images
 # Safe to run again: it does nothing when everything is already installed.
 set -euo pipefail
+level="${1:-all}"
+case "$level" in
+  run|all) ;;
+  *) echo "install-deps: expected 'run' or nothing, got '$level'" >&2; exit 2 ;;
+esac
 
+# Building and running the worker.
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
-  libyaml-cpp-dev libcpprest-dev libssl-dev prometheus-cpp-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libgloo-dev
+  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libgloo-dev
   libopenblas-dev libopenblas-openmp-dev
-  python3 python3-numpy python3-torch python3-kubernetes python3-jsonschema
-  prometheus  # promtool, which the metrics tests run
-  clang libomp-dev  # the libFuzzer targets (scripts/fuzz.sh)
-  iproute2  # ip netns and tc: ZeRO ranks over shaped links (bench/zero_netns.sh)
-  debootstrap  # the images' Debian base without a registry (scripts/lib/docker.sh)
 )
-# A Docker engine for the images and the container-mode tests: Debian's,
-# unless one (e.g. docker-ce) is installed already.
-if ! command -v dockerd >/dev/null 2>&1; then
-  PACKAGES+=(docker.io)
-fi
-# node and npm run the tokenizer's references (scripts/npm-refs.sh); a node
-# from elsewhere (e.g. NodeSource, which bundles npm) is kept.
-if ! command -v npm >/dev/null 2>&1; then
-  PACKAGES+=(nodejs npm)
+if [ "$level" = all ]; then
+  PACKAGES+=(
+    libcpprest-dev libssl-dev  # the operator's API client
+    libgtest-dev libgmock-dev
+    python3 python3-numpy python3-torch python3-kubernetes python3-jsonschema
+    prometheus  # promtool, which the metrics tests run
+    clang libomp-dev  # the sanitizer build and the libFuzzer targets (scripts/sanitize.sh, fuzz.sh)
+    iproute2  # ip netns and tc: ZeRO ranks over shaped links (bench/zero_netns.sh)
+    debootstrap  # the images' Debian base without a registry (scripts/lib/docker.sh)
+  )
+  # A Docker engine for the images and the container-mode tests: Debian's,
+  # unless one (e.g. docker-ce) is installed already.
+  if ! command -v dockerd >/dev/null 2>&1; then
+    PACKAGES+=(docker.io)
+  fi
+  # node and npm run the tokenizer's references (scripts/npm-refs.sh); a node
+  # from elsewhere (e.g. NodeSource, which bundles npm) is kept.
+  if ! command -v npm >/dev/null 2>&1; then
+    PACKAGES+=(nodejs npm)
+  fi
 fi
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds, runs the whole test suite, then the
+# Installs every dependency, builds everything, runs the whole test suite, then the
 # whole suite (but the GPU session's dry run) again under ASan, LSan and
 # UBSan (a Clang build of the CPU configuration) and the fuzz targets from
 # that build for a bounded time (scripts/sanitize.sh).
@@ -7,7 +7,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PSTAR_BUILD_DIR:-$root/build}"
 bash "$root/scripts/install-deps.sh"
-bash "$root/scripts/build.sh"
+# The tests and the operator, also where the first command built pstar alone.
+bash "$root/scripts/build.sh" -DPSTAR_BUILD_TESTS=ON -DPSTAR_BUILD_OPERATOR=ON
 cd "$build"
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
 # Everything again under the sanitizers, then the readers of untrusted input
