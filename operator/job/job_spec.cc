@@ -880,9 +880,9 @@ Status ParseWorker(Fields& spec, JobSpec* s) {
   // spec.device sets the worker's runtime.device; a config saying otherwise
   // would train on the other device than the pods were sized and given GPUs for.
   const Json* runtime = ConfigRuntime(*s);
-  if (runtime != nullptr && runtime->contains("device") && parsed->runtime.device != device) {
+  if (runtime != nullptr && runtime->contains("device") && ComputeDeviceName(parsed->runtime.device) != device) {
     return Invalid("spec.config.runtime.device",
-                   "is \"" + parsed->runtime.device + "\" but spec.device is \"" + device +
+                   "is \"" + std::string(ComputeDeviceName(parsed->runtime.device)) + "\" but spec.device is \"" + device +
                        "\"; spec.device sets it: remove it from the config");
   }
   return Status::Ok();

@@ -183,7 +183,7 @@ Result<std::unique_ptr<TrainingRank>> SetUpRank(const Config& c, const TrainFlag
     return usable.WithPrefix("runtime.device");
   }
   // GPU ranks exchange chunks in GPU memory over NCCL; CPU ranks over Gloo.
-  const Transport transport = c.runtime.device == "cuda" ? Transport::kNccl : Transport::kGloo;
+  const Transport transport = c.runtime.device == ComputeDevice::kCuda ? Transport::kNccl : Transport::kGloo;
   auto comm = ConnectCommunicator(*env, std::chrono::seconds(c.dist.timeout_seconds), transport);
   if (!comm.ok()) return comm.status();
   rank->comm = std::move(*comm);

@@ -21,11 +21,15 @@ void PrintModel(const TrainingRank& rank, const Config& c) {
               (long long)g.n_layer, (long long)g.n_head, (long long)g.n_embd, (long long)g.vocab_size,
               double(g.NumParameters()) / 1e6, layout.num_chunks(), (long long)layout.chunk_elems());
   std::printf("compute: %s | %s linear layers, fp32 accumulation and master weights%s%s\n",
-              c.runtime.device == "cuda" ? ("cuda, GPU " + std::to_string(rank.env.local_rank)).c_str() : "cpu",
-              c.train.precision.c_str(),
-              c.train.precision == "fp16" ? (c.fp16.loss_scale > 0 ? ", static loss scale" : ", dynamic loss scale")
-                                          : "",
-              c.train.grad_precision == "16bit" ? (", " + c.train.precision + " gradients").c_str() : "");
+              c.runtime.device == ComputeDevice::kCuda ? ("cuda, GPU " + std::to_string(rank.env.local_rank)).c_str()
+                                                       : "cpu",
+              PrecisionName(c.train.precision),
+              c.train.precision == Precision::kFp16
+                  ? (c.fp16.loss_scale > 0 ? ", static loss scale" : ", dynamic loss scale")
+                  : "",
+              c.train.grad_precision == "16bit"
+                  ? (", " + std::string(PrecisionName(c.train.precision)) + " gradients").c_str()
+                  : "");
 }
 
 void PrintMemory(const TrainingRank& rank, const Config& c) {
@@ -42,7 +46,7 @@ void PrintMemory(const TrainingRank& rank, const Config& c) {
                                        : "",
       FormatBytes(chunks.device_capacity_bytes()).c_str(),
       chunks.device_capacity_bytes() >= plan.all_resident_device_bytes ? "all resident" : "chunks move",
-      chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), c.runtime.eviction.c_str(),
+      chunks.device_slots(), chunks.device_adam_chunks(), chunks.num_chunks(), EvictionPolicyName(c.runtime.eviction),
       (long long)c.runtime.prefetch_depth, FormatBytes(t.host_budget().bytes).c_str(), t.host_budget().source.c_str(),
       omp_get_max_threads());
   if (const DiskTier* disk = chunks.disk(); disk != nullptr) {

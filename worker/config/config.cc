@@ -4,7 +4,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -64,22 +66,14 @@ class Section {
 
   Section Child(const std::string& k) { return Section(Get(k), Key(k)); }
 
-  template <typename T>
-  void Read(const std::string& k, T& out) {
+  // The value of key `k`, or none when it (or its whole
+  // section) is absent. `key: ~`, `key:` or `--set key=` mean a value but
+  // give none; falling back to the default would hide it.
+  std::optional<YAML::Node> Value(const std::string& k) {
     YAML::Node n = Get(k);
-    if (!n || !node_ || node_.IsNull()) return;  // absent (or its whole section is)
-    // `key: ~`, `key:` or `--set key=`: a value was meant but none given;
-    // falling back to the default would hide it.
+    if (!n || !node_ || node_.IsNull()) return std::nullopt;
     if (n.IsNull()) Fail(Key(k), "has no value; give one (\"\" for an empty string) or leave the key out");
-    if (!n.IsScalar()) Fail(Key(k), "expected a scalar, got " + Describe(n));
-    try {
-      out = n.as<T>();
-    } catch (const YAML::Exception&) {
-      Fail(Key(k), "expected " + TypeName<T>() + ", got " + Describe(n));
-    }
-    if constexpr (std::is_floating_point_v<T>) {
-      if (!std::isfinite(out)) Fail(Key(k), "must be a finite number, got " + Describe(n));
-    }
+    return n;
   }
 
   // Rejects every key that no Get() asked for.
@@ -96,18 +90,34 @@ class Section {
   }
 
  private:
-  template <typename T>
-  static std::string TypeName() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    else if constexpr (std::is_integral_v<T>) return "an integer";
-    else if constexpr (std::is_floating_point_v<T>) return "a number";
-    else return "a string";
-  }
-
   YAML::Node node_;
   std::string path_;
   std::set<std::string> known_;
 };
+
+template <typename T>
+std::string TypeName() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else return "a string";
+}
+
+// A scalar node as T, or the key is refused naming what it expected.
+template <typename T>
+T ScalarAs(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) Fail(key, "expected a scalar, got " + Describe(n));
+  T out{};
+  try {
+    out = n.as<T>();
+  } catch (const YAML::Exception&) {
+    Fail(key, "expected " + TypeName<T>() + ", got " + Describe(n));
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(out)) Fail(key, "must be a finite number, got " + Describe(n));
+  }
+  return out;
+}
 
 // The shortest text that reads back as the same value (0.003, not
 // 0.00300000003): what --print-config shows for a number.
@@ -150,40 +160,395 @@ void RequireRatio(const std::string& key, double v, bool allow_zero) {
   }
 }
 
-void ParseModel(Section s, ModelSection& m) {
-  s.Read("preset", m.preset);
-  if (!m.preset.empty()) {
-    auto preset = FindGptPreset(m.preset);
+// "a, b or c".
+std::string OneOf(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return out;
+}
+
+// What the parser holds before the config's final values are known.
+struct Pending {
+  std::string precision = "auto";  // train.precision as written
+};
+
+// One key of the config. The table (Keys()) lists every key once, in the
+// order --print-config writes them and the parser reads them: a key the
+// parser takes is one it prints.
+struct KeyDef {
+  std::string path;  // dotted: "train.batch_size"
+  // Reads the key's value (present and not null) into the config.
+  std::function<void(const YAML::Node& n, const std::string& key, Config& c, Pending& p)> read;
+  // Checks the value alone, once its section is read (empty: none).
+  std::function<void(const std::string& key, const Config& c)> check;
+  std::function<void(YAML::Emitter& e, const Config& c)> emit;
+  // Whether --print-config writes it (empty: always).
+  std::function<bool(const Config& c)> shown;
+};
+
+// The value checks a key's definition names.
+auto Positive() {
+  return [](const std::string& key, auto v) { RequirePositive(key, v); };
+}
+auto NonNegative() {
+  return [](const std::string& key, auto v) { RequireNonNegative(key, v); };
+}
+auto Ratio(bool allow_zero) {
+  return [allow_zero](const std::string& key, double v) { RequireRatio(key, v, allow_zero); };
+}
+auto AtMost(int64_t limit, std::string what) {
+  return [limit, what](const std::string& key, int64_t v) { RequireAtMost(key, v, limit, what); };
+}
+// "must be at most N, got V" (a tuning knob, not a size).
+auto KnobAtMost(int64_t limit) {
+  return [limit](const std::string& key, int64_t v) {
+    if (v > limit) Fail(key, "must be at most " + std::to_string(limit) + ", got " + std::to_string(v));
+  };
+}
+auto OneOfNames(std::vector<std::string> names) {
+  return [names](const std::string& key, const std::string& v) {
+    for (const std::string& n : names) {
+      if (v == n) return;
+    }
+    Fail(key, "must be " + OneOf(names) + ", got '" + v + "'");
+  };
+}
+
+template <typename T>
+void EmitValue(YAML::Emitter& e, const T& v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    e << Shortest(v);
+  } else {
+    e << v;
+  }
+}
+
+// A scalar key read as the type of the field `get` names, with the checks
+// of its value in order.
+template <typename Get, typename... Checks>
+KeyDef Scalar(std::string path, Get get, Checks... checks) {
+  using T = std::remove_reference_t<decltype(get(std::declval<Config&>()))>;
+  KeyDef k;
+  k.path = std::move(path);
+  k.read = [get](const YAML::Node& n, const std::string& key, Config& c, Pending&) { get(c) = ScalarAs<T>(n, key); };
+  if constexpr (sizeof...(Checks) > 0) {
+    k.check = [get, checks...](const std::string& key, const Config& c) {
+      const T& v = get(const_cast<Config&>(c));
+      (checks(key, v), ...);
+    };
+  }
+  k.emit = [get](YAML::Emitter& e, const Config& c) { EmitValue(e, get(const_cast<Config&>(c))); };
+  return k;
+}
+
+// A string key written only when set.
+template <typename Get, typename... Checks>
+KeyDef StringIfSet(std::string path, Get get, Checks... checks) {
+  KeyDef k = Scalar(std::move(path), get, checks...);
+  k.shown = [get](const Config& c) { return !get(const_cast<Config&>(c)).empty(); };
+  return k;
+}
+
+// A byte count: a number or a quantity ("24GiB", "512MB").
+template <typename Get, typename... Checks>
+KeyDef Bytes(std::string path, Get get, Checks... checks) {
+  KeyDef k = Scalar(std::move(path), get, checks...);
+  k.read = [get](const YAML::Node& n, const std::string& key, Config& c, Pending&) {
+    if (!n.IsScalar()) Fail(key, "expected a byte count, got " + Describe(n));
+    auto bytes = ParseBytes(n.Scalar());
+    if (!bytes.ok()) Fail(key, bytes.status().message());
+    get(c) = *bytes;
+  };
+  return k;
+}
+
+// An enum written by its names.
+template <typename E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+template <typename E, typename Get>
+KeyDef Enum(std::string path, Get get, std::vector<EnumName<E>> names) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.read = [get, names](const YAML::Node& n, const std::string& key, Config& c, Pending&) {
+    const std::string text = ScalarAs<std::string>(n, key);
+    std::vector<std::string> all;
+    for (const EnumName<E>& v : names) {
+      if (text == v.name) {
+        get(c) = v.value;
+        return;
+      }
+      all.push_back(v.name);
+    }
+    Fail(key, "must be " + OneOf(all) + ", got '" + text + "'");
+  };
+  k.emit = [get, names](YAML::Emitter& e, const Config& c) {
+    const E value = get(const_cast<Config&>(c));
+    for (const EnumName<E>& v : names) {
+      if (v.value == value) e << v.name;
+    }
+  };
+  return k;
+}
+
+// Lookahead beyond a few thousand moments (a whole step of a large model) buys nothing.
+constexpr int64_t kMaxPrefetchDepth = 100000;
+// Each chunk read ahead holds a host window of one shard per kind on the
+// disk; past a few the windows cost more host memory than the overlap gains.
+constexpr int64_t kMaxDiskReadAhead = 16;
+// Past the drive's queue depth more threads only wait.
+constexpr int64_t kMaxDiskIoThreads = 64;
+
+const std::vector<EnumName<DataSourceKind>> kDataSources = {
+    {"generated", DataSourceKind::kGenerated}, {"text", DataSourceKind::kText}, {"tokens", DataSourceKind::kTokens}};
+
+std::string DataSourceName(DataSourceKind kind) {
+  for (const auto& v : kDataSources) {
+    if (v.value == kind) return v.name;
+  }
+  return "?";
+}
+
+// model.preset: the preset's shape, which the shape keys after it override.
+KeyDef PresetKey() {
+  KeyDef k = StringIfSet("model.preset", [](Config& c) -> auto& { return c.model.preset; });
+  k.read = [](const YAML::Node& n, const std::string& key, Config& c, Pending&) {
+    c.model.preset = ScalarAs<std::string>(n, key);
+    if (c.model.preset.empty()) return;
+    auto preset = FindGptPreset(c.model.preset);
     if (!preset) {
       std::string names;
       for (const auto& p : GptPresets()) names += (names.empty() ? "" : ", ") + std::string(p.name);
-      Fail(s.Key("preset"), "unknown preset '" + m.preset + "' (known: " + names + ")");
+      Fail(key, "unknown preset '" + c.model.preset + "' (known: " + names + ")");
     }
-    m.gpt = *preset;
-  }
-  s.Read("n_layer", m.gpt.n_layer);
-  s.Read("n_head", m.gpt.n_head);
-  s.Read("n_embd", m.gpt.n_embd);
-  s.Read("vocab_size", m.gpt.vocab_size);
-  s.Read("max_seq_len", m.gpt.max_seq_len);
-  s.Read("init_from", m.init_from);
-  s.CheckNoUnknownKeys();
-  RequirePositive(s.Key("n_layer"), m.gpt.n_layer);
-  RequirePositive(s.Key("n_head"), m.gpt.n_head);
-  RequirePositive(s.Key("n_embd"), m.gpt.n_embd);
-  RequirePositive(s.Key("vocab_size"), m.gpt.vocab_size);
-  RequirePositive(s.Key("max_seq_len"), m.gpt.max_seq_len);
-  RequireAtMost(s.Key("n_layer"), m.gpt.n_layer, kMaxLayers, "layers pstar takes");
-  RequireAtMost(s.Key("n_embd"), m.gpt.n_embd, kMaxEmbd, "channels pstar takes");
-  RequireAtMost(s.Key("max_seq_len"), m.gpt.max_seq_len, kMaxSeqLen, "positions pstar takes");
-  RequireAtMost(s.Key("vocab_size"), m.gpt.vocab_size, kMaxVocab, "tokens pstar takes (int32 token ids)");
-  if (m.gpt.n_embd % m.gpt.n_head != 0) {
-    Fail(s.Key("n_head"), std::to_string(m.gpt.n_head) + " does not divide n_embd " +
-                              std::to_string(m.gpt.n_embd));
+    c.model.gpt = *preset;
+  };
+  return k;
+}
+
+// optimizer.params.betas: [beta1, beta2].
+KeyDef BetasKey() {
+  KeyDef k;
+  k.path = "optimizer.params.betas";
+  k.read = [](const YAML::Node& n, const std::string& key, Config& c, Pending&) {
+    if (!n.IsSequence() || n.size() != 2) Fail(key, "expected a list of two numbers");
+    try {
+      c.optimizer.beta1 = n[0].as<float>();
+      c.optimizer.beta2 = n[1].as<float>();
+    } catch (const YAML::Exception&) {
+      Fail(key, "expected a list of two numbers");
+    }
+  };
+  k.check = [](const std::string& key, const Config& c) {
+    if (!(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1)) Fail(key, "beta1 must be in [0, 1)");
+    if (!(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1)) Fail(key, "beta2 must be in [0, 1)");
+  };
+  k.emit = [](YAML::Emitter& e, const Config& c) {
+    e << YAML::Flow << YAML::BeginSeq << Shortest(c.optimizer.beta1) << Shortest(c.optimizer.beta2) << YAML::EndSeq;
+  };
+  return k;
+}
+
+// train.precision: auto until the device and fp16.enabled are known.
+KeyDef PrecisionKey() {
+  KeyDef k;
+  k.path = "train.precision";
+  k.read = [](const YAML::Node& n, const std::string& key, Config&, Pending& p) {
+    p.precision = ScalarAs<std::string>(n, key);
+    OneOfNames({"auto", "fp32", "bf16", "fp16"})(key, p.precision);
+  };
+  k.emit = [](YAML::Emitter& e, const Config& c) { e << PrecisionName(c.train.precision); };
+  return k;
+}
+
+bool GeneratedData(const Config& c) { return c.data.source == DataSourceKind::kGenerated; }
+
+// The table, a section (or a few small ones) at a time.
+void AddModelKeys(std::vector<KeyDef>& k) {
+  k.push_back(PresetKey());
+  k.push_back(Scalar("model.n_layer", [](Config& c) -> auto& { return c.model.gpt.n_layer; }, Positive(),
+                     AtMost(kMaxLayers, "layers pstar takes")));
+  k.push_back(Scalar("model.n_head", [](Config& c) -> auto& { return c.model.gpt.n_head; }, Positive()));
+  k.push_back(Scalar("model.n_embd", [](Config& c) -> auto& { return c.model.gpt.n_embd; }, Positive(),
+                     AtMost(kMaxEmbd, "channels pstar takes")));
+  k.push_back(Scalar("model.vocab_size", [](Config& c) -> auto& { return c.model.gpt.vocab_size; }, Positive(),
+                     AtMost(kMaxVocab, "tokens pstar takes (int32 token ids)")));
+  k.push_back(Scalar("model.max_seq_len", [](Config& c) -> auto& { return c.model.gpt.max_seq_len; }, Positive(),
+                     AtMost(kMaxSeqLen, "positions pstar takes")));
+  k.push_back(StringIfSet("model.init_from", [](Config& c) -> auto& { return c.model.init_from; }));
+}
+
+void AddDataKeys(std::vector<KeyDef>& k) {
+  k.push_back(Enum("data.source", [](Config& c) -> auto& { return c.data.source; }, kDataSources));
+  k.push_back(StringIfSet("data.path", [](Config& c) -> auto& { return c.data.path; }));
+  k.push_back(StringIfSet("data.val_path", [](Config& c) -> auto& { return c.data.val_path; }));
+  k.push_back(Scalar("data.tokenizer", [](Config& c) -> auto& { return c.data.tokenizer; }));
+  k.push_back(StringIfSet("data.vocab", [](Config& c) -> auto& { return c.data.vocab; }));
+  k.push_back(StringIfSet("data.merges", [](Config& c) -> auto& { return c.data.merges; }));
+  k.push_back(StringIfSet("data.tokenizer_json", [](Config& c) -> auto& { return c.data.tokenizer_json; }));
+  k.push_back(Scalar("data.generated_tokens", [](Config& c) -> auto& { return c.data.generated_tokens; },
+                     Positive()));
+  k.back().shown = GeneratedData;
+  k.push_back(Scalar("data.seed", [](Config& c) -> auto& { return c.data.seed; }));
+  k.back().shown = GeneratedData;
+}
+
+void AddOptimizerKeys(std::vector<KeyDef>& k) {
+  k.push_back(Scalar("optimizer.type", [](Config& c) -> auto& { return c.optimizer.type; },
+                     OneOfNames({"Adam", "AdamW"})));
+  k.push_back(Scalar("optimizer.params.lr", [](Config& c) -> auto& { return c.optimizer.lr; }, Positive()));
+  k.push_back(BetasKey());
+  k.push_back(Scalar("optimizer.params.eps", [](Config& c) -> auto& { return c.optimizer.eps; }, Positive()));
+  k.push_back(Scalar("optimizer.params.weight_decay", [](Config& c) -> auto& { return c.optimizer.weight_decay; },
+                     NonNegative()));
+  k.push_back(
+      Scalar("optimizer.params.use_hybrid_adam", [](Config& c) -> auto& { return c.optimizer.use_hybrid_adam; }));
+
+  k.push_back(Scalar("fp16.enabled", [](Config& c) -> auto& { return c.fp16.enabled; }));
+  k.push_back(Scalar("fp16.loss_scale", [](Config& c) -> auto& { return c.fp16.loss_scale; }, NonNegative()));
+  k.push_back(Scalar("fp16.initial_scale_power", [](Config& c) -> auto& { return c.fp16.initial_scale_power; },
+                     NonNegative(), [](const std::string& key, int64_t v) {
+                       if (v > 63) Fail(key, "must be at most 63");
+                     }));
+  k.push_back(Scalar("fp16.loss_scale_window", [](Config& c) -> auto& { return c.fp16.loss_scale_window; },
+                     Positive()));
+  k.push_back(Scalar("fp16.hysteresis", [](Config& c) -> auto& { return c.fp16.hysteresis; }, Positive()));
+  k.push_back(Scalar("fp16.min_loss_scale", [](Config& c) -> auto& { return c.fp16.min_loss_scale; }, Positive()));
+}
+
+void AddPatrickStarKeys(std::vector<KeyDef>& k) {
+  k.push_back(Scalar("default_chunk_size", [](Config& c) -> auto& { return c.default_chunk_size; }, NonNegative()));
+  k.push_back(Scalar("release_after_init", [](Config& c) -> auto& { return c.release_after_init; }));
+  k.push_back(Scalar("use_cpu_embedding", [](Config& c) -> auto& { return c.use_cpu_embedding; }));
+
+  k.push_back(Scalar("client.mem_tracer.use_async_mem_monitor",
+                     [](Config& c) -> auto& { return c.mem_tracer.use_async_mem_monitor; }));
+  k.push_back(Scalar("client.mem_tracer.warmup_gpu_chunk_mem_ratio",
+                     [](Config& c) -> auto& { return c.mem_tracer.warmup_gpu_chunk_mem_ratio; }, Ratio(false)));
+  k.push_back(Scalar("client.mem_tracer.overall_gpu_mem_ratio",
+                     [](Config& c) -> auto& { return c.mem_tracer.overall_gpu_mem_ratio; }, Ratio(false)));
+  k.push_back(Scalar("client.mem_tracer.overall_cpu_mem_ratio",
+                     [](Config& c) -> auto& { return c.mem_tracer.overall_cpu_mem_ratio; }, Ratio(false)));
+  k.push_back(Scalar("client.mem_tracer.margin_use_ratio",
+                     [](Config& c) -> auto& { return c.mem_tracer.margin_use_ratio; }, Ratio(true)));
+  k.push_back(
+      Scalar("client.mem_tracer.use_fake_dist", [](Config& c) -> auto& { return c.mem_tracer.use_fake_dist; }));
+  k.push_back(Scalar("client.mem_tracer.with_static_partition",
+                     [](Config& c) -> auto& { return c.mem_tracer.with_static_partition; }));
+  k.push_back(Scalar("client.opts.with_mem_saving_comm",
+                     [](Config& c) -> auto& { return c.client_opts.with_mem_saving_comm; }));
+  k.push_back(
+      Scalar("client.opts.with_mem_cache", [](Config& c) -> auto& { return c.client_opts.with_mem_cache; }));
+  k.push_back(
+      Scalar("client.opts.with_async_move", [](Config& c) -> auto& { return c.client_opts.with_async_move; }));
+}
+
+void AddRuntimeKeys(std::vector<KeyDef>& k) {
+  k.push_back(Enum("runtime.device", [](Config& c) -> auto& { return c.runtime.device; },
+                   std::vector<EnumName<ComputeDevice>>{{"cpu", ComputeDevice::kCpu},
+                                                        {"cuda", ComputeDevice::kCuda}}));
+  k.push_back(Bytes("runtime.device_memory", [](Config& c) -> auto& { return c.runtime.device_memory; }));
+  k.push_back(Bytes("runtime.host_memory", [](Config& c) -> auto& { return c.runtime.host_memory; }));
+  k.push_back(Enum("runtime.eviction", [](Config& c) -> auto& { return c.runtime.eviction; },
+                   std::vector<EnumName<EvictionPolicy>>{{"opt", EvictionPolicy::kOpt},
+                                                         {"lru", EvictionPolicy::kLru}}));
+  k.push_back(Scalar("runtime.prefetch_depth", [](Config& c) -> auto& { return c.runtime.prefetch_depth; },
+                     NonNegative(), KnobAtMost(kMaxPrefetchDepth)));
+  k.push_back(Scalar("runtime.nvme_path", [](Config& c) -> auto& { return c.runtime.nvme_path; }));
+  k.push_back(Bytes("runtime.nvme_memory", [](Config& c) -> auto& { return c.runtime.nvme_memory; }));
+  k.push_back(Scalar("runtime.nvme_read_ahead", [](Config& c) -> auto& { return c.runtime.nvme_read_ahead; },
+                     NonNegative(), KnobAtMost(kMaxDiskReadAhead)));
+  k.push_back(Scalar("runtime.nvme_io_threads", [](Config& c) -> auto& { return c.runtime.nvme_io_threads; },
+                     Positive(), KnobAtMost(kMaxDiskIoThreads)));
+  k.push_back(Scalar("runtime.nvme_spill", [](Config& c) -> auto& { return c.runtime.nvme_spill; },
+                     OneOfNames({"auto", "all"})));
+  k.push_back(Scalar("runtime.optimizer_overlap", [](Config& c) -> auto& { return c.runtime.optimizer_overlap; },
+                     OneOfNames({"auto", "off", "pipeline", "speculate"})));
+  k.push_back(Bytes("runtime.undo_memory", [](Config& c) -> auto& { return c.runtime.undo_memory; }));
+  k.push_back(Scalar("runtime.comm_overlap", [](Config& c) -> auto& { return c.runtime.comm_overlap; }));
+}
+
+void AddCheckpointDistMetricsKeys(std::vector<KeyDef>& k) {
+  k.push_back(Scalar("checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.dir; }));
+  k.push_back(Scalar("checkpoint.every_steps", [](Config& c) -> auto& { return c.checkpoint.every_steps; },
+                     NonNegative()));
+  k.push_back(Scalar("checkpoint.keep", [](Config& c) -> auto& { return c.checkpoint.keep; }, NonNegative()));
+  k.push_back(Scalar("checkpoint.resume", [](Config& c) -> auto& { return c.checkpoint.resume; }));
+
+  k.push_back(Scalar("dist.timeout_seconds", [](Config& c) -> auto& { return c.dist.timeout_seconds; },
+                     Positive()));
+
+  k.push_back(Scalar("metrics.port", [](Config& c) -> auto& { return c.metrics.port; },
+                     [](const std::string& key, int64_t v) {
+                       if (v < 0 || v > 65535) Fail(key, "must be in [0, 65535], got " + std::to_string(v));
+                     }));
+  k.push_back(Scalar("metrics.bind_address", [](Config& c) -> auto& { return c.metrics.bind_address; },
+                     [](const std::string& key, const std::string& v) {
+                       if (v.empty()) Fail(key, "must not be empty");
+                     }));
+  k.push_back(Scalar("metrics.device_label", [](Config& c) -> auto& { return c.metrics.device_label; }));
+  k.push_back(Scalar("metrics.job_labels", [](Config& c) -> auto& { return c.metrics.job_labels; }));
+}
+
+void AddTrainKeys(std::vector<KeyDef>& k) {
+  k.push_back(Scalar("train.batch_size", [](Config& c) -> auto& { return c.train.batch_size; }, Positive(),
+                     AtMost(kMaxMicroBatchTokens, "sequences pstar takes")));
+  k.push_back(Scalar("train.seq_len", [](Config& c) -> auto& { return c.train.seq_len; }, NonNegative()));
+  k.push_back(Scalar("train.steps", [](Config& c) -> auto& { return c.train.steps; }, Positive()));
+  k.push_back(Scalar("train.grad_accum_steps", [](Config& c) -> auto& { return c.train.grad_accum_steps; },
+                     Positive()));
+  k.push_back(Scalar("train.seed", [](Config& c) -> auto& { return c.train.seed; }));
+  k.push_back(Scalar("train.activation_checkpointing",
+                     [](Config& c) -> auto& { return c.train.activation_checkpointing; }));
+  k.push_back(Scalar("train.log_every", [](Config& c) -> auto& { return c.train.log_every; }, Positive()));
+  k.push_back(Scalar("train.eval_every", [](Config& c) -> auto& { return c.train.eval_every; }, NonNegative()));
+  k.push_back(Scalar("train.eval_batches", [](Config& c) -> auto& { return c.train.eval_batches; }, Positive(),
+                     AtMost(int64_t(1) << 20, "validation micro-batches pstar takes")));
+  k.push_back(Scalar("train.sample_every", [](Config& c) -> auto& { return c.train.sample_every; }, NonNegative()));
+  k.push_back(Scalar("train.sample_tokens", [](Config& c) -> auto& { return c.train.sample_tokens; }, Positive(),
+                     AtMost(4096, "sampled tokens pstar takes")));
+  k.push_back(Scalar("train.sample_prompt", [](Config& c) -> auto& { return c.train.sample_prompt; }));
+  k.push_back(Scalar("train.grad_clip", [](Config& c) -> auto& { return c.train.grad_clip; }, NonNegative()));
+  k.push_back(Scalar("train.warmup_steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, NonNegative()));
+  k.push_back(Scalar("train.min_lr", [](Config& c) -> auto& { return c.train.min_lr; }, NonNegative()));
+  k.push_back(Scalar("train.lr_decay", [](Config& c) -> auto& { return c.train.lr_decay; },
+                     OneOfNames({"cosine", "constant"})));
+  k.push_back(Scalar("train.threads", [](Config& c) -> auto& { return c.train.threads; }, NonNegative()));
+  k.push_back(PrecisionKey());
+  k.push_back(Scalar("train.grad_precision", [](Config& c) -> auto& { return c.train.grad_precision; },
+                     OneOfNames({"fp32", "16bit"})));
+}
+
+// Every key, in --print-config's order (which is also the order sections
+// are read and checked in).
+const std::vector<KeyDef>& Keys() {
+  static const std::vector<KeyDef> kKeys = [] {
+    std::vector<KeyDef> k;
+    AddModelKeys(k);
+    AddDataKeys(k);
+    AddOptimizerKeys(k);
+    AddPatrickStarKeys(k);
+    AddRuntimeKeys(k);
+    AddCheckpointDistMetricsKeys(k);
+    AddTrainKeys(k);
+    return k;
+  }();
+  return kKeys;
+}
+
+// The rules between a section's keys, once each key's own checks passed.
+void CheckModel(const Section& s, Config& c) {
+  const GptConfig& g = c.model.gpt;
+  if (g.n_embd % g.n_head != 0) {
+    Fail(s.Key("n_head"), std::to_string(g.n_head) + " does not divide n_embd " + std::to_string(g.n_embd));
   }
   // Each bound alone still allows absurd products: the parameter count, in
   // floating point so that it cannot overflow.
-  const double params = m.gpt.NumParametersApprox();
+  const double params = g.NumParametersApprox();
   if (params > kMaxParameters) {
     std::ostringstream ss;
     ss << "has " << params << " parameters, more than the " << kMaxParameters << " pstar takes";
@@ -191,23 +556,9 @@ void ParseModel(Section s, ModelSection& m) {
   }
 }
 
-void ParseData(Section s, DataSection& d) {
-  std::string source = "generated";
-  s.Read("source", source);
-  if (source == "generated") d.source = DataSourceKind::kGenerated;
-  else if (source == "text") d.source = DataSourceKind::kText;
-  else if (source == "tokens") d.source = DataSourceKind::kTokens;
-  else Fail(s.Key("source"), "must be generated, text or tokens, got '" + source + "'");
-  s.Read("path", d.path);
-  s.Read("val_path", d.val_path);
-  s.Read("tokenizer", d.tokenizer);
-  s.Read("vocab", d.vocab);
-  s.Read("merges", d.merges);
-  s.Read("tokenizer_json", d.tokenizer_json);
-  s.Read("generated_tokens", d.generated_tokens);
-  s.Read("seed", d.seed);
-  s.CheckNoUnknownKeys();
-  RequirePositive(s.Key("generated_tokens"), d.generated_tokens);
+void CheckData(const Section& s, Config& c) {
+  DataSection& d = c.data;
+  const std::string source = DataSourceName(d.source);
   if (d.source != DataSourceKind::kGenerated && d.path.empty()) {
     Fail(s.Key("path"), "is required when data.source is " + source);
   }
@@ -218,9 +569,7 @@ void ParseData(Section s, DataSection& d) {
     Fail(s.Key("val_path"), "needs data.source text or tokens (the generated corpus has no validation split)");
   }
   if (d.tokenizer.empty()) d.tokenizer = d.source == DataSourceKind::kText ? "byte" : "none";
-  if (d.tokenizer != "byte" && d.tokenizer != "gpt2" && d.tokenizer != "none") {
-    Fail(s.Key("tokenizer"), "must be byte, gpt2 or none, got '" + d.tokenizer + "'");
-  }
+  OneOfNames({"byte", "gpt2", "none"})(s.Key("tokenizer"), d.tokenizer);
   if (d.source == DataSourceKind::kGenerated && d.tokenizer != "none") {
     Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but the generated corpus has no text (leave it unset)");
   }
@@ -241,102 +590,8 @@ void ParseData(Section s, DataSection& d) {
   }
 }
 
-void ParseOptimizer(Section s, OptimizerSection& o) {
-  s.Read("type", o.type);
-  if (o.type != "Adam" && o.type != "AdamW") {
-    Fail(s.Key("type"), "must be Adam or AdamW, got '" + o.type + "'");
-  }
-  Section p = s.Child("params");
-  p.Read("lr", o.lr);
-  YAML::Node betas = p.Get("betas");
-  if (betas && !betas.IsNull()) {
-    if (!betas.IsSequence() || betas.size() != 2) Fail(p.Key("betas"), "expected a list of two numbers");
-    try {
-      o.beta1 = betas[0].as<float>();
-      o.beta2 = betas[1].as<float>();
-    } catch (const YAML::Exception&) {
-      Fail(p.Key("betas"), "expected a list of two numbers");
-    }
-  }
-  p.Read("eps", o.eps);
-  p.Read("weight_decay", o.weight_decay);
-  p.Read("use_hybrid_adam", o.use_hybrid_adam);
-  p.CheckNoUnknownKeys();
-  s.CheckNoUnknownKeys();
-  RequirePositive(p.Key("lr"), o.lr);
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) Fail(p.Key("betas"), "beta1 must be in [0, 1)");
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) Fail(p.Key("betas"), "beta2 must be in [0, 1)");
-  RequirePositive(p.Key("eps"), o.eps);
-  RequireNonNegative(p.Key("weight_decay"), o.weight_decay);
-}
-
-void ParseFp16(Section s, Fp16Section& f) {
-  s.Read("enabled", f.enabled);
-  s.Read("loss_scale", f.loss_scale);
-  s.Read("initial_scale_power", f.initial_scale_power);
-  s.Read("loss_scale_window", f.loss_scale_window);
-  s.Read("hysteresis", f.hysteresis);
-  s.Read("min_loss_scale", f.min_loss_scale);
-  s.CheckNoUnknownKeys();
-  RequireNonNegative(s.Key("loss_scale"), f.loss_scale);
-  RequireNonNegative(s.Key("initial_scale_power"), f.initial_scale_power);
-  if (f.initial_scale_power > 63) Fail(s.Key("initial_scale_power"), "must be at most 63");
-  RequirePositive(s.Key("loss_scale_window"), f.loss_scale_window);
-  RequirePositive(s.Key("hysteresis"), f.hysteresis);
-  RequirePositive(s.Key("min_loss_scale"), f.min_loss_scale);
-}
-
-void ParseMemTracer(Section s, MemTracerSection& m) {
-  s.Read("use_async_mem_monitor", m.use_async_mem_monitor);
-  s.Read("warmup_gpu_chunk_mem_ratio", m.warmup_gpu_chunk_mem_ratio);
-  s.Read("overall_gpu_mem_ratio", m.overall_gpu_mem_ratio);
-  s.Read("overall_cpu_mem_ratio", m.overall_cpu_mem_ratio);
-  s.Read("margin_use_ratio", m.margin_use_ratio);
-  s.Read("use_fake_dist", m.use_fake_dist);
-  s.Read("with_static_partition", m.with_static_partition);
-  s.CheckNoUnknownKeys();
-  RequireRatio(s.Key("warmup_gpu_chunk_mem_ratio"), m.warmup_gpu_chunk_mem_ratio, false);
-  RequireRatio(s.Key("overall_gpu_mem_ratio"), m.overall_gpu_mem_ratio, false);
-  RequireRatio(s.Key("overall_cpu_mem_ratio"), m.overall_cpu_mem_ratio, false);
-  RequireRatio(s.Key("margin_use_ratio"), m.margin_use_ratio, true);
-}
-
-// Lookahead beyond a few thousand moments (a whole step of a large model) buys nothing.
-constexpr int64_t kMaxPrefetchDepth = 100000;
-// Each chunk read ahead holds a host window of one shard per kind on the
-// disk; past a few the windows cost more host memory than the overlap gains.
-constexpr int64_t kMaxDiskReadAhead = 16;
-// Past the drive's queue depth more threads only wait.
-constexpr int64_t kMaxDiskIoThreads = 64;
-
-int64_t ReadBytes(Section& s, const std::string& k, int64_t fallback) {
-  YAML::Node n = s.Get(k);
-  if (!n || n.IsNull()) return fallback;
-  if (!n.IsScalar()) Fail(s.Key(k), "expected a byte count, got " + Describe(n));
-  auto bytes = ParseBytes(n.Scalar());
-  if (!bytes.ok()) Fail(s.Key(k), bytes.status().message());
-  return *bytes;
-}
-
-void ParseRuntime(Section s, RuntimeSection& r) {
-  s.Read("device", r.device);
-  r.device_memory = ReadBytes(s, "device_memory", r.device_memory);
-  r.host_memory = ReadBytes(s, "host_memory", r.host_memory);
-  s.Read("eviction", r.eviction);
-  s.Read("prefetch_depth", r.prefetch_depth);
-  s.Read("nvme_path", r.nvme_path);
-  r.nvme_memory = ReadBytes(s, "nvme_memory", r.nvme_memory);
-  s.Read("nvme_read_ahead", r.nvme_read_ahead);
-  s.Read("nvme_io_threads", r.nvme_io_threads);
-  s.Read("nvme_spill", r.nvme_spill);
-  s.Read("optimizer_overlap", r.optimizer_overlap);
-  r.undo_memory = ReadBytes(s, "undo_memory", r.undo_memory);
-  s.Read("comm_overlap", r.comm_overlap);
-  s.CheckNoUnknownKeys();
-  if (r.optimizer_overlap != "auto" && r.optimizer_overlap != "off" && r.optimizer_overlap != "pipeline" &&
-      r.optimizer_overlap != "speculate") {
-    Fail(s.Key("optimizer_overlap"), "must be auto, off, pipeline or speculate, got '" + r.optimizer_overlap + "'");
-  }
+void CheckRuntime(const Section& s, Config& c) {
+  const RuntimeSection& r = c.runtime;
   if (r.undo_memory > 0 && r.optimizer_overlap != "auto" && r.optimizer_overlap != "speculate") {
     Fail(s.Key("undo_memory"), "is set but runtime.optimizer_overlap is " + r.optimizer_overlap +
                                    " (undo copies are for speculate)");
@@ -353,96 +608,18 @@ void ParseRuntime(Section s, RuntimeSection& r) {
   if (r.nvme_path.empty() && r.nvme_io_threads != defaults.nvme_io_threads) {
     Fail(s.Key("nvme_io_threads"), "is set but runtime.nvme_path (the disk tier's directory) is not");
   }
-  if (r.nvme_spill != "auto" && r.nvme_spill != "all") {
-    Fail(s.Key("nvme_spill"), "must be auto or all, got '" + r.nvme_spill + "'");
-  }
   if (r.nvme_path.empty() && r.nvme_spill != defaults.nvme_spill) {
     Fail(s.Key("nvme_spill"), "is set but runtime.nvme_path (the disk tier's directory) is not");
   }
-  RequireNonNegative(s.Key("nvme_read_ahead"), r.nvme_read_ahead);
-  if (r.nvme_read_ahead > kMaxDiskReadAhead) {
-    Fail(s.Key("nvme_read_ahead"), "must be at most " + std::to_string(kMaxDiskReadAhead) + ", got " +
-                                       std::to_string(r.nvme_read_ahead));
-  }
-  RequirePositive(s.Key("nvme_io_threads"), r.nvme_io_threads);
-  if (r.nvme_io_threads > kMaxDiskIoThreads) {
-    Fail(s.Key("nvme_io_threads"), "must be at most " + std::to_string(kMaxDiskIoThreads) + ", got " +
-                                       std::to_string(r.nvme_io_threads));
-  }
-  if (r.device != "cpu" && r.device != "cuda") {
-    Fail(s.Key("device"), "must be cpu or cuda, got '" + r.device + "'");
-  }
-  if (r.eviction != "opt" && r.eviction != "lru") {
-    Fail(s.Key("eviction"), "must be opt or lru, got '" + r.eviction + "'");
-  }
-  RequireNonNegative(s.Key("prefetch_depth"), r.prefetch_depth);
-  if (r.prefetch_depth > kMaxPrefetchDepth) {
-    Fail(s.Key("prefetch_depth"), "must be at most " + std::to_string(kMaxPrefetchDepth) + ", got " +
-                                      std::to_string(r.prefetch_depth));
-  }
 }
 
-void ParseCheckpoint(Section s, CheckpointSection& c) {
-  s.Read("dir", c.dir);
-  s.Read("every_steps", c.every_steps);
-  s.Read("keep", c.keep);
-  s.Read("resume", c.resume);
-  s.CheckNoUnknownKeys();
-  RequireNonNegative(s.Key("every_steps"), c.every_steps);
-  RequireNonNegative(s.Key("keep"), c.keep);
-}
-
-void ParseDist(Section s, DistSection& d) {
-  s.Read("timeout_seconds", d.timeout_seconds);
-  s.CheckNoUnknownKeys();
-  RequirePositive(s.Key("timeout_seconds"), d.timeout_seconds);
-}
-
-void ParseMetrics(Section s, MetricsSection& m) {
-  s.Read("port", m.port);
-  s.Read("bind_address", m.bind_address);
-  s.Read("device_label", m.device_label);
-  s.Read("job_labels", m.job_labels);
-  s.CheckNoUnknownKeys();
-  if (m.port < 0 || m.port > 65535) Fail(s.Key("port"), "must be in [0, 65535], got " + std::to_string(m.port));
-  if (m.bind_address.empty()) Fail(s.Key("bind_address"), "must not be empty");
-}
-
-void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
-  s.Read("batch_size", t.batch_size);
-  s.Read("seq_len", t.seq_len);
-  s.Read("steps", t.steps);
-  s.Read("grad_accum_steps", t.grad_accum_steps);
-  s.Read("seed", t.seed);
-  s.Read("activation_checkpointing", t.activation_checkpointing);
-  s.Read("log_every", t.log_every);
-  s.Read("eval_every", t.eval_every);
-  s.Read("eval_batches", t.eval_batches);
-  s.Read("sample_every", t.sample_every);
-  s.Read("sample_tokens", t.sample_tokens);
-  s.Read("sample_prompt", t.sample_prompt);
-  s.Read("grad_clip", t.grad_clip);
-  s.Read("warmup_steps", t.warmup_steps);
-  s.Read("min_lr", t.min_lr);
-  s.Read("lr_decay", t.lr_decay);
-  s.Read("threads", t.threads);
-  s.Read("precision", t.precision);
-  s.Read("grad_precision", t.grad_precision);
-  s.CheckNoUnknownKeys();
-  if (t.grad_precision != "fp32" && t.grad_precision != "16bit") {
-    Fail(s.Key("grad_precision"), "must be fp32 or 16bit, got '" + t.grad_precision + "'");
-  }
-  if (t.precision != "auto" && t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
-    Fail(s.Key("precision"), "must be auto, fp32, bf16 or fp16, got '" + t.precision + "'");
-  }
-  RequirePositive(s.Key("batch_size"), t.batch_size);
-  RequireNonNegative(s.Key("seq_len"), t.seq_len);
+void CheckTrain(const Section& s, Config& c) {
+  TrainSection& t = c.train;
+  const GptConfig& g = c.model.gpt;
   if (t.seq_len == 0) t.seq_len = g.max_seq_len;
   if (t.seq_len > g.max_seq_len) {
-    Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " +
-                               std::to_string(g.max_seq_len));
+    Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " + std::to_string(g.max_seq_len));
   }
-  RequireAtMost(s.Key("batch_size"), t.batch_size, kMaxMicroBatchTokens, "sequences pstar takes");
   if (t.batch_size * t.seq_len > kMaxMicroBatchTokens) {
     Fail(s.Key("batch_size"), "times seq_len is " + std::to_string(t.batch_size * t.seq_len) +
                                   " tokens per micro-batch, more than the " + std::to_string(kMaxMicroBatchTokens) +
@@ -450,75 +627,70 @@ void ParseTrain(Section s, TrainSection& t, const GptConfig& g) {
   }
   // A micro-batch's activations, roughly (16 values of C per token and
   // layer), in floating point: bounded before any plan adds them up.
-  const double activation_bytes = 4.0 * double(t.batch_size * t.seq_len) * double(g.n_embd) * (16.0 * double(g.n_layer) + 8.0);
+  const double activation_bytes =
+      4.0 * double(t.batch_size * t.seq_len) * double(g.n_embd) * (16.0 * double(g.n_layer) + 8.0);
   if (activation_bytes > kMaxActivationBytes) {
     std::ostringstream ss;
     ss << "with this model needs about " << activation_bytes << " bytes of activations per micro-batch, more than the "
        << kMaxActivationBytes << " pstar takes";
     Fail(s.Key("batch_size"), ss.str());
   }
-  RequirePositive(s.Key("steps"), t.steps);
-  RequirePositive(s.Key("grad_accum_steps"), t.grad_accum_steps);
-  RequirePositive(s.Key("log_every"), t.log_every);
-  RequireNonNegative(s.Key("eval_every"), t.eval_every);
-  RequirePositive(s.Key("eval_batches"), t.eval_batches);
-  RequireAtMost(s.Key("eval_batches"), t.eval_batches, int64_t(1) << 20, "validation micro-batches pstar takes");
-  RequireNonNegative(s.Key("sample_every"), t.sample_every);
-  RequirePositive(s.Key("sample_tokens"), t.sample_tokens);
-  RequireAtMost(s.Key("sample_tokens"), t.sample_tokens, 4096, "sampled tokens pstar takes");
-  RequireNonNegative(s.Key("grad_clip"), t.grad_clip);
-  RequireNonNegative(s.Key("warmup_steps"), t.warmup_steps);
-  RequireNonNegative(s.Key("min_lr"), t.min_lr);
-  RequireNonNegative(s.Key("threads"), t.threads);
-  if (t.lr_decay != "cosine" && t.lr_decay != "constant") {
-    Fail(s.Key("lr_decay"), "must be cosine or constant, got '" + t.lr_decay + "'");
-  }
 }
 
-Config ParseRoot(const YAML::Node& root) {
-  Config c;
-  Section s(root, "");
-  // Model first: the train section checks seq_len against it.
-  if (!s.Has("model")) Fail("model", "section is required");
-  ParseModel(s.Child("model"), c.model);
-  ParseData(s.Child("data"), c.data);
-  ParseOptimizer(s.Child("optimizer"), c.optimizer);
-  ParseFp16(s.Child("fp16"), c.fp16);
-  s.Read("default_chunk_size", c.default_chunk_size);
-  RequireNonNegative("default_chunk_size", c.default_chunk_size);
-  s.Read("release_after_init", c.release_after_init);
-  s.Read("use_cpu_embedding", c.use_cpu_embedding);
-  Section client = s.Child("client");
-  ParseMemTracer(client.Child("mem_tracer"), c.mem_tracer);
-  {
-    Section opts = client.Child("opts");
-    opts.Read("with_mem_saving_comm", c.client_opts.with_mem_saving_comm);
-    opts.Read("with_mem_cache", c.client_opts.with_mem_cache);
-    opts.Read("with_async_move", c.client_opts.with_async_move);
-    opts.CheckNoUnknownKeys();
+// The section rules by section path.
+void CheckSection(const std::string& path, const Section& s, Config& c) {
+  if (path == "model") CheckModel(s, c);
+  if (path == "data") CheckData(s, c);
+  if (path == "runtime") CheckRuntime(s, c);
+  if (path == "train") CheckTrain(s, c);
+}
+
+// Reads section `s` (dotted path `path`, "" at the top) from the table: its
+// keys and, where their first key comes, its subsections; then refuses keys
+// the table lacks, checks each key's value, and the section's own rules.
+void ParseSection(Section& s, const std::string& path, Config& c, Pending& p) {
+  const std::string prefix = path.empty() ? "" : path + ".";
+  std::vector<std::pair<const KeyDef*, std::string>> leaves;  // with their full key
+  std::set<std::string> children;
+  for (const KeyDef& k : Keys()) {
+    if (k.path.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = k.path.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos) {
+      if (std::optional<YAML::Node> n = s.Value(rest)) k.read(*n, s.Key(rest), c, p);
+      leaves.emplace_back(&k, s.Key(rest));
+      continue;
+    }
+    const std::string child = rest.substr(0, dot);
+    if (!children.insert(child).second) continue;
+    Section sub = s.Child(child);
+    ParseSection(sub, prefix + child, c, p);
   }
-  client.CheckNoUnknownKeys();
-  ParseRuntime(s.Child("runtime"), c.runtime);
-  ParseCheckpoint(s.Child("checkpoint"), c.checkpoint);
-  ParseDist(s.Child("dist"), c.dist);
-  ParseMetrics(s.Child("metrics"), c.metrics);
-  ParseTrain(s.Child("train"), c.train, c.model.gpt);
   s.CheckNoUnknownKeys();
+  for (const auto& [k, key] : leaves) {
+    if (k->check) k->check(key, c);
+  }
+  CheckSection(path, s, c);
+}
+
+// The rules across sections, and the choices left to pstar ("auto").
+void ResolveAndCheck(Config& c, const Pending& p) {
   // PatrickStar's fp16.enabled means fp16 linear layers with the loss scaler.
-  if (c.fp16.enabled && c.train.precision != "auto" && c.train.precision != "fp16") {
-    Fail("train.precision", "is " + c.train.precision + " but fp16.enabled is true");
+  if (c.fp16.enabled && p.precision != "auto" && p.precision != "fp16") {
+    Fail("train.precision", "is " + p.precision + " but fp16.enabled is true");
   }
-  if (c.runtime.optimizer_overlap == "auto") {
-    c.runtime.optimizer_overlap = c.runtime.device == "cuda" ? "speculate" : "off";
-  }
+  const bool cuda = c.runtime.device == ComputeDevice::kCuda;
+  if (c.runtime.optimizer_overlap == "auto") c.runtime.optimizer_overlap = cuda ? "speculate" : "off";
   if (c.runtime.undo_memory > 0 && c.runtime.optimizer_overlap != "speculate") {
     Fail("runtime.undo_memory", "is set but runtime.optimizer_overlap is " + c.runtime.optimizer_overlap +
                                     " (undo copies are for speculate)");
   }
-  if (c.train.precision == "auto") {
-    c.train.precision = c.fp16.enabled ? "fp16" : c.runtime.device == "cuda" ? "bf16" : "fp32";
+  if (p.precision == "auto") {
+    c.train.precision = c.fp16.enabled ? Precision::kFp16 : cuda ? Precision::kBf16 : Precision::kFp32;
+  } else {
+    c.train.precision = *ParsePrecision(p.precision);
   }
-  if (c.train.grad_precision == "16bit" && c.train.precision == "fp32") {
+  if (c.train.grad_precision == "16bit" && c.train.precision == Precision::kFp32) {
     Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
@@ -531,12 +703,21 @@ Config ParseRoot(const YAML::Node& root) {
   if (c.train.eval_every > 0 && c.data.val_path.empty()) {
     Fail("train.eval_every", "is " + std::to_string(c.train.eval_every) + " but data.val_path is not set");
   }
-  if (c.runtime.device == "cuda" && c.model.gpt.n_head > 0 &&
-      c.model.gpt.n_embd / c.model.gpt.n_head > kernels::kMaxGpuAttentionHeadSize) {
+  if (cuda && c.model.gpt.n_head > 0 && c.model.gpt.n_embd / c.model.gpt.n_head > kernels::kMaxGpuAttentionHeadSize) {
     Fail("model.n_head", "gives a head size of " + std::to_string(c.model.gpt.n_embd / c.model.gpt.n_head) +
                              " (n_embd / n_head); runtime.device cuda takes at most " +
                              std::to_string(kernels::kMaxGpuAttentionHeadSize));
   }
+}
+
+Config ParseRoot(const YAML::Node& root) {
+  Config c;
+  Pending p;
+  Section s(root, "");
+  // Model first: the train section checks seq_len against it.
+  if (!s.Has("model")) Fail("model", "section is required");
+  ParseSection(s, "", c, p);
+  ResolveAndCheck(c, p);
   return c;
 }
 
@@ -568,6 +749,14 @@ void ApplyOverride(YAML::Node& root, const std::string& assignment) {
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) Fail("config", "top level must be a mapping");
   SetPath(root, parts, 0, value);
+}
+
+// The dotted path's components.
+std::vector<std::string> Components(const std::string& path) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+  return parts;
 }
 
 }  // namespace
@@ -606,120 +795,30 @@ Result<Config> LoadConfigFile(const std::string& path, const std::vector<std::st
 std::string ConfigToYaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
-  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  if (!c.model.preset.empty()) e << YAML::Key << "preset" << YAML::Value << c.model.preset;
-  e << YAML::Key << "n_layer" << YAML::Value << c.model.gpt.n_layer;
-  e << YAML::Key << "n_head" << YAML::Value << c.model.gpt.n_head;
-  e << YAML::Key << "n_embd" << YAML::Value << c.model.gpt.n_embd;
-  e << YAML::Key << "vocab_size" << YAML::Value << c.model.gpt.vocab_size;
-  e << YAML::Key << "max_seq_len" << YAML::Value << c.model.gpt.max_seq_len;
-  if (!c.model.init_from.empty()) e << YAML::Key << "init_from" << YAML::Value << c.model.init_from;
-  e << YAML::EndMap;
-  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
-  const char* src = c.data.source == DataSourceKind::kGenerated ? "generated"
-                    : c.data.source == DataSourceKind::kText   ? "text"
-                                                               : "tokens";
-  e << YAML::Key << "source" << YAML::Value << src;
-  if (!c.data.path.empty()) e << YAML::Key << "path" << YAML::Value << c.data.path;
-  if (!c.data.val_path.empty()) e << YAML::Key << "val_path" << YAML::Value << c.data.val_path;
-  e << YAML::Key << "tokenizer" << YAML::Value << c.data.tokenizer;
-  if (!c.data.vocab.empty()) e << YAML::Key << "vocab" << YAML::Value << c.data.vocab;
-  if (!c.data.merges.empty()) e << YAML::Key << "merges" << YAML::Value << c.data.merges;
-  if (!c.data.tokenizer_json.empty()) e << YAML::Key << "tokenizer_json" << YAML::Value << c.data.tokenizer_json;
-  if (c.data.source == DataSourceKind::kGenerated) {
-    e << YAML::Key << "generated_tokens" << YAML::Value << c.data.generated_tokens;
-    e << YAML::Key << "seed" << YAML::Value << c.data.seed;
+  std::vector<std::string> open;  // the sections being written, outermost first
+  for (const KeyDef& k : Keys()) {
+    if (k.shown && !k.shown(c)) continue;
+    std::vector<std::string> parts = Components(k.path);
+    const std::string leaf = parts.back();
+    parts.pop_back();
+    size_t common = 0;
+    while (common < open.size() && common < parts.size() && open[common] == parts[common]) ++common;
+    for (; open.size() > common; open.pop_back()) e << YAML::EndMap;
+    for (; open.size() < parts.size(); open.push_back(parts[open.size()])) {
+      e << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
+    }
+    e << YAML::Key << leaf << YAML::Value;
+    k.emit(e, c);
   }
-  e << YAML::EndMap;
-  e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "type" << YAML::Value << c.optimizer.type;
-  e << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "lr" << YAML::Value << Shortest(c.optimizer.lr);
-  e << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << Shortest(c.optimizer.beta1)
-    << Shortest(c.optimizer.beta2) << YAML::EndSeq;
-  e << YAML::Key << "eps" << YAML::Value << Shortest(c.optimizer.eps);
-  e << YAML::Key << "weight_decay" << YAML::Value << Shortest(c.optimizer.weight_decay);
-  e << YAML::Key << "use_hybrid_adam" << YAML::Value << c.optimizer.use_hybrid_adam;
-  e << YAML::EndMap << YAML::EndMap;
-  e << YAML::Key << "fp16" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "enabled" << YAML::Value << c.fp16.enabled;
-  e << YAML::Key << "loss_scale" << YAML::Value << Shortest(c.fp16.loss_scale);
-  e << YAML::Key << "initial_scale_power" << YAML::Value << c.fp16.initial_scale_power;
-  e << YAML::Key << "loss_scale_window" << YAML::Value << c.fp16.loss_scale_window;
-  e << YAML::Key << "hysteresis" << YAML::Value << c.fp16.hysteresis;
-  e << YAML::Key << "min_loss_scale" << YAML::Value << Shortest(c.fp16.min_loss_scale);
-  e << YAML::EndMap;
-  e << YAML::Key << "default_chunk_size" << YAML::Value << c.default_chunk_size;
-  e << YAML::Key << "release_after_init" << YAML::Value << c.release_after_init;
-  e << YAML::Key << "use_cpu_embedding" << YAML::Value << c.use_cpu_embedding;
-  e << YAML::Key << "client" << YAML::Value << YAML::BeginMap << YAML::Key << "mem_tracer"
-    << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "use_async_mem_monitor" << YAML::Value << c.mem_tracer.use_async_mem_monitor;
-  e << YAML::Key << "warmup_gpu_chunk_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.warmup_gpu_chunk_mem_ratio);
-  e << YAML::Key << "overall_gpu_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.overall_gpu_mem_ratio);
-  e << YAML::Key << "overall_cpu_mem_ratio" << YAML::Value << Shortest(c.mem_tracer.overall_cpu_mem_ratio);
-  e << YAML::Key << "margin_use_ratio" << YAML::Value << Shortest(c.mem_tracer.margin_use_ratio);
-  e << YAML::Key << "use_fake_dist" << YAML::Value << c.mem_tracer.use_fake_dist;
-  e << YAML::Key << "with_static_partition" << YAML::Value << c.mem_tracer.with_static_partition;
-  e << YAML::EndMap;
-  e << YAML::Key << "opts" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "with_mem_saving_comm" << YAML::Value << c.client_opts.with_mem_saving_comm;
-  e << YAML::Key << "with_mem_cache" << YAML::Value << c.client_opts.with_mem_cache;
-  e << YAML::Key << "with_async_move" << YAML::Value << c.client_opts.with_async_move;
-  e << YAML::EndMap << YAML::EndMap;
-  e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "device" << YAML::Value << c.runtime.device;
-  e << YAML::Key << "device_memory" << YAML::Value << c.runtime.device_memory;
-  e << YAML::Key << "host_memory" << YAML::Value << c.runtime.host_memory;
-  e << YAML::Key << "eviction" << YAML::Value << c.runtime.eviction;
-  e << YAML::Key << "prefetch_depth" << YAML::Value << c.runtime.prefetch_depth;
-  e << YAML::Key << "nvme_path" << YAML::Value << c.runtime.nvme_path;
-  e << YAML::Key << "nvme_memory" << YAML::Value << c.runtime.nvme_memory;
-  e << YAML::Key << "nvme_read_ahead" << YAML::Value << c.runtime.nvme_read_ahead;
-  e << YAML::Key << "nvme_io_threads" << YAML::Value << c.runtime.nvme_io_threads;
-  e << YAML::Key << "nvme_spill" << YAML::Value << c.runtime.nvme_spill;
-  e << YAML::Key << "optimizer_overlap" << YAML::Value << c.runtime.optimizer_overlap;
-  e << YAML::Key << "undo_memory" << YAML::Value << c.runtime.undo_memory;
-  e << YAML::Key << "comm_overlap" << YAML::Value << c.runtime.comm_overlap;
-  e << YAML::EndMap;
-  e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "dir" << YAML::Value << c.checkpoint.dir;
-  e << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
-  e << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
-  e << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume;
-  e << YAML::EndMap;
-  e << YAML::Key << "dist" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "timeout_seconds" << YAML::Value << c.dist.timeout_seconds;
-  e << YAML::EndMap;
-  e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "port" << YAML::Value << c.metrics.port;
-  e << YAML::Key << "bind_address" << YAML::Value << c.metrics.bind_address;
-  e << YAML::Key << "device_label" << YAML::Value << c.metrics.device_label;
-  e << YAML::Key << "job_labels" << YAML::Value << c.metrics.job_labels;
-  e << YAML::EndMap;
-  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
-  e << YAML::Key << "seq_len" << YAML::Value << c.train.seq_len;
-  e << YAML::Key << "steps" << YAML::Value << c.train.steps;
-  e << YAML::Key << "grad_accum_steps" << YAML::Value << c.train.grad_accum_steps;
-  e << YAML::Key << "seed" << YAML::Value << c.train.seed;
-  e << YAML::Key << "activation_checkpointing" << YAML::Value << c.train.activation_checkpointing;
-  e << YAML::Key << "log_every" << YAML::Value << c.train.log_every;
-  e << YAML::Key << "eval_every" << YAML::Value << c.train.eval_every;
-  e << YAML::Key << "eval_batches" << YAML::Value << c.train.eval_batches;
-  e << YAML::Key << "sample_every" << YAML::Value << c.train.sample_every;
-  e << YAML::Key << "sample_tokens" << YAML::Value << c.train.sample_tokens;
-  e << YAML::Key << "sample_prompt" << YAML::Value << c.train.sample_prompt;
-  e << YAML::Key << "grad_clip" << YAML::Value << Shortest(c.train.grad_clip);
-  e << YAML::Key << "warmup_steps" << YAML::Value << c.train.warmup_steps;
-  e << YAML::Key << "min_lr" << YAML::Value << Shortest(c.train.min_lr);
-  e << YAML::Key << "lr_decay" << YAML::Value << c.train.lr_decay;
-  e << YAML::Key << "threads" << YAML::Value << c.train.threads;
-  e << YAML::Key << "precision" << YAML::Value << c.train.precision;
-  e << YAML::Key << "grad_precision" << YAML::Value << c.train.grad_precision;
-  e << YAML::EndMap;
+  for (; !open.empty(); open.pop_back()) e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+std::vector<std::string> ConfigKeyPaths() {
+  std::vector<std::string> paths;
+  for (const KeyDef& k : Keys()) paths.push_back(k.path);
+  return paths;
 }
 
 }  // namespace pstar

@@ -1,7 +1,9 @@
 // The training job's configuration: PatrickStar's keys (optimizer, fp16,
 // default_chunk_size, release_after_init, use_cpu_embedding, client.mem_tracer)
-// plus model, data and train sections. Parsing rejects unknown keys and bad
-// values with the key path and the reason.
+// plus model, data and train sections. One table of keys (config.cc) drives
+// the parser, the checks of each value and --print-config; parsing rejects
+// unknown keys and bad values with the key path and the reason. Choices the
+// rest of pstar acts on are enums from here on.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "worker/core/status.h"
+#include "worker/model/compute.h"
 #include "worker/model/gpt_config.h"
+#include "worker/runtime/eviction_policy.h"
 
 namespace pstar {
 
@@ -89,10 +93,10 @@ struct ClientOptsSection {
 
 // Where model data lives and how it moves (the chunk runtime).
 struct RuntimeSection {
-  std::string device = "cpu";  // "cpu" (device tier emulated in RAM) or "cuda" (GPU local_rank)
+  ComputeDevice device = ComputeDevice::kCpu;  // cpu (device tier emulated in RAM) or cuda (GPU local_rank)
   int64_t device_memory = 0;  // bytes of the device tier; 0 = room for all model data
   int64_t host_memory = 0;    // host budget; 0 = the cgroup v2 limit, else physical RAM
-  std::string eviction = "opt";  // "opt" (farthest next use, from the trace) or "lru"
+  EvictionPolicy eviction = EvictionPolicy::kOpt;  // opt (farthest next use, from the trace) or lru
   int64_t prefetch_depth = 2;    // moments of lookahead; 0 = off
   // The disk tier (docs/config.md): a directory on a local disk where the
   // optimizer moments the host budget cannot hold are homed; empty = none.
@@ -177,10 +181,10 @@ struct TrainSection {
   float min_lr = 0.0f;
   std::string lr_decay = "cosine";  // "cosine" or "constant"
   int64_t threads = 0;              // 0 = all cores
-  // The linear layers' operand precision: fp32, bf16 or fp16 (fp32
-  // accumulation in every case). "auto" in a file; after parsing always the
-  // effective one: fp16 when fp16.enabled, else bf16 on cuda and fp32 on cpu.
-  std::string precision = "auto";
+  // The linear layers' operand precision (fp32 accumulation in every case).
+  // A file may say auto: fp16 when fp16.enabled, else bf16 on cuda and fp32
+  // on cpu.
+  Precision precision = Precision::kFp32;
   // Gradients in fp32, or "16bit": rounded to the precision's 16-bit format
   // after every op that adds to them (each op still accumulates in fp32) and
   // homed on the host at half size. One rank and a 16-bit precision only.
@@ -215,7 +219,11 @@ Result<Config> LoadConfigFile(const std::string& path, const std::vector<std::st
 // The embedded default job (examples/default.yaml, built in).
 const std::string& DefaultConfigYaml();
 
-// The config as YAML, every key with its effective value.
+// The config as YAML, every key with its effective value (those that only
+// apply with others, e.g. data.path, when they do).
 std::string ConfigToYaml(const Config& config);
+
+// Every key the parser takes, dotted, in the order ConfigToYaml writes them.
+std::vector<std::string> ConfigKeyPaths();
 
 }  // namespace pstar

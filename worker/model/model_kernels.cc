@@ -6,25 +6,6 @@
 
 namespace pstar {
 
-const char* ComputeDeviceName(ComputeDevice device) {
-  return device == ComputeDevice::kCuda ? "cuda" : "cpu";
-}
-
-Result<ComputeDevice> ParseComputeDevice(const std::string& name) {
-  if (name == "cpu") return ComputeDevice::kCpu;
-  if (name == "cuda") return ComputeDevice::kCuda;
-  return Status::InvalidArgument("unknown device \"" + name + "\" (cpu or cuda)");
-}
-
-const char* PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-  }
-  return "?";
-}
-
 const char* LinearRoleName(LinearRole role) {
   switch (role) {
     case LinearRole::kQkv: return "qkv";
@@ -71,13 +52,6 @@ void ModelKernels::MatmulBackwardGelu(LinearRole role, ActTensor dinp, float* dw
                                       ActTensor inp, Param weight, ActTensor pre, int64_t N, int64_t C, int64_t OC) {
   MatmulBackward(role, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   GeluBackward(dinp, pre, dinp, N * C);
-}
-
-Result<Precision> ParsePrecision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "fp16") return Precision::kFp16;
-  return Status::InvalidArgument("unknown precision \"" + name + "\" (fp32, bf16 or fp16)");
 }
 
 int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, int64_t batch, int64_t seq) {

@@ -17,28 +17,12 @@
 #include <string>
 
 #include "worker/core/status.h"
+#include "worker/model/compute.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/profile_op.h"
 
 namespace pstar {
 
-enum class ComputeDevice { kCpu, kCuda };
-const char* ComputeDeviceName(ComputeDevice device);
-// "cpu" or "cuda".
-Result<ComputeDevice> ParseComputeDevice(const std::string& name);
-
-// The operand precision of the linear layers (the GEMMs, nearly all of the
-// FLOPs): their inputs, weights and output gradients are rounded to it, and
-// they accumulate in fp32. In bf16 and fp16 runs the parameters reach the
-// device in that format too (16-bit parameter chunks, fp32 masters on the
-// optimizer's side), so every op reads its weights in 16 bits and computes
-// in fp32; and the activations a layer keeps (ActTensor) are kept in it.
-// The projections' output workspace, the logits, the gradients and the
-// optimizer states stay fp32.
-enum class Precision { kFp32, kBf16, kFp16 };
-const char* PrecisionName(Precision precision);
-// "fp32", "bf16" or "fp16".
-Result<Precision> ParsePrecision(const std::string& name);
 
 // A parameter tensor as an op reads it on the device: fp32, or 16 bits of
 // the run's precision (16-bit parameter chunks; kernels widen as they read).

@@ -42,7 +42,7 @@ Result<ParamLayout> BuildJobLayout(const Config& c, int world_size) {
   int64_t elems = c.default_chunk_size;
   if (world_size > 1) {
     // One 64-byte line per shard: 16 floats, or 32 where params stream in 16 bits.
-    const int64_t unit = (c.train.precision == "fp32" ? 16 : 32) * int64_t(world_size);
+    const int64_t unit = (c.train.precision == Precision::kFp32 ? 16 : 32) * int64_t(world_size);
     if (elems == 0) elems = ParamLayout::ChooseChunkElems(specs);
     elems = (elems + unit - 1) / unit * unit;
   }
@@ -53,11 +53,7 @@ Result<ParamLayout> BuildJobLayout(const Config& c, int world_size) {
 
 namespace {
 
-ComputeSpec JobCompute(const Config& c) {
-  ComputeSpec compute{c.runtime.device == "cuda" ? ComputeDevice::kCuda : ComputeDevice::kCpu, Precision::kFp32};
-  if (auto precision = ParsePrecision(c.train.precision); precision.ok()) compute.precision = *precision;
-  return compute;
-}
+ComputeSpec JobCompute(const Config& c) { return ComputeSpec{c.runtime.device, c.train.precision}; }
 
 // The chunk layout's figures and what one op pins at once.
 void PlanChunks(const Config& c, const ParamLayout& layout, const ComputeSpec& compute, MemoryPlan* p) {
@@ -86,7 +82,7 @@ void PlanRuntime(const Config& c, int world_size, int64_t device_tier_bytes, con
   r.device_capacity_bytes = device_tier_bytes;
   r.non_model_bytes = p->activation_bytes;
   r.min_chunks_per_moment = p->max_chunks_per_moment;
-  r.eviction = c.runtime.eviction == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kOpt;
+  r.eviction = c.runtime.eviction;
   r.prefetch_depth = int32_t(c.runtime.prefetch_depth);
   r.comm_overlap = c.runtime.comm_overlap;
   // With several ranks every update runs on the host shards (the device holds

@@ -24,7 +24,7 @@ std::string Against(int64_t need, int64_t have) {
 void DeviceChanges(const Config& config, const MemoryPlan& plan, const PlanVerdict::Tier& device,
                    std::vector<std::string>* changes) {
   changes->push_back("runtime.device_memory: at least " + Bytes(device.need) +
-                     (config.runtime.device == "cuda" ? ", on a GPU with that much free" : ""));
+                     (config.runtime.device == ComputeDevice::kCuda ? ", on a GPU with that much free" : ""));
   if (!config.train.activation_checkpointing) {
     changes->push_back("train.activation_checkpointing: true, or a smaller train.batch_size or train.seq_len: the " +
                        Bytes(plan.activation_bytes) + " of activations are part of the device minimum");
@@ -92,11 +92,11 @@ PlanVerdict JudgePlan(const Config& config, int world_size, const MemoryPlan& pl
   // the host minimum counts it.
   if (config.runtime.device_memory > 0) {
     v.checked.push_back({"device", plan.min_device_bytes, config.runtime.device_memory, "runtime.device_memory"});
-  } else if (config.runtime.device == "cuda" && device_tier_bytes > 0) {
+  } else if (config.runtime.device == ComputeDevice::kCuda && device_tier_bytes > 0) {
     v.checked.push_back({"device", plan.min_device_bytes, device_tier_bytes,
                          "overall_gpu_mem_ratio " + Ratio(config.mem_tracer.overall_gpu_mem_ratio) +
                              " of the GPU's memory"});
-  } else if (config.runtime.device == "cuda") {
+  } else if (config.runtime.device == ComputeDevice::kCuda) {
     v.unchecked.push_back("device: no GPU seen here; the tier will be overall_gpu_mem_ratio " +
                           Ratio(config.mem_tracer.overall_gpu_mem_ratio) + " of the GPU's memory and needs at least " +
                           Bytes(plan.min_device_bytes));

@@ -81,7 +81,7 @@ namespace {
 // The job as it runs on `gpus` CUDA ranks of `spec`, whose device tier is
 // GpuTierBytes of the spec's GPU (whatever runtime.device_memory says).
 Config RankConfig(Config c, const ClusterSpec& spec, int64_t gpus) {
-  c.runtime.device = "cuda";
+  c.runtime.device = ComputeDevice::kCuda;
   c.runtime.host_memory = spec.host_memory_bytes;
   return c;
 }
@@ -322,7 +322,7 @@ std::string FormatScaling(const Config& config, const ClusterSpec& spec, const s
                 "activation checkpointing %s\n",
                 (long long)g.n_layer, (long long)g.n_embd, (long long)config.train.seq_len,
                 (long long)config.train.batch_size, (long long)config.train.grad_accum_steps,
-                config.train.precision.c_str(), config.train.activation_checkpointing ? "on" : "off");
+                PrecisionName(config.train.precision), config.train.activation_checkpointing ? "on" : "off");
   out += line;
   std::snprintf(line, sizeof line,
                 "cluster: up to %lld nodes x %lld GPUs of %s and %s of host memory per GPU; links %.0f GB/s within "

@@ -59,9 +59,9 @@ class StandInCommunicator final : public Communicator {
 }  // namespace
 
 Result<StepPayload> SimulateStepPayload(const Config& config, int world_size, int steps) {
-  if (config.runtime.device != "cpu") {
+  if (config.runtime.device != ComputeDevice::kCpu) {
     return Status::FailedPrecondition("the payload is simulated for CPU jobs (runtime.device: cpu), not " +
-                                      config.runtime.device);
+                                      std::string(ComputeDeviceName(config.runtime.device)));
   }
   if (world_size < 2) return Status::InvalidArgument("the payload needs a world size of at least 2");
   if (steps < 2) return Status::InvalidArgument("the payload needs at least 2 steps");

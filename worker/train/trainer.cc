@@ -19,9 +19,8 @@
 
 namespace pstar {
 
-Status CheckComputeDevice(const std::string& device, int local_rank) {
-  PSTAR_ASSIGN_OR_RETURN(const ComputeDevice d, ParseComputeDevice(device));
-  if (d == ComputeDevice::kCpu) return Status();
+Status CheckComputeDevice(ComputeDevice device, int local_rank) {
+  if (device == ComputeDevice::kCpu) return Status();
 #ifdef PSTAR_WITH_CUDA
   const int gpus = CudaDeviceCount();
   if (gpus == 0) return Status::FailedPrecondition("cuda needs a CUDA device, and this process sees none");
@@ -80,7 +79,7 @@ class HomedChunkCopier final : public DeviceCopier {
 
 // The backend of runtime.device: the emulated tier, or GPU `local_rank`.
 Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int local_rank) {
-  PSTAR_RETURN_IF_ERROR(CheckComputeDevice(ComputeDeviceName(device), local_rank));
+  PSTAR_RETURN_IF_ERROR(CheckComputeDevice(device, local_rank));
   if (device == ComputeDevice::kCpu) return MakeCpuBackend();
 #ifdef PSTAR_WITH_CUDA
   return MakeCudaBackend(local_rank);
@@ -149,7 +148,7 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const 
 int64_t RankDeviceTierBytes(const Config& config, int local_rank) {
   if (config.runtime.device_memory > 0) return config.runtime.device_memory;
 #ifdef PSTAR_WITH_CUDA
-  if (config.runtime.device == "cuda") {
+  if (config.runtime.device == ComputeDevice::kCuda) {
     return GpuTierBytes(config, CudaDeviceMemoryBytes(local_rank));
   }
 #else
@@ -205,7 +204,7 @@ AdamConfig AdamFromConfig(const OptimizerSection& o) {
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
                                                  Communicator* comm, int local_ranks, int local_rank) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
-  PSTAR_ASSIGN_OR_RETURN(const ComputeDevice device, ParseComputeDevice(config.runtime.device));
+  const ComputeDevice device = config.runtime.device;
   auto backend = MakeBackend(device, local_rank);
   if (!backend.ok()) return backend.status().WithPrefix("runtime.device");
   t->config_ = config;
@@ -247,7 +246,7 @@ Status Trainer::CreateStore(std::unique_ptr<DeviceBackend> backend) {
 Status Trainer::CreateModel(ComputeDevice device) {
   const TrainSection& tr = config_.train;
   arena_ = std::make_unique<Arena>("activations", store_->chunks().non_model_memory(), size_t(plan_.activation_bytes));
-  PSTAR_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(tr.precision));
+  const Precision precision = tr.precision;
   std::unique_ptr<ModelKernels> kernels = MakeCpuModelKernels(precision);
   if (device == ComputeDevice::kCuda) {
     PSTAR_ASSIGN_OR_RETURN(kernels, MakeCudaModelKernels(

@@ -231,7 +231,7 @@ class Trainer {
 // Whether `device` (runtime.device) can run here as rank LOCAL_RANK
 // `local_rank`: the build has CUDA and the GPU exists. Checked before the
 // communicator connects, whose NCCL rendezvous would claim the GPU first.
-Status CheckComputeDevice(const std::string& device, int local_rank);
+Status CheckComputeDevice(ComputeDevice device, int local_rank);
 
 // The device tier rank LOCAL_RANK `local_rank` runs with: runtime.device_memory
 // when set; unset on CUDA, mem_tracer.overall_gpu_mem_ratio of that GPU's

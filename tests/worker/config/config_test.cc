@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
 
 #include "tests/test_util.h"
 #include "worker/config/config.h"
@@ -130,7 +133,7 @@ TEST(Config, PrecisionResolvesFromDeviceAndFp16) {
   auto precision = [&](const std::string& extra, std::vector<std::string> overrides = {}) {
     auto c = ParseConfig(m + extra, "job.yaml", overrides);
     EXPECT_TRUE(c.ok()) << c.status().message();
-    return c.ok() ? c->train.precision : std::string("error");
+    return c.ok() ? std::string(PrecisionName(c->train.precision)) : std::string("error");
   };
   EXPECT_EQ(precision(""), "fp32");                                   // auto on cpu
   EXPECT_EQ(precision("", {"runtime.device=cuda"}), "bf16");          // auto on a GPU
@@ -148,7 +151,7 @@ TEST(Config, RuntimeAndMetricsSections) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->runtime.device_memory, int64_t(3) << 29);
   EXPECT_EQ(c->runtime.host_memory, 4000000);
-  EXPECT_EQ(c->runtime.eviction, "lru");
+  EXPECT_EQ(c->runtime.eviction, EvictionPolicy::kLru);
   EXPECT_EQ(c->runtime.prefetch_depth, 0);
   EXPECT_EQ(c->metrics.port, 9400);
   EXPECT_EQ(c->metrics.bind_address, "127.0.0.1");
@@ -245,6 +248,50 @@ TEST(Config, PrintedNumbersAreShortest) {
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(again->optimizer.lr, c->optimizer.lr);
   EXPECT_EQ(again->train.grad_clip, c->train.grad_clip);
+}
+
+// Every dotted key of a printed config (a list is one key's value).
+void CollectKeys(const YAML::Node& node, const std::string& prefix, std::set<std::string>* out) {
+  for (const auto& kv : node) {
+    const std::string key = prefix + kv.first.as<std::string>();
+    if (kv.second.IsMap()) {
+      CollectKeys(kv.second, key + ".", out);
+    } else {
+      out->insert(key);
+    }
+  }
+}
+
+// One table drives the parser and --print-config: every key the parser takes
+// is printed by some config (those that apply only with others, with them),
+// in the table's order, and what is printed parses back to the same text.
+TEST(Config, EveryKeyTheParserTakesIsPrinted) {
+  const std::string m = "model: {preset: tiny, init_from: /models/gpt2}\n";
+  const std::vector<std::string> jobs = {
+      m,
+      m + "data: {source: text, path: a.txt, val_path: b.txt, tokenizer: gpt2, vocab: e.json, merges: v.bpe}\n",
+      m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
+  };
+  std::set<std::string> printed;
+  for (const std::string& job : jobs) {
+    auto c = ParseConfig(job, "job.yaml");
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    const std::string yaml = ConfigToYaml(*c);
+    CollectKeys(YAML::Load(yaml), "", &printed);
+    auto again = ParseConfig(yaml, "printed");
+    ASSERT_TRUE(again.ok()) << again.status().message() << "\n" << yaml;
+    EXPECT_EQ(ConfigToYaml(*again), yaml);
+  }
+  const std::vector<std::string> keys = ConfigKeyPaths();
+  EXPECT_EQ(printed, std::set<std::string>(keys.begin(), keys.end()));
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size()) << "a key listed twice";
+  // The parser knows no key beyond the table: each one of them misspelt is
+  // refused, naming the section's keys.
+  for (const std::string& key : keys) {
+    const std::string wrong = key + "x=1";
+    const std::string error = ErrorOf(m, {wrong});
+    EXPECT_NE(error.find(key + "x: unknown key (allowed here: "), std::string::npos) << error;
+  }
 }
 
 }  // namespace

@@ -247,7 +247,7 @@ TEST(GpuTraining, Bf16AndFp16TrainStablyAndTrackTheCpuBackend) {
     EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 0.5f) << "it learns";
   }
   // Unset, a GPU run trains in bf16.
-  EXPECT_EQ(GpuConfig({}).train.precision, "bf16");
+  EXPECT_EQ(GpuConfig({}).train.precision, Precision::kBf16);
 }
 
 // Attention through cuDNN's fused graphs in training (PSTAR_KERNEL_TUNING

@@ -34,7 +34,7 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // no gelu.bwd row: its time is the GEMM's.
 bool GeluBackwardFolded(const Config& c) {
 #ifdef PSTAR_WITH_CUDA
-  return c.runtime.device == "cuda" && (c.train.precision == "bf16" || c.train.precision == "fp16") &&
+  return c.runtime.device == ComputeDevice::kCuda && c.train.precision != Precision::kFp32 &&
          kernels::cuda::TuningFor(CudaDeviceName(0), CudaComputeCapability(0)).gelu_backward_epilogue == 1;
 #else
   (void)c;
@@ -170,7 +170,7 @@ void ExpectCompleteOpProfile(const Config& c, const ProfileSummary& p, int64_t s
     EXPECT_NEAR(e.share, 100.0 * e.seconds / p.step_seconds, 1e-9) << e.name;
   }
   EXPECT_EQ(ops, int(CallsPerStep(c, gelu_kept).size()));
-  if (c.train.precision != "bf16" && c.train.precision != "fp16") {
+  if (c.train.precision == Precision::kFp32) {
     EXPECT_EQ(p.Find(ProfileKind::kOp, "cast"), nullptr) << "fp32: nothing rounds";
   }
   EXPECT_NEAR(seconds, p.op_seconds, 1e-12);
