@@ -112,11 +112,10 @@ void ScalarSpan(const Coeffs& c, float* param, const void* grad, float* exp_avg,
 #define PSTAR_TARGET_AVX512 __attribute__((target("avx512f")))
 #define PSTAR_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 
-// Software prefetch distance, in elements (2 KiB of each fp32 stream). The
+// Software prefetch distance, in elements (2 KiB of each fp32 stream): the
 // hardware prefetchers alone leave bandwidth unused with four read streams
-// per core; prefetching measured 8-15% faster on the 2-core CI machine.
-// Non-temporal stores were measured too and were ~35% slower: p, m and v are
-// read first, so their lines are already in cache when written.
+// per core. No non-temporal stores: p, m and v are read first, so their
+// lines are in cache when written (bench/RESULTS.md, CPU Adam).
 constexpr int64_t kPrefetchAhead = 512;
 
 template <GradKind K>
