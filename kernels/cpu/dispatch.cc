@@ -12,6 +12,9 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "kernels/residual.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 
 #if !defined(PSTAR_CPU_VARIANT_native) && !defined(PSTAR_CPU_VARIANT_baseline) && !defined(PSTAR_CPU_VARIANT_x86_64)
 #error "no CPU kernel variant: the build defines PSTAR_CPU_VARIANT_<name> for each one it compiles"
@@ -139,6 +142,51 @@ void GeluBackward(float* dinp, const uint16_t* inp, bool bf16, const float* dout
 }
 void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) {
   PSTAR_CPU_DISPATCH(GeluBackward(dinp, inp, dout, n));
+}
+void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(RmsNormForward(out, rstd, inp, weight, eps, N, C));
+}
+void ResidualRmsNormForward(float* res, float* out, float* rstd, const float* a, const float* b, const float* weight,
+                            float eps, int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(ResidualRmsNormForward(res, out, rstd, a, b, weight, eps, N, C));
+}
+void RmsNormForward(uint16_t* out, float* rstd, const uint16_t* inp, bool bf16, const float* weight, float eps,
+                    int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(RmsNormForward(out, rstd, inp, bf16, weight, eps, N, C));
+}
+void ResidualRmsNormForward(uint16_t* res, uint16_t* out, float* rstd, const uint16_t* a, const float* b, bool bf16,
+                            const float* weight, float eps, int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(ResidualRmsNormForward(res, out, rstd, a, b, bf16, weight, eps, N, C));
+}
+void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const float* rstd, int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C));
+}
+void RmsNormBackward(float* dinp, float* dweight, const float* dout, const uint16_t* inp, bool bf16,
+                     const float* weight, const float* rstd, int64_t N, int64_t C) {
+  PSTAR_CPU_DISPATCH(RmsNormBackward(dinp, dweight, dout, inp, bf16, weight, rstd, N, C));
+}
+void RopeForward(float* x, int64_t row_stride, const float* cos, const float* sin, const int32_t* positions,
+                 int64_t N, int64_t heads, int64_t D) {
+  PSTAR_CPU_DISPATCH(RopeForward(x, row_stride, cos, sin, positions, N, heads, D));
+}
+void RopeForward(uint16_t* x, bool bf16, int64_t row_stride, const float* cos, const float* sin,
+                 const int32_t* positions, int64_t N, int64_t heads, int64_t D) {
+  PSTAR_CPU_DISPATCH(RopeForward(x, bf16, row_stride, cos, sin, positions, N, heads, D));
+}
+void RopeBackward(float* dx, int64_t row_stride, const float* cos, const float* sin, const int32_t* positions,
+                  int64_t N, int64_t heads, int64_t D) {
+  PSTAR_CPU_DISPATCH(RopeBackward(dx, row_stride, cos, sin, positions, N, heads, D));
+}
+void SwiGluForward(float* out, const float* gu, int64_t N, int64_t F) { PSTAR_CPU_DISPATCH(SwiGluForward(out, gu, N, F)); }
+void SwiGluForward(uint16_t* out, const uint16_t* gu, bool bf16, int64_t N, int64_t F) {
+  PSTAR_CPU_DISPATCH(SwiGluForward(out, gu, bf16, N, F));
+}
+void SwiGluBackward(float* dgu, const float* gu, const float* dout, int64_t N, int64_t F) {
+  PSTAR_CPU_DISPATCH(SwiGluBackward(dgu, gu, dout, N, F));
+}
+void SwiGluBackward(float* dgu, const uint16_t* gu, bool bf16, const float* dout, int64_t N, int64_t F) {
+  PSTAR_CPU_DISPATCH(SwiGluBackward(dgu, gu, bf16, dout, N, F));
 }
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                       int64_t N, int64_t C) {
