@@ -6,12 +6,21 @@
 // from q, k and the log-sum-exp. Memory is linear in T.
 //
 // qkv (B, T, 3C) holds q | k | v, head h at columns h*hs of each third
-// (hs = C/NH). out (B, T, C). lse (B, NH, T).
+// (hs = C/NH). out (B, T, C). lse (B, NH, T). With grouped-query attention
+// (AttentionShape) a row holds NH query heads, then NKV key heads, then NKV
+// value heads, and query head h reads kv head h / (NH / NKV).
 #ifndef PSTAR_KERNELS_ATTENTION_H_
 #define PSTAR_KERNELS_ATTENTION_H_
 #include <cstdint>
 
 namespace pstar::kernels {
+
+// B sequences of T positions; NH query heads and NKV key/value heads (NKV
+// divides NH; equal is multi-head attention) of hs columns each.
+struct AttentionShape {
+  int64_t B = 0, T = 0, NH = 0, NKV = 0, hs = 0;
+  int64_t RowElements() const { return (NH + 2 * NKV) * hs; }  // one position's q|k|v
+};
 
 // The one blocking of both backends (the CUDA kernels tile by it too).
 inline constexpr int64_t kAttentionBlock = 64;
@@ -54,6 +63,16 @@ void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64
 // head); inside a head the key blocks and then the query blocks in order.
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                        int64_t B, int64_t T, int64_t C, int64_t NH);
+// Grouped-query forms over a q|k|v row of `shape` (out (B, T, NH * hs)).
+// With NKV = NH the same bits as the multi-head forms. Backward runs one
+// task per (batch, kv head), which writes that head's dk and dv and its
+// query heads' dq.
+void AttentionForward(float* out, float* lse, const float* qkv, const AttentionShape& shape);
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                       const AttentionShape& shape);
+void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, const AttentionShape& shape);
+void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
+                       const float* lse, const AttentionShape& shape);
 // The same two over a 16-bit run's activations: qkv and out 16-bit
 // (bfloat16 when `bf16`, else IEEE half), widened exactly as they are read;
 // forward rounds out once (nearest even); lse and the gradients are fp32.

@@ -69,13 +69,21 @@ float RowSum(const float* x, int64_t n) {
   return lane[0];
 }
 
+// Where one (batch, head)'s q, k and v start in a q|k|v row of `shape`.
+struct Heads {
+  int64_t q, k, v;  // column offsets
+};
+Heads HeadColumns(const AttentionShape& shape, int64_t h) {
+  const int64_t kv = h / (shape.NH / shape.NKV);
+  return {h * shape.hs, (shape.NH + kv) * shape.hs, (shape.NH + shape.NKV + kv) * shape.hs};
+}
+
 // qkv and out of element A (float, or a 16-bit format), read through `load`
 // and written through `store`.
 template <typename A, typename Load, typename Store>
-void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Load load,
-             Store store) {
-  const int64_t hs = C / NH;
-  const int64_t C3 = 3 * C;
+void Forward(A* out, float* lse, const A* qkv, const AttentionShape& shape, Load load, Store store) {
+  const int64_t B = shape.B, T = shape.T, NH = shape.NH, hs = shape.hs;
+  const int64_t ld = shape.RowElements(), ldo = NH * hs;
   const int64_t nb = NumBlocks(T);
   const float scale = 1.0f / std::sqrt(float(hs));
 #pragma omp parallel
@@ -87,18 +95,19 @@ void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, 
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
         for (int64_t i = 0; i < nb; ++i) {
-          const A* q = qkv + b * T * C3 + h * hs;
-          const A* k = q + C;
-          const A* v = q + 2 * C;
+          const Heads at = HeadColumns(shape, h);
+          const A* q = qkv + b * T * ld + at.q;
+          const A* k = qkv + b * T * ld + at.k;
+          const A* v = qkv + b * T * ld + at.v;
           const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
-          const Rows qi = HeadRows(q, C3, r0, rows, hs, qbuf, load);
+          const Rows qi = HeadRows(q, ld, r0, rows, hs, qbuf, load);
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.0f);
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int64_t j = 0; j <= i; ++j) {
             const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
-            const Rows kj = HeadRows(k, C3, c0, cols, hs, kbuf, load);
-            const Rows vj = HeadRows(v, C3, c0, cols, hs, vbuf, load);
+            const Rows kj = HeadRows(k, ld, c0, cols, hs, kbuf, load);
+            const Rows vj = HeadRows(v, ld, c0, cols, hs, vbuf, load);
             Scores(s.data(), qi, kj, rows, cols, hs, scale, i == j);
             // Online softmax: rescale what the earlier blocks summed to the new row maximum.
             for (int64_t r = 0; r < rows; ++r) {
@@ -116,7 +125,7 @@ void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, 
           }
           for (int64_t r = 0; r < rows; ++r) {
             const float inv = 1.0f / l[size_t(r)];
-            A* o = out + (b * T + r0 + r) * C + h * hs;
+            A* o = out + (b * T + r0 + r) * ldo + h * hs;
             const float* a = acc.data() + r * hs;
             for (int64_t d = 0; d < hs; ++d) o[d] = store(a[d] * inv);
             lse[(b * NH + h) * T + r0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
@@ -128,11 +137,15 @@ void Forward(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int64_t C, 
 }
 
 // qkv and out of element A, read through `load`; the gradients are fp32.
+// One task per (batch, kv head) writes that head's dk and dv and its query
+// heads' dq, those heads in order: one writer per gradient, so the bits do
+// not depend on the thread count.
 template <typename A, typename Load>
-void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, int64_t B, int64_t T,
-              int64_t C, int64_t NH, Load load) {
-  const int64_t hs = C / NH;
-  const int64_t C3 = 3 * C;
+void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const float* lse,
+              const AttentionShape& shape, Load load) {
+  const int64_t B = shape.B, T = shape.T, NH = shape.NH, hs = shape.hs;
+  const int64_t group = NH / shape.NKV;
+  const int64_t ld = shape.RowElements(), ldo = NH * hs;
   const int64_t nb = NumBlocks(T);
   const float scale = 1.0f / std::sqrt(float(hs));
 #pragma omp parallel
@@ -142,49 +155,56 @@ void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const 
     std::vector<float> qbuf, kbuf, vbuf;  // widened 16-bit rows
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < NH; ++h) {
-        const A* q = qkv + b * T * C3 + h * hs;
-        const A* k = q + C;
-        const A* v = q + 2 * C;
-        float* dq = dqkv + b * T * C3 + h * hs;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* dy = dout + b * T * C + h * hs;
-        const A* y = out + b * T * C + h * hs;
-        const float* row_lse = lse + (b * NH + h) * T;
-        // D = rowsum(dY * Y): the softmax backward's sum_j P_j dP_j per query.
-        for (int64_t t = 0; t < T; ++t) {
-          float d = 0.0f;
-          for (int64_t e = 0; e < hs; ++e) d += dy[t * C + e] * load(y[t * C + e]);
-          dsum[size_t(t)] = d;
-          for (float* g : {dq, dk, dv}) std::fill_n(g + t * C3, hs, 0.0f);
-        }
-        for (int64_t j = 0; j < nb; ++j) {
-          const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
-          const Rows kj = HeadRows(k, C3, c0, cols, hs, kbuf, load);
-          const Rows vj = HeadRows(v, C3, c0, cols, hs, vbuf, load);
-          for (int64_t i = j; i < nb; ++i) {
-            const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
-            const Rows qi = HeadRows(q, C3, r0, rows, hs, qbuf, load);
-            Scores(p.data(), qi, kj, rows, cols, hs, scale, i == j);
-            for (int64_t r = 0; r < rows; ++r) {
-              const float row_lse_r = row_lse[r0 + r];
-              float* prow = p.data() + r * cols;
+      for (int64_t g = 0; g < shape.NKV; ++g) {
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const Heads at = HeadColumns(shape, h);
+          const A* q = qkv + b * T * ld + at.q;
+          const A* k = qkv + b * T * ld + at.k;
+          const A* v = qkv + b * T * ld + at.v;
+          float* dq = dqkv + b * T * ld + at.q;
+          float* dk = dqkv + b * T * ld + at.k;
+          float* dv = dqkv + b * T * ld + at.v;
+          const float* dy = dout + b * T * ldo + h * hs;
+          const A* y = out + b * T * ldo + h * hs;
+          const float* row_lse = lse + (b * NH + h) * T;
+          // D = rowsum(dY * Y): the softmax backward's sum_j P_j dP_j per query.
+          for (int64_t t = 0; t < T; ++t) {
+            float d = 0.0f;
+            for (int64_t e = 0; e < hs; ++e) d += dy[t * ldo + e] * load(y[t * ldo + e]);
+            dsum[size_t(t)] = d;
+            std::fill_n(dq + t * ld, hs, 0.0f);
+            if (h == g * group) {
+              std::fill_n(dk + t * ld, hs, 0.0f);
+              std::fill_n(dv + t * ld, hs, 0.0f);
+            }
+          }
+          for (int64_t j = 0; j < nb; ++j) {
+            const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
+            const Rows kj = HeadRows(k, ld, c0, cols, hs, kbuf, load);
+            const Rows vj = HeadRows(v, ld, c0, cols, hs, vbuf, load);
+            for (int64_t i = j; i < nb; ++i) {
+              const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
+              const Rows qi = HeadRows(q, ld, r0, rows, hs, qbuf, load);
+              Scores(p.data(), qi, kj, rows, cols, hs, scale, i == j);
+              for (int64_t r = 0; r < rows; ++r) {
+                const float row_lse_r = row_lse[r0 + r];
+                float* prow = p.data() + r * cols;
 #pragma omp simd
-              for (int64_t c = 0; c < cols; ++c) prow[c] = VecExp(prow[c] - row_lse_r);
-            }
-            // dP = dY_i V_j^T, then dS = P (dP - D) scale in place.
-            Gemm(false, true, rows, cols, hs, 1.0f, dy + r0 * C, C, vj.p, vj.ld, 0.0f, ds.data(), cols);
-            for (int64_t r = 0; r < rows; ++r) {
-              const float d = dsum[size_t(r0 + r)];
-              for (int64_t c = 0; c < cols; ++c) {
-                const size_t e = size_t(r * cols + c);
-                ds[e] = p[e] * (ds[e] - d) * scale;
+                for (int64_t c = 0; c < cols; ++c) prow[c] = VecExp(prow[c] - row_lse_r);
               }
+              // dP = dY_i V_j^T, then dS = P (dP - D) scale in place.
+              Gemm(false, true, rows, cols, hs, 1.0f, dy + r0 * ldo, ldo, vj.p, vj.ld, 0.0f, ds.data(), cols);
+              for (int64_t r = 0; r < rows; ++r) {
+                const float d = dsum[size_t(r0 + r)];
+                for (int64_t c = 0; c < cols; ++c) {
+                  const size_t e = size_t(r * cols + c);
+                  ds[e] = p[e] * (ds[e] - d) * scale;
+                }
+              }
+              Gemm(true, false, cols, hs, rows, 1.0f, p.data(), cols, dy + r0 * ldo, ldo, 1.0f, dv + c0 * ld, ld);
+              Gemm(true, false, cols, hs, rows, 1.0f, ds.data(), cols, qi.p, qi.ld, 1.0f, dk + c0 * ld, ld);
+              Gemm(false, false, rows, hs, cols, 1.0f, ds.data(), cols, kj.p, kj.ld, 1.0f, dq + r0 * ld, ld);
             }
-            Gemm(true, false, cols, hs, rows, 1.0f, p.data(), cols, dy + r0 * C, C, 1.0f, dv + c0 * C3, C3);
-            Gemm(true, false, cols, hs, rows, 1.0f, ds.data(), cols, qi.p, qi.ld, 1.0f, dk + c0 * C3, C3);
-            Gemm(false, false, rows, hs, cols, 1.0f, ds.data(), cols, kj.p, kj.ld, 1.0f, dq + r0 * C3, C3);
           }
         }
       }
@@ -192,28 +212,47 @@ void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const 
   }
 }
 
+AttentionShape MultiHead(int64_t B, int64_t T, int64_t C, int64_t NH) { return {B, T, NH, NH, C / NH}; }
+
 }  // namespace
 
-void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
-                      int64_t NH) {
-  Forward(out, lse, qkv, B, T, C, NH, KeepFloat{}, KeepFloat{});
+void AttentionForward(float* out, float* lse, const float* qkv, const AttentionShape& shape) {
+  Forward(out, lse, qkv, shape, KeepFloat{}, KeepFloat{});
+}
+
+void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, const AttentionShape& shape) {
+  if (bf16) return Forward(out, lse, qkv, shape, WidenBf16{}, NarrowBf16{});
+  Forward(out, lse, qkv, shape, WidenHalf{}, NarrowHalf{});
+}
+
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                       const AttentionShape& shape) {
+  Backward(dqkv, dout, qkv, out, lse, shape, KeepFloat{});
+}
+
+void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
+                       const float* lse, const AttentionShape& shape) {
+  if (bf16) return Backward(dqkv, dout, qkv, out, lse, shape, WidenBf16{});
+  Backward(dqkv, dout, qkv, out, lse, shape, WidenHalf{});
+}
+
+void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  AttentionForward(out, lse, qkv, MultiHead(B, T, C, NH));
 }
 
 void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  if (bf16) return Forward(out, lse, qkv, B, T, C, NH, WidenBf16{}, NarrowBf16{});
-  Forward(out, lse, qkv, B, T, C, NH, WidenHalf{}, NarrowHalf{});
+  AttentionForward(out, lse, qkv, bf16, MultiHead(B, T, C, NH));
 }
 
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                        int64_t B, int64_t T, int64_t C, int64_t NH) {
-  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, KeepFloat{});
+  AttentionBackward(dqkv, dout, qkv, out, lse, MultiHead(B, T, C, NH));
 }
 
 void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  if (bf16) return Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, WidenBf16{});
-  Backward(dqkv, dout, qkv, out, lse, B, T, C, NH, WidenHalf{});
+  AttentionBackward(dqkv, dout, qkv, out, bf16, lse, MultiHead(B, T, C, NH));
 }
 
 }  // namespace pstar::kernels::cpu

@@ -94,6 +94,20 @@
 
 namespace pstar::kernels::cpu {
 
+void AttentionForward(float* out, float* lse, const float* qkv, const AttentionShape& shape) {
+  PSTAR_CPU_DISPATCH(AttentionForward(out, lse, qkv, shape));
+}
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                       const AttentionShape& shape) {
+  PSTAR_CPU_DISPATCH(AttentionBackward(dqkv, dout, qkv, out, lse, shape));
+}
+void AttentionForward(uint16_t* out, float* lse, const uint16_t* qkv, bool bf16, const AttentionShape& shape) {
+  PSTAR_CPU_DISPATCH(AttentionForward(out, lse, qkv, bf16, shape));
+}
+void AttentionBackward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out, bool bf16,
+                       const float* lse, const AttentionShape& shape) {
+  PSTAR_CPU_DISPATCH(AttentionBackward(dqkv, dout, qkv, out, bf16, lse, shape));
+}
 void AttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
   PSTAR_CPU_DISPATCH(AttentionForward(out, lse, qkv, B, T, C, NH));
 }

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/half.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -288,6 +289,143 @@ TEST(SwiGlu, ForwardMatchesTheFormulaAndBackwardMatchesFiniteDifferences) {
     SwiGluBackward(d16.data(), gu16.data(), bf16, w.data(), N, F);
     SwiGluBackward(dwide.data(), wide.data(), w.data(), N, F);
     EXPECT_EQ(d16, dwide);
+  }
+}
+
+// Causal attention in double, query head h reading kv head h / (NH / NKV).
+std::vector<double> NaiveAttention(const std::vector<float>& qkv, const AttentionShape& s) {
+  const int64_t ld = s.RowElements(), group = s.NH / s.NKV;
+  std::vector<double> out(size_t(s.B * s.T * s.NH * s.hs));
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.NH; ++h) {
+      const int64_t kv = h / group;
+      for (int64_t t = 0; t < s.T; ++t) {
+        const float* q = &qkv[size_t((b * s.T + t) * ld + h * s.hs)];
+        std::vector<double> w(size_t(t + 1));
+        double mx = -1e300, sum = 0;
+        for (int64_t u = 0; u <= t; ++u) {
+          const float* k = &qkv[size_t((b * s.T + u) * ld + (s.NH + kv) * s.hs)];
+          double dot = 0;
+          for (int64_t d = 0; d < s.hs; ++d) dot += double(q[d]) * k[d];
+          w[size_t(u)] = dot / std::sqrt(double(s.hs));
+          mx = std::max(mx, w[size_t(u)]);
+        }
+        for (auto& x : w) sum += (x = std::exp(x - mx));
+        for (int64_t d = 0; d < s.hs; ++d) {
+          double o = 0;
+          for (int64_t u = 0; u <= t; ++u) {
+            o += w[size_t(u)] / sum * qkv[size_t((b * s.T + u) * ld + (s.NH + s.NKV + kv) * s.hs + d)];
+          }
+          out[size_t((b * s.T + t) * s.NH * s.hs + h * s.hs + d)] = o;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GroupedQueryAttention, ForwardMatchesTheNaiveAttentionForEveryGroupSize) {
+  std::mt19937 rng(17);
+  for (int64_t group : {1, 2, 3, 4, 7, 8}) {
+    for (int64_t hs : {8, 32}) {
+      const AttentionShape s{2, 71, group * 2, 2, hs};  // T past one block of 64
+      SCOPED_TRACE(testing::Message() << "group " << group << " hs " << hs);
+      auto qkv = Random(size_t(s.B * s.T * s.RowElements()), rng);
+      std::vector<float> out(size_t(s.B * s.T * s.NH * s.hs)), lse(size_t(s.B * s.NH * s.T));
+      AttentionForward(out.data(), lse.data(), qkv.data(), s);
+      EXPECT_LT(MaxRelative(out, NaiveAttention(qkv, s)), 1e-5);
+    }
+  }
+}
+
+// GQA is multi-head attention over the kv heads repeated for their query
+// heads: the same forward bits, the same dq bits, and dk and dv the sums
+// over each group.
+TEST(GroupedQueryAttention, IsMultiHeadAttentionOverRepeatedKvHeads) {
+  std::mt19937 rng(18);
+  const AttentionShape g{2, 70, 6, 2, 16};
+  const AttentionShape m{2, 70, 6, 6, 16};
+  const int64_t group = g.NH / g.NKV;
+  auto qkv = Random(size_t(g.B * g.T * g.RowElements()), rng);
+  std::vector<float> wide(size_t(m.B * m.T * m.RowElements()));
+  for (int64_t r = 0; r < g.B * g.T; ++r) {
+    const float* src = &qkv[size_t(r * g.RowElements())];
+    float* dst = &wide[size_t(r * m.RowElements())];
+    std::copy(src, src + g.NH * g.hs, dst);
+    for (int64_t h = 0; h < m.NH; ++h) {
+      const int64_t kv = h / group;
+      std::copy(src + (g.NH + kv) * g.hs, src + (g.NH + kv + 1) * g.hs, dst + (m.NH + h) * m.hs);
+      std::copy(src + (g.NH + g.NKV + kv) * g.hs, src + (g.NH + g.NKV + kv + 1) * g.hs, dst + (2 * m.NH + h) * m.hs);
+    }
+  }
+  const size_t n_out = size_t(g.B * g.T * g.NH * g.hs);
+  std::vector<float> out_g(n_out), out_m(n_out), lse_g(size_t(g.B * g.NH * g.T)), lse_m(lse_g.size());
+  AttentionForward(out_g.data(), lse_g.data(), qkv.data(), g);
+  AttentionForward(out_m.data(), lse_m.data(), wide.data(), m);
+  EXPECT_EQ(out_g, out_m);
+  EXPECT_EQ(lse_g, lse_m);
+  auto dout = Random(n_out, rng);
+  std::vector<float> dg(qkv.size(), 7.0f), dm(wide.size(), 7.0f);  // overwritten
+  AttentionBackward(dg.data(), dout.data(), qkv.data(), out_g.data(), lse_g.data(), g);
+  AttentionBackward(dm.data(), dout.data(), wide.data(), out_m.data(), lse_m.data(), m);
+  double worst = 0, scale = 1e-12;
+  for (int64_t r = 0; r < g.B * g.T; ++r) {
+    const float* a = &dg[size_t(r * g.RowElements())];
+    const float* b = &dm[size_t(r * m.RowElements())];
+    for (int64_t e = 0; e < g.NH * g.hs; ++e) EXPECT_EQ(a[e], b[e]) << "dq";
+    for (int64_t part = 0; part < 2; ++part) {
+      for (int64_t kv = 0; kv < g.NKV; ++kv) {
+        for (int64_t d = 0; d < g.hs; ++d) {
+          double sum = 0;
+          for (int64_t h = kv * group; h < (kv + 1) * group; ++h) sum += b[(m.NH + part * m.NH + h) * m.hs + d];
+          const double got = a[(g.NH + part * g.NKV + kv) * g.hs + d];
+          worst = std::max(worst, std::abs(got - sum));
+          scale = std::max(scale, std::abs(sum));
+        }
+      }
+    }
+  }
+  EXPECT_LT(worst / scale, 1e-5);
+}
+
+TEST(GroupedQueryAttention, BackwardMatchesFiniteDifferencesAtAnyThreadCount) {
+  std::mt19937 rng(19);
+  const AttentionShape s{1, 6, 4, 2, 4};
+  auto qkv = Random(size_t(s.B * s.T * s.RowElements()), rng);
+  const size_t n_out = size_t(s.B * s.T * s.NH * s.hs);
+  auto w = Random(n_out, rng);
+  auto f = [&] {
+    std::vector<float> o(n_out), l(size_t(s.B * s.NH * s.T));
+    AttentionForward(o.data(), l.data(), qkv.data(), s);
+    return o;
+  };
+  std::vector<float> out(n_out), lse(size_t(s.B * s.NH * s.T));
+  AttentionForward(out.data(), lse.data(), qkv.data(), s);
+  std::vector<std::vector<float>> grads;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> d(qkv.size());
+    AttentionBackward(d.data(), w.data(), qkv.data(), out.data(), lse.data(), s);
+    grads.push_back(d);
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(grads[0], grads[2]);
+  EXPECT_LT(MaxRelative(grads[0], NumericGrad(qkv, w, f, 1e-2f)), 5e-3);
+  // 16 bits: the fp32 kernels over the widened tensors.
+  for (bool bf16 : {true, false}) {
+    const std::vector<uint16_t> q16 = Narrow(qkv, bf16);
+    const std::vector<float> wide = Widen(q16, bf16);
+    std::vector<uint16_t> out16(n_out);
+    std::vector<float> lse16(lse.size()), out_w(n_out), lse_w(lse.size());
+    AttentionForward(out16.data(), lse16.data(), q16.data(), bf16, s);
+    AttentionForward(out_w.data(), lse_w.data(), wide.data(), s);
+    EXPECT_EQ(out16, Narrow(out_w, bf16));
+    EXPECT_EQ(lse16, lse_w);
+    std::vector<float> d16(qkv.size()), dw(qkv.size());
+    AttentionBackward(d16.data(), w.data(), q16.data(), out16.data(), bf16, lse16.data(), s);
+    AttentionBackward(dw.data(), w.data(), wide.data(), Widen(out16, bf16).data(), lse_w.data(), s);
+    EXPECT_EQ(d16, dw);
   }
 }
 
