@@ -27,7 +27,7 @@ void PrintModel(const TrainingRank& rank, const Config& c) {
               c.train.precision == Precision::kFp16
                   ? (c.fp16.loss_scale > 0 ? ", static loss scale" : ", dynamic loss scale")
                   : "",
-              c.train.grad_precision == "16bit"
+              c.train.grad_precision == GradPrecision::k16Bit
                   ? (", " + std::string(PrecisionName(c.train.precision)) + " gradients").c_str()
                   : "");
 }
@@ -82,7 +82,7 @@ void PrintOptimizer(const TrainingRank& rank, const Config& c) {
   const Trainer::SpeculationTotals& sp = t.speculation_totals();
   std::printf("optimizer: overlap=%s host_adam_s=%.3f waited_for_updates_s=%.3f undo_chunks=%d "
               "speculated_steps=%lld speculated_chunks=%lld rolled_back_steps=%lld\n",
-              c.runtime.optimizer_overlap.c_str(), sp.host_adam_seconds, sp.update_wait_seconds, t.undo_chunks(),
+              OptimizerOverlapName(c.runtime.optimizer_overlap), sp.host_adam_seconds, sp.update_wait_seconds, t.undo_chunks(),
               (long long)sp.steps, (long long)sp.chunks, (long long)sp.rolled_back);
 }
 

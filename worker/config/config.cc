@@ -171,7 +171,8 @@ std::string OneOf(const std::vector<std::string>& names) {
 
 // What the parser holds before the config's final values are known.
 struct Pending {
-  std::string precision = "auto";  // train.precision as written
+  std::string precision = "auto";          // train.precision as written
+  std::string optimizer_overlap = "auto";  // runtime.optimizer_overlap as written
 };
 
 // One key of the config. The table (Keys()) lists every key once, in the
@@ -365,6 +366,18 @@ KeyDef PrecisionKey() {
   return k;
 }
 
+// runtime.optimizer_overlap: auto until the device is known.
+KeyDef OptimizerOverlapKey() {
+  KeyDef k;
+  k.path = "runtime.optimizer_overlap";
+  k.read = [](const YAML::Node& n, const std::string& key, Config&, Pending& p) {
+    p.optimizer_overlap = ScalarAs<std::string>(n, key);
+    OneOfNames({"auto", "off", "pipeline", "speculate"})(key, p.optimizer_overlap);
+  };
+  k.emit = [](YAML::Emitter& e, const Config& c) { e << OptimizerOverlapName(c.runtime.optimizer_overlap); };
+  return k;
+}
+
 bool GeneratedData(const Config& c) { return c.data.source == DataSourceKind::kGenerated; }
 
 // The table, a section (or a few small ones) at a time.
@@ -464,10 +477,9 @@ void AddRuntimeKeys(std::vector<KeyDef>& k) {
                      NonNegative(), KnobAtMost(kMaxDiskReadAhead)));
   k.push_back(Scalar("runtime.nvme_io_threads", [](Config& c) -> auto& { return c.runtime.nvme_io_threads; },
                      Positive(), KnobAtMost(kMaxDiskIoThreads)));
-  k.push_back(Scalar("runtime.nvme_spill", [](Config& c) -> auto& { return c.runtime.nvme_spill; },
-                     OneOfNames({"auto", "all"})));
-  k.push_back(Scalar("runtime.optimizer_overlap", [](Config& c) -> auto& { return c.runtime.optimizer_overlap; },
-                     OneOfNames({"auto", "off", "pipeline", "speculate"})));
+  k.push_back(Enum("runtime.nvme_spill", [](Config& c) -> auto& { return c.runtime.nvme_spill; },
+                   std::vector<EnumName<DiskSpill>>{{"auto", DiskSpill::kAuto}, {"all", DiskSpill::kAll}}));
+  k.push_back(OptimizerOverlapKey());
   k.push_back(Bytes("runtime.undo_memory", [](Config& c) -> auto& { return c.runtime.undo_memory; }));
   k.push_back(Scalar("runtime.comm_overlap", [](Config& c) -> auto& { return c.runtime.comm_overlap; }));
 }
@@ -519,8 +531,9 @@ void AddTrainKeys(std::vector<KeyDef>& k) {
                      OneOfNames({"cosine", "constant"})));
   k.push_back(Scalar("train.threads", [](Config& c) -> auto& { return c.train.threads; }, NonNegative()));
   k.push_back(PrecisionKey());
-  k.push_back(Scalar("train.grad_precision", [](Config& c) -> auto& { return c.train.grad_precision; },
-                     OneOfNames({"fp32", "16bit"})));
+  k.push_back(Enum("train.grad_precision", [](Config& c) -> auto& { return c.train.grad_precision; },
+                   std::vector<EnumName<GradPrecision>>{{"fp32", GradPrecision::kFp32},
+                                                        {"16bit", GradPrecision::k16Bit}}));
 }
 
 // Every key, in --print-config's order (which is also the order sections
@@ -590,10 +603,10 @@ void CheckData(const Section& s, Config& c) {
   }
 }
 
-void CheckRuntime(const Section& s, Config& c) {
+void CheckRuntime(const Section& s, Config& c, const Pending& p) {
   const RuntimeSection& r = c.runtime;
-  if (r.undo_memory > 0 && r.optimizer_overlap != "auto" && r.optimizer_overlap != "speculate") {
-    Fail(s.Key("undo_memory"), "is set but runtime.optimizer_overlap is " + r.optimizer_overlap +
+  if (r.undo_memory > 0 && p.optimizer_overlap != "auto" && p.optimizer_overlap != "speculate") {
+    Fail(s.Key("undo_memory"), "is set but runtime.optimizer_overlap is " + p.optimizer_overlap +
                                    " (undo copies are for speculate)");
   }
   if (r.nvme_memory > 0 && r.nvme_path.empty()) {
@@ -638,10 +651,10 @@ void CheckTrain(const Section& s, Config& c) {
 }
 
 // The section rules by section path.
-void CheckSection(const std::string& path, const Section& s, Config& c) {
+void CheckSection(const std::string& path, const Section& s, Config& c, const Pending& p) {
   if (path == "model") CheckModel(s, c);
   if (path == "data") CheckData(s, c);
-  if (path == "runtime") CheckRuntime(s, c);
+  if (path == "runtime") CheckRuntime(s, c, p);
   if (path == "train") CheckTrain(s, c);
 }
 
@@ -670,7 +683,7 @@ void ParseSection(Section& s, const std::string& path, Config& c, Pending& p) {
   for (const auto& [k, key] : leaves) {
     if (k->check) k->check(key, c);
   }
-  CheckSection(path, s, c);
+  CheckSection(path, s, c, p);
 }
 
 // The rules across sections, and the choices left to pstar ("auto").
@@ -680,9 +693,16 @@ void ResolveAndCheck(Config& c, const Pending& p) {
     Fail("train.precision", "is " + p.precision + " but fp16.enabled is true");
   }
   const bool cuda = c.runtime.device == ComputeDevice::kCuda;
-  if (c.runtime.optimizer_overlap == "auto") c.runtime.optimizer_overlap = cuda ? "speculate" : "off";
-  if (c.runtime.undo_memory > 0 && c.runtime.optimizer_overlap != "speculate") {
-    Fail("runtime.undo_memory", "is set but runtime.optimizer_overlap is " + c.runtime.optimizer_overlap +
+  if (p.optimizer_overlap == "auto") {
+    c.runtime.optimizer_overlap = cuda ? OptimizerOverlap::kSpeculate : OptimizerOverlap::kOff;
+  } else {
+    c.runtime.optimizer_overlap = p.optimizer_overlap == "pipeline"  ? OptimizerOverlap::kPipeline
+                                  : p.optimizer_overlap == "speculate" ? OptimizerOverlap::kSpeculate
+                                                                       : OptimizerOverlap::kOff;
+  }
+  if (c.runtime.undo_memory > 0 && c.runtime.optimizer_overlap != OptimizerOverlap::kSpeculate) {
+    Fail("runtime.undo_memory", "is set but runtime.optimizer_overlap is " +
+                                    std::string(OptimizerOverlapName(c.runtime.optimizer_overlap)) +
                                     " (undo copies are for speculate)");
   }
   if (p.precision == "auto") {
@@ -690,7 +710,7 @@ void ResolveAndCheck(Config& c, const Pending& p) {
   } else {
     c.train.precision = *ParsePrecision(p.precision);
   }
-  if (c.train.grad_precision == "16bit" && c.train.precision == Precision::kFp32) {
+  if (c.train.grad_precision == GradPrecision::k16Bit && c.train.precision == Precision::kFp32) {
     Fail("train.grad_precision", "is 16bit but train.precision is fp32 (16-bit gradients take bf16 or fp16)");
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
@@ -813,6 +833,15 @@ std::string ConfigToYaml(const Config& c) {
   for (; !open.empty(); open.pop_back()) e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+const char* OptimizerOverlapName(OptimizerOverlap overlap) {
+  switch (overlap) {
+    case OptimizerOverlap::kOff: return "off";
+    case OptimizerOverlap::kPipeline: return "pipeline";
+    case OptimizerOverlap::kSpeculate: return "speculate";
+  }
+  return "?";
 }
 
 std::vector<std::string> ConfigKeyPaths() {

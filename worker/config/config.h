@@ -19,6 +19,14 @@ namespace pstar {
 
 enum class DataSourceKind { kGenerated, kText, kTokens };
 
+// What the disk tier homes (runtime.nvme_spill).
+enum class DiskSpill { kAuto, kAll };
+// How the optimizer's host updates overlap the step (runtime.optimizer_overlap).
+enum class OptimizerOverlap { kOff, kPipeline, kSpeculate };
+const char* OptimizerOverlapName(OptimizerOverlap overlap);  // "off", "pipeline" or "speculate"
+// The gradients' format (train.grad_precision).
+enum class GradPrecision { kFp32, k16Bit };
+
 // The largest sizes a config may ask for: beyond them it is refused with a
 // message naming the limit, before anything is planned or allocated (planning
 // is arithmetic bounded by these). Far beyond any model trained today.
@@ -107,20 +115,19 @@ struct RuntimeSection {
   // the disk tier's reads and writes.
   int64_t nvme_read_ahead = 2;
   int64_t nvme_io_threads = 2;
-  // What the disk tier homes: "auto" as much as host_memory needs (all of
-  // it when host_memory is 0), "all" every moment and 16-bit run's master
-  // that may go there, whatever the budget (the operator's pods are sized so).
-  std::string nvme_spill = "auto";
-  // How the optimizer's host updates overlap the rest of the step: "off"
-  // (after the gradient norm, the step waits for every update), "pipeline"
+  // What the disk tier homes: auto as much as host_memory needs (all of it
+  // when host_memory is 0), all every moment and 16-bit run's master that
+  // may go there, whatever the budget (the operator's pods are sized so).
+  DiskSpill nvme_spill = DiskSpill::kAuto;
+  // How the optimizer's host updates overlap the rest of the step: off
+  // (after the gradient norm, the step waits for every update), pipeline
   // (the updates run on a thread of their own in the order the next forward
   // needs the chunks, each use waiting for its own chunk's update),
-  // "speculate" (pipeline, and each chunk's update starts during the
-  // backward pass once its gradient is final, assuming no clip and no
-  // overflow, undone and redone when that was wrong). "auto" in a file; after
-  // parsing always the effective one: speculate on cuda, off on cpu (where
-  // the updates would take cores from the compute).
-  std::string optimizer_overlap = "auto";
+  // speculate (pipeline, and each chunk's update starts during the backward
+  // pass once its gradient is final, assuming no clip and no overflow,
+  // undone and redone when that was wrong). A file may say auto: speculate
+  // on cuda, off on cpu (where the updates would take cores from the compute).
+  OptimizerOverlap optimizer_overlap = OptimizerOverlap::kOff;
   // Host bytes for speculation's undo copies (3 shards per speculated
   // chunk); 0 = what the host budget has beyond the plan. A value is counted
   // in the plan's host minimum (and so in a pod's memory).
@@ -185,10 +192,10 @@ struct TrainSection {
   // A file may say auto: fp16 when fp16.enabled, else bf16 on cuda and fp32
   // on cpu.
   Precision precision = Precision::kFp32;
-  // Gradients in fp32, or "16bit": rounded to the precision's 16-bit format
+  // Gradients in fp32, or 16bit: rounded to the precision's 16-bit format
   // after every op that adds to them (each op still accumulates in fp32) and
-  // homed on the host at half size. One rank and a 16-bit precision only.
-  std::string grad_precision = "fp32";
+  // homed on the host at half size. A 16-bit precision only.
+  GradPrecision grad_precision = GradPrecision::kFp32;
 };
 
 struct Config {

@@ -89,7 +89,7 @@ void PlanRuntime(const Config& c, int world_size, int64_t device_tier_bytes, con
   // whole chunks, the moments are sharded), so no slots are kept for them.
   r.hybrid_adam = c.optimizer.use_hybrid_adam && world_size == 1;
   r.margin_use_ratio = c.mem_tracer.margin_use_ratio;
-  if (c.train.grad_precision == "16bit") {
+  if (c.train.grad_precision == GradPrecision::k16Bit) {
     // With several ranks the gradients are also reduce-scattered in 16 bits.
     r.grad_home = compute.precision == Precision::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16;
     p->grad_home = compute.precision == Precision::kFp16 ? "fp16" : "bf16";
@@ -167,7 +167,7 @@ Status PlanDiskTier(const Config& c, int64_t shard, MemoryPlan* p) {
   r.disk_io_threads = int32_t(c.runtime.nvme_io_threads);
   r.disk_moment_chunks = host_updated;
   r.disk_master_chunks = masters;
-  if (c.runtime.host_memory > 0 && c.runtime.nvme_spill == "auto") {
+  if (c.runtime.host_memory > 0 && c.runtime.nvme_spill == DiskSpill::kAuto) {
     auto fits = [&](int32_t moments, int32_t on_disk_masters) {
       r.disk_moment_chunks = moments;
       r.disk_master_chunks = on_disk_masters;

@@ -46,11 +46,11 @@ void HostChanges(const Config& config, int world_size, const PlanVerdict::Tier& 
     changes->push_back("a host (or pod memory limit) of at least " + Bytes(int64_t(double(host.need) / ratio) + 1) +
                        ", of which overall_cpu_mem_ratio " + Ratio(ratio) + " is the budget");
   }
-  if (config.runtime.nvme_path.empty() || config.runtime.nvme_spill != "all") {
+  if (config.runtime.nvme_path.empty() || config.runtime.nvme_spill != DiskSpill::kAll) {
     // Everything the disk tier may home, as a job that names one would plan it.
     Config disk = config;
     if (disk.runtime.nvme_path.empty()) disk.runtime.nvme_path = "/nvme";
-    disk.runtime.nvme_spill = "all";
+    disk.runtime.nvme_spill = DiskSpill::kAll;
     disk.runtime.nvme_memory = 0;
     auto planned = PlanMemory(disk, world_size);
     const MemoryPlan* on_disk = planned.ok() ? &*planned : nullptr;

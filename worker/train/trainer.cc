@@ -267,9 +267,9 @@ Status Trainer::CreateModel(ComputeDevice device) {
 
 Status Trainer::CreateOptimizer() {
   optimizer_ = std::make_unique<AdamOptimizer>(AdamFromConfig(config_.optimizer));
-  const std::string& overlap = config_.runtime.optimizer_overlap;
-  if (overlap == "pipeline" || overlap == "speculate") StartUpdateThread();
-  if (overlap == "speculate" && world_ == 1) PSTAR_RETURN_IF_ERROR(AllocateUndo());
+  const OptimizerOverlap overlap = config_.runtime.optimizer_overlap;
+  if (overlap != OptimizerOverlap::kOff) StartUpdateThread();
+  if (overlap == OptimizerOverlap::kSpeculate && world_ == 1) PSTAR_RETURN_IF_ERROR(AllocateUndo());
   // With N ranks a final gradient is reduce-scattered at once, under the
   // rest of the backward pass.
   reduce_when_final_ = world_ > 1 && config_.runtime.comm_overlap;

@@ -94,7 +94,7 @@ TEST(SizePodsTest, ADiskTierTakesTheMomentsOutOfThePodsMemory) {
   auto worker_config = ParseConfig(disk.config.dump(), "test", sets);
   ASSERT_TRUE(worker_config.ok()) << worker_config.status().message();
   EXPECT_EQ(worker_config->runtime.host_memory, b->worker_host_budget_bytes);
-  EXPECT_EQ(worker_config->runtime.nvme_spill, "all");
+  EXPECT_EQ(worker_config->runtime.nvme_spill, DiskSpill::kAll);
   auto worker_plan = PlanMemory(*worker_config, disk.world_size());
   ASSERT_TRUE(worker_plan.ok()) << worker_plan.status().message();
   EXPECT_EQ(worker_plan->disk_moment_chunks, worker_plan->num_chunks);

@@ -177,7 +177,7 @@ TEST(Config, RuntimeAndMetricsSections) {
   EXPECT_EQ(disk->runtime.nvme_io_threads, 8);
   ASSERT_TRUE(ParseConfig(m + "runtime: {nvme_read_ahead: 2, nvme_io_threads: 2, nvme_spill: auto}\n", "job.yaml").ok())
       << "the defaults, as --print-config writes them";
-  EXPECT_EQ(disk->runtime.nvme_spill, "auto");
+  EXPECT_EQ(disk->runtime.nvme_spill, DiskSpill::kAuto);
   EXPECT_NE(ErrorOf(m + "runtime: {nvme_path: /scratch, nvme_spill: some}\n").find("runtime.nvme_spill: must be auto or all, got 'some'"),
             std::string::npos);
   for (const char* key : {"nvme_memory: 1GiB", "nvme_read_ahead: 1", "nvme_io_threads: 1", "nvme_spill: all"}) {

@@ -66,7 +66,7 @@ TEST(PlanVerdict, AShortHostIsToldWhatTheDiskTierAndMoreRanksWouldNeed) {
   const MemoryPlan p = Plan(c);
   Config disk = c;
   disk.runtime.nvme_path = "/nvme";
-  disk.runtime.nvme_spill = "all";
+  disk.runtime.nvme_spill = DiskSpill::kAll;
   const MemoryPlan on_disk = Plan(disk);
   ASSERT_LT(on_disk.min_host_bytes, p.min_host_bytes);
   // A budget the disk tier's plan fits and the plain one does not.

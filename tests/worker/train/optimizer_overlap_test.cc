@@ -107,10 +107,10 @@ int64_t Count(const std::vector<int32_t>& v) {
 }
 
 TEST(OptimizerOverlap, AutoIsOffOnTheCpuAndSpeculateOnCuda) {
-  EXPECT_EQ(test::TinyGptConfig({}).runtime.optimizer_overlap, "off");
+  EXPECT_EQ(test::TinyGptConfig({}).runtime.optimizer_overlap, OptimizerOverlap::kOff);
   auto cuda = ParseConfig(test::kTinyGptJob, "test", {"runtime.device=cuda"});
   ASSERT_TRUE(cuda.ok()) << cuda.status().message();
-  EXPECT_EQ(cuda->runtime.optimizer_overlap, "speculate");
+  EXPECT_EQ(cuda->runtime.optimizer_overlap, OptimizerOverlap::kSpeculate);
   auto undo_off = ParseConfig(test::kTinyGptJob, "test", {"runtime.optimizer_overlap=off", "runtime.undo_memory=1MiB"});
   ASSERT_FALSE(undo_off.ok());
   EXPECT_NE(undo_off.status().message().find("runtime.undo_memory"), std::string::npos) << undo_off.status().message();
