@@ -10,7 +10,8 @@
 
 namespace pstar::kernels::cpu {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; a null wpe is no position
+// table (rotary models): out[b,t,:] = wte[tokens[b,t],:].
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C);
 // The residual stream of a 16-bit run: out in 16 bits (bfloat16 when
@@ -21,7 +22,8 @@ void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, c
                     int64_t B, int64_t T, int64_t C);
 void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                     int64_t T, int64_t C);
-// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic:
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (unless
+// dwpe is null). Deterministic:
 // rows are summed in (b, t) order whatever the thread count.
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                      int64_t B, int64_t T, int64_t C);

@@ -20,6 +20,10 @@ void EncoderForwardRows(O* out, const int32_t* tokens, const W* wte, const W* wp
     for (int64_t t = 0; t < T; ++t) {
       O* o = out + (b * T + t) * C;
       const W* e = wte + int64_t(tokens[b * T + t]) * C;
+      if (wpe == nullptr) {
+        for (int64_t c = 0; c < C; ++c) o[c] = store(wide(e[c]));
+        continue;
+      }
       const W* p = wpe + t * C;
       for (int64_t c = 0; c < C; ++c) o[c] = store(wide(e[c]) + wide(p[c]));
     }
@@ -56,11 +60,10 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
       for (int64_t t = 0; t < T; ++t) {
         const float* d = dout + (b * T + t) * C;
         float* e = dwte + int64_t(tokens[b * T + t]) * C;
+        for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
+        if (dwpe == nullptr) continue;
         float* p = dwpe + t * C;
-        for (int64_t c = c0; c < c1; ++c) {
-          e[c] += d[c];
-          p[c] += d[c];
-        }
+        for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
       }
     }
   }

@@ -257,6 +257,54 @@ TEST(Cli, SpecialFilesAndUnsafeOutputsAreRefused) {
                      "model.n_embd: is 2147483648, more than the 1048576 channels");
 }
 
+// A Llama-family model trains through the CLI on text, and `pstar sample`
+// reads its checkpoint: bytes with the byte tokenizer, token ids with
+// --prompt-ids (the same ids for the same seed); bad descriptions and ids get
+// one line and exit 2.
+TEST(Cli, LlamaTrainsAndSamplesBytesAndIds) {
+  test::TempDir dir("cli-llama");
+  const std::string bin = test::PstarBinary();
+  const std::string text = dir.path() + "/in.txt", ckpt = dir.path() + "/ckpt";
+  std::string corpus;
+  for (int i = 0; i < 200; ++i) corpus += "the chunk moves to the device. ";
+  test::WriteText(text, corpus);
+  auto r = RunProcess({bin, "train", "--set", "model.preset=llama-tiny", "--set", "data.source=text", "--set",
+                       "data.path=" + text, "--set", "train.steps=3", "--set", "train.seq_len=32", "--set",
+                       "train.batch_size=2", "--set", "checkpoint.dir=" + ckpt, "--set", "checkpoint.every_steps=3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("summary:"), std::string::npos) << r.out;
+  auto bytes = RunProcess({bin, "sample", "--checkpoint", ckpt, "--prompt", "the ", "--tokens", "8", "--seed", "3"});
+  ASSERT_EQ(bytes.exit_code, 0) << bytes.err;
+  EXPECT_EQ(bytes.out.rfind("the ", 0), 0u) << bytes.out;
+  const std::vector<std::string> ids_args = {bin, "sample", "--checkpoint", ckpt, "--prompt-ids", "116 104 101",
+                                             "--tokens", "5", "--seed", "9"};
+  auto ids = RunProcess(ids_args);
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::istringstream in(ids.out);
+  std::vector<long> got;
+  for (long v; in >> v;) got.push_back(v);
+  ASSERT_EQ(got.size(), 8u) << ids.out;
+  EXPECT_EQ((std::vector<long>{got[0], got[1], got[2]}), (std::vector<long>{116, 104, 101}));
+  for (long v : got) EXPECT_TRUE(v >= 0 && v < 512) << v;
+  EXPECT_EQ(RunProcess(ids_args).out, ids.out) << "the same seed gives the same ids";
+  ExpectOneLineError(RunProcess({bin, "sample", "--checkpoint", ckpt, "--prompt-ids", "1 600"}),
+                     "--prompt-ids must be an integer in 0..511, got '600'");
+  ExpectOneLineError(RunProcess({bin, "sample", "--checkpoint", ckpt, "--prompt-ids", "1", "--prompt", "a"}),
+                     "give either --prompt or --prompt-ids");
+  ExpectOneLineError(RunProcess({bin, "plan", "--set", "model.preset=llama-tiny", "--set", "model.n_kv_head=3"}),
+                     "model.n_kv_head: 3 does not divide n_head 4");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "model.preset=llama-tiny", "--set", "model.positions=learned"}),
+                     "model.positions: learned is not llama's positions (llama has rope)");
+  ExpectOneLineError(RunProcess({bin, "plan", "--set", "model.preset=llama-tiny", "--set", "model.head_dim=33"}),
+                     "model.head_dim: is 33, odd");
+  ExpectOneLineError(RunProcess({bin, "export", "--checkpoint", ckpt, "--output", dir.path() + "/hf"}),
+                     "pstar export writes GPT-2 directories only in this version");
+  // A CUDA run of this architecture is refused before it starts.
+  ExpectOneLineError(
+      RunProcess({bin, "train", "--set", "model.preset=llama-tiny", "--set", "runtime.device=cuda"}),
+      "runtime.device");
+}
+
 // pstar train --chunk-events FILE: the CSV is written when the run ends; a
 // missing or empty value is refused in one line.
 TEST(Cli, ChunkEventsAreWrittenAndABadValueIsRefused) {

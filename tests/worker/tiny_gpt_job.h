@@ -25,6 +25,39 @@ inline Config TinyGptConfig(const std::vector<std::string>& overrides) {
   return *c;
 }
 
+// The same job with the Llama family's decoder: grouped-query attention (2
+// query heads per kv head), RoPE with Llama 3's scaling, SwiGLU, RMSNorm and
+// an untied classifier.
+inline constexpr const char* kTinyLlamaJob =
+    "model: {architecture: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 16, head_dim: 8, "
+    "intermediate_size: 24, vocab_size: 40, max_seq_len: 12, tie_word_embeddings: false, "
+    "rope_scaling: {type: llama3, factor: 4, low_freq_factor: 1, high_freq_factor: 4, "
+    "original_max_position_embeddings: 8}}\n"
+    "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
+    "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
+
+inline Config TinyLlamaConfig(const std::vector<std::string>& overrides) {
+  auto c = ParseConfig(kTinyLlamaJob, "test", overrides);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+// The tiny job of either decoder, for the invariants every architecture
+// keeps (parameterized tests run each on both).
+using TinyJob = Config (*)(const std::vector<std::string>& overrides);
+struct TinyFamily {
+  const char* name;
+  TinyJob job;
+  // Overrides under which the classifier runs in row blocks (ClassifierRows):
+  // blocks wider than the vocabulary's share of the step.
+  std::vector<std::string> classifier_blocks;
+};
+inline std::vector<TinyFamily> TinyFamilies() {
+  return {{"gpt2", TinyGptConfig, {"model.n_embd=64", "model.n_head=4"}},
+          {"llama", TinyLlamaConfig, {"model.n_embd=64", "model.intermediate_size=512"}}};
+}
+inline std::string TinyFamilyName(const testing::TestParamInfo<TinyFamily>& info) { return info.param.name; }
+
 inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(static_cast<size_t>(n));

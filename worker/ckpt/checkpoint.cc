@@ -1,10 +1,12 @@
 #include "worker/ckpt/checkpoint.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "worker/ckpt/checkpoint_dir.h"
 #include "worker/ckpt/crc64.h"
+#include "worker/model/gpt.h"
 
 namespace pstar {
 
@@ -44,6 +46,23 @@ std::string LayoutFingerprint(const std::vector<TensorSpec>& specs) {
     crc.Update(line.data(), line.size());
   }
   return FormatCrc64(crc.value());
+}
+
+std::string ModelFingerprint(const GptConfig& g) {
+  const std::vector<TensorSpec> specs = GptTensorSpecs(g);
+  if (g.architecture == Architecture::kGpt2) return LayoutFingerprint(specs);
+  std::vector<TensorSpec> described = specs;
+  TensorSpec d;
+  char line[512];
+  std::snprintf(line, sizeof line, "description %s %s %.17g %s %.17g %d %.17g %.17g %.17g %lld %s %s %d",
+                ArchitectureName(g.architecture), NormKindName(g.norm), g.norm_eps, PositionKindName(g.positions),
+                g.rope_theta, int(g.rope_scaling.llama3), g.rope_scaling.factor, g.rope_scaling.low_freq_factor,
+                g.rope_scaling.high_freq_factor, (long long)g.rope_scaling.original_max_position_embeddings,
+                MlpKindName(g.mlp), LinearBiasName(g.linear_bias), int(g.tied_embeddings));
+  d.name = line;
+  d.shape = {1};
+  described.push_back(d);
+  return LayoutFingerprint(described);
 }
 
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,

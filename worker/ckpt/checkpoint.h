@@ -58,7 +58,9 @@ struct TrainingState {
   int64_t optimizer_steps = 0;     // Adam's step count (bias correction)
   double loss_scale = 1.0;         // finite and positive
   std::string layout_fingerprint;  // identifies model shapes (same fingerprint required to load)
-  GptConfig model;                 // the model's shape, for `pstar export`
+  // The model's description, for `pstar export` and `pstar sample`.
+  // Manifests from before the architecture was recorded read as GPT-2.
+  GptConfig model;
   // What made the tokens (data.tokenizer): "byte", "gpt2" (its tokenizer.json
   // is in the checkpoint) or "none". Checkpoints from before it was recorded
   // read as "byte", the only tokenizer there was.
@@ -69,6 +71,11 @@ struct TrainingState {
 // in order ("crc64:..."). Chunk sizes do not enter it: pieces are matched by
 // tensor ranges, so a checkpoint loads under any chunk layout.
 std::string LayoutFingerprint(const std::vector<TensorSpec>& specs);
+// The fingerprint a model's checkpoints carry: GPT-2's is its layout's; any
+// other architecture's covers its description too (RoPE's theta and scaling,
+// the norm's epsilon: what no tensor shape shows), so a checkpoint resumes
+// only into the model that wrote it.
+std::string ModelFingerprint(const GptConfig& model);
 
 // Saves `ranges` (this rank's pieces; empty ones are skipped) and `state` as
 // root/step-<state.step>/, replacing a directory of that step. Every rank

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -97,11 +98,32 @@ Json StateToJson(const TrainingState& s) {
   j["optimizer_steps"] = s.optimizer_steps;
   j["loss_scale"] = s.loss_scale;
   j["layout_fingerprint"] = s.layout_fingerprint;
-  j["model"] = {{"n_layer", s.model.n_layer},
-                {"n_head", s.model.n_head},
-                {"n_embd", s.model.n_embd},
-                {"vocab_size", s.model.vocab_size},
-                {"max_seq_len", s.model.max_seq_len}};
+  const GptConfig& g = s.model;
+  j["model"] = {{"n_layer", g.n_layer},
+                {"n_head", g.n_head},
+                {"n_embd", g.n_embd},
+                {"vocab_size", g.vocab_size},
+                {"max_seq_len", g.max_seq_len}};
+  if (g.architecture != Architecture::kGpt2) {
+    // The rest of the description (GPT-2's is implied: manifests before it
+    // had none). The kinds follow from the architecture.
+    Json& m = j["model"];
+    m["architecture"] = ArchitectureName(g.architecture);
+    m["n_kv_head"] = g.kv_heads();
+    m["head_dim"] = g.head_size();
+    m["intermediate_size"] = g.mlp_size();
+    m["norm_eps"] = g.norm_eps;
+    m["rope_theta"] = g.rope_theta;
+    m["rope_scaling"] = nullptr;
+    if (g.rope_scaling.llama3) {
+      m["rope_scaling"] = {{"type", "llama3"},
+                           {"factor", g.rope_scaling.factor},
+                           {"low_freq_factor", g.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", g.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", g.rope_scaling.original_max_position_embeddings}};
+    }
+    m["tie_word_embeddings"] = g.tied_embeddings;
+  }
   return j;
 }
 
@@ -114,6 +136,32 @@ TrainingState StateFromJson(const Json& j) {
   s.loss_scale = j.at("loss_scale").get<double>();
   s.layout_fingerprint = j.at("layout_fingerprint").get<std::string>();
   const Json& m = j.at("model");
+  if (m.contains("architecture")) {
+    const std::string name = m.at("architecture").get<std::string>();
+    bool known = false;
+    for (Architecture a : {Architecture::kGpt2, Architecture::kLlama, Architecture::kQwen2, Architecture::kMistral}) {
+      if (name == ArchitectureName(a)) {
+        s.model = ArchitectureDefaults(a);
+        known = true;
+      }
+    }
+    if (!known) throw std::invalid_argument("unknown architecture '" + name + "'");
+    s.model.n_kv_head = m.at("n_kv_head").get<int64_t>();
+    s.model.head_dim = m.at("head_dim").get<int64_t>();
+    s.model.intermediate_size = m.at("intermediate_size").get<int64_t>();
+    s.model.norm_eps = m.at("norm_eps").get<double>();
+    s.model.rope_theta = m.at("rope_theta").get<double>();
+    const Json& r = m.at("rope_scaling");
+    if (!r.is_null()) {
+      if (r.at("type").get<std::string>() != "llama3") throw std::invalid_argument("unknown rope_scaling type");
+      s.model.rope_scaling.llama3 = true;
+      s.model.rope_scaling.factor = r.at("factor").get<double>();
+      s.model.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+      s.model.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+      s.model.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings").get<int64_t>();
+    }
+    s.model.tied_embeddings = m.at("tie_word_embeddings").get<bool>();
+  }
   s.model.n_layer = m.at("n_layer").get<int64_t>();
   s.model.n_head = m.at("n_head").get<int64_t>();
   s.model.n_embd = m.at("n_embd").get<int64_t>();
@@ -138,7 +186,14 @@ Status CheckState(const TrainingState& s, const std::string& path) {
                                 {"max_seq_len", g.max_seq_len, kMaxSeqLen}}) {
     if (v < 1 || v > limit) return bad(std::string("model.") + name, "is " + std::to_string(v) + ", not in [1, " + std::to_string(limit) + "]");
   }
-  if (g.n_embd % g.n_head != 0) return bad("model.n_head", "does not divide n_embd");
+  for (auto [name, v, limit] : {std::tuple{"n_kv_head", g.kv_heads(), g.n_head}, {"head_dim", g.head_size(), kMaxEmbd},
+                                {"intermediate_size", g.mlp_size(), kMaxIntermediate},
+                                {"rope_scaling.original_max_position_embeddings",
+                                 g.rope_scaling.original_max_position_embeddings, kMaxSeqLen}}) {
+    if (v < 1 || v > limit) return bad(std::string("model.") + name, "is " + std::to_string(v) + ", not in [1, " + std::to_string(limit) + "]");
+  }
+  if (g.head_dim == 0 && g.n_embd % g.n_head != 0) return bad("model.n_head", "does not divide n_embd");
+  if (std::optional<DescriptionProblem> problem = CheckDescription(g)) return bad("model." + problem->field, problem->why);
   if (g.NumParametersApprox() > kMaxParameters) {
     return bad("model", "has more parameters than pstar takes");
   }
@@ -529,6 +584,8 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(path + ": bad manifest: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    return Status::DataLoss(path + ": bad manifest: state.model: " + e.what());
   }
   if (m.world_size < 1 || int64_t(m.files.size()) != m.world_size) {
     return Status::DataLoss(path + ": lists " + std::to_string(m.files.size()) + " rank files for world size " +

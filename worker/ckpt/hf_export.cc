@@ -72,6 +72,10 @@ std::string HfGenerationConfigJson(const GptConfig& g, int64_t eot) {
 Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const std::string& output_dir) {
   PSTAR_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir));  // its model shape is checked there
   const GptConfig& g = manifest.state.model;
+  if (g.architecture != Architecture::kGpt2) {
+    return Status::FailedPrecondition(step_dir + ": the checkpoint is a " + ArchitectureName(g.architecture) +
+                                      " model; pstar export writes GPT-2 directories only in this version");
+  }
 
   const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
   PSTAR_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, LoadWholeParams(step_dir, g));

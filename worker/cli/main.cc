@@ -70,12 +70,13 @@ constexpr CommandHelp kCommands[] = {
      "  --step N           the step to export (default: the latest)\n"
      "  --output DIR       where model.safetensors and config.json go\n"},
     {"sample",
-     "sample --checkpoint ROOT [--step N] --prompt TEXT [--tokens N] [--temperature T] [--top-k K]\n"
-     "         [--seed S] [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]",
-     "generate text from a checkpoint with the tokenizer its run used",
+     "sample --checkpoint ROOT [--step N] --prompt TEXT | --prompt-ids IDS [--tokens N] [--temperature T]\n"
+     "         [--top-k K] [--seed S] [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]",
+     "generate text (or token ids) from a checkpoint with the tokenizer its run used",
      "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"
      "  --step N           the step to sample from (default: the latest)\n"
      "  --prompt TEXT      the start of the text (GPT-2's tokenizer: may be empty)\n"
+     "  --prompt-ids IDS   token ids instead (\"12 7 3\"): prints the prompt's and the new ids, no tokenizer\n"
      "  --tokens N         new tokens at most (default 64; GPT-2's <|endoftext|> ends sooner)\n"
      "  --temperature T    0 is greedy (the most likely token each time); default 1\n"
      "  --top-k K          draw from the K most likely tokens only; 0 (default) is all\n"

@@ -1,4 +1,5 @@
-// pstar sample: text from a checkpoint, with the tokenizer its run used.
+// pstar sample: text from a checkpoint, with the tokenizer its run used; or,
+// with --prompt-ids, token ids in and out (any checkpoint, no tokenizer).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -33,19 +34,56 @@ Result<int64_t> ParseCount(const std::string& flag, const std::string& v, int64_
   return int64_t(n);
 }
 
+// "12 7 3": whitespace-separated token ids, each below `vocab`.
+Result<std::vector<int32_t>> ParseIds(const std::string& text, int64_t vocab) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ' ' || text[i] == '\t' || text[i] == ',') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != '\t' && text[j] != ',') ++j;
+    auto n = ParseCount("--prompt-ids", text.substr(i, j - i), vocab - 1);
+    if (!n.ok()) return n.status();
+    ids.push_back(int32_t(*n));
+    i = j;
+  }
+  if (ids.empty()) return Status::InvalidArgument("--prompt-ids has no token ids");
+  return ids;
+}
+
+// Samples from `g`'s weights at `step_dir` after `ids`; prints every id.
+int SampleIds(const std::string& step_dir, const GptConfig& g, const std::vector<int32_t>& ids,
+              const SampleOptions& options) {
+  auto values = LoadWholeParams(step_dir, g);
+  if (!values.ok()) return ReportError(values.status());
+  auto sampler = Sampler::Create(g, *values);
+  if (!sampler.ok()) return ReportError(sampler.status());
+  auto out = (*sampler)->Generate(ids, options);
+  if (!out.ok()) return ReportError(out.status());
+  std::string line;
+  for (int32_t id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+  for (int32_t id : *out) line += " " + std::to_string(id);
+  std::printf("%s\n", line.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int SampleCommand(const std::vector<std::string>& args) {
   std::string root, step_text, vocab, merges, tokenizer_json;
-  std::optional<std::string> prompt;
+  std::optional<std::string> prompt, prompt_ids;
   SampleOptions options;
   options.temperature = 1.0;
   options.top_k = 0;
   options.tokens = 64;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
-    static const char* const kValued[] = {"--checkpoint", "--step",  "--prompt", "--tokens",         "--temperature",
-                                          "--top-k",      "--seed",  "--vocab",  "--merges",         "--tokenizer-json"};
+    static const char* const kValued[] = {"--checkpoint", "--step", "--prompt", "--prompt-ids", "--tokens",
+                                          "--temperature", "--top-k", "--seed", "--vocab", "--merges",
+                                          "--tokenizer-json"};
     bool valued = false;
     for (const char* k : kValued) valued |= flag == k;
     if (!valued) return UsageError("sample: unknown option '" + flag + "'");
@@ -54,6 +92,7 @@ int SampleCommand(const std::vector<std::string>& args) {
     if (flag == "--checkpoint") root = v;
     else if (flag == "--step") step_text = v;
     else if (flag == "--prompt") prompt = v;
+    else if (flag == "--prompt-ids") prompt_ids = v;
     else if (flag == "--vocab") vocab = v;
     else if (flag == "--merges") merges = v;
     else if (flag == "--tokenizer-json") tokenizer_json = v;
@@ -70,7 +109,10 @@ int SampleCommand(const std::vector<std::string>& args) {
     }
   }
   if (root.empty()) return UsageError("sample needs --checkpoint");
-  if (!prompt) return UsageError("sample needs --prompt (it may be empty with GPT-2's tokenizer)");
+  if (prompt && prompt_ids) return UsageError("give either --prompt or --prompt-ids");
+  if (!prompt && !prompt_ids) {
+    return UsageError("sample needs --prompt (it may be empty with GPT-2's tokenizer) or --prompt-ids");
+  }
   if ((!vocab.empty() || !merges.empty()) && (vocab.empty() || merges.empty())) {
     return UsageError("--vocab and --merges go together");
   }
@@ -81,6 +123,14 @@ int SampleCommand(const std::vector<std::string>& args) {
   auto manifest = ReadManifest(*step_dir);
   if (!manifest.ok()) return ReportError(manifest.status());
   const GptConfig& g = manifest->state.model;
+  if (prompt_ids) {
+    if (!vocab.empty() || !merges.empty() || !tokenizer_json.empty()) {
+      return UsageError("--prompt-ids takes no tokenizer (--vocab, --merges, --tokenizer-json)");
+    }
+    auto ids = ParseIds(*prompt_ids, g.vocab_size);
+    if (!ids.ok()) return UsageError(ids.status().message());
+    return SampleIds(*step_dir, g, *ids, options);
+  }
 
   // The tokenizer: given on the command line, else the one the run recorded.
   std::optional<BpeTokenizer> bpe;

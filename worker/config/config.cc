@@ -173,6 +173,7 @@ std::string OneOf(const std::vector<std::string>& names) {
 struct Pending {
   std::string precision = "auto";          // train.precision as written
   std::string optimizer_overlap = "auto";  // runtime.optimizer_overlap as written
+  std::set<std::string> given;             // the keys the config wrote, by path
 };
 
 // One key of the config. The table (Keys()) lists every key once, in the
@@ -380,18 +381,118 @@ KeyDef OptimizerOverlapKey() {
 
 bool GeneratedData(const Config& c) { return c.data.source == DataSourceKind::kGenerated; }
 
+// model.architecture: the architecture's description (ArchitectureDefaults)
+// under the shape read so far; with a preset, it must be the preset's.
+KeyDef ArchitectureKey() {
+  const std::vector<EnumName<Architecture>> names = {{"gpt2", Architecture::kGpt2},
+                                                     {"llama", Architecture::kLlama},
+                                                     {"qwen2", Architecture::kQwen2},
+                                                     {"mistral", Architecture::kMistral}};
+  KeyDef k = Enum("model.architecture", [](Config& c) -> auto& { return c.model.gpt.architecture; }, names);
+  const auto read_enum = k.read;
+  k.read = [read_enum](const YAML::Node& n, const std::string& key, Config& c, Pending& p) {
+    const GptConfig before = c.model.gpt;
+    read_enum(n, key, c, p);
+    const Architecture a = c.model.gpt.architecture;
+    if (!c.model.preset.empty()) {
+      if (a != before.architecture) {
+        Fail(key, std::string("is ") + ArchitectureName(a) + " but model.preset " + c.model.preset + " is " +
+                      ArchitectureName(before.architecture));
+      }
+      return;
+    }
+    GptConfig g = ArchitectureDefaults(a);
+    g.n_layer = before.n_layer;
+    g.n_head = before.n_head;
+    g.n_embd = before.n_embd;
+    g.vocab_size = before.vocab_size;
+    g.max_seq_len = before.max_seq_len;
+    c.model.gpt = g;
+  };
+  return k;
+}
+
+bool Gpt2(const Config& c) { return c.model.gpt.architecture == Architecture::kGpt2; }
+bool Rotary(const Config& c) { return c.model.gpt.positions == PositionKind::kRotary; }
+
+// A head or width count whose 0 means GPT-2's value: written resolved where
+// the architecture is not GPT-2 or the config set it.
+template <typename Get, typename Resolved>
+KeyDef DerivedCount(std::string path, Get get, Resolved resolved, int64_t limit, std::string what) {
+  KeyDef k = Scalar(std::move(path), get, AtMost(limit, std::move(what)));
+  // Positive when given (0 stands for "not given" inside).
+  k.read = [get](const YAML::Node& n, const std::string& key, Config& c, Pending&) {
+    const int64_t v = ScalarAs<int64_t>(n, key);
+    RequirePositive(key, v);
+    get(c) = v;
+  };
+  k.emit = [resolved](YAML::Emitter& e, const Config& c) { e << resolved(c.model.gpt); };
+  k.shown = [get](const Config& c) { return !Gpt2(c) || get(const_cast<Config&>(c)) != 0; };
+  return k;
+}
+
 // The table, a section (or a few small ones) at a time.
 void AddModelKeys(std::vector<KeyDef>& k) {
   k.push_back(PresetKey());
+  k.push_back(ArchitectureKey());
   k.push_back(Scalar("model.n_layer", [](Config& c) -> auto& { return c.model.gpt.n_layer; }, Positive(),
                      AtMost(kMaxLayers, "layers pstar takes")));
-  k.push_back(Scalar("model.n_head", [](Config& c) -> auto& { return c.model.gpt.n_head; }, Positive()));
+  k.push_back(Scalar("model.n_head", [](Config& c) -> auto& { return c.model.gpt.n_head; }, Positive(),
+                     AtMost(kMaxEmbd, "heads pstar takes")));
+  k.push_back(DerivedCount(
+      "model.n_kv_head", [](Config& c) -> auto& { return c.model.gpt.n_kv_head; },
+      [](const GptConfig& g) { return g.kv_heads(); }, kMaxEmbd, "heads pstar takes"));
   k.push_back(Scalar("model.n_embd", [](Config& c) -> auto& { return c.model.gpt.n_embd; }, Positive(),
                      AtMost(kMaxEmbd, "channels pstar takes")));
+  k.push_back(DerivedCount(
+      "model.head_dim", [](Config& c) -> auto& { return c.model.gpt.head_dim; },
+      [](const GptConfig& g) { return g.head_size(); }, kMaxEmbd, "channels pstar takes"));
+  k.push_back(DerivedCount(
+      "model.intermediate_size", [](Config& c) -> auto& { return c.model.gpt.intermediate_size; },
+      [](const GptConfig& g) { return g.mlp_size(); }, kMaxIntermediate, "MLP channels pstar takes"));
   k.push_back(Scalar("model.vocab_size", [](Config& c) -> auto& { return c.model.gpt.vocab_size; }, Positive(),
                      AtMost(kMaxVocab, "tokens pstar takes (int32 token ids)")));
   k.push_back(Scalar("model.max_seq_len", [](Config& c) -> auto& { return c.model.gpt.max_seq_len; }, Positive(),
                      AtMost(kMaxSeqLen, "positions pstar takes")));
+  // The rest of the description: written where the architecture is not GPT-2.
+  k.push_back(Enum("model.norm", [](Config& c) -> auto& { return c.model.gpt.norm; },
+                   std::vector<EnumName<NormKind>>{{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}}));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
+  k.push_back(Scalar("model.norm_eps", [](Config& c) -> auto& { return c.model.gpt.norm_eps; }, Positive()));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
+  k.push_back(Enum("model.positions", [](Config& c) -> auto& { return c.model.gpt.positions; },
+                   std::vector<EnumName<PositionKind>>{{"learned", PositionKind::kLearned},
+                                                       {"rope", PositionKind::kRotary}}));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
+  k.push_back(Scalar("model.rope_theta", [](Config& c) -> auto& { return c.model.gpt.rope_theta; }, Positive()));
+  k.back().shown = Rotary;
+  k.push_back(Enum("model.rope_scaling.type", [](Config& c) -> auto& { return c.model.gpt.rope_scaling.llama3; },
+                   std::vector<EnumName<bool>>{{"none", false}, {"llama3", true}}));
+  k.back().shown = Rotary;
+  auto scaling_shown = [](const Config& c) { return Rotary(c) && c.model.gpt.rope_scaling.llama3; };
+  k.push_back(Scalar("model.rope_scaling.factor", [](Config& c) -> auto& { return c.model.gpt.rope_scaling.factor; },
+                     Positive()));
+  k.back().shown = scaling_shown;
+  k.push_back(Scalar("model.rope_scaling.low_freq_factor",
+                     [](Config& c) -> auto& { return c.model.gpt.rope_scaling.low_freq_factor; }, Positive()));
+  k.back().shown = scaling_shown;
+  k.push_back(Scalar("model.rope_scaling.high_freq_factor",
+                     [](Config& c) -> auto& { return c.model.gpt.rope_scaling.high_freq_factor; }, Positive()));
+  k.back().shown = scaling_shown;
+  k.push_back(Scalar("model.rope_scaling.original_max_position_embeddings",
+                     [](Config& c) -> auto& { return c.model.gpt.rope_scaling.original_max_position_embeddings; },
+                     Positive(), AtMost(kMaxSeqLen, "positions pstar takes")));
+  k.back().shown = scaling_shown;
+  k.push_back(Enum("model.mlp", [](Config& c) -> auto& { return c.model.gpt.mlp; },
+                   std::vector<EnumName<MlpKind>>{{"gelu", MlpKind::kGelu}, {"swiglu", MlpKind::kSwiGlu}}));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
+  k.push_back(Enum("model.linear_bias", [](Config& c) -> auto& { return c.model.gpt.linear_bias; },
+                   std::vector<EnumName<LinearBias>>{
+                       {"all", LinearBias::kAll}, {"qkv", LinearBias::kQkv}, {"none", LinearBias::kNone}}));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
+  k.push_back(
+      Scalar("model.tie_word_embeddings", [](Config& c) -> auto& { return c.model.gpt.tied_embeddings; }));
+  k.back().shown = [](const Config& c) { return !Gpt2(c); };
   k.push_back(StringIfSet("model.init_from", [](Config& c) -> auto& { return c.model.init_from; }));
 }
 
@@ -554,10 +655,35 @@ const std::vector<KeyDef>& Keys() {
 }
 
 // The rules between a section's keys, once each key's own checks passed.
-void CheckModel(const Section& s, Config& c) {
-  const GptConfig& g = c.model.gpt;
-  if (g.n_embd % g.n_head != 0) {
-    Fail(s.Key("n_head"), std::to_string(g.n_head) + " does not divide n_embd " + std::to_string(g.n_embd));
+void CheckModel(const Section& s, Config& c, const Pending& p) {
+  GptConfig& g = c.model.gpt;
+  const std::string arch = ArchitectureName(g.architecture);
+  if (g.positions == PositionKind::kLearned) {
+    for (const char* key : {"rope_theta", "rope_scaling.type", "rope_scaling.factor", "rope_scaling.low_freq_factor",
+                            "rope_scaling.high_freq_factor", "rope_scaling.original_max_position_embeddings"}) {
+      if (p.given.count(std::string("model.") + key)) Fail(s.Key(key), "is set but model.positions is learned (it is for rope)");
+    }
+  }
+  // A llama3 scaling block names all four of its values (as config.json
+  // does), unless the preset gave them.
+  const std::optional<GptConfig> preset = FindGptPreset(c.model.preset);
+  const bool preset_scaling = preset && preset->rope_scaling.llama3;
+  std::string missing, stray;
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    const bool given = p.given.count(std::string("model.rope_scaling.") + key) > 0;
+    if (g.rope_scaling.llama3 && !given && !preset_scaling) missing += (missing.empty() ? "" : ", ") + std::string(key);
+    if (!g.rope_scaling.llama3 && given) stray = key;
+  }
+  if (!missing.empty()) Fail(s.Key("rope_scaling"), "type llama3 needs " + missing);
+  if (!stray.empty()) Fail(s.Key("rope_scaling." + stray), "is set but model.rope_scaling.type is none");
+  if (std::optional<DescriptionProblem> problem = CheckDescription(g)) Fail(s.Key(problem->field), problem->why);
+  if (g.architecture != Architecture::kGpt2) {
+    // Explicit from here on: what --print-config writes and checkpoints record.
+    g.n_kv_head = g.kv_heads();
+    g.head_dim = g.head_size();
+    if (!c.model.init_from.empty()) {
+      Fail(s.Key("init_from"), "reads Hugging Face GPT-2 directories only; a " + arch + " directory cannot be imported yet");
+    }
   }
   // Each bound alone still allows absurd products: the parameter count, in
   // floating point so that it cannot overflow.
@@ -652,7 +778,7 @@ void CheckTrain(const Section& s, Config& c) {
 
 // The section rules by section path.
 void CheckSection(const std::string& path, const Section& s, Config& c, const Pending& p) {
-  if (path == "model") CheckModel(s, c);
+  if (path == "model") CheckModel(s, c, p);
   if (path == "data") CheckData(s, c);
   if (path == "runtime") CheckRuntime(s, c, p);
   if (path == "train") CheckTrain(s, c);
@@ -670,7 +796,10 @@ void ParseSection(Section& s, const std::string& path, Config& c, Pending& p) {
     const std::string rest = k.path.substr(prefix.size());
     const size_t dot = rest.find('.');
     if (dot == std::string::npos) {
-      if (std::optional<YAML::Node> n = s.Value(rest)) k.read(*n, s.Key(rest), c, p);
+      if (std::optional<YAML::Node> n = s.Value(rest)) {
+        k.read(*n, s.Key(rest), c, p);
+        p.given.insert(k.path);
+      }
       leaves.emplace_back(&k, s.Key(rest));
       continue;
     }
@@ -723,9 +852,10 @@ void ResolveAndCheck(Config& c, const Pending& p) {
   if (c.train.eval_every > 0 && c.data.val_path.empty()) {
     Fail("train.eval_every", "is " + std::to_string(c.train.eval_every) + " but data.val_path is not set");
   }
-  if (cuda && c.model.gpt.n_head > 0 && c.model.gpt.n_embd / c.model.gpt.n_head > kernels::kMaxGpuAttentionHeadSize) {
-    Fail("model.n_head", "gives a head size of " + std::to_string(c.model.gpt.n_embd / c.model.gpt.n_head) +
-                             " (n_embd / n_head); runtime.device cuda takes at most " +
+  if (cuda && c.model.gpt.head_size() > kernels::kMaxGpuAttentionHeadSize) {
+    Fail(Gpt2(c) ? "model.n_head" : "model.head_dim",
+         "gives a head size of " + std::to_string(c.model.gpt.head_size()) +
+             (Gpt2(c) ? " (n_embd / n_head)" : "") + "; runtime.device cuda takes at most " +
                              std::to_string(kernels::kMaxGpuAttentionHeadSize));
   }
 }

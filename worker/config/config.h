@@ -32,6 +32,7 @@ enum class GradPrecision { kFp32, k16Bit };
 // is arithmetic bounded by these). Far beyond any model trained today.
 inline constexpr int64_t kMaxLayers = 10000;
 inline constexpr int64_t kMaxEmbd = int64_t(1) << 20;
+inline constexpr int64_t kMaxIntermediate = int64_t(1) << 23;
 inline constexpr int64_t kMaxSeqLen = int64_t(1) << 20;
 inline constexpr int64_t kMaxVocab = 2147483647;  // token ids are int32
 inline constexpr double kMaxParameters = 1e13;

@@ -17,6 +17,9 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "kernels/residual.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "worker/model/model_kernels.h"
 
 namespace pstar {
@@ -61,6 +64,10 @@ class CpuModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kUpload);
     std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
   }
+  void Upload(float* dst, const float* src, int64_t n) override {
+    OpScope op(timer(), ProfileOp::kUpload);
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+  }
   void Zero(float* dst, int64_t n) override {
     OpScope op(timer(), ProfileOp::kZero);
     std::memset(dst, 0, size_t(n) * sizeof(float));
@@ -87,7 +94,7 @@ class CpuModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kEncoderForward);
     if (!Is16(out)) return k::EncoderForward(out.f32, tokens, Fp32(wte), Fp32(wpe), B, T, C);
     if (wte.h16 == nullptr) return k::EncoderForward(out.h16, bf16(), tokens, wte.f32, wpe.f32, B, T, C);
-    k::EncoderForward(out.h16, tokens, Half(wte), Half(wpe), bf16(), B, T, C);
+    k::EncoderForward(out.h16, tokens, Half(wte), wpe.empty() ? nullptr : Half(wpe), bf16(), B, T, C);
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                        int64_t C) override {
@@ -201,23 +208,95 @@ class CpuModelKernels final : public ModelKernels {
       k::AccumulateColumns(dbias, N, OC, [&](int64_t n, int64_t j) { return d[n * OC + j]; });
     }
   }
-  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
-                        int64_t NH) override {
+  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, const kernels::AttentionShape& shape) override {
     OpScope op(timer(), ProfileOp::kAttentionForward);
-    if (Is16(out, qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), B, T, C, NH);
-    k::AttentionForward(out.f32, lse, qkv.f32, B, T, C, NH);
+    if (Is16(out, qkv)) return k::AttentionForward(out.h16, lse, qkv.h16, bf16(), shape);
+    k::AttentionForward(out.f32, lse, qkv.f32, shape);
   }
-  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
-                         int64_t T, int64_t C, int64_t NH) override {
-    OpScope op(timer(), ProfileOp::kAttentionBackward);
-    if (!Is16(dqkv, dout, qkv, out)) return k::AttentionBackward(dqkv.f32, dout.f32, qkv.f32, out.f32, lse, B, T, C, NH);
-    // 16-bit gradients: dout widened exactly, dqkv computed in fp32 and
-    // rounded once.
-    const float* dy = GradIn(dout, B * T * C, dout_);
-    grad_.resize(size_t(3 * B * T * C));
-    k::AttentionBackward(grad_.data(), dy, qkv.h16, out.h16, bf16(), lse, B, T, C, NH);
-    NarrowInto(grad_.data(), 3 * B * T * C, dqkv.h16);
+  // In a 16-bit run dout is widened exactly and dqkv computed in fp32
+  // (rotated back there with RoPE) and rounded once.
+  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
+                         const kernels::AttentionShape& shape, const RopeTable* rope) override {
+    const int64_t rows = shape.B * shape.T, n = rows * shape.RowElements();
+    const bool half = Is16(dqkv, dout, qkv, out);
+    float* dx = dqkv.f32;
+    {
+      OpScope op(timer(), ProfileOp::kAttentionBackward);
+      if (!half) {
+        k::AttentionBackward(dqkv.f32, dout.f32, qkv.f32, out.f32, lse, shape);
+      } else {
+        const float* dy = GradIn(dout, rows * shape.NH * shape.hs, dout_);
+        grad_.resize(size_t(n));
+        dx = grad_.data();
+        k::AttentionBackward(dx, dy, qkv.h16, out.h16, bf16(), lse, shape);
+      }
+    }
+    if (rope != nullptr) {
+      OpScope op(timer(), ProfileOp::kRopeBackward);
+      k::RopeBackward(dx, shape.RowElements(), rope->cos, rope->sin, rope->positions, rows, shape.NH + shape.NKV,
+                      shape.hs);
+    }
+    if (half) NarrowInto(dx, n, dqkv.h16);
   }
+  void RmsNormForward(ActTensor out, float* rstd, ActTensor inp, Param weight, float eps, int64_t N,
+                      int64_t C) override {
+    OpScope op(timer(), ProfileOp::kRmsNormForward);
+    const float* w = Wide(weight, C, norm_weight_);
+    if (Is16(out, inp)) return k::RmsNormForward(out.h16, rstd, inp.h16, bf16(), w, eps, N, C);
+    k::RmsNormForward(out.f32, rstd, inp.f32, w, eps, N, C);
+  }
+  void ResidualRmsNormForward(ActTensor res, ActTensor out, float* rstd, ActTensor a, const float* b, Param weight,
+                              float eps, int64_t N, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kRmsNormForward);
+    const float* w = Wide(weight, C, norm_weight_);
+    if (Is16(res, out, a)) return k::ResidualRmsNormForward(res.h16, out.h16, rstd, a.h16, b, bf16(), w, eps, N, C);
+    k::ResidualRmsNormForward(res.f32, out.f32, rstd, a.f32, b, w, eps, N, C);
+  }
+  // As LayerNormBackward: a 16-bit dout widened exactly, the copy dinp's new
+  // values rounded.
+  void RmsNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, ActTensor dout, ActTensor inp, Param weight,
+                       const float* rstd, int64_t N, int64_t C) override {
+    const float* w = weight.f32;
+    const float* dy = dout.f32;
+    if (precision_ != Precision::kFp32) {
+      OpScope cast(timer(), ProfileOp::kCast);
+      w = Wide(weight, C, norm_weight_);
+      dy = GradIn(dout, N * C, dout_);
+    }
+    OpScope op(timer(), ProfileOp::kRmsNormBackward);
+    if (Is16(inp)) {
+      k::RmsNormBackward(dinp, dweight, dy, inp.h16, bf16(), w, rstd, N, C);
+    } else {
+      k::RmsNormBackward(dinp, dweight, dy, inp.f32, w, rstd, N, C);
+    }
+    if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) {
+      if (!Is16(dinp_copy)) Misuse("an fp32 run's RMSNorm gradient copy");
+      NarrowInto(dinp, N * C, dinp_copy.h16);
+    }
+  }
+  void RopeForward(ActTensor qkv, const kernels::AttentionShape& shape, const RopeTable& rope) override {
+    OpScope op(timer(), ProfileOp::kRopeForward);
+    const int64_t rows = shape.B * shape.T, heads = shape.NH + shape.NKV;
+    if (Is16(qkv)) {
+      return k::RopeForward(qkv.h16, bf16(), shape.RowElements(), rope.cos, rope.sin, rope.positions, rows, heads,
+                            shape.hs);
+    }
+    k::RopeForward(qkv.f32, shape.RowElements(), rope.cos, rope.sin, rope.positions, rows, heads, shape.hs);
+  }
+  void SwiGluForward(ActTensor out, ActTensor gu, int64_t N, int64_t F) override {
+    OpScope op(timer(), ProfileOp::kSwiGluForward);
+    if (Is16(out, gu)) return k::SwiGluForward(out.h16, gu.h16, bf16(), N, F);
+    k::SwiGluForward(out.f32, gu.f32, N, F);
+  }
+  void SwiGluBackward(ActTensor dgu, ActTensor gu, ActTensor dout, int64_t N, int64_t F) override {
+    OpScope op(timer(), ProfileOp::kSwiGluBackward);
+    if (!Is16(dgu, gu, dout)) return k::SwiGluBackward(dgu.f32, gu.f32, dout.f32, N, F);
+    const float* dy = GradIn(dout, N * F, dout_);
+    grad_.resize(size_t(2 * N * F));
+    k::SwiGluBackward(grad_.data(), gu.h16, bf16(), dy, N, F);
+    NarrowInto(grad_.data(), 2 * N * F, dgu.h16);
+  }
+  bool HasLlamaOps() const override { return true; }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluForward);
     if (Is16(out, inp)) return k::GeluForward(out.h16, inp.h16, bf16(), n);

@@ -84,6 +84,10 @@ class CudaModelKernels final : public ModelKernels {
     CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
               "token upload");
   }
+  void Upload(float* dst, const float* src, int64_t n) override {
+    OpScope op(timer(), ProfileOp::kUpload);
+    CheckCuda(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream_), "table upload");
+  }
   void Zero(float* dst, int64_t n) override {
     OpScope op(timer(), ProfileOp::kZero);
     CheckCuda(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), stream_), "memset");
@@ -255,8 +259,8 @@ class CudaModelKernels final : public ModelKernels {
   }
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
   // reads the 16-bit qkv and output beside fp32 gradients.
-  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
-                        int64_t NH) override {
+  void AttentionForward(ActTensor out, float* lse, ActTensor qkv, const kernels::AttentionShape& shape) override {
+    const auto [B, T, C, NH] = MultiHead(shape, nullptr);
     OpScope op(timer(), ProfileOp::kAttentionForward);
     if (precision_ == Precision::kFp32) {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
@@ -274,8 +278,9 @@ class CudaModelKernels final : public ModelKernels {
       kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_, kernel);
     });
   }
-  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse, int64_t B,
-                         int64_t T, int64_t C, int64_t NH) override {
+  void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
+                         const kernels::AttentionShape& shape, const RopeTable* rope) override {
+    const auto [B, T, C, NH] = MultiHead(shape, rope);
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
                                                        : kc::AttentionBackwardKernel(tuning_.attention_backward);
@@ -496,6 +501,15 @@ class CudaModelKernels final : public ModelKernels {
       }
     }
     return true;
+  }
+  struct MultiHeadShape {
+    int64_t B, T, C, NH;
+  };
+  // The CUDA attention kernels take multi-head attention without RoPE so
+  // far; the model refuses other shapes on this device (Gpt::Create).
+  static MultiHeadShape MultiHead(const kernels::AttentionShape& s, const RopeTable* rope) {
+    if (s.NKV != s.NH || rope != nullptr) Internal("grouped-query or rotary attention on the CUDA kernels");
+    return {s.B, s.T, s.NH * s.hs, s.NH};
   }
   [[noreturn]] static void Internal(const char* what) {
     std::fprintf(stderr, "pstar: internal error: %s\n", what);

@@ -16,36 +16,76 @@ namespace {
 
 constexpr float kInitStd = 0.02f;
 
-std::string LayerName(int64_t l, const char* suffix) {
-  return "transformer.h." + std::to_string(l) + "." + suffix;
+bool IsBias(const TensorSpec& s) { return s.role == TensorRole::kBias || s.role == TensorRole::kNormBias; }
+
+// The tensors of each op that reads parameters, in forward order and, within
+// an op, in layout order: the embeddings, each block's six (its first norm,
+// q|k|v, the attention's output projection, its second norm, the MLP's two
+// GEMMs), the final norm and an untied classifier.
+std::vector<std::vector<TensorSpec>> GptOps(const GptConfig& g) {
+  const int64_t C = g.n_embd, F = g.mlp_size(), Vp = g.padded_vocab_size(), pad = Vp - g.vocab_size;
+  const int64_t hs = g.head_size(), q = g.attn_width(), kv = g.kv_heads() * hs;
+  std::vector<std::vector<TensorSpec>> ops;
+  auto joined = [](TensorSpec s) {
+    s.joined = true;
+    return s;
+  };
+  if (g.architecture == Architecture::kGpt2) {
+    // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
+    const float proj_std = kInitStd / std::sqrt(2.0f * float(g.n_layer));
+    ops.push_back({{"transformer.wte.weight", {Vp, C}, TensorRole::kEmbedding, kInitStd, pad},
+                   {"transformer.wpe.weight", {g.max_seq_len, C}, TensorRole::kEmbedding, kInitStd}});
+    for (int64_t l = 0; l < g.n_layer; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      ops.push_back({{p + "ln_1.weight", {C}, TensorRole::kNormWeight, 0}, {p + "ln_1.bias", {C}, TensorRole::kNormBias, 0}});
+      ops.push_back({{p + "attn.c_attn.weight", {3 * C, C}, TensorRole::kWeight, kInitStd},
+                     {p + "attn.c_attn.bias", {3 * C}, TensorRole::kBias, 0}});
+      ops.push_back({{p + "attn.c_proj.weight", {C, C}, TensorRole::kWeight, proj_std},
+                     {p + "attn.c_proj.bias", {C}, TensorRole::kBias, 0}});
+      ops.push_back({{p + "ln_2.weight", {C}, TensorRole::kNormWeight, 0}, {p + "ln_2.bias", {C}, TensorRole::kNormBias, 0}});
+      ops.push_back({{p + "mlp.c_fc.weight", {F, C}, TensorRole::kWeight, kInitStd},
+                     {p + "mlp.c_fc.bias", {F}, TensorRole::kBias, 0}});
+      ops.push_back({{p + "mlp.c_proj.weight", {C, F}, TensorRole::kWeight, proj_std},
+                     {p + "mlp.c_proj.bias", {C}, TensorRole::kBias, 0}});
+    }
+    ops.push_back({{"transformer.ln_f.weight", {C}, TensorRole::kNormWeight, 0},
+                   {"transformer.ln_f.bias", {C}, TensorRole::kNormBias, 0}});
+    return ops;
+  }
+  // The Llama family (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM):
+  // every linear layer initialized normal(0, 0.02) as their
+  // initializer_range says.
+  ops.push_back({{"model.embed_tokens.weight", {Vp, C}, TensorRole::kEmbedding, kInitStd, pad}});
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ops.push_back({{p + "input_layernorm.weight", {C}, TensorRole::kNormWeight, 0}});
+    std::vector<TensorSpec> qkv = {{p + "self_attn.q_proj.weight", {q, C}, TensorRole::kWeight, kInitStd},
+                                   joined({p + "self_attn.k_proj.weight", {kv, C}, TensorRole::kWeight, kInitStd}),
+                                   joined({p + "self_attn.v_proj.weight", {kv, C}, TensorRole::kWeight, kInitStd})};
+    if (g.qkv_bias()) {
+      qkv.push_back({p + "self_attn.q_proj.bias", {q}, TensorRole::kBias, 0});
+      qkv.push_back(joined({p + "self_attn.k_proj.bias", {kv}, TensorRole::kBias, 0}));
+      qkv.push_back(joined({p + "self_attn.v_proj.bias", {kv}, TensorRole::kBias, 0}));
+    }
+    ops.push_back(std::move(qkv));
+    ops.push_back({{p + "self_attn.o_proj.weight", {C, q}, TensorRole::kWeight, kInitStd}});
+    ops.push_back({{p + "post_attention_layernorm.weight", {C}, TensorRole::kNormWeight, 0}});
+    ops.push_back({{p + "mlp.gate_proj.weight", {F, C}, TensorRole::kWeight, kInitStd},
+                   joined({p + "mlp.up_proj.weight", {F, C}, TensorRole::kWeight, kInitStd})});
+    ops.push_back({{p + "mlp.down_proj.weight", {C, F}, TensorRole::kWeight, kInitStd}});
+  }
+  ops.push_back({{"model.norm.weight", {C}, TensorRole::kNormWeight, 0}});
+  if (!g.tied_embeddings) ops.push_back({{"lm_head.weight", {Vp, C}, TensorRole::kWeight, kInitStd, pad}});
+  return ops;
 }
 
 }  // namespace
 
 std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
-  const int64_t C = g.n_embd;
-  // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
-  const float proj_std = kInitStd / std::sqrt(2.0f * float(g.n_layer));
   std::vector<TensorSpec> s;
-  s.push_back({"transformer.wte.weight", {g.padded_vocab_size(), C}, TensorRole::kEmbedding, kInitStd,
-               g.padded_vocab_size() - g.vocab_size});
-  s.push_back({"transformer.wpe.weight", {g.max_seq_len, C}, TensorRole::kEmbedding, kInitStd});
-  for (int64_t l = 0; l < g.n_layer; ++l) {
-    s.push_back({LayerName(l, "ln_1.weight"), {C}, TensorRole::kNormWeight, 0});
-    s.push_back({LayerName(l, "ln_1.bias"), {C}, TensorRole::kNormBias, 0});
-    s.push_back({LayerName(l, "attn.c_attn.weight"), {3 * C, C}, TensorRole::kWeight, kInitStd});
-    s.push_back({LayerName(l, "attn.c_attn.bias"), {3 * C}, TensorRole::kBias, 0});
-    s.push_back({LayerName(l, "attn.c_proj.weight"), {C, C}, TensorRole::kWeight, proj_std});
-    s.push_back({LayerName(l, "attn.c_proj.bias"), {C}, TensorRole::kBias, 0});
-    s.push_back({LayerName(l, "ln_2.weight"), {C}, TensorRole::kNormWeight, 0});
-    s.push_back({LayerName(l, "ln_2.bias"), {C}, TensorRole::kNormBias, 0});
-    s.push_back({LayerName(l, "mlp.c_fc.weight"), {4 * C, C}, TensorRole::kWeight, kInitStd});
-    s.push_back({LayerName(l, "mlp.c_fc.bias"), {4 * C}, TensorRole::kBias, 0});
-    s.push_back({LayerName(l, "mlp.c_proj.weight"), {C, 4 * C}, TensorRole::kWeight, proj_std});
-    s.push_back({LayerName(l, "mlp.c_proj.bias"), {C}, TensorRole::kBias, 0});
+  for (std::vector<TensorSpec>& op : GptOps(g)) {
+    for (TensorSpec& t : op) s.push_back(std::move(t));
   }
-  s.push_back({"transformer.ln_f.weight", {C}, TensorRole::kNormWeight, 0});
-  s.push_back({"transformer.ln_f.bias", {C}, TensorRole::kNormBias, 0});
   return s;
 }
 
@@ -92,39 +132,38 @@ void InitParameters(ParamStore& store, uint64_t seed) {
 
 std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayout& layout, bool recompute,
                                             int64_t tokens) {
-  auto id = [&](const std::string& name) { return layout.Find(name); };
-  auto block = [&](int64_t l, const char* a, const char* b) {
-    return std::vector<TensorId>{id(LayerName(l, a)), id(LayerName(l, b))};
-  };
+  const std::vector<std::vector<TensorSpec>> ops = GptOps(g);
+  std::vector<std::vector<TensorId>> ids;
+  for (const auto& op : ops) {
+    std::vector<TensorId> v;
+    for (const TensorSpec& t : op) v.push_back(layout.Find(t.name));
+    ids.push_back(std::move(v));
+  }
+  // ids: the embeddings, kBlockOps per layer, the final norm, [the classifier].
+  constexpr size_t kPerLayer = 6;
+  auto layer_op = [&](int64_t l, size_t op) { return ids[1 + size_t(l) * kPerLayer + op]; };
+  const std::vector<TensorId>& embed = ids.front();
+  const std::vector<TensorId>& final_norm = ids[1 + size_t(g.n_layer) * kPerLayer];
+  const std::vector<TensorId> cls = {g.tied_embeddings ? embed.front() : ids.back().front()};
   auto block_forward = [&](std::vector<AccessMoment>& seq, int64_t l) {
-    for (auto [w, b] : {std::pair{"ln_1.weight", "ln_1.bias"}, {"attn.c_attn.weight", "attn.c_attn.bias"},
-                        {"attn.c_proj.weight", "attn.c_proj.bias"}, {"ln_2.weight", "ln_2.bias"},
-                        {"mlp.c_fc.weight", "mlp.c_fc.bias"}, {"mlp.c_proj.weight", "mlp.c_proj.bias"}}) {
-      seq.push_back({block(l, w, b), Pass::kForward});
-    }
+    for (size_t op = 0; op < kPerLayer; ++op) seq.push_back({layer_op(l, op), Pass::kForward});
   };
-  const TensorId wte = id("transformer.wte.weight"), wpe = id("transformer.wpe.weight");
-  const TensorId lnf_w = id("transformer.ln_f.weight"), lnf_b = id("transformer.ln_f.bias");
   std::vector<AccessMoment> seq;
-  seq.push_back({{wte, wpe}, Pass::kForward});
+  seq.push_back({embed, Pass::kForward});
   for (int64_t l = 0; l < g.n_layer; ++l) block_forward(seq, l);
-  seq.push_back({{lnf_w, lnf_b}, Pass::kForward});
-  seq.push_back({{wte}, Pass::kForward});
-  // With dlogits kept, the classifier's input gradient reads wte and its
-  // weight gradient waits for the embeddings' backward (Gpt::Backward).
+  seq.push_back({final_norm, Pass::kForward});
+  seq.push_back({cls, Pass::kForward});
+  // With dlogits kept, the classifier's input gradient reads its weight and
+  // its weight gradient waits for the embeddings' backward (Gpt::Backward).
   const bool dlogits_kept = ClassifierKeepsLogits(g, tokens);
-  seq.push_back({{wte}, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
-  seq.push_back({{lnf_w, lnf_b}, Pass::kBackward});
+  seq.push_back({cls, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
+  seq.push_back({final_norm, Pass::kBackward});
   for (int64_t l = g.n_layer - 1; l >= 0; --l) {
     if (recompute && l != g.n_layer - 1) block_forward(seq, l);
-    for (auto [w, b] : {std::pair{"mlp.c_proj.weight", "mlp.c_proj.bias"}, {"mlp.c_fc.weight", "mlp.c_fc.bias"},
-                        {"ln_2.weight", "ln_2.bias"}, {"attn.c_proj.weight", "attn.c_proj.bias"},
-                        {"attn.c_attn.weight", "attn.c_attn.bias"}, {"ln_1.weight", "ln_1.bias"}}) {
-      seq.push_back({block(l, w, b), Pass::kBackward});
-    }
+    for (size_t op = kPerLayer; op-- > 0;) seq.push_back({layer_op(l, op), Pass::kBackward});
   }
-  if (dlogits_kept) seq.push_back({{wte}, Pass::kBackward, /*params=*/false});  // the classifier's weight gradient
-  seq.push_back({{wte, wpe}, Pass::kBackward, /*params=*/false});  // the embeddings' backward reads no weight
+  if (dlogits_kept) seq.push_back({cls, Pass::kBackward, /*params=*/false});  // the classifier's weight gradient
+  seq.push_back({embed, Pass::kBackward, /*params=*/false});  // the embeddings' backward reads no weight
   return seq;
 }
 
@@ -149,7 +188,8 @@ Gpt::Gpt(const GptConfig& config, int64_t batch, int64_t seq, bool recompute, co
       recompute_(recompute),
       keep_gelu_(keep_gelu && !recompute),
       compute_(compute),
-      classifier_rows_(ClassifierRows(config, batch * seq)) {}
+      classifier_rows_(ClassifierRows(config, batch * seq)),
+      rotary_(config.positions == PositionKind::kRotary) {}
 
 Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch, int64_t seq,
                         bool recompute, std::unique_ptr<ModelKernels> kernels, bool keep_gelu) {
@@ -159,44 +199,71 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
                                    std::to_string(config.max_seq_len));
   }
   if (kernels == nullptr) kernels = MakeCpuModelKernels();
+  const bool llama_ops = config.norm == NormKind::kRmsNorm || config.positions == PositionKind::kRotary ||
+                         config.mlp == MlpKind::kSwiGlu || config.kv_heads() != config.n_head;
+  if (llama_ops && !kernels->HasLlamaOps()) {
+    return Status::FailedPrecondition(std::string("the ") + ArchitectureName(config.architecture) +
+                                      " architecture runs on runtime.device cpu only in this version (its " +
+                                      ComputeDeviceName(kernels->device()) + " kernels are not built yet)");
+  }
   Gpt gpt(config, batch, seq, recompute, kernels->compute(), keep_gelu);
   gpt.kernels_ = std::move(kernels);
   gpt.store_ = &store;
   const ParamLayout& layout = store.layout();
-  auto find = [&](const std::string& name) -> Result<TensorId> {
-    TensorId id = layout.Find(name);
-    if (id < 0) return Status::Internal("layout has no tensor " + name);
-    return id;
+  auto op_tensors = [&](const std::vector<TensorSpec>& specs) -> Result<OpTensors> {
+    OpTensors t;
+    for (const TensorSpec& spec : specs) {
+      const TensorId id = layout.Find(spec.name);
+      if (id < 0) return Status::Internal("layout has no tensor " + spec.name);
+      t.ids.push_back(id);
+      if (IsBias(spec) && t.b < 0) t.b = id;
+      if (!IsBias(spec) && t.w < 0) t.w = id;
+    }
+    return t;
   };
-  PSTAR_ASSIGN_OR_RETURN(gpt.wte_, find("transformer.wte.weight"));
-  PSTAR_ASSIGN_OR_RETURN(gpt.wpe_, find("transformer.wpe.weight"));
-  PSTAR_ASSIGN_OR_RETURN(gpt.lnf_w_, find("transformer.ln_f.weight"));
-  PSTAR_ASSIGN_OR_RETURN(gpt.lnf_b_, find("transformer.ln_f.bias"));
+  const std::vector<std::vector<TensorSpec>> ops = GptOps(config);
+  PSTAR_ASSIGN_OR_RETURN(OpTensors embed, op_tensors(ops.front()));
+  gpt.wte_ = embed.ids[0];
+  gpt.wpe_ = embed.ids.size() > 1 ? embed.ids[1] : -1;
+  size_t next = 1;
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    LayerTensors t{};
-    PSTAR_ASSIGN_OR_RETURN(t.ln1_w, find(LayerName(l, "ln_1.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.ln1_b, find(LayerName(l, "ln_1.bias")));
-    PSTAR_ASSIGN_OR_RETURN(t.qkv_w, find(LayerName(l, "attn.c_attn.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.qkv_b, find(LayerName(l, "attn.c_attn.bias")));
-    PSTAR_ASSIGN_OR_RETURN(t.attn_proj_w, find(LayerName(l, "attn.c_proj.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.attn_proj_b, find(LayerName(l, "attn.c_proj.bias")));
-    PSTAR_ASSIGN_OR_RETURN(t.ln2_w, find(LayerName(l, "ln_2.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.ln2_b, find(LayerName(l, "ln_2.bias")));
-    PSTAR_ASSIGN_OR_RETURN(t.fc_w, find(LayerName(l, "mlp.c_fc.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.fc_b, find(LayerName(l, "mlp.c_fc.bias")));
-    PSTAR_ASSIGN_OR_RETURN(t.fc_proj_w, find(LayerName(l, "mlp.c_proj.weight")));
-    PSTAR_ASSIGN_OR_RETURN(t.fc_proj_b, find(LayerName(l, "mlp.c_proj.bias")));
-    gpt.layers_.push_back(t);
+    LayerTensors t;
+    for (OpTensors& op : t) {
+      PSTAR_ASSIGN_OR_RETURN(op, op_tensors(ops[next++]));
+    }
+    gpt.layers_.push_back(std::move(t));
+  }
+  PSTAR_ASSIGN_OR_RETURN(gpt.final_norm_, op_tensors(ops[next++]));
+  gpt.cls_ = gpt.wte_;
+  if (!config.tied_embeddings) {
+    PSTAR_ASSIGN_OR_RETURN(OpTensors cls, op_tensors(ops[next++]));
+    gpt.cls_ = cls.w;
   }
   PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
   gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.compute_, config, batch, seq));
+  if (gpt.rotary_) {
+    // Each row's positions from 0, and the tables for this many positions
+    // (an entry does not depend on the table's length).
+    const int64_t half = config.head_size() / 2;
+    std::vector<float> cos(size_t(seq * half)), sin(size_t(seq * half));
+    kernels::RopeTables(cos.data(), sin.data(), seq, config.head_size(), config.rope_theta, config.rope_scaling);
+    std::vector<int32_t> positions(size_t(batch * seq));
+    for (int64_t i = 0; i < batch * seq; ++i) positions[size_t(i)] = int32_t(i % seq);
+    gpt.kernels_->Upload(gpt.acts_.rope_cos, cos.data(), seq * half);
+    gpt.kernels_->Upload(gpt.acts_.rope_sin, sin.data(), seq * half);
+    gpt.kernels_->Upload(gpt.acts_.positions, positions.data(), batch * seq);
+    gpt.rope_ = {gpt.acts_.rope_cos, gpt.acts_.rope_sin, gpt.acts_.positions};
+  }
   return gpt;
 }
 
 template <typename Alloc>
 void Gpt::Lay(Alloc&& alloc) {
-  const int64_t BT = B_ * T_, C = config_.n_embd, BTC = BT * C;
-  const int64_t lse = B_ * config_.n_head * T_;  // attention keeps no T×T matrix
+  const GptConfig& cfg = config_;
+  const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C;
+  const int64_t lse = B_ * cfg.n_head * T_;  // attention keeps no T×T matrix
+  const int64_t qkv = cfg.qkv_width(), att = cfg.attn_width(), mlp_in = cfg.mlp_in_width(), F = cfg.mlp_size();
+  const bool layernorm = cfg.norm == NormKind::kLayerNorm;
   // alloc takes a count of 4-byte words.
   auto f = [&](int64_t n) { return static_cast<float*>(alloc(n)); };
   // n elements in the run's activation format (ActTensor).
@@ -205,39 +272,48 @@ void Gpt::Lay(Alloc&& alloc) {
     return ActTensor{nullptr, static_cast<uint16_t*>(alloc((n + 1) / 2))};
   };
   Activations& a = acts_;
-  a.blocks.assign(size_t(recompute_ ? 1 : config_.n_layer), BlockActivations{});
+  a.blocks.assign(size_t(recompute_ ? 1 : cfg.n_layer), BlockActivations{});
   for (auto& b : a.blocks) {
     b.ln1 = g(BTC);
-    b.ln1_mean = f(BT);
+    b.ln1_mean = layernorm ? f(BT) : nullptr;
     b.ln1_rstd = f(BT);
-    b.qkv = g(3 * BTC);
+    b.qkv = g(BT * qkv);
     b.lse = f(lse);
-    b.atty = g(BTC);
+    b.atty = g(BT * att);
     b.res2 = g(BTC);
     b.ln2 = g(BTC);
-    b.ln2_mean = f(BT);
+    b.ln2_mean = layernorm ? f(BT) : nullptr;
     b.ln2_rstd = f(BT);
-    b.fch = g(4 * BTC);
-    if (keep_gelu_) b.fch_gelu = g(4 * BTC);
+    b.fch = g(BT * mlp_in);
+    if (keep_gelu_) b.fch_gelu = g(BT * F);
   }
   a.residual.clear();
-  for (int64_t l = 0; l <= config_.n_layer; ++l) a.residual.push_back(g(BTC));
+  for (int64_t l = 0; l <= cfg.n_layer; ++l) a.residual.push_back(g(BTC));
   a.lnf = g(BTC);
-  a.lnf_mean = f(BT);
+  a.lnf_mean = layernorm ? f(BT) : nullptr;
   a.lnf_rstd = f(BT);
-  a.logits = g(classifier_rows_ * config_.padded_vocab_size());
+  a.logits = g(classifier_rows_ * cfg.padded_vocab_size());
   a.losses = f(BT);
   a.tmp = f(BTC);
-  a.fch_gelu = keep_gelu_ ? ActTensor{} : g(4 * BTC);
+  a.fch_gelu = keep_gelu_ ? ActTensor{} : g(BT * F);
   a.dres = f(BTC);
   a.dres16 = compute_.precision == Precision::kFp32 ? ActTensor{} : g(BTC);
   a.dres_gemm = compute_.precision == Precision::kFp32 ? ActTensor{a.dres} : a.dres16;
-  a.dtmp = g(BTC);
-  a.dqkv = g(3 * BTC);
-  a.dfch = g(4 * BTC);
+  a.dtmp = g(BT * std::max(C, att));
+  a.dqkv = g(BT * qkv);
+  a.dfch = g(BT * mlp_in);
+  a.dmlp = cfg.mlp == MlpKind::kSwiGlu ? g(BT * F) : ActTensor{};
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
-  const int64_t scratch = KernelScratchBytes(compute_, config_, B_, T_);
+  if (rotary_) {
+    a.positions = static_cast<int32_t*>(alloc(BT));
+    a.rope_cos = f(T_ * (cfg.head_size() / 2));
+    a.rope_sin = f(T_ * (cfg.head_size() / 2));
+  } else {
+    a.positions = nullptr;
+    a.rope_cos = a.rope_sin = nullptr;
+  }
+  const int64_t scratch = KernelScratchBytes(compute_, cfg, B_, T_);
   a.scratch = scratch > 0 ? alloc((scratch + 3) / 4) : nullptr;
 }
 
@@ -259,86 +335,125 @@ Gpt::BlockActivations& Gpt::BlockActs(int64_t layer) {
   return acts_.blocks[recompute_ ? 0 : size_t(layer)];
 }
 
+void Gpt::NormForward(const OpTensors& t, ActTensor out, float* mean, float* rstd, ActTensor inp) {
+  const int64_t BT = B_ * T_, C = config_.n_embd;
+  auto u = store_->Acquire(t.ids, Pass::kForward);
+  if (config_.norm == NormKind::kLayerNorm) {
+    kernels_->LayerNormForward(out, mean, rstd, inp, P(u, t.w), P(u, t.b), BT, C);
+  } else {
+    kernels_->RmsNormForward(out, rstd, inp, P(u, t.w), float(config_.norm_eps), BT, C);
+  }
+}
+
+// dres += the norm's input gradient from dout (and its 16-bit copy).
+void Gpt::NormBackward(const OpTensors& t, ActTensor dout, ActTensor inp, const float* mean, const float* rstd) {
+  const int64_t BT = B_ * T_, C = config_.n_embd;
+  Activations& a = acts_;
+  auto u = store_->Acquire(t.ids, Pass::kBackward);
+  if (config_.norm == NormKind::kLayerNorm) {
+    kernels_->LayerNormBackward(a.dres, a.dres16, G(u, t.w), G(u, t.b), dout, inp, P(u, t.w), mean, rstd, BT, C);
+  } else {
+    kernels_->RmsNormBackward(a.dres, a.dres16, G(u, t.w), dout, inp, P(u, t.w), rstd, BT, C);
+  }
+}
+
+void Gpt::MlpActivation(ActTensor out, ActTensor fch) {
+  const int64_t BT = B_ * T_, F = config_.mlp_size();
+  if (config_.mlp == MlpKind::kGelu) {
+    kernels_->GeluForward(out, fch, BT * F);
+  } else {
+    kernels_->SwiGluForward(out, fch, BT, F);
+  }
+}
+
 void Gpt::BlockForward(int64_t l, ActTensor x, ActTensor y) {
-  const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
+  const int64_t BT = B_ * T_, C = config_.n_embd;
+  const int64_t qkv = config_.qkv_width(), att = config_.attn_width(), mlp_in = config_.mlp_in_width();
+  const int64_t F = config_.mlp_size();
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);
+  NormForward(t[kNorm1], a.ln1, a.ln1_mean, a.ln1_rstd, x);
   {
-    auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kForward);
-    kernels_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(u, t.ln1_w), P(u, t.ln1_b), BT, C);
+    auto u = store_->Acquire(t[kQkv].ids, Pass::kForward);
+    kernels_->MatmulForward(LinearRole::kQkv, a.qkv, a.ln1, P(u, t[kQkv].w), P(u, t[kQkv].b), BT, C, qkv);
+  }
+  if (rotary_) kernels_->RopeForward(a.qkv, Shape(), rope_);
+  kernels_->AttentionForward(a.atty, a.lse, a.qkv, Shape());
+  {
+    const OpTensors& p = t[kAttnProj];
+    auto u = store_->Acquire(p.ids, Pass::kForward);
+    kernels_->MatmulForward(LinearRole::kAttnProj, ActTensor{acts_.tmp}, a.atty, P(u, p.w), P(u, p.b), BT, att, C);
   }
   {
-    auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kQkv, a.qkv, a.ln1, P(u, t.qkv_w), P(u, t.qkv_b), BT, C, 3 * C);
-  }
-  kernels_->AttentionForward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
-  {
-    auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kAttnProj, ActTensor{acts_.tmp}, a.atty, P(u, t.attn_proj_w),
-                            P(u, t.attn_proj_b), BT, C, C);
-  }
-  {
-    // The attention residual and ln_2 in one pass.
-    auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kForward);
-    kernels_->ResidualLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts_.tmp, P(u, t.ln2_w),
-                                       P(u, t.ln2_b), BT, C);
+    // The attention residual and the second norm in one pass.
+    const OpTensors& n = t[kNorm2];
+    auto u = store_->Acquire(n.ids, Pass::kForward);
+    if (config_.norm == NormKind::kLayerNorm) {
+      kernels_->ResidualLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts_.tmp, P(u, n.w), P(u, n.b),
+                                         BT, C);
+    } else {
+      kernels_->ResidualRmsNormForward(a.res2, a.ln2, a.ln2_rstd, x, acts_.tmp, P(u, n.w), float(config_.norm_eps),
+                                       BT, C);
+    }
   }
   {
-    auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kFc, a.fch, a.ln2, P(u, t.fc_w), P(u, t.fc_b), BT, C, 4 * C);
+    auto u = store_->Acquire(t[kFc].ids, Pass::kForward);
+    kernels_->MatmulForward(LinearRole::kFc, a.fch, a.ln2, P(u, t[kFc].w), P(u, t[kFc].b), BT, C, mlp_in);
   }
-  const ActTensor gelu = GeluOutput(a);
-  kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
+  const ActTensor act = GeluOutput(a);
+  MlpActivation(act, a.fch);
   {
-    auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kForward);
-    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, gelu, P(u, t.fc_proj_w), P(u, t.fc_proj_b), BT,
-                            4 * C, C);
+    const OpTensors& p = t[kFcProj];
+    auto u = store_->Acquire(p.ids, Pass::kForward);
+    kernels_->MatmulForward(LinearRole::kFcProj, ActTensor{acts_.tmp}, act, P(u, p.w), P(u, p.b), BT, F, C);
   }
   kernels_->ResidualForward(y, a.res2, acts_.tmp, BT * C);
 }
 
 // On entry acts_.dres holds dL/dy; on exit it holds dL/dx.
 void Gpt::BlockBackward(int64_t l, ActTensor x) {
-  const int64_t BT = B_ * T_, C = config_.n_embd, NH = config_.n_head;
+  const int64_t BT = B_ * T_, C = config_.n_embd;
+  const int64_t qkv = config_.qkv_width(), att = config_.attn_width(), mlp_in = config_.mlp_in_width();
+  const int64_t F = config_.mlp_size();
   const LayerTensors& t = layers_[size_t(l)];
   BlockActivations& a = BlockActs(l);
   Activations& g = acts_;
-  // A kept GELU output is this layer's; the shared one holds this layer's
-  // when the forward pass (or the recomputation) of this block was the last
-  // to write it, and is recomputed otherwise.
-  const ActTensor gelu = GeluOutput(a);
-  if (!keep_gelu_ && !recompute_ && l != config_.n_layer - 1) kernels_->GeluForward(gelu, a.fch, BT * 4 * C);
+  // A kept activation output is this layer's; the shared one holds this
+  // layer's when the forward pass (or the recomputation) of this block was
+  // the last to write it, and is recomputed otherwise.
+  const ActTensor act = GeluOutput(a);
+  if (!keep_gelu_ && !recompute_ && l != config_.n_layer - 1) MlpActivation(act, a.fch);
   {
-    auto u = store_->Acquire({t.fc_proj_w, t.fc_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackwardGelu(LinearRole::kFcProj, g.dfch, u.grad(t.fc_proj_w), u.grad(t.fc_proj_b), g.dres_gemm,
-                                 gelu, P(u, t.fc_proj_w), a.fch, BT, 4 * C, C);
+    const OpTensors& p = t[kFcProj];
+    auto u = store_->Acquire(p.ids, Pass::kBackward);
+    if (config_.mlp == MlpKind::kGelu) {
+      kernels_->MatmulBackwardGelu(LinearRole::kFcProj, g.dfch, G(u, p.w), G(u, p.b), g.dres_gemm, act, P(u, p.w),
+                                   a.fch, BT, F, C);
+    } else {
+      kernels_->MatmulBackward(LinearRole::kFcProj, g.dmlp, G(u, p.w), G(u, p.b), g.dres_gemm, act, P(u, p.w), BT,
+                               F, C);
+    }
   }
+  if (config_.mlp == MlpKind::kSwiGlu) kernels_->SwiGluBackward(g.dfch, a.fch, g.dmlp, BT, F);
   {
-    auto u = store_->Acquire({t.fc_w, t.fc_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, u.grad(t.fc_w), u.grad(t.fc_b), g.dfch, a.ln2,
-                             P(u, t.fc_w), BT, C, 4 * C);
+    const OpTensors& p = t[kFc];
+    auto u = store_->Acquire(p.ids, Pass::kBackward);
+    kernels_->MatmulBackward(LinearRole::kFc, g.dtmp, G(u, p.w), G(u, p.b), g.dfch, a.ln2, P(u, p.w), BT, C, mlp_in);
   }
+  NormBackward(t[kNorm2], g.dtmp, a.res2, a.ln2_mean, a.ln2_rstd);
   {
-    auto u = store_->Acquire({t.ln2_w, t.ln2_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, g.dres16, u.grad(t.ln2_w), u.grad(t.ln2_b), g.dtmp, a.res2, P(u, t.ln2_w),
-                                a.ln2_mean, a.ln2_rstd, BT, C);
+    const OpTensors& p = t[kAttnProj];
+    auto u = store_->Acquire(p.ids, Pass::kBackward);
+    kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, G(u, p.w), G(u, p.b), g.dres_gemm, a.atty, P(u, p.w), BT,
+                             att, C);
   }
+  kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, Shape(), Rope());
   {
-    auto u = store_->Acquire({t.attn_proj_w, t.attn_proj_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kAttnProj, g.dtmp, u.grad(t.attn_proj_w), u.grad(t.attn_proj_b),
-                             g.dres_gemm, a.atty, P(u, t.attn_proj_w), BT, C, C);
+    const OpTensors& p = t[kQkv];
+    auto u = store_->Acquire(p.ids, Pass::kBackward);
+    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, G(u, p.w), G(u, p.b), g.dqkv, a.ln1, P(u, p.w), BT, C, qkv);
   }
-  kernels_->AttentionBackward(g.dqkv, g.dtmp, a.qkv, a.atty, a.lse, B_, T_, C, NH);
-  {
-    auto u = store_->Acquire({t.qkv_w, t.qkv_b}, Pass::kBackward);
-    kernels_->MatmulBackward(LinearRole::kQkv, g.dtmp, u.grad(t.qkv_w), u.grad(t.qkv_b), g.dqkv, a.ln1,
-                             P(u, t.qkv_w), BT, C, 3 * C);
-  }
-  {
-    auto u = store_->Acquire({t.ln1_w, t.ln1_b}, Pass::kBackward);
-    kernels_->LayerNormBackward(g.dres, g.dres16, u.grad(t.ln1_w), u.grad(t.ln1_b), g.dtmp, x, P(u, t.ln1_w),
-                                a.ln1_mean, a.ln1_rstd, BT, C);
-  }
+  NormBackward(t[kNorm1], g.dtmp, x, a.ln1_mean, a.ln1_rstd);
 }
 
 void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, int64_t logits_rows) {
@@ -357,15 +472,11 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
   kernels_->Upload(a.tokens, tokens, BT);
   kernels_->Upload(a.targets, targets, BT);
   {
-    auto u = store_->Acquire({wte_, wpe_}, Pass::kForward);
+    auto u = wpe_ < 0 ? store_->Acquire({wte_}, Pass::kForward) : store_->Acquire({wte_, wpe_}, Pass::kForward);
     kernels_->EncoderForward(a.residual[0], a.tokens, P(u, wte_), P(u, wpe_), B_, T_, C);
   }
   for (int64_t l = 0; l < L; ++l) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
-  {
-    auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kForward);
-    kernels_->LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)], P(u, lnf_w_),
-                        P(u, lnf_b_), BT, C);
-  }
+  NormForward(final_norm_, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)]);
   // The loss block by block; in training with the whole micro-batch in one
   // block, dlogits in the same pass (backward then needs no logits again).
   const int64_t R = classifier_rows_;
@@ -375,11 +486,11 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
              : dlogits_now            ? ClassifierBackward::kDlogitsReady
                                       : ClassifierBackward::kRecompute;
   {
-    auto u = store_->Acquire({wte_}, Pass::kForward);
+    auto u = store_->Acquire({cls_}, Pass::kForward);
     const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls_), Param{}, n, C, Vp);
       if (logits != nullptr && r0 < keep) {
         kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
       }
@@ -405,47 +516,44 @@ void Gpt::Backward() {
     std::fprintf(stderr, "pstar: internal error: Gpt::Backward without a TrainForward before it\n");
     std::abort();
   }
-  // dlnf (into dtmp) and dwte from dlogits: kept from forward (dwte then
-  // at the end, from the same dlogits and lnf), or per block from the
-  // logits again (the same bits as in forward).
+  // dlnf (into dtmp) and the classifier's weight gradient from dlogits:
+  // kept from forward (the weight gradient then at the end, from the same
+  // dlogits and lnf), or per block from the logits again (the same bits as
+  // in forward).
   const bool dlogits_kept = pending_ == ClassifierBackward::kDlogitsReady;
   if (dlogits_kept) {
-    auto u = store_->AcquireParams({wte_});
-    kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, nullptr, nullptr, a.logits, a.lnf, P(u, wte_), BT, C, Vp);
+    auto u = store_->AcquireParams({cls_});
+    kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, nullptr, nullptr, a.logits, a.lnf, P(u, cls_), BT, C, Vp);
   } else {
-    auto u = store_->Acquire({wte_}, Pass::kBackward);
+    auto u = store_->Acquire({cls_}, Pass::kBackward);
     const int64_t R = classifier_rows_;
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, wte_), Param{}, n, C, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls_), Param{}, n, C, Vp);
       kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
-      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(wte_), nullptr, a.logits,
-                               a.lnf.At(r0 * C), P(u, wte_), n, C, Vp);
+      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(cls_), nullptr, a.logits,
+                               a.lnf.At(r0 * C), P(u, cls_), n, C, Vp);
     }
   }
   pending_ = ClassifierBackward::kNone;
   kernels_->Zero(a.dres, BT * C);
-  {
-    auto u = store_->Acquire({lnf_w_, lnf_b_}, Pass::kBackward);
-    kernels_->LayerNormBackward(a.dres, a.dres16, u.grad(lnf_w_), u.grad(lnf_b_), a.dtmp, a.residual[size_t(L)],
-                                P(u, lnf_w_), a.lnf_mean, a.lnf_rstd, BT, C);
-  }
+  NormBackward(final_norm_, a.dtmp, a.residual[size_t(L)], a.lnf_mean, a.lnf_rstd);
   for (int64_t l = L - 1; l >= 0; --l) {
     // The shared block set still holds the last layer from the forward pass.
     if (recompute_ && l != L - 1) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
     BlockBackward(l, a.residual[size_t(l)]);
   }
   if (dlogits_kept) {
-    // The classifier's share of wte's gradient first, in a use of its own:
-    // a gradient kept in 16 bits is rounded after it, as at the turn.
-    auto u = store_->AcquireGrads({wte_});
-    kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(wte_), nullptr, a.logits, a.lnf, Param{}, BT,
+    // The classifier's weight gradient first, in a use of its own: a
+    // gradient kept in 16 bits is rounded after it, as at the turn.
+    auto u = store_->AcquireGrads({cls_});
+    kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(cls_), nullptr, a.logits, a.lnf, Param{}, BT,
                              C, Vp);
   }
   {
-    // Token and position rows take their gradients; no weight is read.
-    auto u = store_->AcquireGrads({wte_, wpe_});
-    kernels_->EncoderBackward(u.grad(wte_), u.grad(wpe_), a.dres, a.tokens, B_, T_, C);
+    // Token (and position) rows take their gradients; no weight is read.
+    auto u = wpe_ < 0 ? store_->AcquireGrads({wte_}) : store_->AcquireGrads({wte_, wpe_});
+    kernels_->EncoderBackward(u.grad(wte_), G(u, wpe_), a.dres, a.tokens, B_, T_, C);
   }
 }
 

@@ -1,9 +1,13 @@
-// GPT-2 forward and backward, written op by op (no autograd). Parameters are
-// reached only through ParamStore uses; activations come from a counted Arena.
-// With activation checkpointing only each block's input is kept and the block
-// is recomputed during backward, giving bit-identical gradients.
+// The decoder's forward and backward, written op by op (no autograd), for
+// every architecture its description (GptConfig) names: GPT-2, and the Llama
+// family with RMSNorm, RoPE, grouped-query attention, SwiGLU and an untied
+// classifier. Parameters are reached only through ParamStore uses;
+// activations come from a counted Arena. With activation checkpointing only
+// each block's input is kept and the block is recomputed during backward,
+// giving bit-identical gradients.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,9 +22,12 @@
 
 namespace pstar {
 
-// Model tensors in order of first use: wte, wpe, each block's tensors, ln_f.
-// Names follow Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight, ...),
-// with weights stored (out, in) as in PyTorch's nn.Linear.
+// Model tensors in order of first use: the embeddings, each block's tensors,
+// the final norm and an untied classifier. Names are the Hugging Face
+// model's (transformer.h.0.attn.c_attn.weight for GPT-2,
+// model.layers.0.self_attn.q_proj.weight for the Llama family), with weights
+// stored (out, in) as in PyTorch's nn.Linear; q|k|v and gate|up are joined
+// (one GEMM operand, ParamLayout).
 std::vector<TensorSpec> GptTensorSpecs(const GptConfig& config);
 // The same tensors as checkpoints, exports and users see them: without the
 // vocabulary padding (wte has vocab_size rows).
@@ -85,16 +92,24 @@ class Gpt {
   ModelKernels& kernels() { return *kernels_; }
 
  private:
-  struct LayerTensors {
-    TensorId ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
-    TensorId ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  // The tensors one op reads: its weight (the first of its joined weights)
+  // and bias (-1: none), and every tensor its use acquires.
+  struct OpTensors {
+    TensorId w = -1, b = -1;
+    std::vector<TensorId> ids;
   };
+  // A block's ops in forward order.
+  enum BlockOp { kNorm1 = 0, kQkv, kAttnProj, kNorm2, kFc, kFcProj, kBlockOps };
+  using LayerTensors = std::array<OpTensors, kBlockOps>;
   // What one block keeps for its backward pass. The ActTensors are 16-bit
   // in a 16-bit run (model_kernels.h).
+  // ln1/ln2: the norms' outputs; qkv: q|k|v (q and k rotated with RoPE);
+  // atty: the attention's output; res2: the residual stream after attention;
+  // fch: the MLP's first GEMM's output (fc, or gate|up).
   struct BlockActivations {
     ActTensor ln1, qkv, atty, res2, ln2, fch;
-    ActTensor fch_gelu;                // GELU(fch), when kept per layer (keep_gelu); else empty
-    float *ln1_mean, *ln1_rstd, *lse;  // lse: (B, NH, T)
+    ActTensor fch_gelu;                // the MLP's activation (GELU or SwiGLU), when kept per layer (keep_gelu)
+    float *ln1_mean, *ln1_rstd, *lse;  // lse: (B, NH, T); the means: LayerNorm only
     float *ln2_mean, *ln2_rstd;
   };
   struct Activations {
@@ -106,9 +121,9 @@ class Gpt {
     // run's activation format, turned into dlogits in place.
     ActTensor logits;
     float* tmp;  // (B, T, C) projection output before the residual add
-    // GELU(fch) (B, T, 4C), one for all layers: backward recomputes a layer's
-    // from its fch (4C per token per layer less memory). Empty when every
-    // layer keeps its own (BlockActivations::fch_gelu).
+    // The MLP's activation (B, T, F), one for all layers: backward recomputes
+    // a layer's from its fch (F per token per layer less memory). Empty when
+    // every layer keeps its own (BlockActivations::fch_gelu).
     ActTensor fch_gelu;
     // Backward workspaces, reused by every layer.
     // The residual stream's gradient (fp32: every layer adds to it), and in a
@@ -118,7 +133,11 @@ class Gpt {
     float* dres;
     ActTensor dres16, dres_gemm;
     ActTensor dtmp, dqkv, dfch;
+    ActTensor dmlp;  // SwiGLU's output gradient (B, T, F); empty with GELU (in place in dfch)
     int32_t *tokens, *targets;
+    // RoPE: each token's position and the cos/sin tables (seq rows); null with learned positions.
+    int32_t* positions;
+    float *rope_cos, *rope_sin;
     void* scratch;  // the kernels' (KernelScratchBytes), null when none
   };
 
@@ -130,10 +149,23 @@ class Gpt {
   BlockActivations& BlockActs(int64_t layer);
   // Where a block's GELU output lives: its own (keep_gelu) or the shared one.
   ActTensor GeluOutput(const BlockActivations& a) const { return keep_gelu_ ? a.fch_gelu : acts_.fch_gelu; }
-  // A param as the kernels read it: 16-bit with 16-bit parameter chunks.
+  // A param as the kernels read it: 16-bit with 16-bit parameter chunks;
+  // none for id -1.
   Param P(const ParamStore::Use& u, TensorId id) const {
+    if (id < 0) return Param{};
     return store_->chunks().half_params() ? Param{nullptr, u.half_param(id)} : Param{u.param(id), nullptr};
   }
+  // A gradient, or null for id -1.
+  static float* G(const ParamStore::Use& u, TensorId id) { return id < 0 ? nullptr : u.grad(id); }
+  kernels::AttentionShape Shape() const {
+    return {B_, T_, config_.n_head, config_.kv_heads(), config_.head_size()};
+  }
+  const RopeTable* Rope() const { return rotary_ ? &rope_ : nullptr; }
+  // Norm forward (LayerNorm or RMSNorm) of inp into out, and its backward.
+  void NormForward(const OpTensors& t, ActTensor out, float* mean, float* rstd, ActTensor inp);
+  void NormBackward(const OpTensors& t, ActTensor dout, ActTensor inp, const float* mean, const float* rstd);
+  // The MLP's activation of fch into out (GELU or SwiGLU).
+  void MlpActivation(ActTensor out, ActTensor fch);
   // Forward for its loss and, with a loss weight, readying Backward.
   void RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
                   int64_t logits_rows);
@@ -156,8 +188,13 @@ class Gpt {
   ClassifierBackward pending_ = ClassifierBackward::kNone;
   float dloss_ = 0.0f;
   std::unique_ptr<ModelKernels> kernels_;
-  TensorId wte_, wpe_, lnf_w_, lnf_b_;
+  // The token table, the position table (-1 with RoPE), the final norm and
+  // the classifier (the token table when tied).
+  TensorId wte_ = -1, wpe_ = -1, cls_ = -1;
+  OpTensors final_norm_;
   std::vector<LayerTensors> layers_;
+  bool rotary_ = false;
+  RopeTable rope_;
   Activations acts_{};
 };
 

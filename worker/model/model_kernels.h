@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "kernels/attention.h"
 #include "worker/core/status.h"
 #include "worker/model/compute.h"
 #include "worker/model/gpt_config.h"
@@ -56,6 +57,14 @@ struct ActTensor {
 // fp32 (LayerNormBackward's dinp, EncoderBackward's dout), with a 16-bit copy
 // written beside it for the GEMMs that read it.
 
+// RoPE's tables on the device (kernels/rope.h): cos and sin (positions,
+// head_size / 2) fp32, and each token's position (B*T int32).
+struct RopeTable {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  const int32_t* positions = nullptr;
+};
+
 // Where and how the model computes.
 struct ComputeSpec {
   ComputeDevice device = ComputeDevice::kCpu;
@@ -87,6 +96,7 @@ class ModelKernels {
 
   // Host → device memory, in order with the ops.
   virtual void Upload(int32_t* dst, const int32_t* src, int64_t n) = 0;
+  virtual void Upload(float* dst, const float* src, int64_t n) = 0;
   // Device → host: `rows` rows of `cols` values, `ld` apart in src (fp32, or
   // 16 bits in a 16-bit run, widened), packed into dst as floats (waits for
   // the ops before it). Not on a training step's path.
@@ -141,12 +151,32 @@ class ModelKernels {
   // dbias null only dinp.
   virtual void MatmulBackward(LinearRole role, ActTensor dinp, float* dweight, float* dbias, ActTensor dout,
                               ActTensor inp, Param weight, int64_t N, int64_t C, int64_t OC) = 0;
-  // Causal self-attention with no T×T storage (kernels/attention.h): lse
-  // (B, NH, T) is what forward keeps besides out, and backward reads both.
-  virtual void AttentionForward(ActTensor out, float* lse, ActTensor qkv, int64_t B, int64_t T, int64_t C,
-                                int64_t NH) = 0;
+  // Causal self-attention with no T×T storage (kernels/attention.h), with
+  // grouped-query heads as `shape` says: lse (B, NH, T) is what forward keeps
+  // besides out, and backward reads both. With `rope`, q and k were rotated
+  // (RopeForward) and dq and dk are rotated back (RoPE's backward) before
+  // dqkv is stored: dqkv is then the gradient of the GEMM's output.
+  virtual void AttentionForward(ActTensor out, float* lse, ActTensor qkv, const kernels::AttentionShape& shape) = 0;
   virtual void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
-                                 int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
+                                 const kernels::AttentionShape& shape, const RopeTable* rope) = 0;
+  // The Llama family's ops (kernels/rmsnorm.h, rope.h, swiglu.h), with the
+  // semantics of their LayerNorm and GELU counterparts above. A device
+  // without them stops with an internal error; the model refuses such a
+  // device before it runs (Gpt::Create).
+  virtual void RmsNormForward(ActTensor out, float* rstd, ActTensor inp, Param weight, float eps, int64_t N,
+                              int64_t C);
+  virtual void ResidualRmsNormForward(ActTensor res, ActTensor out, float* rstd, ActTensor a, const float* b,
+                                      Param weight, float eps, int64_t N, int64_t C);
+  virtual void RmsNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, ActTensor dout, ActTensor inp,
+                               Param weight, const float* rstd, int64_t N, int64_t C);
+  // Rotates the q and k heads of every row of qkv (B*T rows of
+  // shape.RowElements()) in place.
+  virtual void RopeForward(ActTensor qkv, const kernels::AttentionShape& shape, const RopeTable& rope);
+  // out (N, F) = silu(gate) * up over gu (N, 2F); dgu (N, 2F) from dout (N, F).
+  virtual void SwiGluForward(ActTensor out, ActTensor gu, int64_t N, int64_t F);
+  virtual void SwiGluBackward(ActTensor dgu, ActTensor gu, ActTensor dout, int64_t N, int64_t F);
+  // Whether this device has the ops above.
+  virtual bool HasLlamaOps() const { return false; }
   virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;
   // dinp may alias dout.
   virtual void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) = 0;

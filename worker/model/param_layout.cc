@@ -57,17 +57,36 @@ int64_t CountChunks(const std::vector<int64_t>& prefix, int64_t s) {
 
 }  // namespace
 
-int64_t ParamLayout::ChooseChunkElems(const std::vector<TensorSpec>& specs) {
-  int64_t largest = 0, total = 0;
-  for (const auto& t : specs) {
-    largest = std::max(largest, t.numel());
-    total += t.numel();
+namespace {
+
+// The elements of each run of joined tensors (a tensor alone is a run of one),
+// in order: the units packing places.
+std::vector<int64_t> GroupSizes(const std::vector<TensorSpec>& specs) {
+  std::vector<int64_t> groups;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].joined && !groups.empty()) {
+      groups.back() += specs[i].numel();
+    } else {
+      groups.push_back(specs[i].numel());
+    }
   }
-  std::vector<int64_t> prefix(specs.size() + 1, 0);
-  for (size_t i = 0; i < specs.size(); ++i) prefix[i + 1] = prefix[i] + specs[i].numel();
+  return groups;
+}
+
+}  // namespace
+
+int64_t ParamLayout::ChooseChunkElems(const std::vector<TensorSpec>& specs) {
+  const std::vector<int64_t> groups = GroupSizes(specs);
+  int64_t largest = 0, total = 0;
+  for (int64_t n : groups) {
+    largest = std::max(largest, n);
+    total += n;
+  }
+  std::vector<int64_t> prefix(groups.size() + 1, 0);
+  for (size_t i = 0; i < groups.size(); ++i) prefix[i + 1] = prefix[i] + groups[i];
   int64_t lo = RoundUp(std::max<int64_t>(largest, 1), kChunkAlign);
   int64_t hi = std::max(lo, RoundUp(std::min(total, 2 * lo), kChunkAlign));
-  // Scan about 2000 candidates between the largest tensor and twice that.
+  // Scan about 2000 candidates between the largest group and twice that.
   int64_t step = std::max(kChunkAlign, RoundUp((hi - lo) / 2000 + 1, kChunkAlign));
   int64_t best = lo, best_waste = CountChunks(prefix, lo) * lo - total;
   for (int64_t s = lo + step; s <= hi; s += step) {
@@ -82,35 +101,50 @@ int64_t ParamLayout::ChooseChunkElems(const std::vector<TensorSpec>& specs) {
 
 Result<ParamLayout> ParamLayout::Build(std::vector<TensorSpec> specs, int64_t chunk_elems) {
   if (specs.empty()) return Status::InvalidArgument("model has no tensors");
+  if (specs[0].joined) return Status::InvalidArgument("tensor " + specs[0].name + " is joined to no tensor before it");
   ParamLayout layout;
-  TensorId largest = 0;
+  // The largest group, named by its first tensor.
+  size_t largest = 0, first = 0;
+  int64_t largest_elems = 0, group_elems = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].numel() <= 0) {
       return Status::InvalidArgument("tensor " + specs[i].name + " has no elements");
     }
-    if (specs[i].numel() > specs[size_t(largest)].numel()) largest = TensorId(i);
+    if (!specs[i].joined) {
+      first = i;
+      group_elems = 0;
+    }
+    group_elems += specs[i].numel();
+    if (group_elems > largest_elems) {
+      largest = first;
+      largest_elems = group_elems;
+    }
   }
   if (chunk_elems < 0) return Status::InvalidArgument("chunk size must not be negative");
   if (chunk_elems == 0) chunk_elems = ChooseChunkElems(specs);
-  if (chunk_elems < specs[size_t(largest)].numel()) {
-    return Status::InvalidArgument(
-        "chunk size " + std::to_string(chunk_elems) + " elements is smaller than the largest tensor " +
-        specs[size_t(largest)].name + " (" + std::to_string(specs[size_t(largest)].numel()) +
-        " elements)");
+  if (chunk_elems < largest_elems) {
+    const bool group = largest + 1 < specs.size() && specs[largest + 1].joined;
+    return Status::InvalidArgument("chunk size " + std::to_string(chunk_elems) + " elements is smaller than the largest tensor " +
+                                   std::string(group ? "group, from " : "") + specs[largest].name + " (" +
+                                   std::to_string(largest_elems) + " elements)");
   }
   layout.chunk_elems_ = chunk_elems;
   int64_t used = chunk_elems;
   for (size_t i = 0; i < specs.size(); ++i) {
-    int64_t n = specs[i].numel();
-    if (used + n > chunk_elems) {
-      layout.chunk_tensors_.emplace_back();
-      ++layout.num_chunks_;
-      used = 0;
+    if (!specs[i].joined) {
+      // A new chunk when this tensor and the ones joined to it do not fit.
+      int64_t n = specs[i].numel();
+      for (size_t j = i + 1; j < specs.size() && specs[j].joined; ++j) n += specs[j].numel();
+      if (used + n > chunk_elems) {
+        layout.chunk_tensors_.emplace_back();
+        ++layout.num_chunks_;
+        used = 0;
+      }
     }
     layout.placements_.push_back({layout.num_chunks_ - 1, used});
     layout.chunk_tensors_.back().push_back(TensorId(i));
-    used += n;
-    layout.num_elements_ += n;
+    used += specs[i].numel();
+    layout.num_elements_ += specs[i].numel();
   }
   layout.specs_ = std::move(specs);
   layout.ids_.reserve(layout.specs_.size());

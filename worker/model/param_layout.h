@@ -1,6 +1,7 @@
 // ParamLayout: the table that maps every model tensor to (chunk, offset).
 // Tensors are packed into fixed-size chunks in order of first use; a tensor never
-// straddles two chunks. Every state kind (param, grad, Adam moments) shares this
+// straddles two chunks, nor does a group of joined tensors (one GEMM's operand
+// made of several named tensors, such as q|k|v). Every state kind (param, grad, Adam moments) shares this
 // one layout, so a tensor has the same chunk index and offset in each kind.
 #pragma once
 
@@ -33,6 +34,10 @@ struct TensorSpec {
   // vocabulary rounded up to a multiple of 64): always zero, never given a
   // gradient, and left out of checkpoints, exports and the layout fingerprint.
   int64_t padded_rows = 0;
+  // Placed right after the tensor before it, in the same chunk: the two (and
+  // any joined after them) are one contiguous operand, each still named and
+  // checkpointed alone (q_proj|k_proj|v_proj, gate_proj|up_proj).
+  bool joined = false;
 
   int64_t numel() const;
   // The tensor as users see it: shape[0] without the padded rows.
@@ -53,7 +58,7 @@ class ParamLayout {
   static Result<ParamLayout> Build(std::vector<TensorSpec> specs, int64_t chunk_elems);
 
   // The chunk size with the least padding among sizes >= the largest tensor
-  // (ties go to the smaller chunk); rounded to 1024 elements.
+  // group (ties go to the smaller chunk); rounded to 1024 elements.
   static int64_t ChooseChunkElems(const std::vector<TensorSpec>& specs);
 
   int32_t num_tensors() const { return int32_t(specs_.size()); }

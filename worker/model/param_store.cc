@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace pstar {
 
@@ -90,16 +91,16 @@ ParamStore::ParamStore(ParamLayout layout) : layout_(std::move(layout)) {
   final_fired_.assign(size_t(layout_.num_chunks()), 0);
 }
 
-ParamStore::Use ParamStore::Acquire(std::initializer_list<TensorId> tensors, Pass pass) {
-  return AcquireUse(std::vector<TensorId>(tensors), pass, /*params=*/true, /*grads=*/true);
+ParamStore::Use ParamStore::Acquire(std::vector<TensorId> tensors, Pass pass) {
+  return AcquireUse(std::move(tensors), pass, /*params=*/true, /*grads=*/true);
 }
 
-ParamStore::Use ParamStore::AcquireGrads(std::initializer_list<TensorId> tensors) {
-  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/false, /*grads=*/true);
+ParamStore::Use ParamStore::AcquireGrads(std::vector<TensorId> tensors) {
+  return AcquireUse(std::move(tensors), Pass::kBackward, /*params=*/false, /*grads=*/true);
 }
 
-ParamStore::Use ParamStore::AcquireParams(std::initializer_list<TensorId> tensors) {
-  return AcquireUse(std::vector<TensorId>(tensors), Pass::kBackward, /*params=*/true, /*grads=*/false);
+ParamStore::Use ParamStore::AcquireParams(std::vector<TensorId> tensors) {
+  return AcquireUse(std::move(tensors), Pass::kBackward, /*params=*/true, /*grads=*/false);
 }
 
 ParamStore::Use ParamStore::AcquireUse(std::vector<TensorId> ids, Pass pass, bool params, bool grads) {

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -75,15 +74,15 @@ class ParamStore {
   // Brackets one op's use of `tensors`; pointers from the Use stay valid until
   // it is destroyed. In the backward pass the tensors' gradients are reachable
   // (and written) too.
-  Use Acquire(std::initializer_list<TensorId> tensors, Pass pass);
+  Use Acquire(std::vector<TensorId> tensors, Pass pass);
   // A backward-pass use of the tensors' gradients alone, for an op that
   // reads none of their values (the embeddings' backward): their param
   // chunks are not made resident for it, which with N ranks spares a gather.
-  Use AcquireGrads(std::initializer_list<TensorId> tensors);
+  Use AcquireGrads(std::vector<TensorId> tensors);
   // A backward-pass use of the tensors' values alone, for an op that writes
   // none of their gradients (the classifier's input gradient, whose weight
   // gradient is taken later): their grad chunks are not made resident for it.
-  Use AcquireParams(std::initializer_list<TensorId> tensors);
+  Use AcquireParams(std::vector<TensorId> tensors);
 
   // Param, grad and both Adam moments of one chunk for its optimizer update, on
   // the device when the hybrid placement put its moments there, else on the host.

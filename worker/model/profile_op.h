@@ -16,8 +16,9 @@
 
 namespace pstar {
 
-// The linear layers of a GPT block, and the classifier (the projection onto
-// the vocabulary, tied to the token embedding).
+// The linear layers of a decoder block (qkv; the attention's output
+// projection; the MLP's first GEMM, fc or gate|up, and its second, fc_proj
+// or down), and the classifier (the projection onto the vocabulary).
 enum class LinearRole : int { kQkv = 0, kAttnProj, kFc, kFcProj, kClassifier };
 inline constexpr int kNumLinearRoles = 5;
 // "qkv", "attn_proj", "fc", "fc_proj", "classifier".
@@ -45,6 +46,12 @@ enum class ProfileOp : int {
   kGradNorm,           // the global gradient norm, all of it
   kAdam,               // the optimizer step, all of it
   kGradRound,          // gradients rounded to 16 bits (train.grad_precision: 16bit)
+  kRmsNormForward,     // RMSNorm, and the residual add fused into post_attention_layernorm
+  kRmsNormBackward,
+  kRopeForward,        // q and k rotated by their positions
+  kRopeBackward,       // dq and dk rotated back (inside the attention's backward)
+  kSwiGluForward,      // the MLP's silu(gate) * up, and its recompute in backward
+  kSwiGluBackward,
   kGemmFirst,          // then one row per (LinearRole, GemmPass): GemmOp()
 };
 inline constexpr int kNumProfileOps = int(ProfileOp::kGemmFirst) + 3 * kNumLinearRoles;

@@ -71,7 +71,12 @@ void PlanChunks(const Config& c, const ParamLayout& layout, const ComputeSpec& c
   p->activation_bytes = Gpt::ActivationBytes(g, c.train.batch_size, c.train.seq_len,
                                              c.train.activation_checkpointing, compute);
   p->activation_format = PrecisionName(compute.precision);
-  const TensorId first_gemm = layout.Find("transformer.h.0.attn.c_attn.weight");
+  // The first block's first GEMM weight (c_attn, q_proj): the first weight
+  // that is not an embedding.
+  TensorId first_gemm = -1;
+  for (TensorId id = 0; id < layout.num_tensors() && first_gemm < 0; ++id) {
+    if (layout.spec(id).role == TensorRole::kWeight) first_gemm = id;
+  }
   p->chunks_before_first_block = first_gemm < 0 ? 1 : layout.placement(first_gemm).chunk + 1;
 }
 

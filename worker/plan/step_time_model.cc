@@ -185,8 +185,12 @@ Result<StepPrediction> PredictStep(const Config& config, const ClusterSpec& spec
   const double n = double(gpus);
   const bool recompute = c.train.activation_checkpointing;
   const double per_param = recompute ? 8.0 : 6.0;  // the forward runs twice with checkpointing
+  // An untied token embedding is a lookup, not a GEMM; attention's scores
+  // and mixing run over the query heads' columns.
+  const double gemm_params =
+      double(plan.parameters) - (g.tied_embeddings ? 0.0 : double(g.vocab_size) * double(g.n_embd));
   const double flops_per_token =
-      per_param * double(plan.parameters) + per_param * double(g.n_layer) * double(g.n_embd) * double(c.train.seq_len);
+      per_param * gemm_params + per_param * double(g.n_layer) * double(g.attn_width()) * double(c.train.seq_len);
   p.tokens_per_rank = double(c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps);
   p.compute_s = p.tokens_per_rank * flops_per_token / (Or(spec.compute_tflops, "compute_tflops") * 1e12);
 

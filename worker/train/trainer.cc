@@ -400,7 +400,7 @@ Status Trainer::SaveCheckpoint() {
   state.data_position = loader_->cursor();
   state.optimizer_steps = optimizer_->steps_taken();
   state.loss_scale = scaler_.scale();
-  state.layout_fingerprint = LayoutFingerprint(GptTensorSpecs(config_.model.gpt));
+  state.layout_fingerprint = ModelFingerprint(config_.model.gpt);
   state.model = config_.model.gpt;
   state.tokenizer = config_.data.tokenizer;
   HomedChunkCopier copier(store_->chunks());
@@ -412,7 +412,7 @@ Status Trainer::SaveCheckpoint() {
 Result<int64_t> Trainer::Resume(std::vector<std::string>* warnings) {
   FinishUpdates();
   HomedChunkCopier copier(store_->chunks());
-  auto state = LoadLatestCheckpoint(config_.checkpoint.dir, LayoutFingerprint(GptTensorSpecs(config_.model.gpt)),
+  auto state = LoadLatestCheckpoint(config_.checkpoint.dir, ModelFingerprint(config_.model.gpt),
                                     CheckpointRanges(), *comm_, warnings, &copier);
   if (!state.ok()) {
     if (state.status().code() == StatusCode::kNotFound) return int64_t{0};

@@ -269,6 +269,8 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
   const std::string m = "model: {preset: tiny, init_from: /models/gpt2}\n";
   const std::vector<std::string> jobs = {
       m,
+      // The Llama family's keys: a preset with Llama 3's scaling.
+      "model: {preset: llama-3.2-1b}\ntrain: {seq_len: 64}\n",
       m + "data: {source: text, path: a.txt, val_path: b.txt, tokenizer: gpt2, vocab: e.json, merges: v.bpe}\n",
       m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
   };
@@ -292,6 +294,104 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
     const std::string error = ErrorOf(m, {wrong});
     EXPECT_NE(error.find(key + "x: unknown key (allowed here: "), std::string::npos) << error;
   }
+}
+
+// The decoder's description: presets with their published shapes, the
+// architecture's defaults, explicit values written back, and one line for
+// each description that does not hold together.
+TEST(Config, LlamaFamilyPresetsAndDescription) {
+  auto c = ParseConfig("model: {preset: llama-3.1-8b}\ntrain: {seq_len: 128}\n", "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const GptConfig& g = c->model.gpt;
+  EXPECT_EQ(g.architecture, Architecture::kLlama);
+  EXPECT_EQ(g.n_layer, 32);
+  EXPECT_EQ(g.kv_heads(), 8);
+  EXPECT_EQ(g.mlp_size(), 14336);
+  EXPECT_EQ(g.vocab_size, 128256);
+  EXPECT_FALSE(g.tied_embeddings);
+  EXPECT_TRUE(g.rope_scaling.llama3);
+  EXPECT_EQ(g.rope_scaling.factor, 8.0);
+  EXPECT_EQ(g.NumParameters(), 8030261248);  // Llama 3.1 8B's published count
+  auto qwen = ParseConfig("model: {preset: qwen2.5-0.5b}\ntrain: {seq_len: 128}\n", "job.yaml");
+  ASSERT_TRUE(qwen.ok()) << qwen.status().message();
+  EXPECT_EQ(qwen->model.gpt.linear_bias, LinearBias::kQkv);
+  EXPECT_EQ(qwen->model.gpt.NumParameters(), 494032768);  // Qwen2.5 0.5B's, tied
+  auto mistral = ParseConfig("model: {preset: mistral-7b-v0.3}\ntrain: {seq_len: 128}\n", "job.yaml");
+  ASSERT_TRUE(mistral.ok());
+  EXPECT_EQ(mistral->model.gpt.NumParameters(), 7248023552);  // Mistral 7B v0.3's
+  // An architecture alone takes its family's defaults.
+  auto plain = ParseConfig(
+      "model: {architecture: qwen2, n_layer: 2, n_head: 4, n_embd: 32, intermediate_size: 48, vocab_size: 50, "
+      "max_seq_len: 16}\n",
+      "job.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->model.gpt.norm, NormKind::kRmsNorm);
+  EXPECT_EQ(plain->model.gpt.positions, PositionKind::kRotary);
+  EXPECT_EQ(plain->model.gpt.kv_heads(), 4);
+  EXPECT_EQ(plain->model.gpt.head_size(), 8);
+  EXPECT_EQ(plain->model.gpt.norm_eps, 1e-6);
+  // GPT-2 prints none of the Llama family's keys.
+  auto gpt2 = ParseConfig("model: {preset: tiny}\n", "job.yaml");
+  ASSERT_TRUE(gpt2.ok());
+  const std::string yaml = ConfigToYaml(*gpt2);
+  EXPECT_NE(yaml.find("architecture: gpt2"), std::string::npos) << yaml;
+  for (const char* key : {"n_kv_head", "head_dim", "rope_theta", "norm:", "tie_word_embeddings"}) {
+    EXPECT_EQ(yaml.find(key), std::string::npos) << key;
+  }
+}
+
+TEST(Config, BadDecoderDescriptionsGetOneLine) {
+  const std::string llama =
+      "model: {architecture: llama, n_layer: 2, n_head: 8, n_kv_head: 2, n_embd: 64, intermediate_size: 96, "
+      "vocab_size: 50, max_seq_len: 16}\n";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.n_kv_head=3"}, "model.n_kv_head: 3 does not divide n_head 8"},
+      {{"model.n_kv_head=16"}, "model.n_kv_head: 16 does not divide n_head 8"},
+      {{"model.head_dim=7"}, "model.head_dim: is 7, odd; RoPE rotates pairs of columns"},
+      {{"model.positions=learned"}, "model.positions: learned is not llama's positions (llama has rope)"},
+      {{"model.norm=layernorm"}, "model.norm: layernorm is not llama's norm (llama has rmsnorm)"},
+      {{"model.mlp=gelu"}, "model.mlp: gelu is not llama's MLP (llama has swiglu)"},
+      {{"model.linear_bias=qkv"}, "model.linear_bias: qkv is not llama's linear biases (llama has none)"},
+      {{"model.rope_scaling.type=llama3", "model.rope_scaling.factor=8"},
+       "model.rope_scaling: type llama3 needs low_freq_factor, high_freq_factor, original_max_position_embeddings"},
+      {{"model.rope_scaling.factor=8"}, "model.rope_scaling.factor: is set but model.rope_scaling.type is none"},
+      {{"model.rope_scaling.type=llama3", "model.rope_scaling.factor=8", "model.rope_scaling.low_freq_factor=4",
+        "model.rope_scaling.high_freq_factor=1", "model.rope_scaling.original_max_position_embeddings=64"},
+       "model.rope_scaling.high_freq_factor: must be more than low_freq_factor"},
+      {{"model.rope_scaling.type=bogus"}, "model.rope_scaling.type: must be none or llama3, got 'bogus'"},
+      {{"model.rope_theta=0"}, "model.rope_theta: must be positive"},
+      {{"model.norm_eps=0"}, "model.norm_eps: must be positive"},
+      {{"model.intermediate_size=0"}, "model.intermediate_size: must be positive"},
+      {{"model.intermediate_size=100000000"}, "model.intermediate_size: is 100000000, more than the 8388608"},
+      {{"model.head_dim=10000000"}, "model.head_dim: is 10000000, more than the 1048576"},
+      {{"model.architecture=gpt3"}, "model.architecture: must be gpt2, llama, qwen2 or mistral, got 'gpt3'"},
+      {{"model.init_from=/models/llama"}, "model.init_from: reads Hugging Face GPT-2 directories only"},
+      {{"model.n_layer=10000", "model.n_embd=1048576", "model.head_dim=128"}, "parameters, more than the"},
+  };
+  for (const auto& [overrides, expected] : cases) {
+    const std::string error = ErrorOf(llama, overrides);
+    EXPECT_NE(error.find(expected), std::string::npos) << "got: " << error;
+  }
+  EXPECT_NE(ErrorOf("model: {architecture: llama, n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 50, max_seq_len: 16}\n")
+                .find("model.intermediate_size: is required for llama"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: llama-tiny, architecture: qwen2}\n")
+                .find("model.architecture: is qwen2 but model.preset llama-tiny is llama"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: tiny, rope_theta: 10000}\n")
+                .find("model.rope_theta: is set but model.positions is learned"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: tiny, n_kv_head: 2}\n").find("model.n_kv_head: must equal n_head"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: tiny, tie_word_embeddings: false}\n")
+                .find("model.tie_word_embeddings: must be true: gpt2 ties its embeddings"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: tiny, norm_eps: 0.001}\n").find("model.norm_eps: must be 1e-05 in gpt2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {architecture: llama, n_layer: 2, n_head: 3, n_embd: 32, intermediate_size: 8, "
+                    "vocab_size: 50, max_seq_len: 16}\n")
+                .find("model.n_head: 3 does not divide n_embd 32 (or give model.head_dim)"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -15,6 +15,12 @@ namespace {
 Config MakeConfig(const std::vector<std::string>& overrides) { return test::TinyGptConfig(overrides); }
 using test::RandomTokens;
 
+// The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
+class GptFamilies : public testing::TestWithParam<test::TinyFamily> {
+ protected:
+  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+};
+
 struct RunResult {
   std::vector<float> losses;
   std::vector<std::vector<float>> params;  // per tensor, after training
@@ -46,24 +52,26 @@ void ExpectBitIdentical(const RunResult& a, const RunResult& b) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Decoders, GptFamilies, testing::ValuesIn(test::TinyFamilies()), test::TinyFamilyName);
+
 // In every precision: 16-bit runs keep 16-bit block inputs, and the
 // recomputed blocks read the same bits.
-TEST(Gpt, ActivationCheckpointingIsBitIdentical) {
+TEST_P(GptFamilies, ActivationCheckpointingIsBitIdentical) {
   auto data = RandomTokens(2000, 40, 1);
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     SCOPED_TRACE(precision);
     const std::string p = std::string("train.precision=") + precision;
-    auto off = Train(MakeConfig({"train.activation_checkpointing=false", p}), data);
-    auto on = Train(MakeConfig({"train.activation_checkpointing=true", p}), data);
+    auto off = Train(Job({"train.activation_checkpointing=false", p}), data);
+    auto on = Train(Job({"train.activation_checkpointing=true", p}), data);
     ExpectBitIdentical(off, on);
   }
 }
 
-TEST(Gpt, ChunkSizeDoesNotChangeTraining) {
+TEST_P(GptFamilies, ChunkSizeDoesNotChangeTraining) {
   auto data = RandomTokens(2000, 40, 2);
-  auto automatic = Train(MakeConfig({}), data);
-  auto small = Train(MakeConfig({"default_chunk_size=1024"}), data);  // 40x16 wte is the largest
-  auto large = Train(MakeConfig({"default_chunk_size=100000"}), data);
+  auto automatic = Train(Job({}), data);
+  auto small = Train(Job({"default_chunk_size=1024"}), data);  // 40x16 wte is the largest
+  auto large = Train(Job({"default_chunk_size=100000"}), data);
   ExpectBitIdentical(automatic, small);
   ExpectBitIdentical(automatic, large);
 }
@@ -72,11 +80,16 @@ TEST(Gpt, ChunkSizeDoesNotChangeTraining) {
 // train the same bits, on a model large enough that the GEMMs are tiled,
 // attention spans several blocks and the classifier runs over the whole
 // micro-batch or (a deeper model) several row blocks.
-TEST(Gpt, ThreadCountDoesNotChangeTraining) {
+void ExpectThreadCountDoesNotChangeTraining(test::TinyJob job, const std::vector<std::string>& shape) {
   auto data = RandomTokens(20000, 300, 4);
   for (const char* layers : {"model.n_layer=2", "model.n_layer=5"}) {
-    const Config c = MakeConfig({layers, "model.n_embd=96", "model.n_head=3", "model.vocab_size=300",
-                                 "model.max_seq_len=160", "train.batch_size=3", "train.seq_len=150", "train.steps=2"});
+    std::vector<std::string> overrides = shape;
+    for (const char* o : {"model.vocab_size=300", "model.max_seq_len=160", "train.batch_size=3", "train.seq_len=150",
+                          "train.steps=2"}) {
+      overrides.push_back(o);
+    }
+    overrides.push_back(layers);
+    const Config c = job(overrides);
     const int64_t tokens = 3 * 150, rows = ClassifierRows(c.model.gpt, tokens);
     SCOPED_TRACE(testing::Message() << layers << ": classifier rows " << rows << " of " << tokens);
     EXPECT_EQ(rows < tokens, std::string(layers) == "model.n_layer=5") << "both forms of the classifier";
@@ -89,6 +102,18 @@ TEST(Gpt, ThreadCountDoesNotChangeTraining) {
     ExpectBitIdentical(runs[0], runs[1]);
     ExpectBitIdentical(runs[0], runs[2]);
   }
+}
+
+TEST(Gpt, ThreadCountDoesNotChangeTraining) {
+  ExpectThreadCountDoesNotChangeTraining(test::TinyGptConfig, {"model.n_embd=96", "model.n_head=3"});
+}
+
+// The same with grouped-query attention (3 query heads per kv head), RoPE and
+// SwiGLU.
+TEST(Gpt, LlamaThreadCountDoesNotChangeTraining) {
+  ExpectThreadCountDoesNotChangeTraining(test::TinyLlamaConfig, {"model.n_embd=96", "model.n_head=6",
+                                                                "model.n_kv_head=2", "model.head_dim=16",
+                                                                "model.intermediate_size=320"});
 }
 
 // The classifier's two forms (the whole micro-batch's logits kept, dlogits
@@ -128,14 +153,14 @@ TEST(Gpt, ClassifierRowBlocksAndTheWholeBatchAgree) {
   }
 }
 
-TEST(Gpt, GradientAccumulationEqualsLargerBatch) {
+TEST_P(GptFamilies, GradientAccumulationEqualsLargerBatch) {
   auto data = RandomTokens(4000, 40, 3);
   for (int k : {2, 4}) {
     SCOPED_TRACE("accumulation " + std::to_string(k));
-    auto accum = Train(MakeConfig({"train.batch_size=2", "train.grad_accum_steps=" + std::to_string(k),
+    auto accum = Train(Job({"train.batch_size=2", "train.grad_accum_steps=" + std::to_string(k),
                                    "train.steps=1"}),
                        data);
-    auto big = Train(MakeConfig({"train.batch_size=" + std::to_string(2 * k), "train.steps=1"}), data);
+    auto big = Train(Job({"train.batch_size=" + std::to_string(2 * k), "train.steps=1"}), data);
     EXPECT_NEAR(accum.losses[0], big.losses[0], 1e-6 * std::abs(big.losses[0]));
     double worst = 0;
     for (size_t i = 0; i < big.grads.size(); ++i) {
@@ -151,10 +176,12 @@ TEST(Gpt, GradientAccumulationEqualsLargerBatch) {
   }
 }
 
-TEST(Gpt, InitializationIsIndependentOfChunking) {
-  Config a = MakeConfig({}), b = MakeConfig({"default_chunk_size=1024"});
+TEST_P(GptFamilies, InitializationIsIndependentOfChunking) {
+  Config a = Job({}), b = Job({"default_chunk_size=1024"});
+  // A chunk size other than the automatic one (the Llama job's is 1024).
+  const int64_t other = ParamLayout::ChooseChunkElems(GptTensorSpecs(a.model.gpt)) == 1024 ? 2048 : 1024;
   ParamStore sa(*ParamLayout::Build(GptTensorSpecs(a.model.gpt), 0));
-  ParamStore sb(*ParamLayout::Build(GptTensorSpecs(b.model.gpt), 1024));
+  ParamStore sb(*ParamLayout::Build(GptTensorSpecs(b.model.gpt), other));
   ASSERT_NE(sa.layout().num_chunks(), sb.layout().num_chunks());
   InitParameters(sa, 99);
   InitParameters(sb, 99);
@@ -167,8 +194,8 @@ TEST(Gpt, InitializationIsIndependentOfChunking) {
 
 // In every precision (16-bit runs keep their activations in 16 bits), with
 // and without recomputation and kept GELU outputs.
-TEST(Gpt, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
-  Config c = MakeConfig({});
+TEST_P(GptFamilies, ActivationBytesAreExactlyWhatTheArenaHandsOut) {
+  Config c = Job({});
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
     const ComputeSpec compute{ComputeDevice::kCpu, precision};
     for (bool recompute : {false, true}) {

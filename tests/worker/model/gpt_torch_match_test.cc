@@ -10,6 +10,7 @@
 #include <random>
 
 #include "tests/test_util.h"
+#include "tests/worker/model/torch_match.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/core/counter_rng.h"
 #include "worker/train/trainer.h"
@@ -54,30 +55,7 @@ std::string CaseYaml(const Case& c) {
   return y.str();
 }
 
-// Weights far from the default init, so biases and norm weights matter too;
-// the vocabulary padding stays zero.
-void Randomize(ParamStore& store, uint64_t seed) {
-  const ParamLayout& layout = store.layout();
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    const TensorSpec& s = layout.spec(id);
-    float* p = store.TensorData(StateKind::kParam, id);
-    FillNormal(p, s.visible_numel(), 0.3f, seed, StableKey(s.name), 0);
-    std::fill(p + s.visible_numel(), p + s.numel(), 0.0f);
-    if (s.role == TensorRole::kNormWeight) {
-      for (int64_t i = 0; i < s.numel(); ++i) p[i] += 1.0f;
-    }
-  }
-}
-
-// ||a - b|| / ||b||
-double RelativeError(const float* a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += b[i] * b[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+using test::RelativeError;
 
 TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   const uint64_t seed = test::RunSeed();
@@ -99,7 +77,7 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   auto trainer = Trainer::Create(*config, source);
   ASSERT_TRUE(trainer.ok()) << trainer.status().message();
   ParamStore& store = (*trainer)->store();
-  Randomize(store, seed);
+  test::RandomizeWeights(store, seed);
 
   // The case for PyTorch: shapes, weights, batches.
   test::TempDir dir("torch_match");

@@ -13,6 +13,7 @@
 #include "tests/test_util.h"
 #include "tests/worker/dist/thread_group_communicator.h"
 #include "tests/worker/tiny_gpt_job.h"
+#include "worker/ckpt/checkpoint_dir.h"
 #include "worker/ckpt/hf_export.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/train/trainer.h"
@@ -132,12 +133,20 @@ TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnder
   ExpectResumeUnderAnotherPlacement(job, test::RandomTokens(4000, 40, 33));
 }
 
-TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
+// The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
+class CheckpointTrainingFamilies : public testing::TestWithParam<test::TinyFamily> {
+ protected:
+  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+};
+INSTANTIATE_TEST_SUITE_P(Decoders, CheckpointTrainingFamilies, testing::ValuesIn(test::TinyFamilies()),
+                         test::TinyFamilyName);
+
+TEST_P(CheckpointTrainingFamilies, ResumesWithAnotherWorldSize) {
   test::TempDir dir("reshard");
   auto data = test::RandomTokens(4000, 40, 32);
-  const TrainRun whole = TrainOneRank(test::TinyGptConfig({"train.steps=6", "train.batch_size=4"}), data, 0, 6, false);
+  const TrainRun whole = TrainOneRank(Job({"train.steps=6", "train.batch_size=4"}), data, 0, 6, false);
   // Two ranks (batch 2 each) train three steps and save ...
-  const Config two = test::TinyGptConfig({"train.steps=6", "train.batch_size=2", "checkpoint.dir=" + dir.path()});
+  const Config two = Job({"train.steps=6", "train.batch_size=2", "checkpoint.dir=" + dir.path()});
   auto comms = test::MakeThreadGroupCommunicators(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -151,10 +160,33 @@ TEST(CheckpointTraining, ResumesWithAnotherWorldSize) {
   }
   for (auto& th : ranks) th.join();
   // ... and one rank (batch 4) finishes the run.
-  const Config one = test::TinyGptConfig({"train.steps=6", "train.batch_size=4", "checkpoint.dir=" + dir.path()});
+  const Config one = Job({"train.steps=6", "train.batch_size=4", "checkpoint.dir=" + dir.path()});
   const TrainRun resumed = TrainOneRank(one, data, 3, 6, false);
   ASSERT_EQ(resumed.losses.size(), 3u);
   for (int s = 0; s < 3; ++s) EXPECT_NEAR(resumed.losses[size_t(s)], whole.losses[size_t(3 + s)], 1e-4) << s;
+}
+
+// A Llama checkpoint resumes only into the model that wrote it: another
+// rope_theta (no tensor shape shows it) is refused in one line; the manifest
+// records the description, and `pstar sample` builds the model from it.
+TEST(CheckpointTraining, ALlamaCheckpointRecordsItsDescriptionAndRefusesAnother) {
+  test::TempDir dir("llama-ckpt");
+  auto data = test::RandomTokens(4000, 40, 33);
+  const Config c = test::TinyLlamaConfig({"train.steps=2", "checkpoint.dir=" + dir.path()});
+  TrainOneRank(c, data, 0, 2, true);
+  auto manifest = ReadManifest(dir.path() + "/" + StepDirName(2));
+  ASSERT_TRUE(manifest.ok()) << manifest.status().message();
+  EXPECT_TRUE(SameDescription(manifest->state.model, c.model.gpt));
+  EXPECT_EQ(manifest->state.model.architecture, Architecture::kLlama);
+  EXPECT_TRUE(manifest->state.model.rope_scaling.llama3);
+  const Config other = test::TinyLlamaConfig({"train.steps=3", "model.rope_theta=20000", "checkpoint.dir=" + dir.path()});
+  auto t = Trainer::Create(other, data);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto resumed = (*t)->Resume(nullptr);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_NE(resumed.status().message().find("written for a different model"), std::string::npos)
+      << resumed.status().message();
+  EXPECT_EQ(resumed.status().message().find('\n'), std::string::npos);
 }
 
 TEST(CheckpointTraining, ADamagedNewestCheckpointFallsBackToThePreviousOne) {

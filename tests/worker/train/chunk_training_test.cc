@@ -92,24 +92,32 @@ int64_t Budget(const Config& c, double fraction) {
 
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
-TEST(ChunkTraining, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
+// The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
+class ChunkTrainingFamilies : public testing::TestWithParam<test::TinyFamily> {
+ protected:
+  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+};
+INSTANTIATE_TEST_SUITE_P(Decoders, ChunkTrainingFamilies, testing::ValuesIn(test::TinyFamilies()),
+                         test::TinyFamilyName);
+
+TEST_P(ChunkTrainingFamilies, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
   auto data = RandomTokens(3000, 40, 7);
   for (int64_t chunk : {0, 1024, 4096}) {
     const std::string chunk_set = Set("default_chunk_size", chunk);
-    const RunResult reference = Train(MakeConfig({chunk_set}), data);
+    const RunResult reference = Train(Job({chunk_set}), data);
     EXPECT_EQ(reference.device_adam_chunks, reference.num_chunks) << "everything fits: Adam runs on the device";
     EXPECT_EQ(reference.moved_after_warmup, 0) << "everything resident: nothing moves after the first step";
     // 0.9 and 0.5 leave room beyond the streaming reserve: some or all chunks
     // home their moments on the device, the rest stay on the host.
     bool mixed = false;  // some run homes part of the moments on the device, not all
     for (double fraction : {0.9, 0.5, 0.25, 0.0}) {
-      const int64_t budget = Budget(MakeConfig({chunk_set}), fraction);
+      const int64_t budget = Budget(Job({chunk_set}), fraction);
       for (int64_t depth : {0, 2, 8}) {
         for (const char* policy : {"opt", "lru"}) {
           if (std::string(policy) == "lru" && depth == 8) continue;
           const std::string what = "chunk " + std::to_string(chunk) + ", budget " + std::to_string(budget) +
                                    ", prefetch " + std::to_string(depth) + ", " + policy;
-          RunResult r = Train(MakeConfig({chunk_set, Set("runtime.device_memory", budget),
+          RunResult r = Train(Job({chunk_set, Set("runtime.device_memory", budget),
                                           Set("runtime.prefetch_depth", depth),
                                           std::string("runtime.eviction=") + policy}),
                               data);
@@ -128,14 +136,14 @@ TEST(ChunkTraining, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
   }
 }
 
-TEST(ChunkTraining, GradientAccumulationAtTheMinimumBudgetIsBitIdentical) {
+TEST_P(ChunkTrainingFamilies, GradientAccumulationAtTheMinimumBudgetIsBitIdentical) {
   auto data = RandomTokens(3000, 40, 8);
   const std::vector<std::string> base = {"train.grad_accum_steps=3", "default_chunk_size=1024"};
-  const RunResult reference = Train(MakeConfig(base), data);
+  const RunResult reference = Train(Job(base), data);
   auto tight = base;
-  tight.push_back(Set("runtime.device_memory", Budget(MakeConfig(base), 0.0)));
+  tight.push_back(Set("runtime.device_memory", Budget(Job(base), 0.0)));
   tight.push_back("runtime.prefetch_depth=3");
-  RunResult r = Train(MakeConfig(tight), data);
+  RunResult r = Train(Job(tight), data);
   ExpectBitIdentical(reference, r, "accumulation at the minimum budget");
   EXPECT_GT(r.evictions, 0);
 }
@@ -226,12 +234,14 @@ TEST(ChunkTraining, OptMovesNoMoreThanLruOnTheRecordedTrace) {
 // With and without activation checkpointing, and with the classifier's
 // dlogits kept whole (its weight gradient at the end, beside the
 // embeddings') and in row blocks (all of it at the turn).
-TEST(ChunkTraining, TheRecordedTraceIsTheStaticAccessSequence) {
+TEST_P(ChunkTrainingFamilies, TheRecordedTraceIsTheStaticAccessSequence) {
   auto data = RandomTokens(3000, 40, 11);
   for (int form = 0; form < 4; ++form) {
     const bool recompute = form % 2 == 1, blocks = form >= 2;
-    Config c = MakeConfig({std::string("train.activation_checkpointing=") + (recompute ? "true" : "false")});
-    if (blocks) c.model.gpt.n_embd = 64, c.model.gpt.n_head = 4;
+    std::vector<std::string> overrides = {std::string("train.activation_checkpointing=") +
+                                          (recompute ? "true" : "false")};
+    if (blocks) overrides.insert(overrides.end(), GetParam().classifier_blocks.begin(), GetParam().classifier_blocks.end());
+    Config c = Job(overrides);
     const int64_t tokens = c.train.batch_size * c.train.seq_len;
     ASSERT_EQ(ClassifierKeepsLogits(c.model.gpt, tokens), !blocks);
     auto t = Trainer::Create(c, data);

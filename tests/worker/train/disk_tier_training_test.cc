@@ -36,10 +36,11 @@ struct RankRun {
 };
 
 // Trains `world` ranks from step `from` (resuming when > 0) to `to`, saving
-// a checkpoint after every step when `save`.
+// a checkpoint after every step when `save`; `job`: the tiny GPT-2 job or
+// another decoder's.
 std::vector<RankRun> TrainRanks(int world, const std::vector<std::string>& overrides, const TokenSource& data,
-                                int64_t from, int64_t to, bool save) {
-  const Config config = test::TinyGptConfig(overrides);
+                                int64_t from, int64_t to, bool save, test::TinyJob job = test::TinyGptConfig) {
+  const Config config = job(overrides);
   auto comms = test::MakeThreadGroupCommunicators(world);
   std::vector<RankRun> runs(static_cast<size_t>(world), RankRun{});
   auto run = [&](int rank) {
@@ -185,6 +186,43 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
       EXPECT_EQ(r.device_adam_chunks + r.disk_chunks, r.num_chunks);
     }
   }
+}
+
+// The Llama family's decoder through the disk tier: every moment on disk,
+// and split between device, host and disk, at one and two ranks.
+TEST(DiskTierTraining, LlamaIsBitIdenticalThroughTheDiskTier) {
+  test::TempDir dir("disk-training-llama");
+  auto data = test::RandomTokens(3000, 40, 37);
+  const std::vector<std::string> base = {"default_chunk_size=1024", "train.steps=4"};
+  const auto reference = TrainRanks(1, base, data, 0, 4, false, test::TinyLlamaConfig);
+  auto plan = PlanMemory(test::TinyLlamaConfig(base));
+  ASSERT_TRUE(plan.ok());
+  const std::string nvme = "runtime.nvme_path=" + dir.path();
+  const std::vector<std::vector<std::string>> splits = {
+      {"optimizer.params.use_hybrid_adam=false", nvme},
+      {nvme, Set("runtime.device_memory", plan->activation_bytes + int64_t(double(plan->model_bytes) * 0.6))}};
+  for (const auto& split : splits) {
+    std::vector<std::string> o = base;
+    o.insert(o.end(), split.begin(), split.end());
+    const auto got = TrainRanks(1, o, data, 0, 4, false, test::TinyLlamaConfig);
+    ExpectBitIdentical(reference, got, split.back());
+    const RankRun& r = got[0];
+    EXPECT_GT(r.disk_chunks, 0) << split.back();
+    EXPECT_GT(r.disk_written, 0) << split.back();
+    if (split.size() == 2 && split[0] == nvme) {
+      // Device, host and disk: the device homes some moments, the disk the rest.
+      EXPECT_GT(r.device_adam_chunks, 0);
+      EXPECT_EQ(r.device_adam_chunks + r.disk_chunks, r.num_chunks);
+    } else {
+      EXPECT_EQ(r.disk_chunks, r.num_chunks);
+      EXPECT_GT(r.disk_read, 0);
+    }
+  }
+  std::vector<std::string> two = base;
+  two.insert(two.end(), {"optimizer.params.use_hybrid_adam=false", nvme});
+  const auto one_rank = TrainRanks(2, base, data, 0, 4, false, test::TinyLlamaConfig);
+  const auto on_disk = TrainRanks(2, two, data, 0, 4, false, test::TinyLlamaConfig);
+  ExpectBitIdentical(one_rank, on_disk, "two ranks, moments on disk");
 }
 
 // nvme_spill: "auto" homes on disk what a host budget needs (nothing under a

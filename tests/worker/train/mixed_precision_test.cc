@@ -66,12 +66,20 @@ VectorTokenSource LearnableTokens(int64_t n, uint64_t seed) {
   return VectorTokenSource(std::move(t));
 }
 
-TEST(MixedPrecision, Bf16AndFp16TrainAndDifferFromFp32ByRoundingOnly) {
+// The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
+class MixedPrecisionFamilies : public testing::TestWithParam<test::TinyFamily> {
+ protected:
+  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+};
+INSTANTIATE_TEST_SUITE_P(Decoders, MixedPrecisionFamilies, testing::ValuesIn(test::TinyFamilies()),
+                         test::TinyFamilyName);
+
+TEST_P(MixedPrecisionFamilies, Bf16AndFp16TrainAndDifferFromFp32ByRoundingOnly) {
   auto data = LearnableTokens(4000, 21);
-  const TrainedRun fp32 = Train(Make({"train.steps=25"}), data);
+  const TrainedRun fp32 = Train(Job({"train.steps=25"}), data);
   for (const char* precision : {"bf16", "fp16"}) {
     SCOPED_TRACE(precision);
-    const TrainedRun low = Train(Make({"train.steps=25", std::string("train.precision=") + precision,
+    const TrainedRun low = Train(Job({"train.steps=25", std::string("train.precision=") + precision,
                                 "fp16.initial_scale_power=8"}),
                           data);
     ASSERT_EQ(low.steps.size(), fp32.steps.size());
@@ -86,15 +94,15 @@ TEST(MixedPrecision, Bf16AndFp16TrainAndDifferFromFp32ByRoundingOnly) {
   }
 }
 
-TEST(MixedPrecision, BitIdenticalForEveryDeviceBudget) {
+TEST_P(MixedPrecisionFamilies, BitIdenticalForEveryDeviceBudget) {
   auto data = test::RandomTokens(3000, 40, 22);
   for (const char* precision : {"bf16", "fp16"}) {
     const std::string p = std::string("train.precision=") + precision;
-    const TrainedRun all = Train(Make({p, "default_chunk_size=1024"}), data);
-    auto plan = PlanMemory(Make({p, "default_chunk_size=1024"}));
+    const TrainedRun all = Train(Job({p, "default_chunk_size=1024"}), data);
+    auto plan = PlanMemory(Job({p, "default_chunk_size=1024"}));
     ASSERT_TRUE(plan.ok());
     for (int64_t budget : {plan->activation_bytes + plan->model_bytes / 2, plan->min_device_bytes}) {
-      const TrainedRun r = Train(Make({p, "default_chunk_size=1024", "runtime.device_memory=" + std::to_string(budget)}),
+      const TrainedRun r = Train(Job({p, "default_chunk_size=1024", "runtime.device_memory=" + std::to_string(budget)}),
                           data);
       EXPECT_EQ(Losses(r), Losses(all)) << precision << " at " << budget;
       EXPECT_TRUE(SameBits(r.params, all.params)) << precision << " at " << budget;

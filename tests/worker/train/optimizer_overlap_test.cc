@@ -34,18 +34,19 @@ struct TrainedRun {
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
 // The device bytes of the smallest budget the plan admits.
-int64_t MinBudget(const std::vector<std::string>& overrides) {
-  auto plan = PlanMemory(test::TinyGptConfig(overrides));
+int64_t MinBudget(const std::vector<std::string>& overrides, test::TinyJob job = test::TinyGptConfig) {
+  auto plan = PlanMemory(job(overrides));
   EXPECT_TRUE(plan.ok()) << plan.status().message();
   return plan.ok() ? plan->min_device_bytes : 0;
 }
 
 // Trains `steps` steps (resuming from checkpoint.dir when asked), then reads
-// every tensor's param and moments.
+// every tensor's param and moments. `job`: the tiny GPT-2 job or another
+// decoder's.
 TrainedRun Train(std::vector<std::string> overrides, const TokenSource& data, const char* overlap, bool resume = false,
-                 int64_t save_after = -1) {
+                 int64_t save_after = -1, test::TinyJob job = test::TinyGptConfig) {
   overrides.push_back(std::string("runtime.optimizer_overlap=") + overlap);
-  const Config config = test::TinyGptConfig(overrides);
+  const Config config = job(overrides);
   auto t = Trainer::Create(config, data);
   EXPECT_TRUE(t.ok()) << t.status().message();
   if (!t.ok()) return {};
@@ -176,6 +177,35 @@ TEST(OptimizerOverlap, OverlappedUpdatesGiveTheSynchronousBitsInEveryCase) {
       EXPECT_GT(off.device_adam_chunks, 0);
       EXPECT_LT(off.device_adam_chunks, off.num_chunks);
       EXPECT_EQ(speculated.undo_chunks, off.num_chunks - off.device_adam_chunks) << "the chunks Adam runs on the host";
+    }
+  }
+}
+
+// The Llama family's decoder: both overlaps give the synchronous bits with
+// host Adam at the smallest budget, a mixed placement, bf16 and activation
+// checkpointing.
+TEST(OptimizerOverlap, LlamaOverlappedUpdatesGiveTheSynchronousBits) {
+  auto data = test::RandomTokens(4000, 40, 17);
+  const std::vector<std::string> base = {"default_chunk_size=1024", "train.steps=5", "train.grad_clip=0"};
+  const std::string host = "optimizer.params.use_hybrid_adam=false";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"the smallest budget, host Adam", {host}},
+      {"a budget between", {Set("runtime.device_memory", MinBudget(base, test::TinyLlamaConfig) * 2)}},
+      {"bf16, activation checkpointing", {host, "train.precision=bf16", "train.activation_checkpointing=true"}},
+  };
+  for (const auto& [what, overrides] : cases) {
+    std::vector<std::string> o = base;
+    o.insert(o.end(), overrides.begin(), overrides.end());
+    const TrainedRun off = Train(o, data, "off", false, -1, test::TinyLlamaConfig);
+    const TrainedRun pipelined = Train(o, data, "pipeline", false, -1, test::TinyLlamaConfig);
+    const TrainedRun speculated = Train(o, data, "speculate", false, -1, test::TinyLlamaConfig);
+    ExpectBitIdentical(off, pipelined, what);
+    ExpectBitIdentical(off, speculated, what + ", speculated");
+    EXPECT_GE(off.num_chunks, 4) << what << ": enough chunks to pipeline";
+    if (what != "a budget between") {
+      for (size_t s = 1; s < speculated.speculated.size(); ++s) {
+        EXPECT_EQ(speculated.speculated[s], speculated.num_chunks) << what << ", step " << s;
+      }
     }
   }
 }

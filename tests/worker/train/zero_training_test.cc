@@ -29,10 +29,12 @@ std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_
 // Trains `config` with `world` ranks; batch_size in `config` is the global
 // batch. `queued`: each rank's communicator runs its collectives on a thread
 // of its own (as pstar's do), so runtime.comm_overlap puts them under compute.
-WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data, bool queued = false) {
-  Config global = test::TinyGptConfig(overrides);
+// `job`: the tiny GPT-2 job, or another decoder's.
+WorldResult TrainWorld(int world, std::vector<std::string> overrides, const TokenSource& data, bool queued = false,
+                       test::TinyJob job = test::TinyGptConfig) {
+  Config global = job(overrides);
   overrides.push_back(Set("train.batch_size", global.train.batch_size / world));
-  const Config config = test::TinyGptConfig(overrides);
+  const Config config = job(overrides);
   auto comms = test::MakeThreadGroupCommunicators(world);
   if (queued) {
     for (auto& c : comms) c = MakeQueuedCommunicator(std::move(c));
@@ -136,6 +138,28 @@ TEST(ZeroTraining, WorldSizesAgreeWithOneRankAndShardOptimizerState) {
       EXPECT_EQ(many.optimizer_bytes[size_t(r)] * world, many.total_optimizer_bytes) << "rank " << r;
     }
   }
+}
+
+// The Llama family's decoder (grouped-query attention, RoPE, SwiGLU, an
+// untied classifier) at 2 and 3 ranks, also at the minimum device budget.
+TEST(ZeroTraining, LlamaWorldSizesTwoAndThreeAgreeWithOneRank) {
+  auto data = test::RandomTokens(4000, 40, 25);
+  const std::vector<std::string> base = {"train.batch_size=6", "train.steps=5"};
+  const WorldResult one = TrainWorld(1, base, data, false, test::TinyLlamaConfig);
+  for (int world : {2, 3}) {
+    const WorldResult many = TrainWorld(world, base, data, false, test::TinyLlamaConfig);
+    ExpectClose(many, one, "llama, world " + std::to_string(world));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(many.optimizer_bytes[size_t(r)] * world, many.total_optimizer_bytes) << "rank " << r;
+    }
+  }
+  auto plan = PlanMemory(test::TinyLlamaConfig(base), 2);
+  ASSERT_TRUE(plan.ok());
+  std::vector<std::string> tight = base;
+  tight.push_back(Set("runtime.device_memory", plan->min_device_bytes));
+  const WorldResult two = TrainWorld(2, tight, data, false, test::TinyLlamaConfig);
+  EXPECT_GT(two.evictions, 0);
+  ExpectClose(two, one, "llama, world 2 at the minimum device budget");
 }
 
 TEST(ZeroTraining, AgreesWhenBudgetsForceEvictionAndWithAccumulation) {
