@@ -19,11 +19,13 @@ inline constexpr const char* kTinyGptJob =
     "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
     "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
 
-inline Config TinyGptConfig(const std::vector<std::string>& overrides) {
-  auto c = ParseConfig(kTinyGptJob, "test", overrides);
+inline Config ParseTinyJob(const char* yaml, const std::vector<std::string>& overrides) {
+  auto c = ParseConfig(yaml, "test", overrides);
   EXPECT_TRUE(c.ok()) << c.status().message();
   return *c;
 }
+
+inline Config TinyGptConfig(const std::vector<std::string>& overrides) { return ParseTinyJob(kTinyGptJob, overrides); }
 
 // The same job with the Llama family's decoder: grouped-query attention (2
 // query heads per kv head), RoPE with Llama 3's scaling, SwiGLU, RMSNorm and
@@ -37,9 +39,7 @@ inline constexpr const char* kTinyLlamaJob =
     "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
 
 inline Config TinyLlamaConfig(const std::vector<std::string>& overrides) {
-  auto c = ParseConfig(kTinyLlamaJob, "test", overrides);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return *c;
+  return ParseTinyJob(kTinyLlamaJob, overrides);
 }
 
 // The tiny job of either decoder, for the invariants every architecture
@@ -57,6 +57,11 @@ inline std::vector<TinyFamily> TinyFamilies() {
           {"llama", TinyLlamaConfig, {"model.n_embd=64", "model.intermediate_size=512"}}};
 }
 inline std::string TinyFamilyName(const testing::TestParamInfo<TinyFamily>& info) { return info.param.name; }
+// The fixture of a suite run on each decoder: Job() is the family's tiny job.
+class TinyFamilyTest : public testing::TestWithParam<TinyFamily> {
+ protected:
+  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+};
 
 inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -119,28 +119,21 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(out, inp)) return k::LayerNormForward(out.h16, mean, rstd, inp.h16, bf16(), w, bi, N, C);
     k::LayerNormForward(out.f32, mean, rstd, inp.f32, w, bi, N, C);
   }
-  // A 16-bit dout is widened exactly, the fp32 kernel runs, and the copy is
-  // dinp's new values rounded: the GPU kernel's arithmetic in one pass.
+  // The norms' backward: a 16-bit dout is widened exactly, the fp32 kernel
+  // runs, and the copy is dinp's new values rounded: the GPU kernel's
+  // arithmetic in one pass.
   void LayerNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, float* dbias, ActTensor dout,
                          ActTensor inp, Param weight, const float* mean, const float* rstd, int64_t N,
                          int64_t C) override {
-    const float* w = weight.f32;
-    const float* dy = dout.f32;
-    if (precision_ != Precision::kFp32) {
-      OpScope cast(timer(), ProfileOp::kCast);
-      w = Wide(weight, C, norm_weight_);
-      dy = GradIn(dout, N * C, dout_);
-    }
-    OpScope op(timer(), ProfileOp::kLayerNormBackward);
-    if (Is16(inp)) {
-      k::LayerNormBackward(dinp, dweight, dbias, dy, inp.h16, bf16(), w, mean, rstd, N, C);
-    } else {
-      k::LayerNormBackward(dinp, dweight, dbias, dy, inp.f32, w, mean, rstd, N, C);
-    }
-    // The copy exists in 16-bit runs only (in an fp32 run dinp is the operand).
-    if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) {
-      if (!Is16(dinp_copy)) Misuse("an fp32 run's LayerNorm gradient copy");
-      NarrowInto(dinp, N * C, dinp_copy.h16);
+    const auto [w, dy] = NormBackwardOperands(weight, dout, N, C);
+    {
+      OpScope op(timer(), ProfileOp::kLayerNormBackward);
+      if (Is16(inp)) {
+        k::LayerNormBackward(dinp, dweight, dbias, dy, inp.h16, bf16(), w, mean, rstd, N, C);
+      } else {
+        k::LayerNormBackward(dinp, dweight, dbias, dy, inp.f32, w, mean, rstd, N, C);
+      }
+      NarrowGradCopy(dinp, dinp_copy, N * C);
     }
   }
   void MatmulForward(LinearRole role, ActTensor out, ActTensor inp, Param weight, Param bias, int64_t N, int64_t C,
@@ -252,26 +245,17 @@ class CpuModelKernels final : public ModelKernels {
     if (Is16(res, out, a)) return k::ResidualRmsNormForward(res.h16, out.h16, rstd, a.h16, b, bf16(), w, eps, N, C);
     k::ResidualRmsNormForward(res.f32, out.f32, rstd, a.f32, b, w, eps, N, C);
   }
-  // As LayerNormBackward: a 16-bit dout widened exactly, the copy dinp's new
-  // values rounded.
   void RmsNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, ActTensor dout, ActTensor inp, Param weight,
                        const float* rstd, int64_t N, int64_t C) override {
-    const float* w = weight.f32;
-    const float* dy = dout.f32;
-    if (precision_ != Precision::kFp32) {
-      OpScope cast(timer(), ProfileOp::kCast);
-      w = Wide(weight, C, norm_weight_);
-      dy = GradIn(dout, N * C, dout_);
-    }
-    OpScope op(timer(), ProfileOp::kRmsNormBackward);
-    if (Is16(inp)) {
-      k::RmsNormBackward(dinp, dweight, dy, inp.h16, bf16(), w, rstd, N, C);
-    } else {
-      k::RmsNormBackward(dinp, dweight, dy, inp.f32, w, rstd, N, C);
-    }
-    if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) {
-      if (!Is16(dinp_copy)) Misuse("an fp32 run's RMSNorm gradient copy");
-      NarrowInto(dinp, N * C, dinp_copy.h16);
+    const auto [w, dy] = NormBackwardOperands(weight, dout, N, C);
+    {
+      OpScope op(timer(), ProfileOp::kRmsNormBackward);
+      if (Is16(inp)) {
+        k::RmsNormBackward(dinp, dweight, dy, inp.h16, bf16(), w, rstd, N, C);
+      } else {
+        k::RmsNormBackward(dinp, dweight, dy, inp.f32, w, rstd, N, C);
+      }
+      NarrowGradCopy(dinp, dinp_copy, N * C);
     }
   }
   void RopeForward(ActTensor qkv, const kernels::AttentionShape& shape, const RopeTable& rope) override {
@@ -324,6 +308,21 @@ class CpuModelKernels final : public ModelKernels {
 
  private:
   bool bf16() const { return precision_ == Precision::kBf16; }
+  // A norm's weight and dout as its fp32 backward reads them (in a 16-bit
+  // run widened: a cast).
+  std::pair<const float*, const float*> NormBackwardOperands(Param weight, ActTensor dout, int64_t N, int64_t C) {
+    if (precision_ == Precision::kFp32) return {weight.f32, dout.f32};
+    OpScope cast(timer(), ProfileOp::kCast);
+    const float* w = Wide(weight, C, norm_weight_);
+    return {w, GradIn(dout, N * C, dout_)};
+  }
+  // dinp's new values rounded into its 16-bit copy; the copy exists in
+  // 16-bit runs only (in an fp32 run dinp is the operand).
+  void NarrowGradCopy(const float* dinp, ActTensor copy, int64_t n) {
+    if (copy.f32 == nullptr && copy.h16 == nullptr) return;
+    if (!Is16(copy)) Misuse("an fp32 run's norm gradient copy");
+    NarrowInto(dinp, n, copy.h16);
+  }
   // Whether the run's ActTensors are 16-bit; each given must be in the
   // run's format (every one is checked).
   template <typename... More>

@@ -16,10 +16,7 @@ Config MakeConfig(const std::vector<std::string>& overrides) { return test::Tiny
 using test::RandomTokens;
 
 // The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
-class GptFamilies : public testing::TestWithParam<test::TinyFamily> {
- protected:
-  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
-};
+using GptFamilies = test::TinyFamilyTest;
 
 struct RunResult {
   std::vector<float> losses;

@@ -55,8 +55,6 @@ std::string CaseYaml(const Case& c) {
   return y.str();
 }
 
-using test::RelativeError;
-
 TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   const uint64_t seed = test::RunSeed();
   std::mt19937_64 rng(seed);
@@ -88,22 +86,9 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
          << ", \"steps\": " << c.steps << ", \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8"
          << ", \"weight_decay\": " << c.weight_decay << ", \"grad_clip\": " << c.grad_clip << "}\n";
   }
-  const ParamLayout& layout = store.layout();
-  SafetensorsWriter weights;
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    weights.Add(layout.spec(id).name, Dtype::kF32, layout.spec(id).visible_shape(),
-                store.TensorData(StateKind::kParam, id));
-  }
-  ASSERT_TRUE(weights.Write(dir.path() + "/weights.safetensors").ok());
-  auto loader = BatchLoader::Create(source, c.batch, c.seq);
-  ASSERT_TRUE(loader.ok());
+  std::vector<int32_t> tokens, targets;
+  test::WriteTorchCase(store, source, c.steps, c.batch, c.seq, dir.path(), &tokens, &targets);
   const size_t n = size_t(c.batch * c.seq);
-  std::vector<int32_t> tokens(size_t(c.steps) * n), targets(size_t(c.steps) * n);
-  for (int64_t s = 0; s < c.steps; ++s) loader->Next(&tokens[size_t(s) * n], &targets[size_t(s) * n]);
-  SafetensorsWriter batches;
-  batches.Add("tokens", Dtype::kI32, {c.steps, c.batch, c.seq}, tokens.data());
-  batches.Add("targets", Dtype::kI32, {c.steps, c.batch, c.seq}, targets.data());
-  ASSERT_TRUE(batches.Write(dir.path() + "/batches.safetensors").ok());
 
   const std::string cmd = "/usr/bin/python3 " + test::SourceDir() +
                           "/tests/fixtures/torch_gpt_reference.py " + dir.path();
@@ -117,63 +102,15 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   const float loss = float(model.TakeLoss());
   model.Backward();
 
-  // Tolerance per tensor: 1e-5 relative, or more for an ill-conditioned
-  // tensor (cancellation in a sum, a near-constant LayerNorm row), measured by
-  // how far PyTorch's own float32 result lies from its float64 one.
-  auto ref64 = SafetensorsFile::Read(dir.path() + "/ref_float64.safetensors");
-  auto ref32 = SafetensorsFile::Read(dir.path() + "/ref_float32.safetensors");
-  ASSERT_TRUE(ref64.ok()) << ref64.status().message();
-  ASSERT_TRUE(ref32.ok()) << ref32.status().message();
-  auto tolerance = [&](const std::string& tensor) {
-    const std::vector<double> exact = *ref64->ToDoubles(tensor);
-    const std::vector<double> f32 = *ref32->ToDoubles(tensor);
-    const std::vector<float> rounded(f32.begin(), f32.end());
-    return std::max(1e-5, 4 * RelativeError(rounded.data(), exact));
-  };
-  for (const char* precision : {"float64", "float32"}) {
-    SCOPED_TRACE(precision);
-    const SafetensorsFile& ref = std::string(precision) == "float64" ? *ref64 : *ref32;
-    double worst = RelativeError(logits.data(), *ref.ToDoubles("logits"));
-    EXPECT_LE(worst, tolerance("logits")) << "logits";
-    double ref_loss = (*ref.ToDoubles("loss"))[0];
-    EXPECT_LE(std::abs(loss - ref_loss) / std::abs(ref_loss), 1e-5) << "loss " << loss << " vs " << ref_loss;
-    for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-      const std::string& name = layout.spec(id).name;
-      double err = RelativeError(store.TensorData(StateKind::kGrad, id), *ref.ToDoubles("grad." + name));
-      EXPECT_LE(err, tolerance("grad." + name)) << "gradient of " << name;
-      worst = std::max(worst, err);
-    }
-    std::printf("%s: worst relative error over logits and gradients %.3g\n", precision, worst);
-  }
+  auto ref = test::ReadTorchReference(dir.path());
+  ASSERT_TRUE(ref.has_value());
+  const double worst = test::ExpectMatchesTorch(*ref, store, logits, loss);
+  std::printf("float64: worst relative error over logits and gradients %.3g\n", worst);
 
   // Ten AdamW steps (warmup, cosine, clipping, weight decay) from the same weights.
-  auto fresh = Trainer::Create(*config, source);
-  ASSERT_TRUE(fresh.ok());
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    std::copy_n(store.TensorData(StateKind::kParam, id), layout.spec(id).numel(),
-                (*fresh)->store().TensorData(StateKind::kParam, id));
-  }
-  std::vector<float> losses;
-  for (int64_t s = 0; s < c.steps; ++s) {
-    auto st = (*fresh)->Step();
-    ASSERT_TRUE(st.ok()) << st.status().message();
-    losses.push_back(st->loss);
-  }
-  for (const char* precision : {"float64", "float32"}) {
-    SCOPED_TRACE(precision);
-    auto ref = SafetensorsFile::Read(dir.path() + "/ref_" + precision + ".safetensors");
-    ASSERT_TRUE(ref.ok());
-    auto ref_losses = *ref->ToDoubles("losses");
-    ASSERT_EQ(ref_losses.size(), losses.size());
-    double worst = 0;
-    for (size_t s = 0; s < losses.size(); ++s) {
-      double rel = std::abs(losses[s] - ref_losses[s]) / std::abs(ref_losses[s]);
-      EXPECT_LE(rel, 1e-4) << "loss at step " << s + 1 << ": " << losses[s] << " vs " << ref_losses[s];
-      worst = std::max(worst, rel);
-    }
-    std::printf("%s: worst relative loss error over %lld AdamW steps %.3g\n", precision,
-                (long long)c.steps, worst);
-  }
+  const std::vector<float> losses = test::TrainFromWeights(*config, source, store, c.steps);
+  const double trajectory = test::ExpectTrajectoryMatchesTorch(*ref, losses);
+  std::printf("float64: worst relative loss error over %lld AdamW steps %.3g\n", (long long)c.steps, trajectory);
 }
 
 }  // namespace

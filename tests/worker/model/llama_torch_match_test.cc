@@ -119,7 +119,10 @@ TEST(LlamaTorchMatch, LogitsLossGradientsAndAdamWTrajectoryForEveryQueryHeadGrou
     auto trainer = Trainer::Create(p.config, sources.back());
     ASSERT_TRUE(trainer.ok()) << trainer.status().message();
     p.trainer = std::move(*trainer);
-    test::RandomizeWeights(p.trainer->store(), seed + uint64_t(i));
+    // Half GPT-2's test's spread: heads of up to 128 columns would make
+    // scores of std 6 at 0.3 (q and k widen with the head), a softmax so
+    // peaked that fp32 rounding anywhere is amplified.
+    test::RandomizeWeights(p.trainer->store(), seed + uint64_t(i), 0.15f);
     p.dir = dir.path() + "/case" + std::to_string(i);
     std::filesystem::create_directories(p.dir);
     std::ofstream(p.dir + "/case.json") << CaseJson(p.c);
@@ -145,23 +148,18 @@ TEST(LlamaTorchMatch, LogitsLossGradientsAndAdamWTrajectoryForEveryQueryHeadGrou
     model.TrainForward(p.tokens.data(), p.targets.data(), 1.0f, logits.data());
     const float loss = float(model.TakeLoss());
     model.Backward();
-    const double worst = test::ExpectMatchesTorch(*ref, store, logits, loss);
+    // Qwen2's key bias is ill-conditioned: its gradient sums each position's
+    // rotated dk, which nearly cancel (without RoPE they would cancel
+    // exactly, a key bias shifting every score of a query alike), so float32
+    // sums in two orders differ by more than elsewhere.
+    auto floor = [](const std::string& name) {
+      return name.find("k_proj.bias") != std::string::npos ? 2e-4 : 1e-5;
+    };
+    const double worst = test::ExpectMatchesTorch(*ref, store, logits, loss, floor);
 
     // Ten AdamW steps (warmup, cosine, clipping, weight decay) from the same weights.
-    auto fresh = Trainer::Create(p.config, sources[i]);
-    ASSERT_TRUE(fresh.ok());
-    const ParamLayout& layout = store.layout();
-    for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-      std::copy_n(store.TensorData(StateKind::kParam, id), layout.spec(id).numel(),
-                  (*fresh)->store().TensorData(StateKind::kParam, id));
-    }
-    std::vector<float> losses;
-    for (int64_t s = 0; s < c.steps; ++s) {
-      auto st = (*fresh)->Step();
-      ASSERT_TRUE(st.ok()) << st.status().message();
-      losses.push_back(st->loss);
-    }
-    const double trajectory = test::ExpectTrajectoryMatchesTorch(*ref, losses);
+    const std::vector<float> losses = test::TrainFromWeights(p.config, sources[i], store, c.steps);
+    const double trajectory = test::ExpectTrajectoryMatchesTorch(*ref, losses, /*as_float32_is=*/true);
     std::printf("%s NH=%lld NKV=%lld hs=%lld C=%lld F=%lld V=%lld T=%lld B=%lld %s%s: float64 worst relative error "
                 "%.3g (logits and gradients), %.3g (%lld AdamW losses)\n",
                 c.architecture.c_str(), (long long)c.n_head, (long long)c.n_kv_head, (long long)c.head_dim,

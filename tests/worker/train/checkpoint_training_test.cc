@@ -134,10 +134,7 @@ TEST(CheckpointTraining, SixteenBitParamChunksSaveTheirFp32MastersAndResumeUnder
 }
 
 // The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
-class CheckpointTrainingFamilies : public testing::TestWithParam<test::TinyFamily> {
- protected:
-  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
-};
+using CheckpointTrainingFamilies = test::TinyFamilyTest;
 INSTANTIATE_TEST_SUITE_P(Decoders, CheckpointTrainingFamilies, testing::ValuesIn(test::TinyFamilies()),
                          test::TinyFamilyName);
 

@@ -93,10 +93,7 @@ int64_t Budget(const Config& c, double fraction) {
 std::string Set(const std::string& key, int64_t v) { return key + "=" + std::to_string(v); }
 
 // The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
-class ChunkTrainingFamilies : public testing::TestWithParam<test::TinyFamily> {
- protected:
-  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
-};
+using ChunkTrainingFamilies = test::TinyFamilyTest;
 INSTANTIATE_TEST_SUITE_P(Decoders, ChunkTrainingFamilies, testing::ValuesIn(test::TinyFamilies()),
                          test::TinyFamilyName);
 

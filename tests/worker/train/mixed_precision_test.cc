@@ -67,10 +67,7 @@ VectorTokenSource LearnableTokens(int64_t n, uint64_t seed) {
 }
 
 // The invariants every decoder keeps, on the tiny GPT-2 and Llama jobs.
-class MixedPrecisionFamilies : public testing::TestWithParam<test::TinyFamily> {
- protected:
-  Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
-};
+using MixedPrecisionFamilies = test::TinyFamilyTest;
 INSTANTIATE_TEST_SUITE_P(Decoders, MixedPrecisionFamilies, testing::ValuesIn(test::TinyFamilies()),
                          test::TinyFamilyName);
 
