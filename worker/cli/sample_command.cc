@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "worker/ckpt/checkpoint.h"
@@ -54,14 +55,18 @@ Result<std::vector<int32_t>> ParseIds(const std::string& text, int64_t vocab) {
   return ids;
 }
 
-// Samples from `g`'s weights at `step_dir` after `ids`; prints every id.
+// The tokens `g`'s weights at `step_dir` generate after `ids`.
+Result<std::vector<int32_t>> GenerateFrom(const std::string& step_dir, const GptConfig& g,
+                                          const std::vector<int32_t>& ids, const SampleOptions& options) {
+  PSTAR_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, LoadWholeParams(step_dir, g));
+  PSTAR_ASSIGN_OR_RETURN(std::unique_ptr<Sampler> sampler, Sampler::Create(g, values));
+  return sampler->Generate(ids, options);
+}
+
+// Samples after `ids`; prints every id.
 int SampleIds(const std::string& step_dir, const GptConfig& g, const std::vector<int32_t>& ids,
               const SampleOptions& options) {
-  auto values = LoadWholeParams(step_dir, g);
-  if (!values.ok()) return ReportError(values.status());
-  auto sampler = Sampler::Create(g, *values);
-  if (!sampler.ok()) return ReportError(sampler.status());
-  auto out = (*sampler)->Generate(ids, options);
+  auto out = GenerateFrom(step_dir, g, ids, options);
   if (!out.ok()) return ReportError(out.status());
   std::string line;
   for (int32_t id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
@@ -161,11 +166,7 @@ int SampleCommand(const std::vector<std::string>& args) {
   options.vocab_limit = tokenizer_vocab;
   options.stop_token = bpe ? bpe->eot() : -1;
 
-  auto values = LoadWholeParams(*step_dir, g);
-  if (!values.ok()) return ReportError(values.status());
-  auto sampler = Sampler::Create(g, *values);
-  if (!sampler.ok()) return ReportError(sampler.status());
-  auto out = (*sampler)->Generate(ids, options);
+  auto out = GenerateFrom(*step_dir, g, ids, options);
   if (!out.ok()) return ReportError(out.status());
   std::string text;
   if (bpe) {
