@@ -28,4 +28,20 @@ void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                      int64_t B, int64_t T, int64_t C);
 
+// One row part of a token table with no position table: `part` holds rows
+// [row0, row0 + rows) of wte. Tokens in those rows get out[b,t,:] =
+// part[tokens[b,t] - row0,:]; the others are left as they are, so the parts
+// in turn write every token once, the bits of one EncoderForward over the
+// whole table. The 16-bit forms as above.
+void EncoderPartForward(float* out, const int32_t* tokens, const float* part, int64_t row0, int64_t rows, int64_t B,
+                        int64_t T, int64_t C);
+void EncoderPartForward(uint16_t* out, const int32_t* tokens, const uint16_t* part, bool bf16, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C);
+void EncoderPartForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* part, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C);
+// dpart[tokens[b,t] - row0,:] += dout[b,t,:] for the tokens in the part's
+// rows, summed in (b, t) order: the bits of EncoderBackward's rows.
+void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                         int64_t B, int64_t T, int64_t C);
+
 }  // namespace pstar::kernels::cpu

@@ -147,6 +147,22 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
                      int64_t C) {
   PSTAR_CPU_DISPATCH(EncoderBackward(dwte, dwpe, dout, tokens, B, T, C));
 }
+void EncoderPartForward(float* out, const int32_t* tokens, const float* part, int64_t row0, int64_t rows, int64_t B,
+                        int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderPartForward(out, tokens, part, row0, rows, B, T, C));
+}
+void EncoderPartForward(uint16_t* out, const int32_t* tokens, const uint16_t* part, bool bf16, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderPartForward(out, tokens, part, bf16, row0, rows, B, T, C));
+}
+void EncoderPartForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* part, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderPartForward(out, bf16, tokens, part, row0, rows, B, T, C));
+}
+void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                         int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderPartBackward(dpart, dout, tokens, row0, rows, B, T, C));
+}
 void GeluForward(float* out, const float* inp, int64_t n) { PSTAR_CPU_DISPATCH(GeluForward(out, inp, n)); }
 void GeluForward(uint16_t* out, const uint16_t* inp, bool bf16, int64_t n) {
   PSTAR_CPU_DISPATCH(GeluForward(out, inp, bf16, n));

@@ -1,5 +1,7 @@
 #include "kernels/encoder.h"
 
+#include <cstdint>
+
 #include "kernels/cpu/column_sum.h"
 #include "kernels/half.h"
 #include "kernels/cpu/isa_target.h"
@@ -9,17 +11,20 @@ namespace pstar::kernels::cpu {
 
 namespace {
 
-// The rows of tables of element W, read through `wide` (float to float, or a
-// 16-bit format to float), added in fp32 and stored through `store` (float
-// to O).
+// The token rows [row0, row0 + rows) of tables of element W (wte holds
+// those rows), read through `wide` (float to float, or a 16-bit format to
+// float), added in fp32 and stored through `store` (float to O); tokens
+// outside the rows are skipped.
 template <typename O, typename W, typename Wide, typename Store>
 void EncoderForwardRows(O* out, const int32_t* tokens, const W* wte, const W* wpe, int64_t B, int64_t T, int64_t C,
-                        Wide wide, Store store) {
+                        Wide wide, Store store, int64_t row0 = 0, int64_t rows = INT64_MAX) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = int64_t(tokens[b * T + t]) - row0;
+      if (row < 0 || row >= rows) continue;
       O* o = out + (b * T + t) * C;
-      const W* e = wte + int64_t(tokens[b * T + t]) * C;
+      const W* e = wte + row * C;
       if (wpe == nullptr) {
         for (int64_t c = 0; c < C; ++c) o[c] = store(wide(e[c]));
         continue;
@@ -47,6 +52,41 @@ void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float
                     int64_t T, int64_t C) {
   if (bf16) return EncoderForwardRows(out, tokens, wte, wpe, B, T, C, KeepFloat{}, NarrowBf16{});
   EncoderForwardRows(out, tokens, wte, wpe, B, T, C, KeepFloat{}, NarrowHalf{});
+}
+
+void EncoderPartForward(float* out, const int32_t* tokens, const float* part, int64_t row0, int64_t rows, int64_t B,
+                        int64_t T, int64_t C) {
+  EncoderForwardRows(out, tokens, part, static_cast<const float*>(nullptr), B, T, C, KeepFloat{}, KeepFloat{}, row0,
+                     rows);
+}
+
+void EncoderPartForward(uint16_t* out, const int32_t* tokens, const uint16_t* part, bool bf16, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C) {
+  const uint16_t* none = nullptr;
+  if (bf16) return EncoderForwardRows(out, tokens, part, none, B, T, C, WidenBf16{}, NarrowBf16{}, row0, rows);
+  EncoderForwardRows(out, tokens, part, none, B, T, C, WidenHalf{}, NarrowHalf{}, row0, rows);
+}
+
+void EncoderPartForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* part, int64_t row0,
+                        int64_t rows, int64_t B, int64_t T, int64_t C) {
+  const float* none = nullptr;
+  if (bf16) return EncoderForwardRows(out, tokens, part, none, B, T, C, KeepFloat{}, NarrowBf16{}, row0, rows);
+  EncoderForwardRows(out, tokens, part, none, B, T, C, KeepFloat{}, NarrowHalf{}, row0, rows);
+}
+
+void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                         int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel
+  {
+    auto [c0, c1] = ThreadColumns(C);
+    for (int64_t i = 0; i < B * T; ++i) {
+      const int64_t row = int64_t(tokens[i]) - row0;
+      if (row < 0 || row >= rows) continue;
+      const float* d = dout + i * C;
+      float* e = dpart + row * C;
+      for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
+    }
+  }
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

@@ -29,10 +29,12 @@ inline Config TinyGptConfig(const std::vector<std::string>& overrides) { return 
 
 // The same job with the Llama family's decoder: grouped-query attention (2
 // query heads per kv head), RoPE with Llama 3's scaling, SwiGLU, RMSNorm and
-// an untied classifier.
+// an untied classifier; its vocabulary (192 rows padded) is larger than a
+// block's tensors, so the token table and the classifier are in row parts
+// (3 of 64 rows, the last with the padding).
 inline constexpr const char* kTinyLlamaJob =
     "model: {architecture: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 16, head_dim: 8, "
-    "intermediate_size: 24, vocab_size: 40, max_seq_len: 12, tie_word_embeddings: false, "
+    "intermediate_size: 24, vocab_size: 150, max_seq_len: 12, tie_word_embeddings: false, "
     "rope_scaling: {type: llama3, factor: 4, low_freq_factor: 1, high_freq_factor: 4, "
     "original_max_position_embeddings: 8}}\n"
     "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
@@ -54,13 +56,15 @@ struct TinyFamily {
 };
 inline std::vector<TinyFamily> TinyFamilies() {
   return {{"gpt2", TinyGptConfig, {"model.n_embd=64", "model.n_head=4"}},
-          {"llama", TinyLlamaConfig, {"model.n_embd=64", "model.intermediate_size=512"}}};
+          {"llama", TinyLlamaConfig, {"model.n_layer=12", "model.intermediate_size=64"}}};
 }
 inline std::string TinyFamilyName(const testing::TestParamInfo<TinyFamily>& info) { return info.param.name; }
 // The fixture of a suite run on each decoder: Job() is the family's tiny job.
 class TinyFamilyTest : public testing::TestWithParam<TinyFamily> {
  protected:
   Config Job(const std::vector<std::string>& overrides) const { return GetParam().job(overrides); }
+  // n random tokens over the family's vocabulary (every row part's tokens).
+  VectorTokenSource Tokens(int64_t n, uint64_t seed) const;
 };
 
 inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
@@ -68,6 +72,10 @@ inline VectorTokenSource RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
   return VectorTokenSource(std::move(t));
+}
+
+inline VectorTokenSource TinyFamilyTest::Tokens(int64_t n, uint64_t seed) const {
+  return RandomTokens(n, Job({}).model.gpt.vocab_size, seed);
 }
 
 // A copy of every tensor of `kind` (one rank), in tensor order.

@@ -24,6 +24,7 @@ nlohmann::json PlanJson(const MemoryPlan& p) {
   return {{"world_size", p.world_size},
           {"parameters", p.parameters},
           {"tensors", p.tensors},
+          {"row_parts", p.row_parts},
           {"chunk_elems", p.chunk_elems},
           {"chunk_bytes", p.chunk_bytes},
           {"chunks_per_kind", p.num_chunks},

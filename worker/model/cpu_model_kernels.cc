@@ -280,6 +280,78 @@ class CpuModelKernels final : public ModelKernels {
     k::SwiGluBackward(grad_.data(), gu.h16, bf16(), dy, N, F);
     NarrowInto(grad_.data(), 2 * N * F, dgu.h16);
   }
+  void EncoderPartForward(ActTensor out, const int32_t* tokens, Param part, int64_t row0, int64_t rows, int64_t B,
+                          int64_t T, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kEncoderForward);
+    if (!Is16(out)) return k::EncoderPartForward(out.f32, tokens, Fp32(part), row0, rows, B, T, C);
+    if (part.h16 == nullptr) return k::EncoderPartForward(out.h16, bf16(), tokens, part.f32, row0, rows, B, T, C);
+    k::EncoderPartForward(out.h16, tokens, part.h16, bf16(), row0, rows, B, T, C);
+  }
+  void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                           int64_t B, int64_t T, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kEncoderBackward);
+    k::EncoderPartBackward(dpart, dout, tokens, row0, rows, B, T, C);
+  }
+  // MatmulForward's GEMM over the part's columns, rows Vp apart.
+  void ClassifierPartForward(ActTensor logits, ActTensor inp, Param part, int64_t N, int64_t C, int64_t row0,
+                             int64_t rows, int64_t Vp) override {
+    if (!Is16(logits, inp)) {
+      OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kForward));
+      return k::Gemm(false, true, N, rows, C, 1.0f, inp.f32, C, Fp32(part), C, 0.0f, logits.f32 + row0, Vp);
+    }
+    const float* w = nullptr;
+    {
+      OpScope cast(timer(), ProfileOp::kCast);
+      WidenInto(inp.h16, N * C, inp_);
+      w = Operand(part, rows * C);
+    }
+    OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kForward));
+    out_.resize(size_t(N * rows));
+    k::Gemm(false, true, N, rows, C, 1.0f, inp_.data(), C, w, C, 0.0f, out_.data(), rows);
+    for (int64_t n = 0; n < N; ++n) NarrowInto(out_.data() + n * rows, rows, logits.h16 + n * Vp + row0);
+  }
+  // MatmulBackward's GEMMs over the part's columns of dlogits.
+  void ClassifierPartBackward(float* dinp, bool accumulate, float* dpart, ActTensor dlogits, ActTensor inp,
+                              Param part, int64_t N, int64_t C, int64_t row0, int64_t rows, int64_t Vp) override {
+    const bool half = Is16(dlogits, inp);
+    const float* d = dlogits.f32 + (half ? 0 : row0);
+    int64_t ld = Vp;
+    const float* x = inp.f32;
+    const float* w = nullptr;
+    if (half) {
+      OpScope cast(timer(), ProfileOp::kCast);
+      dout_.resize(size_t(N * rows));
+#pragma omp parallel for schedule(static)
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t j = 0; j < rows; ++j) dout_[size_t(n * rows + j)] = Widen(precision_, dlogits.h16[n * Vp + row0 + j]);
+      }
+      d = dout_.data();
+      ld = rows;
+      if (dpart != nullptr) {
+        WidenInto(inp.h16, N * C, inp_);
+        x = inp_.data();
+      }
+      if (dinp != nullptr) w = Operand(part, rows * C);
+    } else if (dinp != nullptr) {
+      w = Fp32(part);
+    }
+    if (dinp != nullptr) {
+      OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kInputGrad));
+      k::Gemm(false, false, N, C, rows, 1.0f, d, ld, w, C, accumulate ? 1.0f : 0.0f, dinp, C);
+    }
+    if (dpart != nullptr) {
+      OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kWeightGrad));
+      k::Gemm(true, false, rows, C, N, 1.0f, d, ld, x, C, 1.0f, dpart, C);
+    }
+  }
+  void Narrow(ActTensor out, const float* x, int64_t n) override {
+    if (!Is16(out)) {
+      if (out.f32 != x) std::memcpy(out.f32, x, size_t(n) * sizeof(float));
+      return;
+    }
+    OpScope op(timer(), ProfileOp::kCast);
+    NarrowInto(x, n, out.h16);
+  }
   bool HasLlamaOps() const override { return true; }
   void GeluForward(ActTensor out, ActTensor inp, int64_t n) override {
     OpScope op(timer(), ProfileOp::kGeluForward);

@@ -18,10 +18,35 @@ constexpr float kInitStd = 0.02f;
 
 bool IsBias(const TensorSpec& s) { return s.role == TensorRole::kBias || s.role == TensorRole::kNormBias; }
 
+// The elements of the largest group of tensors one block op reads.
+int64_t LargestBlockGroup(const GptConfig& g) {
+  const int64_t C = g.n_embd, F = g.mlp_size();
+  const int64_t qkv = g.qkv_width() * C + (g.qkv_bias() ? g.qkv_width() : 0);
+  return std::max({qkv, C * g.attn_width(), g.mlp_in_width() * C, C * F});
+}
+
+// A (Vp, C) vocabulary table `name` as its row parts (VocabPartRows), the
+// last holding the padded rows; one whole tensor when one part holds it.
+std::vector<TensorSpec> VocabTable(const GptConfig& g, const std::string& name, TensorRole role) {
+  const int64_t C = g.n_embd, Vp = g.padded_vocab_size(), pad = Vp - g.vocab_size, rows = VocabPartRows(g);
+  if (rows >= Vp) return {{name, {Vp, C}, role, kInitStd, pad}};
+  std::vector<TensorSpec> parts;
+  for (int64_t r0 = 0; r0 < Vp; r0 += rows) {
+    const int64_t n = std::min(rows, Vp - r0);
+    TensorSpec s{name + "[" + std::to_string(r0) + ":" + std::to_string(r0 + n) + "]", {n, C}, role, kInitStd,
+                 r0 + n == Vp ? pad : 0};
+    s.part_of = name;
+    s.part_row = r0;
+    parts.push_back(std::move(s));
+  }
+  return parts;
+}
+
 // The tensors of each op that reads parameters, in forward order and, within
-// an op, in layout order: the embeddings, each block's six (its first norm,
-// q|k|v, the attention's output projection, its second norm, the MLP's two
-// GEMMs), the final norm and an untied classifier.
+// an op, in layout order: the embeddings (the token table's row parts), each
+// block's six (its first norm, q|k|v, the attention's output projection, its
+// second norm, the MLP's two GEMMs), the final norm and an untied classifier
+// (its row parts).
 std::vector<std::vector<TensorSpec>> GptOps(const GptConfig& g) {
   const int64_t C = g.n_embd, F = g.mlp_size(), Vp = g.padded_vocab_size(), pad = Vp - g.vocab_size;
   const int64_t hs = g.head_size(), q = g.attn_width(), kv = g.kv_heads() * hs;
@@ -55,7 +80,7 @@ std::vector<std::vector<TensorSpec>> GptOps(const GptConfig& g) {
   // The Llama family (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM):
   // every linear layer initialized normal(0, 0.02) as their
   // initializer_range says.
-  ops.push_back({{"model.embed_tokens.weight", {Vp, C}, TensorRole::kEmbedding, kInitStd, pad}});
+  ops.push_back(VocabTable(g, "model.embed_tokens.weight", TensorRole::kEmbedding));
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     ops.push_back({{p + "input_layernorm.weight", {C}, TensorRole::kNormWeight, 0}});
@@ -75,11 +100,21 @@ std::vector<std::vector<TensorSpec>> GptOps(const GptConfig& g) {
     ops.push_back({{p + "mlp.down_proj.weight", {C, F}, TensorRole::kWeight, kInitStd}});
   }
   ops.push_back({{"model.norm.weight", {C}, TensorRole::kNormWeight, 0}});
-  if (!g.tied_embeddings) ops.push_back({{"lm_head.weight", {Vp, C}, TensorRole::kWeight, kInitStd, pad}});
+  if (!g.tied_embeddings) ops.push_back(VocabTable(g, "lm_head.weight", TensorRole::kWeight));
   return ops;
 }
 
 }  // namespace
+
+int64_t VocabPartRows(const GptConfig& g) {
+  const int64_t Vp = g.padded_vocab_size();
+  if (g.architecture == Architecture::kGpt2) return Vp;
+  const int64_t fit = std::max<int64_t>(64, LargestBlockGroup(g) / g.n_embd / 64 * 64);
+  if (fit >= Vp) return Vp;
+  // As many parts as that takes, evened out (64-row multiples).
+  const int64_t parts = (Vp + fit - 1) / fit;
+  return ((Vp + parts - 1) / parts + 63) / 64 * 64;
+}
 
 std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
   std::vector<TensorSpec> s;
@@ -90,10 +125,19 @@ std::vector<TensorSpec> GptTensorSpecs(const GptConfig& g) {
 }
 
 std::vector<TensorSpec> GptVisibleTensorSpecs(const GptConfig& g) {
-  std::vector<TensorSpec> specs = GptTensorSpecs(g);
-  for (TensorSpec& s : specs) {
+  std::vector<TensorSpec> specs;
+  for (const TensorSpec& part : GptTensorSpecs(g)) {
+    if (!part.part_of.empty() && part.part_row > 0) {
+      specs.back().shape[0] += part.visible_shape()[0];  // the next rows of the same tensor
+      continue;
+    }
+    TensorSpec s = part;
+    s.name = part.tensor();
+    s.part_of.clear();
+    s.part_row = 0;
     s.shape = s.visible_shape();
     s.padded_rows = 0;
+    specs.push_back(std::move(s));
   }
   return specs;
 }
@@ -112,7 +156,9 @@ void InitParameters(ParamStore& store, uint64_t seed) {
       switch (spec.role) {
         case TensorRole::kEmbedding:
         case TensorRole::kWeight:
-          FillNormal(p, n, spec.init_std, seed, StableKey(spec.name), uint64_t(s.begin));
+          // Keyed by the whole tensor's elements: a row part holds the values
+          // the whole tensor would.
+          FillNormal(p, n, spec.init_std, seed, StableKey(spec.tensor()), uint64_t(spec.tensor_offset() + s.begin));
           // Padding rows are zero (the visible elements are the same as unpadded).
           for (int64_t i = std::max(s.begin, spec.visible_numel()); i < s.end; ++i) p[i - s.begin] = 0.0f;
           break;
@@ -144,26 +190,53 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   auto layer_op = [&](int64_t l, size_t op) { return ids[1 + size_t(l) * kPerLayer + op]; };
   const std::vector<TensorId>& embed = ids.front();
   const std::vector<TensorId>& final_norm = ids[1 + size_t(g.n_layer) * kPerLayer];
-  const std::vector<TensorId> cls = {g.tied_embeddings ? embed.front() : ids.back().front()};
+  // The vocabulary tables' moments: one for a whole table (GPT-2's with its
+  // position table), one per row part otherwise.
+  const bool parted = !ops.front().front().part_of.empty();
+  const std::vector<TensorId> cls = g.tied_embeddings ? std::vector<TensorId>{embed.front()} : ids.back();
+  auto moments = [&](const std::vector<TensorId>& whole) {
+    std::vector<std::vector<TensorId>> m;
+    if (!parted) return std::vector<std::vector<TensorId>>{whole};
+    for (TensorId id : whole) m.push_back({id});
+    return m;
+  };
+  const std::vector<std::vector<TensorId>> embed_moments = moments(embed);
+  const std::vector<std::vector<TensorId>> cls_moments = moments(g.tied_embeddings && parted ? embed : cls);
+  const int64_t R = ClassifierRows(g, tokens);
+  const int64_t blocks = parted ? (tokens + R - 1) / R : 1;
   auto block_forward = [&](std::vector<AccessMoment>& seq, int64_t l) {
     for (size_t op = 0; op < kPerLayer; ++op) seq.push_back({layer_op(l, op), Pass::kForward});
   };
   std::vector<AccessMoment> seq;
-  seq.push_back({embed, Pass::kForward});
+  for (const auto& m : embed_moments) seq.push_back({m, Pass::kForward});
   for (int64_t l = 0; l < g.n_layer; ++l) block_forward(seq, l);
   seq.push_back({final_norm, Pass::kForward});
-  seq.push_back({cls, Pass::kForward});
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (const auto& m : cls_moments) seq.push_back({m, Pass::kForward});
+  }
   // With dlogits kept, the classifier's input gradient reads its weight and
-  // its weight gradient waits for the embeddings' backward (Gpt::Backward).
+  // its weight gradient waits for the embeddings' backward (Gpt::Backward);
+  // otherwise a parted classifier computes each block's logits part by part
+  // again, then takes each part's gradients.
   const bool dlogits_kept = ClassifierKeepsLogits(g, tokens);
-  seq.push_back({cls, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
+  if (dlogits_kept || !parted) {
+    for (const auto& m : cls_moments) seq.push_back({m, Pass::kBackward, /*params=*/true, /*grads=*/!dlogits_kept});
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (const auto& m : cls_moments) seq.push_back({m, Pass::kBackward, /*params=*/true, /*grads=*/false});
+      for (const auto& m : cls_moments) seq.push_back({m, Pass::kBackward});
+    }
+  }
   seq.push_back({final_norm, Pass::kBackward});
   for (int64_t l = g.n_layer - 1; l >= 0; --l) {
     if (recompute && l != g.n_layer - 1) block_forward(seq, l);
     for (size_t op = kPerLayer; op-- > 0;) seq.push_back({layer_op(l, op), Pass::kBackward});
   }
-  if (dlogits_kept) seq.push_back({cls, Pass::kBackward, /*params=*/false});  // the classifier's weight gradient
-  seq.push_back({embed, Pass::kBackward, /*params=*/false});  // the embeddings' backward reads no weight
+  if (dlogits_kept) {
+    for (const auto& m : cls_moments) seq.push_back({m, Pass::kBackward, /*params=*/false});  // weight gradients
+  }
+  // The embeddings' backward reads no weight.
+  for (const auto& m : embed_moments) seq.push_back({m, Pass::kBackward, /*params=*/false});
   return seq;
 }
 
@@ -221,10 +294,21 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
     }
     return t;
   };
+  // A vocabulary table's row parts (one whole part when it is not split).
+  auto row_parts = [&](const std::vector<TensorSpec>& specs) -> Result<std::vector<RowPart>> {
+    std::vector<RowPart> parts;
+    for (const TensorSpec& spec : specs) {
+      if (spec.tensor() != specs.front().tensor()) continue;  // GPT-2's position table
+      const TensorId id = layout.Find(spec.name);
+      if (id < 0) return Status::Internal("layout has no tensor " + spec.name);
+      parts.push_back({id, spec.part_row, spec.shape[0]});
+    }
+    return parts;
+  };
   const std::vector<std::vector<TensorSpec>> ops = GptOps(config);
   PSTAR_ASSIGN_OR_RETURN(OpTensors embed, op_tensors(ops.front()));
-  gpt.wte_ = embed.ids[0];
-  gpt.wpe_ = embed.ids.size() > 1 ? embed.ids[1] : -1;
+  PSTAR_ASSIGN_OR_RETURN(gpt.embed_parts_, row_parts(ops.front()));
+  gpt.wpe_ = config.positions == PositionKind::kLearned ? embed.ids[1] : -1;
   size_t next = 1;
   for (int64_t l = 0; l < config.n_layer; ++l) {
     LayerTensors t;
@@ -234,10 +318,12 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
     gpt.layers_.push_back(std::move(t));
   }
   PSTAR_ASSIGN_OR_RETURN(gpt.final_norm_, op_tensors(ops[next++]));
-  gpt.cls_ = gpt.wte_;
+  gpt.cls_parts_ = gpt.embed_parts_;
   if (!config.tied_embeddings) {
-    PSTAR_ASSIGN_OR_RETURN(OpTensors cls, op_tensors(ops[next++]));
-    gpt.cls_ = cls.w;
+    PSTAR_ASSIGN_OR_RETURN(gpt.cls_parts_, row_parts(ops[next++]));
+  }
+  if (gpt.embed_parts_.size() > 1 && !gpt.kernels_->HasLlamaOps()) {
+    return Status::FailedPrecondition("a vocabulary in row parts runs on runtime.device cpu only in this version");
   }
   PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
   gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.compute_, config, batch, seq));
@@ -471,9 +557,16 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
   Activations& a = acts_;
   kernels_->Upload(a.tokens, tokens, BT);
   kernels_->Upload(a.targets, targets, BT);
-  {
-    auto u = wpe_ < 0 ? store_->Acquire({wte_}, Pass::kForward) : store_->Acquire({wte_, wpe_}, Pass::kForward);
-    kernels_->EncoderForward(a.residual[0], a.tokens, P(u, wte_), P(u, wpe_), B_, T_, C);
+  if (embed_parts_.size() == 1) {
+    const TensorId wte = embed_parts_[0].id;
+    auto u = store_->Acquire(wpe_ < 0 ? std::vector<TensorId>{wte} : std::vector<TensorId>{wte, wpe_}, Pass::kForward);
+    kernels_->EncoderForward(a.residual[0], a.tokens, P(u, wte), P(u, wpe_), B_, T_, C);
+  } else {
+    // Part by part, each writing its tokens' rows.
+    for (const RowPart& part : embed_parts_) {
+      auto u = store_->Acquire({part.id}, Pass::kForward);
+      kernels_->EncoderPartForward(a.residual[0], a.tokens, P(u, part.id), part.row0, part.rows, B_, T_, C);
+    }
   }
   for (int64_t l = 0; l < L; ++l) BlockForward(l, a.residual[size_t(l)], a.residual[size_t(l + 1)]);
   NormForward(final_norm_, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[size_t(L)]);
@@ -485,16 +578,24 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
   pending_ = !loss_weight.has_value() ? ClassifierBackward::kNone
              : dlogits_now            ? ClassifierBackward::kDlogitsReady
                                       : ClassifierBackward::kRecompute;
-  {
-    auto u = store_->Acquire({cls_}, Pass::kForward);
-    const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
+  const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
+  auto loss_block = [&](int64_t r0, int64_t n) {
+    if (logits != nullptr && r0 < keep) kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
+    kernels_->CrossEntropy(a.losses + r0, a.logits, a.targets + r0, dloss_, dlogits_now, n, V, Vp);
+  };
+  if (cls_parts_.size() == 1) {
+    const TensorId cls = cls_parts_[0].id;
+    auto u = store_->Acquire({cls}, Pass::kForward);
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls_), Param{}, n, C, Vp);
-      if (logits != nullptr && r0 < keep) {
-        kernels_->DownloadRows(logits + r0 * V, a.logits, std::min(n, keep - r0), V, Vp);
-      }
-      kernels_->CrossEntropy(a.losses + r0, a.logits, a.targets + r0, dloss_, dlogits_now, n, V, Vp);
+      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls), Param{}, n, C, Vp);
+      loss_block(r0, n);
+    }
+  } else {
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      ClassifierPartsForward(r0, n, Pass::kForward);
+      loss_block(r0, n);
     }
   }
   kernels_->AddToLossSum(a.losses, BT);
@@ -521,18 +622,34 @@ void Gpt::Backward() {
   // dlogits and lnf), or per block from the logits again (the same bits as
   // in forward).
   const bool dlogits_kept = pending_ == ClassifierBackward::kDlogitsReady;
-  if (dlogits_kept) {
-    auto u = store_->AcquireParams({cls_});
-    kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, nullptr, nullptr, a.logits, a.lnf, P(u, cls_), BT, C, Vp);
+  if (cls_parts_.size() == 1) {
+    const TensorId cls = cls_parts_[0].id;
+    if (dlogits_kept) {
+      auto u = store_->AcquireParams({cls});
+      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp, nullptr, nullptr, a.logits, a.lnf, P(u, cls), BT, C,
+                               Vp);
+    } else {
+      auto u = store_->Acquire({cls}, Pass::kBackward);
+      const int64_t R = classifier_rows_;
+      for (int64_t r0 = 0; r0 < BT; r0 += R) {
+        const int64_t n = std::min(R, BT - r0);
+        kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls), Param{}, n, C, Vp);
+        kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
+        kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(cls), nullptr, a.logits,
+                                 a.lnf.At(r0 * C), P(u, cls), n, C, Vp);
+      }
+    }
+  } else if (dlogits_kept) {
+    ClassifierPartsInputGrad(0, BT, /*weight_grads=*/false);
   } else {
-    auto u = store_->Acquire({cls_}, Pass::kBackward);
+    // Each block's logits part by part again (the same bits as in forward),
+    // its dlogits, then each part's gradients.
     const int64_t R = classifier_rows_;
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
-      kernels_->MatmulForward(LinearRole::kClassifier, a.logits, a.lnf.At(r0 * C), P(u, cls_), Param{}, n, C, Vp);
+      ClassifierPartsForward(r0, n, Pass::kBackward);
       kernels_->CrossEntropy(nullptr, a.logits, a.targets + r0, dloss_, true, n, V, Vp);
-      kernels_->MatmulBackward(LinearRole::kClassifier, a.dtmp.At(r0 * C), u.grad(cls_), nullptr, a.logits,
-                               a.lnf.At(r0 * C), P(u, cls_), n, C, Vp);
+      ClassifierPartsInputGrad(r0, n, /*weight_grads=*/true);
     }
   }
   pending_ = ClassifierBackward::kNone;
@@ -546,15 +663,53 @@ void Gpt::Backward() {
   if (dlogits_kept) {
     // The classifier's weight gradient first, in a use of its own: a
     // gradient kept in 16 bits is rounded after it, as at the turn.
-    auto u = store_->AcquireGrads({cls_});
-    kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(cls_), nullptr, a.logits, a.lnf, Param{}, BT,
-                             C, Vp);
+    for (const RowPart& part : cls_parts_) {
+      auto u = store_->AcquireGrads({part.id});
+      if (cls_parts_.size() == 1) {
+        kernels_->MatmulBackward(LinearRole::kClassifier, ActTensor{}, u.grad(part.id), nullptr, a.logits, a.lnf,
+                                 Param{}, BT, C, Vp);
+      } else {
+        kernels_->ClassifierPartBackward(nullptr, false, u.grad(part.id), a.logits, a.lnf, Param{}, BT, C, part.row0,
+                                         part.rows, Vp);
+      }
+    }
   }
-  {
-    // Token (and position) rows take their gradients; no weight is read.
-    auto u = wpe_ < 0 ? store_->AcquireGrads({wte_}) : store_->AcquireGrads({wte_, wpe_});
-    kernels_->EncoderBackward(u.grad(wte_), G(u, wpe_), a.dres, a.tokens, B_, T_, C);
+  // Token (and position) rows take their gradients; no weight is read.
+  if (embed_parts_.size() == 1) {
+    const TensorId wte = embed_parts_[0].id;
+    auto u = store_->AcquireGrads(wpe_ < 0 ? std::vector<TensorId>{wte} : std::vector<TensorId>{wte, wpe_});
+    kernels_->EncoderBackward(u.grad(wte), G(u, wpe_), a.dres, a.tokens, B_, T_, C);
+  } else {
+    for (const RowPart& part : embed_parts_) {
+      auto u = store_->AcquireGrads({part.id});
+      kernels_->EncoderPartBackward(u.grad(part.id), a.dres, a.tokens, part.row0, part.rows, B_, T_, C);
+    }
   }
+}
+
+void Gpt::ClassifierPartsForward(int64_t r0, int64_t n, Pass pass) {
+  const int64_t C = config_.n_embd, Vp = config_.padded_vocab_size();
+  for (const RowPart& part : cls_parts_) {
+    auto u = pass == Pass::kForward ? store_->Acquire({part.id}, pass) : store_->AcquireParams({part.id});
+    kernels_->ClassifierPartForward(acts_.logits, acts_.lnf.At(r0 * C), P(u, part.id), n, C, part.row0, part.rows,
+                                    Vp);
+  }
+}
+
+void Gpt::ClassifierPartsInputGrad(int64_t r0, int64_t n, bool weight_grads) {
+  const int64_t C = config_.n_embd, Vp = config_.padded_vocab_size();
+  Activations& a = acts_;
+  // dlnf summed over the parts in fp32, in part order: in place in an fp32
+  // run, else in the projections' workspace and rounded once.
+  const bool fp32 = compute_.precision == Precision::kFp32;
+  float* sum = fp32 ? a.dtmp.f32 + r0 * C : a.tmp + r0 * C;
+  for (size_t p = 0; p < cls_parts_.size(); ++p) {
+    const RowPart& part = cls_parts_[p];
+    auto u = weight_grads ? store_->Acquire({part.id}, Pass::kBackward) : store_->AcquireParams({part.id});
+    kernels_->ClassifierPartBackward(sum, /*accumulate=*/p > 0, weight_grads ? u.grad(part.id) : nullptr, a.logits,
+                                     a.lnf.At(r0 * C), P(u, part.id), n, C, part.row0, part.rows, Vp);
+  }
+  if (!fp32) kernels_->Narrow(a.dtmp.At(r0 * C), sum, n * C);
 }
 
 }  // namespace pstar

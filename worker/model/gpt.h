@@ -30,8 +30,17 @@ namespace pstar {
 // (one GEMM operand, ParamLayout).
 std::vector<TensorSpec> GptTensorSpecs(const GptConfig& config);
 // The same tensors as checkpoints, exports and users see them: without the
-// vocabulary padding (wte has vocab_size rows).
+// vocabulary padding (wte has vocab_size rows), each whole (not in row parts).
 std::vector<TensorSpec> GptVisibleTensorSpecs(const GptConfig& config);
+
+// The rows of each row part of the token table and the untied classifier
+// (padded_vocab_size when they are whole). GPT-2's are whole: its layout and
+// bits are what they have always been. A Llama-family table larger than the
+// largest group of tensors a block op reads is split into parts of at most
+// that many elements (multiples of 64 rows, as even as that allows), so
+// that a 128k vocabulary does not set the chunk size. A function of the
+// model alone: every chunk size and world size sees the same parts.
+int64_t VocabPartRows(const GptConfig& config);
 
 // Fills every parameter from the counter RNG keyed by (tensor name, element):
 // normal(0, std) weights, zero biases, unit norm weights.
@@ -170,6 +179,12 @@ class Gpt {
   void RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
                   int64_t logits_rows);
   void BlockForward(int64_t layer, ActTensor x, ActTensor y);
+  // The logits of rows [r0, r0 + n) part by part, each part in a use of its
+  // own (forward, or a backward use of its values alone).
+  void ClassifierPartsForward(int64_t r0, int64_t n, Pass pass);
+  // dlnf of rows [r0, r0 + n) from their dlogits, summed over the parts in
+  // order, and with `weight_grads` each part's weight gradient too.
+  void ClassifierPartsInputGrad(int64_t r0, int64_t n, bool weight_grads);
   void BlockBackward(int64_t layer, ActTensor x);
 
   GptConfig config_;
@@ -188,9 +203,15 @@ class Gpt {
   ClassifierBackward pending_ = ClassifierBackward::kNone;
   float dloss_ = 0.0f;
   std::unique_ptr<ModelKernels> kernels_;
-  // The token table, the position table (-1 with RoPE), the final norm and
-  // the classifier (the token table when tied).
-  TensorId wte_ = -1, wpe_ = -1, cls_ = -1;
+  // A vocabulary table's row parts: rows [row0, row0 + rows) in tensor `id`.
+  struct RowPart {
+    TensorId id = -1;
+    int64_t row0 = 0, rows = 0;
+  };
+  // The token table's and the classifier's (the token table's when tied)
+  // parts, one when whole; the position table (-1 with RoPE).
+  std::vector<RowPart> embed_parts_, cls_parts_;
+  TensorId wpe_ = -1;
   OpTensors final_norm_;
   std::vector<LayerTensors> layers_;
   bool rotary_ = false;

@@ -85,6 +85,21 @@ void ModelKernels::RmsNormBackward(float*, ActTensor, float*, ActTensor, ActTens
 void ModelKernels::RopeForward(ActTensor, const kernels::AttentionShape&, const RopeTable&) { NoLlamaOps("RoPE"); }
 void ModelKernels::SwiGluForward(ActTensor, ActTensor, int64_t, int64_t) { NoLlamaOps("SwiGLU"); }
 void ModelKernels::SwiGluBackward(ActTensor, ActTensor, ActTensor, int64_t, int64_t) { NoLlamaOps("SwiGLU"); }
+void ModelKernels::EncoderPartForward(ActTensor, const int32_t*, Param, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  NoLlamaOps("a token table in row parts");
+}
+void ModelKernels::EncoderPartBackward(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                       int64_t) {
+  NoLlamaOps("a token table in row parts");
+}
+void ModelKernels::ClassifierPartForward(ActTensor, ActTensor, Param, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  NoLlamaOps("a classifier in row parts");
+}
+void ModelKernels::ClassifierPartBackward(float*, bool, float*, ActTensor, ActTensor, Param, int64_t, int64_t, int64_t,
+                                          int64_t, int64_t) {
+  NoLlamaOps("a classifier in row parts");
+}
+void ModelKernels::Narrow(ActTensor, const float*, int64_t) { NoLlamaOps("Narrow"); }
 
 int64_t KernelScratchBytes(const ComputeSpec& compute, const GptConfig& config, int64_t batch, int64_t seq) {
   if (compute.device == ComputeDevice::kCpu) return 0;

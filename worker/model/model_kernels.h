@@ -175,6 +175,27 @@ class ModelKernels {
   // out (N, F) = silu(gate) * up over gu (N, 2F); dgu (N, 2F) from dout (N, F).
   virtual void SwiGluForward(ActTensor out, ActTensor gu, int64_t N, int64_t F);
   virtual void SwiGluBackward(ActTensor dgu, ActTensor gu, ActTensor dout, int64_t N, int64_t F);
+  // A vocabulary table in row parts (VocabPartRows): `part` holds its rows
+  // [row0, row0 + rows). EncoderPartForward writes the tokens in those rows
+  // (out = their part rows; no position table), EncoderPartBackward adds
+  // their dout to the part's gradient: the parts in turn give the bits of
+  // EncoderForward and EncoderBackward over the whole table.
+  virtual void EncoderPartForward(ActTensor out, const int32_t* tokens, Param part, int64_t row0, int64_t rows,
+                                  int64_t B, int64_t T, int64_t C);
+  virtual void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                                   int64_t B, int64_t T, int64_t C);
+  // The classifier over one part: logits columns [row0, row0 + rows) of N
+  // rows Vp apart (the run's format) = inp @ part^T, as MatmulForward
+  // computes and rounds them.
+  virtual void ClassifierPartForward(ActTensor logits, ActTensor inp, Param part, int64_t N, int64_t C, int64_t row0,
+                                     int64_t rows, int64_t Vp);
+  // From those columns of dlogits: dinp (fp32, unless null) = (or with
+  // `accumulate`, +=) dlogits[:, part] @ part; dpart (unless null) +=
+  // dlogits[:, part]^T @ inp. The part (weight) may be empty without dinp.
+  virtual void ClassifierPartBackward(float* dinp, bool accumulate, float* dpart, ActTensor dlogits, ActTensor inp,
+                                      Param part, int64_t N, int64_t C, int64_t row0, int64_t rows, int64_t Vp);
+  // out = x in the run's activation format (rounded once in a 16-bit run).
+  virtual void Narrow(ActTensor out, const float* x, int64_t n);
   // Whether this device has the ops above.
   virtual bool HasLlamaOps() const { return false; }
   virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;

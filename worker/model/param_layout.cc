@@ -12,6 +12,13 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
+int64_t TensorSpec::tensor_offset() const {
+  if (part_of.empty()) return 0;
+  int64_t row = 1;
+  for (size_t i = 1; i < shape.size(); ++i) row *= shape[i];
+  return part_row * row;
+}
+
 std::vector<int64_t> TensorSpec::visible_shape() const {
   std::vector<int64_t> v = shape;
   if (!v.empty()) v[0] -= padded_rows;

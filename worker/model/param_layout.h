@@ -38,8 +38,20 @@ struct TensorSpec {
   // any joined after them) are one contiguous operand, each still named and
   // checkpointed alone (q_proj|k_proj|v_proj, gate_proj|up_proj).
   bool joined = false;
+  // A row part: rows [part_row, part_row + shape[0]) of the tensor `part_of`
+  // (empty: the tensor is whole). A 128k vocabulary's embedding and
+  // classifier are stored as parts no larger than a block's tensors, so that
+  // the chunk size follows the blocks; checkpoints, exports and users see
+  // the whole tensor (`tensor()`), of which each part is an element range.
+  // Only the last part has padded rows.
+  std::string part_of;
+  int64_t part_row = 0;
 
   int64_t numel() const;
+  // The tensor as checkpoints name it: the whole tensor a part belongs to,
+  // and where the part's first element is in it.
+  const std::string& tensor() const { return part_of.empty() ? name : part_of; }
+  int64_t tensor_offset() const;
   // The tensor as users see it: shape[0] without the padded rows.
   std::vector<int64_t> visible_shape() const;
   int64_t visible_numel() const;

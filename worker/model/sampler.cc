@@ -42,15 +42,20 @@ Result<std::unique_ptr<Sampler>> Sampler::Create(const GptConfig& config,
   }
   PSTAR_ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::Build(GptTensorSpecs(config), 0));
   auto store = std::make_unique<ParamStore>(std::move(layout));
+  for (size_t i = 0; i < visible.size(); ++i) {
+    if (int64_t(params[i].size()) != visible[i].numel()) {
+      return Status::InvalidArgument("sampler: " + visible[i].name + " has " + std::to_string(params[i].size()) +
+                                     " values, the model " + std::to_string(visible[i].numel()));
+    }
+  }
+  // Each layout tensor (a row part: its range) from its visible tensor.
+  size_t whole = 0;
   for (TensorId id = 0; id < store->layout().num_tensors(); ++id) {
     const TensorSpec& spec = store->layout().spec(id);
-    const std::vector<float>& values = params[size_t(id)];
-    if (int64_t(values.size()) != spec.visible_numel()) {
-      return Status::InvalidArgument("sampler: " + spec.name + " has " + std::to_string(values.size()) +
-                                     " values, the model " + std::to_string(spec.visible_numel()));
-    }
+    while (visible[whole].name != spec.tensor()) ++whole;
+    const float* from = params[whole].data() + spec.tensor_offset();
     float* p = store->TensorData(StateKind::kParam, id);
-    std::copy(values.begin(), values.end(), p);
+    std::copy(from, from + spec.visible_numel(), p);
     std::fill(p + spec.visible_numel(), p + spec.numel(), 0.0f);  // vocabulary padding
   }
   return std::unique_ptr<Sampler>(new Sampler(config, std::move(store)));

@@ -59,7 +59,13 @@ ComputeSpec JobCompute(const Config& c) { return ComputeSpec{c.runtime.device, c
 void PlanChunks(const Config& c, const ParamLayout& layout, const ComputeSpec& compute, MemoryPlan* p) {
   const GptConfig& g = c.model.gpt;
   p->parameters = g.NumParameters();  // as users count them: no vocabulary padding
-  p->tensors = layout.num_tensors();
+  p->tensors = 0;
+  p->row_parts = 0;
+  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
+    const TensorSpec& s = layout.spec(id);
+    if (!s.part_of.empty()) ++p->row_parts;
+    if (s.part_of.empty() || s.part_row == 0) ++p->tensors;
+  }
   p->chunk_elems = layout.chunk_elems();
   p->chunk_bytes = TierLayout::SlotBytes(layout.chunk_elems() * int64_t(sizeof(float)));
   p->num_chunks = layout.num_chunks();
@@ -236,7 +242,9 @@ std::string FormatPlan(const MemoryPlan& p) {
     out += line;
   };
   auto bytes = [](int64_t b) { return FormatBytes(b) + " (" + std::to_string(b) + " bytes)"; };
-  add("parameters", std::to_string(p.parameters) + " in " + std::to_string(p.tensors) + " tensors");
+  add("parameters", std::to_string(p.parameters) + " in " + std::to_string(p.tensors) + " tensors" +
+                        (p.row_parts > 0 ? ", the vocabulary tables in " + std::to_string(p.row_parts) + " row parts"
+                                         : ""));
   add("ranks", std::to_string(p.world_size) + (p.world_size > 1 ? " (host figures are per rank: 1/" +
                                                     std::to_string(p.world_size) + " of every kind)"
                                               : ""));

@@ -22,7 +22,8 @@ struct KindPlan {
 
 struct MemoryPlan {
   int64_t parameters = 0;
-  int32_t tensors = 0;
+  int32_t tensors = 0;          // as checkpoints name them (a table in row parts is one)
+  int32_t row_parts = 0;        // the row parts the vocabulary tables are stored as (0: whole)
   int64_t chunk_elems = 0;
   int64_t chunk_bytes = 0;      // one chunk as stored (aligned)
   int32_t num_chunks = 0;       // per kind

@@ -330,11 +330,14 @@ std::vector<OwnedRange> Trainer::CheckpointRanges() {
       const bool homed = chunks.DeviceHomed({kind, c});
       float* shard = on_disk ? nullptr : homed ? chunks.DeviceHome({kind, c}) : store_->HostShard(kind, c);
       for (TensorId id : layout.chunk_tensors(c)) {
-        // Padding rows are not saved: they are zero, and stay zero.
+        // Padding rows are not saved: they are zero, and stay zero. A row
+        // part is saved as its element range of the whole tensor.
+        const TensorSpec& spec = layout.spec(id);
         const ParamStore::Slice s = store_->OwnedSlice(id);
-        const int64_t end = std::min(s.end, layout.spec(id).visible_numel());
+        const int64_t end = std::min(s.end, spec.visible_numel());
         if (s.begin >= end) continue;
-        ranges.push_back({kind, layout.spec(id).name, s.begin, end, on_disk ? nullptr : shard + s.shard_offset,
+        const int64_t at = spec.tensor_offset();
+        ranges.push_back({kind, spec.tensor(), at + s.begin, at + end, on_disk ? nullptr : shard + s.shard_offset,
                           homed || on_disk, c, s.shard_offset});
       }
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/job/desired_objects.h"
+#include "operator/job/worker_overrides.h"
 #include "tests/operator/job/job_fixtures.h"
 #include "worker/config/config.h"
 #include "worker/plan/memory_plan.h"
@@ -126,9 +127,60 @@ TEST(SizePodsTest, WorldSizeSplitsTheChunks) {
   ASSERT_TRUE(one.ok() && four.ok());
   // Each of four ranks holds a quarter of the home copies.
   const MemoryPlan plan4 = PlanOf(MustParse(job));
-  EXPECT_EQ(plan4.host_chunk_bytes * 4, plan4.model_bytes);
+  EXPECT_GE(four->host_bytes_per_rank, plan4.min_host_bytes);
+  EXPECT_LT(four->host_bytes_per_rank, plan4.min_host_bytes + kMiB);
   EXPECT_LT(four->host_bytes_per_rank, one->host_bytes_per_rank);
   EXPECT_EQ(four->parameters, one->parameters);
+}
+
+// A Llama-family job is sized from the same plan the worker makes for it: its
+// description (grouped-query heads, SwiGLU, an untied classifier) sets the
+// parameter count, the vocabulary tables in row parts set the chunk (not the
+// 525M-element embedding), and four ranks each need less than one.
+TEST(SizePodsTest, ALlamaJobIsSizedByItsDescription) {
+  Json job = MinimalJob();
+  job["spec"]["device"] = "cuda";
+  job["spec"]["numNodes"] = 1;
+  job["spec"]["nprocPerNode"] = 1;
+  job["spec"]["config"] = Json::parse(R"({"model": {"preset": "llama-3.1-8b"},
+      "runtime": {"device_memory": "64GiB"},
+      "train": {"precision": "bf16", "grad_precision": "16bit", "batch_size": 8, "seq_len": 2048,
+                "activation_checkpointing": true, "steps": 10}})");
+  const JobSpec one_spec = MustParse(job);
+  // The worker's plan under the settings the operator gives it.
+  auto planned = [](const JobSpec& spec) {
+    auto config = ParseConfig(spec.config.dump(), "test", PlannedOverrides(spec));
+    EXPECT_TRUE(config.ok()) << config.status().message();
+    return *PlanMemory(*config, spec.world_size());
+  };
+  const MemoryPlan plan = planned(one_spec);
+  auto one = SizePods(one_spec);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->parameters, 8030261248);
+  EXPECT_EQ(one->parameters, plan.parameters);
+  EXPECT_EQ(one->chunk_bytes, plan.chunk_bytes);
+  EXPECT_EQ(one->num_chunks, plan.num_chunks);
+  EXPECT_LT(one->chunk_bytes, 1 * kGiB) << "the 128k vocabulary set the chunk size";
+  EXPECT_EQ(plan.tensors, 291) << "tensors as checkpoints name them";
+  EXPECT_EQ(plan.row_parts, 10) << "the embedding and lm_head in five parts each";
+  EXPECT_GE(one->host_bytes_per_rank, plan.min_host_bytes);
+  EXPECT_LT(one->host_bytes_per_rank, plan.min_host_bytes + kMiB);
+  job["spec"]["nprocPerNode"] = 4;
+  const JobSpec four_spec = MustParse(job);
+  const MemoryPlan plan4 = planned(four_spec);
+  auto four = SizePods(four_spec);
+  ASSERT_TRUE(four.ok()) << four.status().message();
+  EXPECT_GE(four->host_bytes_per_rank, plan4.min_host_bytes);
+  EXPECT_LT(four->host_bytes_per_rank, plan4.min_host_bytes + kMiB);
+  EXPECT_LT(four->host_bytes_per_rank, one->host_bytes_per_rank);
+  EXPECT_EQ(four->ranks_per_pod, 4);
+  // A description that cannot be (32 query heads over 5 kv heads) is the
+  // config's one-line refusal.
+  job["spec"]["config"]["model"]["n_kv_head"] = 5;
+  auto bad = ParseJob(job);
+  const std::string message = bad.ok() ? (SizePods(*bad).ok() ? "" : SizePods(*bad).status().message())
+                                       : bad.status().message();
+  EXPECT_NE(message.find("n_kv_head"), std::string::npos) << message;
 }
 
 TEST(SizePodsTest, CudaShmDefault) {

@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(Decoders, GptFamilies, testing::ValuesIn(test::TinyFami
 // In every precision: 16-bit runs keep 16-bit block inputs, and the
 // recomputed blocks read the same bits.
 TEST_P(GptFamilies, ActivationCheckpointingIsBitIdentical) {
-  auto data = RandomTokens(2000, 40, 1);
+  auto data = Tokens(2000, 1);
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     SCOPED_TRACE(precision);
     const std::string p = std::string("train.precision=") + precision;
@@ -65,7 +65,7 @@ TEST_P(GptFamilies, ActivationCheckpointingIsBitIdentical) {
 }
 
 TEST_P(GptFamilies, ChunkSizeDoesNotChangeTraining) {
-  auto data = RandomTokens(2000, 40, 2);
+  auto data = Tokens(2000, 2);
   auto automatic = Train(Job({}), data);
   auto small = Train(Job({"default_chunk_size=1024"}), data);  // 40x16 wte is the largest
   auto large = Train(Job({"default_chunk_size=100000"}), data);
@@ -151,7 +151,7 @@ TEST(Gpt, ClassifierRowBlocksAndTheWholeBatchAgree) {
 }
 
 TEST_P(GptFamilies, GradientAccumulationEqualsLargerBatch) {
-  auto data = RandomTokens(4000, 40, 3);
+  auto data = Tokens(4000, 3);
   for (int k : {2, 4}) {
     SCOPED_TRACE("accumulation " + std::to_string(k));
     auto accum = Train(Job({"train.batch_size=2", "train.grad_accum_steps=" + std::to_string(k),
@@ -272,6 +272,75 @@ TEST(Gpt, LearnsTheGeneratedCorpus) {
   auto r = Train(*c, **data);
   EXPECT_LT(r.losses.back(), r.losses.front() - 1.5f) << "first " << r.losses.front() << " last "
                                                        << r.losses.back();
+}
+
+}  // namespace
+}  // namespace pstar
+
+namespace pstar {
+namespace {
+
+// A vocabulary table larger than a block's tensors is stored in row parts
+// no larger than the largest group a block op reads (so the chunk size
+// follows the blocks), each a 64-row multiple, in order, the last with the
+// padding; checkpoints and users see the whole tensor. GPT-2's tables stay
+// whole.
+TEST(Gpt, LargeVocabulariesAreInRowPartsNoLargerThanABlocksTensors) {
+  int parted = 0;
+  for (const GptPreset& preset : GptPresets()) {
+    SCOPED_TRACE(preset.name);
+    const GptConfig& g = preset.config;
+    const std::vector<TensorSpec> specs = GptTensorSpecs(g);
+    const int64_t Vp = g.padded_vocab_size();
+    // The largest group of joined tensors outside the vocabulary tables.
+    int64_t largest = 0, group = 0;
+    for (const TensorSpec& s : specs) {
+      if (!s.part_of.empty() || s.shape[0] == Vp) continue;
+      group = s.joined ? group + s.numel() : s.numel();
+      largest = std::max(largest, group);
+    }
+    const int64_t rows = VocabPartRows(g);
+    if (g.architecture == Architecture::kGpt2) {
+      EXPECT_EQ(rows, Vp);
+      for (const TensorSpec& s : specs) EXPECT_TRUE(s.part_of.empty()) << s.name;
+      continue;
+    }
+    for (const std::string table : {"model.embed_tokens.weight", "lm_head.weight"}) {
+      if (table == "lm_head.weight" && g.tied_embeddings) continue;
+      int64_t next_row = 0, padded = 0;
+      int parts = 0;
+      for (const TensorSpec& s : specs) {
+        if (s.tensor() != table) continue;
+        ++parts;
+        EXPECT_EQ(s.part_row, next_row) << s.name;
+        EXPECT_EQ(s.tensor_offset(), s.part_row * g.n_embd) << s.name;
+        EXPECT_EQ(s.shape[0] % 64, 0) << s.name;
+        EXPECT_LE(s.shape[0], rows) << s.name;
+        if (rows < Vp) EXPECT_LE(s.numel(), largest) << s.name << ": a part larger than the blocks' tensors";
+        next_row += s.shape[0];
+        padded += s.padded_rows;
+      }
+      EXPECT_EQ(next_row, Vp) << table;
+      EXPECT_EQ(padded, Vp - g.vocab_size) << table;
+      EXPECT_EQ(parts, (Vp + rows - 1) / rows) << table;
+      if (parts > 1) ++parted;
+    }
+    EXPECT_LE(ParamLayout::ChooseChunkElems(specs), (std::max(largest, rows * g.n_embd) + 1023) / 1024 * 1024 * 2);
+    // The visible tensors are whole, with the published shapes.
+    const std::vector<TensorSpec> visible = GptVisibleTensorSpecs(g);
+    EXPECT_EQ(visible.front().name, "model.embed_tokens.weight");
+    EXPECT_EQ(visible.front().shape, (std::vector<int64_t>{g.vocab_size, g.n_embd}));
+    if (!g.tied_embeddings) {
+      EXPECT_EQ(visible.back().name, "lm_head.weight");
+      EXPECT_EQ(visible.back().shape, (std::vector<int64_t>{g.vocab_size, g.n_embd}));
+    }
+    for (const TensorSpec& s : visible) EXPECT_TRUE(s.part_of.empty()) << s.name;
+  }
+  EXPECT_GE(parted, 7) << "the 128k and 152k vocabularies are in parts";
+  // Llama 3.1 8B: 128,256 rows against gate|up's 2 x 14336 x 4096 elements
+  // (28,672 rows of 4096): five parts of 25,664 rows, the last 25,600.
+  const GptConfig llama8b = *FindGptPreset("llama-3.1-8b");
+  EXPECT_EQ(VocabPartRows(llama8b), 25664);
 }
 
 }  // namespace

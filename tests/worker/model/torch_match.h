@@ -28,12 +28,35 @@ inline void RandomizeWeights(ParamStore& store, uint64_t seed, float std = 0.3f)
   for (TensorId id = 0; id < layout.num_tensors(); ++id) {
     const TensorSpec& s = layout.spec(id);
     float* p = store.TensorData(StateKind::kParam, id);
-    FillNormal(p, s.visible_numel(), std, seed, StableKey(s.name), 0);
+    FillNormal(p, s.visible_numel(), std, seed, StableKey(s.tensor()), uint64_t(s.tensor_offset()));
     std::fill(p + s.visible_numel(), p + s.numel(), 0.0f);
     if (s.role == TensorRole::kNormWeight) {
       for (int64_t i = 0; i < s.numel(); ++i) p[i] += 1.0f;
     }
   }
+}
+
+// Every tensor of `kind` as checkpoints see it, in layout order: row parts
+// put together, the vocabulary padding left out.
+struct WholeTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+inline std::vector<WholeTensor> WholeTensors(ParamStore& store, StateKind kind) {
+  const ParamLayout& layout = store.layout();
+  std::vector<WholeTensor> out;
+  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
+    const TensorSpec& s = layout.spec(id);
+    const float* p = store.TensorData(kind, id);
+    if (out.empty() || out.back().name != s.tensor()) {
+      out.push_back({s.tensor(), s.visible_shape(), {}});
+    } else {
+      out.back().shape[0] += s.visible_shape()[0];
+    }
+    out.back().values.insert(out.back().values.end(), p, p + s.visible_numel());
+  }
+  return out;
 }
 
 // ||a - b|| / ||b||
@@ -51,12 +74,9 @@ inline double RelativeError(const float* a, const std::vector<double>& b) {
 // batches' tokens and targets, steps * batch * seq each.
 inline void WriteTorchCase(ParamStore& store, const TokenSource& source, int64_t steps, int64_t batch, int64_t seq,
                            const std::string& dir, std::vector<int32_t>* tokens, std::vector<int32_t>* targets) {
-  const ParamLayout& layout = store.layout();
+  const std::vector<WholeTensor> whole = WholeTensors(store, StateKind::kParam);
   SafetensorsWriter weights;
-  for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-    weights.Add(layout.spec(id).name, Dtype::kF32, layout.spec(id).visible_shape(),
-                store.TensorData(StateKind::kParam, id));
-  }
+  for (const WholeTensor& t : whole) weights.Add(t.name, Dtype::kF32, t.shape, t.values.data());
   ASSERT_TRUE(weights.Write(dir + "/weights.safetensors").ok());
   auto loader = BatchLoader::Create(source, batch, seq);
   ASSERT_TRUE(loader.ok());
@@ -120,7 +140,7 @@ inline std::optional<TorchReference> ReadTorchReference(const std::string& dir) 
 // tolerance of a gradient (1e-5 unless it says more).
 inline double ExpectMatchesTorch(const TorchReference& ref, ParamStore& store, const std::vector<float>& logits,
                                  float loss, const std::function<double(const std::string&)>& floor = nullptr) {
-  const ParamLayout& layout = store.layout();
+  const std::vector<WholeTensor> grads = WholeTensors(store, StateKind::kGrad);
   double worst64 = 0;
   for (const SafetensorsFile* r : {&ref.f64, &ref.f32}) {
     SCOPED_TRACE(r == &ref.f64 ? "float64" : "float32");
@@ -128,9 +148,9 @@ inline double ExpectMatchesTorch(const TorchReference& ref, ParamStore& store, c
     EXPECT_LE(worst, ref.Tolerance("logits")) << "logits";
     const double ref_loss = (*r->ToDoubles("loss"))[0];
     EXPECT_LE(std::abs(loss - ref_loss) / std::abs(ref_loss), 1e-5) << "loss " << loss << " vs " << ref_loss;
-    for (TensorId id = 0; id < layout.num_tensors(); ++id) {
-      const std::string& name = layout.spec(id).name;
-      const double err = RelativeError(store.TensorData(StateKind::kGrad, id), *r->ToDoubles("grad." + name));
+    for (const WholeTensor& g : grads) {
+      const std::string& name = g.name;
+      const double err = RelativeError(g.values.data(), *r->ToDoubles("grad." + name));
       EXPECT_LE(err, ref.Tolerance("grad." + name, floor ? floor(name) : 1e-5)) << "gradient of " << name;
       worst = std::max(worst, err);
     }

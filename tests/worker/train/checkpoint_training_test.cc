@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Decoders, CheckpointTrainingFamilies, testing::ValuesIn
 
 TEST_P(CheckpointTrainingFamilies, ResumesWithAnotherWorldSize) {
   test::TempDir dir("reshard");
-  auto data = test::RandomTokens(4000, 40, 32);
+  auto data = Tokens(4000, 32);
   const TrainRun whole = TrainOneRank(Job({"train.steps=6", "train.batch_size=4"}), data, 0, 6, false);
   // Two ranks (batch 2 each) train three steps and save ...
   const Config two = Job({"train.steps=6", "train.batch_size=2", "checkpoint.dir=" + dir.path()});

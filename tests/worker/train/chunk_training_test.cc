@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Decoders, ChunkTrainingFamilies, testing::ValuesIn(test
                          test::TinyFamilyName);
 
 TEST_P(ChunkTrainingFamilies, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDepth) {
-  auto data = RandomTokens(3000, 40, 7);
+  auto data = Tokens(3000, 7);
   for (int64_t chunk : {0, 1024, 4096}) {
     const std::string chunk_set = Set("default_chunk_size", chunk);
     const RunResult reference = Train(Job({chunk_set}), data);
@@ -134,7 +134,7 @@ TEST_P(ChunkTrainingFamilies, BitIdenticalForEveryBudgetChunkSizeAndPrefetchDept
 }
 
 TEST_P(ChunkTrainingFamilies, GradientAccumulationAtTheMinimumBudgetIsBitIdentical) {
-  auto data = RandomTokens(3000, 40, 8);
+  auto data = Tokens(3000, 8);
   const std::vector<std::string> base = {"train.grad_accum_steps=3", "default_chunk_size=1024"};
   const RunResult reference = Train(Job(base), data);
   auto tight = base;
@@ -232,7 +232,7 @@ TEST(ChunkTraining, OptMovesNoMoreThanLruOnTheRecordedTrace) {
 // dlogits kept whole (its weight gradient at the end, beside the
 // embeddings') and in row blocks (all of it at the turn).
 TEST_P(ChunkTrainingFamilies, TheRecordedTraceIsTheStaticAccessSequence) {
-  auto data = RandomTokens(3000, 40, 11);
+  auto data = Tokens(3000, 11);
   for (int form = 0; form < 4; ++form) {
     const bool recompute = form % 2 == 1, blocks = form >= 2;
     std::vector<std::string> overrides = {std::string("train.activation_checkpointing=") +

@@ -192,7 +192,7 @@ TEST(DiskTierTraining, BitIdenticalForEveryDiskHostAndDeviceSplit) {
 // and split between device, host and disk, at one and two ranks.
 TEST(DiskTierTraining, LlamaIsBitIdenticalThroughTheDiskTier) {
   test::TempDir dir("disk-training-llama");
-  auto data = test::RandomTokens(3000, 40, 37);
+  auto data = test::RandomTokens(3000, 150, 37);
   const std::vector<std::string> base = {"default_chunk_size=1024", "train.steps=4"};
   const auto reference = TrainRanks(1, base, data, 0, 4, false, test::TinyLlamaConfig);
   auto plan = PlanMemory(test::TinyLlamaConfig(base));

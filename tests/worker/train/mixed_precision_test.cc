@@ -92,7 +92,7 @@ TEST_P(MixedPrecisionFamilies, Bf16AndFp16TrainAndDifferFromFp32ByRoundingOnly) 
 }
 
 TEST_P(MixedPrecisionFamilies, BitIdenticalForEveryDeviceBudget) {
-  auto data = test::RandomTokens(3000, 40, 22);
+  auto data = Tokens(3000, 22);
   for (const char* precision : {"bf16", "fp16"}) {
     const std::string p = std::string("train.precision=") + precision;
     const TrainedRun all = Train(Job({p, "default_chunk_size=1024"}), data);

@@ -185,7 +185,7 @@ TEST(OptimizerOverlap, OverlappedUpdatesGiveTheSynchronousBitsInEveryCase) {
 // host Adam at the smallest budget, a mixed placement, bf16 and activation
 // checkpointing.
 TEST(OptimizerOverlap, LlamaOverlappedUpdatesGiveTheSynchronousBits) {
-  auto data = test::RandomTokens(4000, 40, 17);
+  auto data = test::RandomTokens(4000, 150, 17);
   const std::vector<std::string> base = {"default_chunk_size=1024", "train.steps=5", "train.grad_clip=0"};
   const std::string host = "optimizer.params.use_hybrid_adam=false";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {

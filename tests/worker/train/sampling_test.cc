@@ -7,6 +7,9 @@
 
 #include "tests/test_util.h"
 #include "tests/worker/dist/thread_group_communicator.h"
+#include "tests/worker/tiny_gpt_job.h"
+#include "worker/ckpt/checkpoint_dir.h"
+#include "worker/model/gpt.h"
 #include "worker/model/sampler.h"
 #include "worker/train/trainer.h"
 
@@ -101,6 +104,34 @@ TEST(TrainerSample, ZeroRanksAgreeWithOneRank) {
     EXPECT_EQ(errors[size_t(r)], "");
     EXPECT_EQ(got[size_t(r)], *want) << "rank " << r;
   }
+}
+
+// A Llama model whose token table and classifier are in row parts: its
+// checkpoint holds them whole, and the sampler built from the whole tensors
+// generates what the trainer's own model does.
+TEST(TrainerSample, RowPartsSaveWholeAndSampleAsTheTrainerDoes) {
+  test::TempDir dir("sample-parts");
+  // Rows of the model's whole length: the trainer's window is the sampler's.
+  const Config c = test::TinyLlamaConfig({"train.steps=2", "train.seq_len=12", "checkpoint.dir=" + dir.path()});
+  ASSERT_LT(VocabPartRows(c.model.gpt), c.model.gpt.padded_vocab_size()) << "the tiny Llama is in row parts";
+  VectorTokenSource data = test::RandomTokens(2000, c.model.gpt.vocab_size, 4);
+  auto t = Trainer::Create(c, data);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE((*t)->Step().ok());
+  ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+  auto whole = LoadWholeParams(dir.path() + "/" + StepDirName(2), c.model.gpt);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  const std::vector<TensorSpec> visible = GptVisibleTensorSpecs(c.model.gpt);
+  ASSERT_EQ(whole->size(), visible.size());
+  EXPECT_EQ(int64_t(whole->front().size()), c.model.gpt.vocab_size * c.model.gpt.n_embd);
+  auto sampler = Sampler::Create(c.model.gpt, *whole);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().message();
+  SampleOptions o;
+  o.tokens = 10;
+  o.seed = 2;
+  auto ours = (*t)->Sample({7, 120, 64, 149}, o);
+  ASSERT_TRUE(ours.ok()) << ours.status().message();
+  EXPECT_EQ(*ours, *(*sampler)->Generate({7, 120, 64, 149}, o));
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ TEST(ZeroTraining, WorldSizesAgreeWithOneRankAndShardOptimizerState) {
 // The Llama family's decoder (grouped-query attention, RoPE, SwiGLU, an
 // untied classifier) at 2 and 3 ranks, also at the minimum device budget.
 TEST(ZeroTraining, LlamaWorldSizesTwoAndThreeAgreeWithOneRank) {
-  auto data = test::RandomTokens(4000, 40, 25);
+  auto data = test::RandomTokens(4000, 150, 25);
   const std::vector<std::string> base = {"train.batch_size=6", "train.steps=5"};
   const WorldResult one = TrainWorld(1, base, data, false, test::TinyLlamaConfig);
   for (int world : {2, 3}) {
