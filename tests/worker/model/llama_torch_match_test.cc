@@ -169,10 +169,12 @@ TEST(LlamaTorchMatch, LogitsLossGradientsAndAdamWTrajectoryForEveryQueryHeadGrou
     const std::vector<float> losses = test::TrainFromWeights(p.config, sources[i], store, c.steps);
     const double trajectory = test::ExpectTrajectoryMatchesTorch(*ref, losses, /*as_float32_is=*/true);
     const int64_t Vp = p.config.model.gpt.padded_vocab_size(), rows = VocabPartRows(p.config.model.gpt);
-    std::printf("%s NH=%lld NKV=%lld hs=%lld C=%lld F=%lld V=%lld (%lld row parts) T=%lld B=%lld %s%s: float64 worst "
+    const int64_t parts = (Vp + rows - 1) / rows;
+    const std::string tables = parts > 1 ? " in " + std::to_string(parts) + " row parts" : "";
+    std::printf("%s NH=%lld NKV=%lld hs=%lld C=%lld F=%lld V=%lld%s T=%lld B=%lld %s%s: float64 worst "
                 "relative error %.3g (logits and gradients), %.3g (%lld AdamW losses)\n",
                 c.architecture.c_str(), (long long)c.n_head, (long long)c.n_kv_head, (long long)c.head_dim,
-                (long long)c.n_embd, (long long)c.intermediate, (long long)c.vocab, (long long)((Vp + rows - 1) / rows),
+                (long long)c.n_embd, (long long)c.intermediate, (long long)c.vocab, tables.c_str(),
                 (long long)c.seq,
                 (long long)c.batch, c.tied ? "tied" : "untied", c.scaling ? ", llama3 scaling" : "", worst,
                 trajectory, (long long)c.steps);
