@@ -35,6 +35,31 @@ void EncoderForwardRows(O* out, const int32_t* tokens, const W* wte, const W* wp
   }
 }
 
+// dwte's rows [row0, row0 + rows) (dwte holds those rows) take the dout of
+// their tokens, and dwpe (unless null) every token's. Each thread owns a
+// range of channels and walks every row in order, so the sum order per
+// element is fixed and no two threads write the same element.
+void EncoderBackwardRows(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                         int64_t C, int64_t row0 = 0, int64_t rows = INT64_MAX) {
+#pragma omp parallel
+  {
+    auto [c0, c1] = ThreadColumns(C);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* d = dout + (b * T + t) * C;
+        const int64_t row = int64_t(tokens[b * T + t]) - row0;
+        if (row >= 0 && row < rows) {
+          float* e = dwte + row * C;
+          for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
+        }
+        if (dwpe == nullptr) continue;
+        float* p = dwpe + t * C;
+        for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -76,37 +101,12 @@ void EncoderPartForward(uint16_t* out, bool bf16, const int32_t* tokens, const f
 
 void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
                          int64_t B, int64_t T, int64_t C) {
-#pragma omp parallel
-  {
-    auto [c0, c1] = ThreadColumns(C);
-    for (int64_t i = 0; i < B * T; ++i) {
-      const int64_t row = int64_t(tokens[i]) - row0;
-      if (row < 0 || row >= rows) continue;
-      const float* d = dout + i * C;
-      float* e = dpart + row * C;
-      for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
-    }
-  }
+  EncoderBackwardRows(dpart, nullptr, dout, tokens, B, T, C, row0, rows);
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                      int64_t B, int64_t T, int64_t C) {
-  // Each thread owns a range of channels and walks every row in order, so the
-  // sum order per element is fixed and no two threads write the same element.
-#pragma omp parallel
-  {
-    auto [c0, c1] = ThreadColumns(C);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) {
-        const float* d = dout + (b * T + t) * C;
-        float* e = dwte + int64_t(tokens[b * T + t]) * C;
-        for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
-        if (dwpe == nullptr) continue;
-        float* p = dwpe + t * C;
-        for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
-      }
-    }
-  }
+  EncoderBackwardRows(dwte, dwpe, dout, tokens, B, T, C);
 }
 
 }  // namespace pstar::kernels::cpu

@@ -193,7 +193,9 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
   // The vocabulary tables' moments: one for a whole table (GPT-2's with its
   // position table), one per row part otherwise.
   const bool parted = !ops.front().front().part_of.empty();
-  const std::vector<TensorId> cls = g.tied_embeddings ? std::vector<TensorId>{embed.front()} : ids.back();
+  const std::vector<TensorId> cls = !g.tied_embeddings ? ids.back()
+                                    : parted          ? embed
+                                                      : std::vector<TensorId>{embed.front()};
   auto moments = [&](const std::vector<TensorId>& whole) {
     std::vector<std::vector<TensorId>> m;
     if (!parted) return std::vector<std::vector<TensorId>>{whole};
@@ -201,7 +203,7 @@ std::vector<AccessMoment> GptAccessSequence(const GptConfig& g, const ParamLayou
     return m;
   };
   const std::vector<std::vector<TensorId>> embed_moments = moments(embed);
-  const std::vector<std::vector<TensorId>> cls_moments = moments(g.tied_embeddings && parted ? embed : cls);
+  const std::vector<std::vector<TensorId>> cls_moments = moments(cls);
   const int64_t R = ClassifierRows(g, tokens);
   const int64_t blocks = parted ? (tokens + R - 1) / R : 1;
   auto block_forward = [&](std::vector<AccessMoment>& seq, int64_t l) {
@@ -273,7 +275,8 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
   }
   if (kernels == nullptr) kernels = MakeCpuModelKernels();
   const bool llama_ops = config.norm == NormKind::kRmsNorm || config.positions == PositionKind::kRotary ||
-                         config.mlp == MlpKind::kSwiGlu || config.kv_heads() != config.n_head;
+                         config.mlp == MlpKind::kSwiGlu || config.kv_heads() != config.n_head ||
+                         VocabPartRows(config) < config.padded_vocab_size();
   if (llama_ops && !kernels->HasLlamaOps()) {
     return Status::FailedPrecondition(std::string("the ") + ArchitectureName(config.architecture) +
                                       " architecture runs on runtime.device cpu only in this version (its " +
@@ -321,9 +324,6 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
   gpt.cls_parts_ = gpt.embed_parts_;
   if (!config.tied_embeddings) {
     PSTAR_ASSIGN_OR_RETURN(gpt.cls_parts_, row_parts(ops[next++]));
-  }
-  if (gpt.embed_parts_.size() > 1 && !gpt.kernels_->HasLlamaOps()) {
-    return Status::FailedPrecondition("a vocabulary in row parts runs on runtime.device cpu only in this version");
   }
   PSTAR_RETURN_IF_ERROR(gpt.Carve(arena));
   gpt.kernels_->SetScratch(gpt.acts_.scratch, KernelScratchBytes(gpt.compute_, config, batch, seq));
