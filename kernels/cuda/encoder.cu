@@ -43,28 +43,38 @@ bool PackAligned(const T* p) {
 }
 
 // Each thread computes kPer consecutive elements of the flattened (B*T, C)
-// output. `vec`: C is a multiple of kPer and every pointer is pack-aligned,
-// so a thread's elements are one aligned pack of a single row.
+// output, for the tokens in table rows [row0, row0 + rows) (row r of the
+// table at wte + (r - row0) * C); the others' rows are left as they are.
+// wpe null: no position term. `vec`: C is a multiple of kPer and every
+// pointer is pack-aligned, so a thread's elements are one aligned pack of a
+// single row.
 template <typename T>
 __global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t n,
-                                     int64_t Tlen, int64_t C, bool vec) {
+                                     int64_t Tlen, int64_t C, int64_t row0, int64_t rows, bool vec) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
   if (i0 >= n) return;
   if (vec) {  // then n is a multiple of kPer too
     const int64_t bt = i0 / C, c = i0 % C;
-    const int64_t t = bt % Tlen;
-    const Pack<T> e = *reinterpret_cast<const Pack<T>*>(wte + int64_t(tokens[bt]) * C + c);
-    const Pack<T> p = *reinterpret_cast<const Pack<T>*>(wpe + t * C + c);
+    const int64_t row = int64_t(tokens[bt]) - row0;
+    if (row < 0 || row >= rows) return;
+    const Pack<T> e = *reinterpret_cast<const Pack<T>*>(wte + row * C + c);
     Pack<T> o;
+    if (wpe != nullptr) {
+      const Pack<T> p = *reinterpret_cast<const Pack<T>*>(wpe + (bt % Tlen) * C + c);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) o.v[k] = FromFloat<T>(ToFloat(e.v[k]) + ToFloat(p.v[k]));
+      for (int k = 0; k < kPer; ++k) o.v[k] = FromFloat<T>(ToFloat(e.v[k]) + ToFloat(p.v[k]));
+    } else {
+      o = e;
+    }
     *reinterpret_cast<Pack<T>*>(out + i0) = o;
   } else {
     const int64_t end = n - i0 < kPer ? n : i0 + kPer;
     for (int64_t i = i0; i < end; ++i) {
       const int64_t bt = i / C, c = i % C;
-      const int64_t t = bt % Tlen;
-      out[i] = FromFloat<T>(ToFloat(wte[int64_t(tokens[bt]) * C + c]) + ToFloat(wpe[t * C + c]));
+      const int64_t row = int64_t(tokens[bt]) - row0;
+      if (row < 0 || row >= rows) continue;
+      const float p = wpe != nullptr ? ToFloat(wpe[(bt % Tlen) * C + c]) : 0.0f;
+      out[i] = wpe != nullptr ? FromFloat<T>(ToFloat(wte[row * C + c]) + p) : wte[row * C + c];
     }
   }
 }
@@ -134,8 +144,10 @@ __global__ void BitonicTileKernel(uint64_t* keys, int64_t tile, int64_t k_first,
   keys[base + t + tile / 2] = s[t + tile / 2];
 }
 
-// Block (s, chunk): when sorted key s is the first of its token's run, adds
-// the run's dout rows, in position order, into that token's dwte row, for
+// Block (s, chunk): when sorted key s is the first of its token's run and
+// the token is in table rows [row0, row0 + rows), adds the run's dout rows,
+// in position order, into that token's row of dwte (row r at
+// dwte + (r - row0) * C), for
 // the chunk's channels. Other blocks return at once. The run is read
 // kRunStep rows at a time, so that many loads are in flight; the rows of a
 // step that belong to the run are a prefix of it (the keys are sorted) and
@@ -143,13 +155,16 @@ __global__ void BitonicTileKernel(uint64_t* keys, int64_t tile, int64_t k_first,
 constexpr int kRunStep = 4;
 
 template <typename T>
-__global__ void TokenGradKernel(T* dwte, const uint64_t* keys, const T* dout, int64_t n, int64_t C) {
+__global__ void TokenGradKernel(T* dwte, const uint64_t* keys, const T* dout, int64_t n, int64_t C, int64_t row0,
+                                int64_t rows) {
   const int64_t s = blockIdx.x;
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const uint32_t token = uint32_t(keys[s] >> 32);
   if (s > 0 && uint32_t(keys[s - 1] >> 32) == token) return;
-  T* row = dwte + int64_t(token) * C;
+  const int64_t table_row = int64_t(token) - row0;
+  if (table_row < 0 || table_row >= rows) return;
+  T* row = dwte + table_row * C;
   float acc = ToFloat(row[c]);
   for (int64_t r = s;; r += kRunStep) {
     float d[kRunStep];
@@ -178,33 +193,24 @@ int64_t SortSize(int64_t n) {
 
 }  // namespace
 
+namespace {
+
 template <typename T>
-void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen, int64_t C,
-                    cudaStream_t stream) {
+void EncoderRows(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t row0, int64_t rows, int64_t B,
+                 int64_t Tlen, int64_t C, cudaStream_t stream, const char* what) {
   const int64_t n = B * Tlen * C;
   if (n <= 0) return;
-  const bool vec = C % kPer == 0 && PackAligned(out) && PackAligned(wte) && PackAligned(wpe);
-  EncoderForwardKernel<<<BlocksFor((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe,
-                                                                                           n, Tlen, C, vec);
-  CheckLaunch("EncoderForward");
+  const bool vec = C % kPer == 0 && PackAligned(out) && PackAligned(wte) && (wpe == nullptr || PackAligned(wpe));
+  EncoderForwardKernel<<<BlocksFor((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream>>>(
+      out, tokens, wte, wpe, n, Tlen, C, row0, rows, vec);
+  CheckLaunch(what);
 }
 
-int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen) {
-  const int64_t n = B * Tlen;
-  if (n <= 0) return 0;
-  return 2 * SortSize(n) + 2;  // P uint64 keys, plus room to align them to 8 bytes
-}
-
+// The keys sorted by (token, position), then each run of a token in
+// [row0, row0 + rows) added into its row.
 template <typename T>
-void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t B,
-                     int64_t Tlen, int64_t C, cudaStream_t stream) {
-  const int64_t n = B * Tlen;
-  if (n <= 0 || C <= 0) return;
-
-  PositionGradKernel<<<BlocksFor(Tlen * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, Tlen, C);
-  CheckLaunch("EncoderBackward (dwpe)");
-
-  // Sort the (token, position) keys.
+void TokenGrad(T* dwte, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+               int64_t n, int64_t C, cudaStream_t stream) {
   uint64_t* keys = reinterpret_cast<uint64_t*>(scratch + (reinterpret_cast<uintptr_t>(scratch) % 8 == 0 ? 0 : 1));
   const int64_t P = SortSize(n);
   const int64_t tile = P < kSortTile ? P : kSortTile;
@@ -222,17 +228,63 @@ void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const in
     BitonicTileKernel<<<tiles, tile_threads, 0, stream>>>(keys, tile, k, k);
     CheckLaunch("EncoderBackward (sort tiles)");
   }
-
   const dim3 grid(static_cast<unsigned>(n), BlocksFor(C, kThreads));
-  TokenGradKernel<<<grid, kThreads, 0, stream>>>(dwte, keys, dout, n, C);
+  TokenGradKernel<<<grid, kThreads, 0, stream>>>(dwte, keys, dout, n, C, row0, rows);
   CheckLaunch("EncoderBackward (dwte)");
+}
+
+constexpr int64_t kWholeTable = INT64_MAX;
+
+}  // namespace
+
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen, int64_t C,
+                    cudaStream_t stream) {
+  EncoderRows(out, tokens, wte, wpe, 0, kWholeTable, B, Tlen, C, stream, "EncoderForward");
+}
+
+template <typename T>
+void EncoderPartForward(T* out, const int32_t* tokens, const T* part, int64_t row0, int64_t rows, int64_t B,
+                        int64_t Tlen, int64_t C, cudaStream_t stream) {
+  EncoderRows(out, tokens, part, static_cast<const T*>(nullptr), row0, rows, B, Tlen, C, stream,
+              "EncoderPartForward");
+}
+
+int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen) {
+  const int64_t n = B * Tlen;
+  if (n <= 0) return 0;
+  return 2 * SortSize(n) + 2;  // P uint64 keys, plus room to align them to 8 bytes
+}
+
+template <typename T>
+void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t B,
+                     int64_t Tlen, int64_t C, cudaStream_t stream) {
+  const int64_t n = B * Tlen;
+  if (n <= 0 || C <= 0) return;
+  if (dwpe != nullptr) {
+    PositionGradKernel<<<BlocksFor(Tlen * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, Tlen, C);
+    CheckLaunch("EncoderBackward (dwpe)");
+  }
+  TokenGrad(dwte, scratch, dout, tokens, 0, kWholeTable, n, C, stream);
+}
+
+template <typename T>
+void EncoderPartBackward(T* dpart, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                         int64_t B, int64_t Tlen, int64_t C, cudaStream_t stream) {
+  const int64_t n = B * Tlen;
+  if (n <= 0 || C <= 0 || rows <= 0) return;
+  TokenGrad(dpart, scratch, dout, tokens, row0, rows, n, C, stream);
 }
 
 #define PSTAR_ENCODER(T)                                                                                      \
   template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, int64_t,          \
                                   cudaStream_t);                                                              \
   template void EncoderBackward<T>(T*, T*, int32_t*, const T*, const int32_t*, int64_t, int64_t, int64_t,     \
-                                   cudaStream_t);
+                                   cudaStream_t);                                                              \
+  template void EncoderPartForward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t,       \
+                                      int64_t, cudaStream_t);                                                  \
+  template void EncoderPartBackward<T>(T*, int32_t*, const T*, const int32_t*, int64_t, int64_t, int64_t,     \
+                                       int64_t, int64_t, cudaStream_t);
 PSTAR_ENCODER(float)
 PSTAR_ENCODER(bf16)
 PSTAR_ENCODER(fp16)

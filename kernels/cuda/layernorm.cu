@@ -11,21 +11,11 @@
 namespace pstar::kernels::cuda {
 namespace {
 
+#include "kernels/cuda/norm_columns.cuh"
+
 constexpr unsigned kThreads = 256;
 constexpr unsigned kRowsPerBlock = kThreads / kWarpSize;  // one warp per row
 constexpr float kEps = cpu::kLayerNormEps;
-
-// Column sums for dweight and dbias: rows are cut into at most kMaxGroups
-// groups of at least kMinGroupRows rows each.
-constexpr int64_t kMinGroupRows = 32;
-constexpr int64_t kMaxGroups = 256;
-
-int64_t GroupRows(int64_t N) {
-  const int64_t spread = (N + kMaxGroups - 1) / kMaxGroups;
-  return spread > kMinGroupRows ? spread : kMinGroupRows;
-}
-
-int64_t Groups(int64_t N) { return (N + GroupRows(N) - 1) / GroupRows(N); }
 
 unsigned RowBlocks(int64_t N) { return BlocksFor(N, kRowsPerBlock); }
 
@@ -193,44 +183,6 @@ __global__ void __launch_bounds__(kThreads)
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Block (g, chunk), thread c of the chunk: the sums over rows of group g, in
-// row order, of dout[n, c] (into partials[g * C + c]) and of
-// dout[n, c] * xhat[n, c] (into partials[(G + g) * C + c]).
-template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
-    LayerNormColumnPartialsKernel(float* partials, const T* dout, const I* inp, const float* mean, const float* rstd,
-                                  int64_t N, int64_t C, int64_t group_rows) {
-  const int64_t g = blockIdx.x;
-  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int64_t first = g * group_rows;
-  const int64_t last = first + group_rows < N ? first + group_rows : N;
-  float db = 0.0f, dw = 0.0f;
-  // Unrolled so that a thread has several rows' loads in flight; the adds stay in row order.
-#pragma unroll 4
-  for (int64_t n = first; n < last; ++n) {
-    const float dy = ToFloat(dout[n * C + c]);
-    db += dy;
-    dw += dy * ((ToFloat(inp[n * C + c]) - mean[n]) * rstd[n]);
-  }
-  partials[g * C + c] = db;
-  partials[(gridDim.x + g) * C + c] = dw;
-}
-
-// dbias[c] += the groups' partials, in group order; dweight likewise.
-template <typename T>
-__global__ void LayerNormColumnTotalsKernel(T* dweight, T* dbias, const float* partials, int64_t groups, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float db = 0.0f, dw = 0.0f;
-  for (int64_t g = 0; g < groups; ++g) {
-    db += partials[g * C + c];
-    dw += partials[(groups + g) * C + c];
-  }
-  dbias[c] = FromFloat<T>(ToFloat(dbias[c]) + db);
-  dweight[c] = FromFloat<T>(ToFloat(dweight[c]) + dw);
-}
-
 }  // namespace
 
 template <typename T>
@@ -252,7 +204,7 @@ void ResidualLayerNormForward(T* res, T* out, float* mean, float* rstd, const T*
 
 int64_t LayerNormBackwardScratchElements(int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return 0;
-  return 2 * Groups(N) * C;
+  return 2 * NormGroups(N) * C;
 }
 
 bool LayerNormBackwardTakesVectors(const void* dinp, const void* dinp_copy, const void* dout, const void* inp,
@@ -275,11 +227,12 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, float* scratch, const D* d
   }
   CheckLaunch("LayerNormBackward (dinp)");
 
-  const int64_t groups = Groups(N);
+  const int64_t groups = NormGroups(N);
   const dim3 grid(static_cast<unsigned>(groups), BlocksFor(C, kThreads));
-  LayerNormColumnPartialsKernel<<<grid, kThreads, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C, GroupRows(N));
+  NormColumnPartialsKernel<true><<<grid, kThreads, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C,
+                                                                NormGroupRows(N));
   CheckLaunch("LayerNormBackward (column partials)");
-  LayerNormColumnTotalsKernel<<<BlocksFor(C, kThreads), kThreads, 0, stream>>>(dweight, dbias, scratch, groups, C);
+  NormColumnTotalsKernel<true><<<BlocksFor(C, kThreads), kThreads, 0, stream>>>(dweight, dbias, scratch, groups, C);
   CheckLaunch("LayerNormBackward (column totals)");
 }
 

@@ -384,6 +384,12 @@ void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, i
 }
 
 template <typename T, typename TO>
+void GemmTo(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+            int64_t lda, const T* B, int64_t ldb, float beta, TO* C, int64_t ldc, cudaStream_t stream) {
+  GemmAnyOutput<T, TO>(blas, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
+}
+
+template <typename T, typename TO>
 void MatmulBackwardInput(BlasContext& blas, TO* dinp, const T* dout, const T* weight, int64_t N, int64_t C,
                          int64_t OC, cudaStream_t stream) {
   GemmAnyOutput<T, TO>(blas, false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
@@ -524,6 +530,16 @@ template bool MatmulBackwardInputGelu<bf16>(BlasContext&, bf16*, const bf16*, co
                                             int64_t, int64_t, cudaStream_t);
 template bool MatmulBackwardInputGelu<fp16>(BlasContext&, fp16*, const fp16*, const fp16*, const fp16*, int64_t,
                                             int64_t, int64_t, cudaStream_t);
+
+#define PSTAR_GEMM_TO(T, TO)                                                                                 \
+  template void GemmTo<T, TO>(BlasContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t,        \
+                              const T*, int64_t, float, TO*, int64_t, cudaStream_t);
+PSTAR_GEMM_TO(float, float)
+PSTAR_GEMM_TO(bf16, bf16)
+PSTAR_GEMM_TO(fp16, fp16)
+PSTAR_GEMM_TO(bf16, float)
+PSTAR_GEMM_TO(fp16, float)
+#undef PSTAR_GEMM_TO
 
 template void MatmulForwardMixed<bf16>(BlasContext&, float*, const bf16*, const bf16*, const float*, int64_t,
                                        int64_t, int64_t, cudaStream_t);

@@ -63,6 +63,12 @@ void Gemm(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, i
           const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
           cudaStream_t stream);
 
+// Gemm with C of a type of its own: TO = T, or fp32 from 16-bit operands
+// (fp32 accumulation and output; the row parts' classifier gradients).
+template <typename T, typename TO>
+void GemmTo(BlasContext& blas, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+            int64_t lda, const T* B, int64_t ldb, float beta, TO* C, int64_t ldc, cudaStream_t stream);
+
 // Gemm on `batch` independent matrices at fixed strides (in elements): the
 // i-th product reads A + i*stride_a and B + i*stride_b and updates
 // C + i*stride_c. The per-head GEMMs of attention.

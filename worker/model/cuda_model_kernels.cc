@@ -22,6 +22,9 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/tuning.h"
 #include "kernels/half.h"
 #include "worker/model/model_kernels.h"
@@ -159,7 +162,7 @@ class CudaModelKernels final : public ModelKernels {
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::EncoderForward(As<H>(out), tokens, Half<H>(wte), Half<H>(wpe), B, T, C, stream_);
+      kc::EncoderForward(As<H>(out), tokens, Half<H>(wte), wpe.empty() ? nullptr : Half<H>(wpe), B, T, C, stream_);
     });
   }
   void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -168,6 +171,157 @@ class CudaModelKernels final : public ModelKernels {
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
     kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
   }
+  // The Llama family's ops. In a 16-bit run the residual stream, the
+  // norm's output and its weight are 16-bit, as LayerNorm's are.
+  void RmsNormForward(ActTensor out, float* rstd, ActTensor inp, Param weight, float eps, int64_t N,
+                      int64_t C) override {
+    OpScope op(timer(), ProfileOp::kRmsNormForward);
+    if (precision_ == Precision::kFp32) {
+      return kc::RmsNormForward(As<float>(out), rstd, As<float>(inp), weight.f32, eps, N, C, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::RmsNormForward(As<H>(out), rstd, As<H>(inp), Half<H>(weight), eps, N, C, stream_);
+    });
+  }
+  void ResidualRmsNormForward(ActTensor res, ActTensor out, float* rstd, ActTensor a, const float* b, Param weight,
+                              float eps, int64_t N, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kRmsNormForward);
+    if (precision_ == Precision::kFp32) {
+      return kc::ResidualRmsNormForward(As<float>(res), As<float>(out), rstd, As<float>(a), b, weight.f32, eps, N, C,
+                                        stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::ResidualRmsNormForward(As<H>(res), As<H>(out), rstd, As<H>(a), b, Half<H>(weight), eps, N, C, stream_);
+    });
+  }
+  // As LayerNormBackward: the weight widened after the partial sums, the
+  // 16-bit input and dout read as they are, dinp's 16-bit copy in the same pass.
+  void RmsNormBackward(float* dinp, ActTensor dinp_copy, float* dweight, ActTensor dout, ActTensor inp, Param weight,
+                       const float* rstd, int64_t N, int64_t C) override {
+    int64_t offset = Aligned(kc::RmsNormBackwardScratchElements(N, C) * int64_t(sizeof(float)));
+    Need(offset, "RmsNormBackward");
+    const float* w = Wide(weight, C, offset, "RmsNormBackward");
+    OpScope op(timer(), ProfileOp::kRmsNormBackward);
+    const auto kernel = kc::LayerNormKernel(tuning_.layernorm_backward_kernel);
+    if (precision_ == Precision::kFp32) {
+      if (dinp_copy.f32 != nullptr || dinp_copy.h16 != nullptr) Internal("an fp32 run's RMSNorm gradient copy");
+      return kc::RmsNormBackward<float, float>(dinp, dweight, Shared<float>(), As<float>(dout), As<float>(inp), w,
+                                               rstd, N, C, stream_, nullptr, kernel);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      H* copy = dinp_copy.h16 != nullptr ? As<H>(dinp_copy) : nullptr;
+      kc::RmsNormBackward<H, H>(dinp, dweight, Shared<float>(), As<H>(dout), As<H>(inp), w, rstd, N, C, stream_, copy,
+                                kernel);
+    });
+  }
+  void RopeForward(ActTensor qkv, const kernels::AttentionShape& shape, const RopeTable& rope) override {
+    OpScope op(timer(), ProfileOp::kRopeForward);
+    const int64_t rows = shape.B * shape.T, heads = shape.NH + shape.NKV;
+    if (precision_ == Precision::kFp32) {
+      return kc::RopeForward(As<float>(qkv), shape.RowElements(), rope.cos, rope.sin, rope.positions, rows, heads,
+                             shape.hs, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::RopeForward(As<H>(qkv), shape.RowElements(), rope.cos, rope.sin, rope.positions, rows, heads, shape.hs,
+                      stream_);
+    });
+  }
+  void SwiGluForward(ActTensor out, ActTensor gu, int64_t N, int64_t F) override {
+    OpScope op(timer(), ProfileOp::kSwiGluForward);
+    if (precision_ == Precision::kFp32) return kc::SwiGluForward(As<float>(out), As<float>(gu), N, F, stream_);
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::SwiGluForward(As<H>(out), As<H>(gu), N, F, stream_);
+    });
+  }
+  void SwiGluBackward(ActTensor dgu, ActTensor gu, ActTensor dout, int64_t N, int64_t F) override {
+    OpScope op(timer(), ProfileOp::kSwiGluBackward);
+    if (precision_ == Precision::kFp32) {
+      return kc::SwiGluBackward(As<float>(dgu), As<float>(gu), As<float>(dout), N, F, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::SwiGluBackward(As<H>(dgu), As<H>(gu), As<H>(dout), N, F, stream_);
+    });
+  }
+  void EncoderPartForward(ActTensor out, const int32_t* tokens, Param part, int64_t row0, int64_t rows, int64_t B,
+                          int64_t T, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kEncoderForward);
+    if (precision_ == Precision::kFp32) {
+      return kc::EncoderPartForward(As<float>(out), tokens, part.f32, row0, rows, B, T, C, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::EncoderPartForward(As<H>(out), tokens, Half<H>(part), row0, rows, B, T, C, stream_);
+    });
+  }
+  void EncoderPartBackward(float* dpart, const float* dout, const int32_t* tokens, int64_t row0, int64_t rows,
+                           int64_t B, int64_t T, int64_t C) override {
+    OpScope op(timer(), ProfileOp::kEncoderBackward);
+    Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderPartBackward");
+    kc::EncoderPartBackward(dpart, Shared<int32_t>(), dout, tokens, row0, rows, B, T, C, stream_);
+  }
+  // The part's GEMM writes its columns of the logits, rows Vp apart, in the
+  // run's format (one rounding of the fp32 accumulator, as MatmulForward's).
+  void ClassifierPartForward(ActTensor logits, ActTensor inp, Param part, int64_t N, int64_t C, int64_t row0,
+                             int64_t rows, int64_t Vp) override {
+    OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kForward));
+    if (precision_ == Precision::kFp32) {
+      return kc::GemmTo<float, float>(blas_, false, true, N, rows, C, 1.0f, As<float>(inp), C, part.f32, C, 0.0f,
+                                      As<float>(logits) + row0, Vp, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::GemmTo<H, H>(blas_, false, true, N, rows, C, 1.0f, As<H>(inp), C, Half<H>(part), C, 0.0f,
+                       As<H>(logits) + row0, Vp, stream_);
+    });
+  }
+  // The part's columns of dlogits (rows Vp apart) as the GEMMs' operand;
+  // dinp and dpart fp32.
+  void ClassifierPartBackward(float* dinp, bool accumulate, float* dpart, ActTensor dlogits, ActTensor inp,
+                              Param part, int64_t N, int64_t C, int64_t row0, int64_t rows, int64_t Vp) override {
+    auto gemms = [&](auto tag) {
+      using H = decltype(tag);
+      const H* d = As<H>(dlogits) + row0;
+      if (dinp != nullptr) {
+        OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kInputGrad));
+        const H* w = nullptr;
+        if constexpr (std::is_same_v<H, float>) {
+          w = part.f32;
+        } else {
+          w = Half<H>(part);
+        }
+        kc::GemmTo<H, float>(blas_, false, false, N, C, rows, 1.0f, d, Vp, w, C, accumulate ? 1.0f : 0.0f, dinp, C,
+                             stream_);
+      }
+      if (dpart != nullptr) {
+        OpScope op(timer(), GemmOp(LinearRole::kClassifier, GemmPass::kWeightGrad));
+        kc::GemmTo<H, float>(blas_, true, false, rows, C, N, 1.0f, d, Vp, As<H>(inp), C, 1.0f, dpart, C, stream_);
+      }
+    };
+    if (precision_ == Precision::kFp32) return gemms(float{});
+    InSixteenBits(gemms);
+  }
+  void Narrow(ActTensor out, const float* x, int64_t n) override {
+    if (precision_ == Precision::kFp32) {
+      if (As<float>(out) != x) {
+        CheckCuda(cudaMemcpyAsync(out.f32, x, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
+      }
+      return;
+    }
+    OpScope op(timer(), ProfileOp::kCast);
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::Convert<H, float>(As<H>(out), x, n, stream_);
+    });
+  }
+  bool HasLlamaOps() const override { return true; }
+  bool HasGroupedQueryAttention() const override { return false; }
+
   // In a 16-bit run the residual stream, the LayerNorm's output and its
   // weight and bias are all 16-bit: the kernels' all-16-bit forms.
   void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
@@ -260,7 +414,7 @@ class CudaModelKernels final : public ModelKernels {
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
   // reads the 16-bit qkv and output beside fp32 gradients.
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, const kernels::AttentionShape& shape) override {
-    const auto [B, T, C, NH] = MultiHead(shape, nullptr);
+    const auto [B, T, C, NH] = MultiHead(shape);
     OpScope op(timer(), ProfileOp::kAttentionForward);
     if (precision_ == Precision::kFp32) {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
@@ -278,29 +432,22 @@ class CudaModelKernels final : public ModelKernels {
       kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_, kernel);
     });
   }
+  // With RoPE, dq and dk are rotated back in place after the kernel (in a
+  // 16-bit run a second rounding, which the CPU backend does not take).
   void AttentionBackward(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
                          const kernels::AttentionShape& shape, const RopeTable* rope) override {
-    const auto [B, T, C, NH] = MultiHead(shape, rope);
-    OpScope op(timer(), ProfileOp::kAttentionBackward);
-    const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
-                                                       : kc::AttentionBackwardKernel(tuning_.attention_backward);
-    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
-      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, B, T, C, NH,
-                           stream_, shared_, size_t(shared_bytes_))) {
-        return;
-      }
-      CudnnFallback(cudnn_backward_fell_back_, "backward");
-    }
-    Need(kc::AttentionScratchElements(B, T, C, NH, kernel) * int64_t(sizeof(float)), "AttentionBackward");
-    float* s = Shared<float>();
+    AttentionBackwardKernels(dqkv, dout, qkv, out, lse, shape);
+    if (rope == nullptr) return;
+    OpScope op(timer(), ProfileOp::kRopeBackward);
+    const int64_t rows = shape.B * shape.T, heads = shape.NH + shape.NKV;
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, B, T, C,
-                                   NH, stream_);
+      return kc::RopeBackward(As<float>(dqkv), shape.RowElements(), rope->cos, rope->sin, rope->positions, rows,
+                              heads, shape.hs, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
-                                  kernel);
+      kc::RopeBackward(As<H>(dqkv), shape.RowElements(), rope->cos, rope->sin, rope->positions, rows, heads,
+                       shape.hs, stream_);
     });
   }
   // With the tuning's gelu_backward_epilogue in a 16-bit run, GELU's
@@ -383,6 +530,32 @@ class CudaModelKernels final : public ModelKernels {
                  cudnn_->last_error().c_str());
   }
 
+  // The attention backward's kernels: cuDNN's where the tuning picks it, else ours.
+  void AttentionBackwardKernels(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
+                                const kernels::AttentionShape& shape) {
+    const auto [B, T, C, NH] = MultiHead(shape);
+    OpScope op(timer(), ProfileOp::kAttentionBackward);
+    const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
+                                                       : kc::AttentionBackwardKernel(tuning_.attention_backward);
+    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
+      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, B, T, C, NH,
+                           stream_, shared_, size_t(shared_bytes_))) {
+        return;
+      }
+      CudnnFallback(cudnn_backward_fell_back_, "backward");
+    }
+    Need(kc::AttentionScratchElements(B, T, C, NH, kernel) * int64_t(sizeof(float)), "AttentionBackward");
+    float* s = Shared<float>();
+    if (precision_ == Precision::kFp32) {
+      return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, B, T, C,
+                                   NH, stream_);
+    }
+    InSixteenBits([&](auto tag) {
+      using H = decltype(tag);
+      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
+                                  kernel);
+    });
+  }
   // f(H{}) with H the run's 16-bit type (bf16 or fp16); a 16-bit run only.
   template <typename F>
   void InSixteenBits(F&& f) const {
@@ -505,10 +678,10 @@ class CudaModelKernels final : public ModelKernels {
   struct MultiHeadShape {
     int64_t B, T, C, NH;
   };
-  // The CUDA attention kernels take multi-head attention without RoPE so
-  // far; the model refuses other shapes on this device (Gpt::Create).
-  static MultiHeadShape MultiHead(const kernels::AttentionShape& s, const RopeTable* rope) {
-    if (s.NKV != s.NH || rope != nullptr) Internal("grouped-query or rotary attention on the CUDA kernels");
+  // The CUDA attention kernels take multi-head attention only so far; the
+  // model refuses grouped-query shapes on this device (Gpt::Create).
+  static MultiHeadShape MultiHead(const kernels::AttentionShape& s) {
+    if (s.NKV != s.NH) Internal("grouped-query attention on the CUDA kernels");
     return {s.B, s.T, s.NH * s.hs, s.NH};
   }
   [[noreturn]] static void Internal(const char* what) {

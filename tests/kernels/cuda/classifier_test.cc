@@ -33,7 +33,8 @@ struct ClassifierShape {
   int64_t N, V;
 };
 // Rows shorter than a warp, odd lengths, one class, and GPT-2's vocabulary.
-constexpr ClassifierShape kShapes[] = {{7, 13}, {1, 1}, {5, 33}, {3, 1000}, {4, 50257}};
+// GPT-2's vocabulary, Llama 3's (128,256) and Qwen2.5's (151,936).
+constexpr ClassifierShape kShapes[] = {{7, 13}, {1, 1}, {5, 33}, {3, 1000}, {4, 50257}, {3, 128256}, {2, 151936}};
 
 std::vector<int32_t> RandomTargets(int64_t N, int64_t V, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, int32_t(V - 1));
