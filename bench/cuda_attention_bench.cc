@@ -125,6 +125,7 @@ __half Narrow<__half>(float x) {
 template <typename T>
 int Run(const Options& o) {
   const int64_t C = o.NH * o.hs;
+  const pstar::kernels::AttentionShape shape = {o.B, o.T, o.NH, o.NH, o.hs};
   const size_t n_qkv = size_t(o.B * o.T * 3 * C), n_out = size_t(o.B * o.T * C), n_lse = size_t(o.B * o.NH * o.T);
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
@@ -132,7 +133,7 @@ int Run(const Options& o) {
   for (T& x : host) x = Narrow<T>(normal(rng));
   Device<T> qkv(n_qkv), out(n_out), dout(n_out), dqkv(n_qkv);
   Device<float> lse(n_lse),
-      scratch(size_t(kc::AttentionScratchElements(o.B, o.T, C, o.NH, kc::AttentionBackwardKernel::kMmaOnePass)));
+      scratch(size_t(kc::AttentionScratchElements(shape, kc::AttentionBackwardKernel::kMmaOnePass)));
   Check(cudaMemcpy(qkv.p, host.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice), "upload");
   host.resize(n_out);
   for (T& x : host) x = Narrow<T>(normal(rng));
@@ -204,7 +205,7 @@ int Run(const Options& o) {
         }
         return;
       }
-      kc::AttentionForward(out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, family.forward);
+      kc::AttentionForward(out.p, lse.p, qkv.p, shape, nullptr, family.forward);
     };
     auto backward = [&] {
       if (family.cudnn) {
@@ -215,8 +216,7 @@ int Run(const Options& o) {
         }
         return;
       }
-      kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr,
-                                  family.backward);
+      kc::AttentionBackward<T, T>(dqkv.p, scratch.p, dout.p, qkv.p, out.p, lse.p, shape, nullptr, family.backward);
     };
     const double fwd_ms = MedianMs(o.reps, forward);
     const std::vector<T> a = out.Download();

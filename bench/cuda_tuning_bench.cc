@@ -269,9 +269,9 @@ int main(int argc, char** argv) {
           FillRandom(dout.back()->p, n, rng);
           dqkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
           scratch.push_back(std::make_unique<Device<float>>(
-              size_t(kc::AttentionScratchElements(c.B, c.T, c.NH * c.hs, c.NH,
+              size_t(kc::AttentionScratchElements({c.B, c.T, c.NH, c.NH, c.hs},
                                                   kc::AttentionBackwardKernel::kMmaOnePass))));
-          kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr);
+          kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, {c.B, c.T, c.NH, c.NH, c.hs}, nullptr);
         }
       }
       // cuDNN's graph (attention_forward 4, attention_backward 6) with the
@@ -321,12 +321,12 @@ int main(int argc, char** argv) {
                     std::exit(1);
                   }
                 } else if (forward) {
-                  kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
+                  kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, {c.B, c.T, c.NH, c.NH, c.hs}, nullptr,
                                        kc::AttentionForwardKernel(v));
                 } else {
                   kc::AttentionBackward<__nv_bfloat16, __nv_bfloat16>(
-                      dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.B, c.T,
-                      c.NH * c.hs, c.NH, nullptr, kc::AttentionBackwardKernel(v));
+                      dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p,
+                      {c.B, c.T, c.NH, c.NH, c.hs}, nullptr, kc::AttentionBackwardKernel(v));
                 }
               }
             });

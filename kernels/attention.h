@@ -22,6 +22,17 @@ struct AttentionShape {
   int64_t RowElements() const { return (NH + 2 * NKV) * hs; }  // one position's q|k|v
 };
 
+// The rows of an AttentionShape as the CUDA kernels (and their host
+// emulations) index them: elements of a q|k|v row and of an out row, the
+// query heads and the key/value heads. Query head h of a (batch, position)
+// sits at column h * hs of its q|k|v row, key head g at (NH + g) * hs, value
+// head g at (NH + NKV + g) * hs, and reads key/value head h / (NH / NKV).
+struct QkvRows {
+  int64_t qkv = 0, out = 0;
+  int NH = 0, NKV = 0;
+};
+inline QkvRows RowsOf(const AttentionShape& s) { return {s.RowElements(), s.NH * s.hs, int(s.NH), int(s.NKV)}; }
+
 // The one blocking of both backends (the CUDA kernels tile by it too).
 inline constexpr int64_t kAttentionBlock = 64;
 // The largest head size (C / NH) the CUDA kernels take: each lane of a warp

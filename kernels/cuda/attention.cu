@@ -49,18 +49,22 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
 // key blocks up to the diagonal, two keys per lane.
 template <typename T>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    FlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+    FlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, QkvRows L, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
   float* qs = smem;
   float* ks = qs + kBlock * ld;
   float* vs = ks + kBlock * ld;
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t i = nb - 1 - int64_t(blockIdx.y);
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int64_t r0 = i * kBlock, C3 = L.qkv;
   const int rows = int(min(int64_t(kBlock), Tlen - r0));
   const T* q = qkv + b * Tlen * C3 + h * hs;
+  const T* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const T* values = keys + int64_t(L.NKV) * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTile(qs, q + r0 * C3, C3, rows, hs);
 
@@ -76,8 +80,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     const int64_t c0 = j * kBlock;
     const int cols = int(min(int64_t(kBlock), Tlen - c0));
     __syncthreads();  // the previous key block is no longer read
-    LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
-    LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+    LoadTile(ks, keys + c0 * C3, C3, cols, hs);
+    LoadTile(vs, values + c0 * C3, C3, cols, hs);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -153,7 +157,7 @@ __global__ void RowDots(float* dsum, const T* dout, const A* out, int64_t rows, 
 template <typename T, typename A>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
     FlashBackwardKeys(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                      int64_t C, int NH, int hs, float scale) {
+                      QkvRows L, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
   float* ks = smem;
@@ -162,16 +166,17 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   float* dys = qs + kBlock * ld;
   float* lse_s = dys + kBlock * ld;
   float* dsum_s = lse_s + kBlock;
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH, NKV = L.NKV, group = NH / NKV;
+  const int64_t C = L.out, bk = blockIdx.x, b = bk / NKV, kv = bk % NKV;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t j = int64_t(blockIdx.y);
-  const int64_t c0 = j * kBlock, C3 = 3 * C;
+  const int64_t c0 = j * kBlock, C3 = L.qkv;
   const int cols = int(min(int64_t(kBlock), Tlen - c0));
-  const A* q = qkv + b * Tlen * C3 + h * hs;
-  const T* dy = dout + b * Tlen * C + h * hs;
+  const A* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const A* values = keys + int64_t(NKV) * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
-  LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
-  LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+  LoadTile(ks, keys + c0 * C3, C3, cols, hs);
+  LoadTile(vs, values + c0 * C3, C3, cols, hs);
 
   float dk[kRowsPerWarp][kPerLane], dv[kRowsPerWarp][kPerLane];
 #pragma unroll
@@ -179,53 +184,60 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) dk[rr][c] = dv[rr][c] = 0.0f;
   }
-  for (int64_t i = j; i < nb; ++i) {
-    const int64_t r0 = i * kBlock;
-    const int rows = int(min(int64_t(kBlock), Tlen - r0));
-    __syncthreads();
-    LoadTile(qs, q + r0 * C3, C3, rows, hs);
-    LoadTile(dys, dy + r0 * C, C, rows, hs);
-    for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
-      lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
-      dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-      const int key = warp * kRowsPerWarp + kk;
-      if (key >= cols) continue;  // the whole warp
-      float p[2], ds[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = lane + half * kWarpSize;
-        p[half] = ds[half] = 0.0f;
-        if (r < rows && r0 + r >= c0 + key) {
-          p[half] = expf(Dot(qs + r * ld, ks + key * ld, hs) * scale - lse_s[r]);
-          const float dp = Dot(dys + r * ld, vs + key * ld, hs);
-          ds[half] = p[half] * (dp - dsum_s[r]) * scale;
-        }
+  // The group's query heads one after another, each over its query blocks:
+  // one writer per dK and dV element, in a fixed order.
+  for (int gq = 0; gq < group; ++gq) {
+    const int64_t h = kv * group + gq, bh = b * NH + h;
+    const A* q = qkv + b * Tlen * C3 + h * hs;
+    const T* dy = dout + b * Tlen * C + h * hs;
+    for (int64_t i = j; i < nb; ++i) {
+      const int64_t r0 = i * kBlock;
+      const int rows = int(min(int64_t(kBlock), Tlen - r0));
+      __syncthreads();
+      LoadTile(qs, q + r0 * C3, C3, rows, hs);
+      LoadTile(dys, dy + r0 * C, C, rows, hs);
+      for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
+        lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+        dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
       }
-      for (int r = 0; r < rows; ++r) {
-        const float pr = __shfl_sync(kFull, r < kWarpSize ? p[0] : p[1], r % kWarpSize);
-        const float dsr = __shfl_sync(kFull, r < kWarpSize ? ds[0] : ds[1], r % kWarpSize);
+      __syncthreads();
 #pragma unroll
-        for (int c = 0; c < kPerLane; ++c) {
-          const int d = lane + c * kWarpSize;
-          if (d < hs) {
-            dv[kk][c] += pr * dys[r * ld + d];
-            dk[kk][c] += dsr * qs[r * ld + d];
+      for (int kk = 0; kk < kRowsPerWarp; ++kk) {
+        const int key = warp * kRowsPerWarp + kk;
+        if (key >= cols) continue;  // the whole warp
+        float p[2], ds[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = lane + half * kWarpSize;
+          p[half] = ds[half] = 0.0f;
+          if (r < rows && r0 + r >= c0 + key) {
+            p[half] = expf(Dot(qs + r * ld, ks + key * ld, hs) * scale - lse_s[r]);
+            const float dp = Dot(dys + r * ld, vs + key * ld, hs);
+            ds[half] = p[half] * (dp - dsum_s[r]) * scale;
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          const float pr = __shfl_sync(kFull, r < kWarpSize ? p[0] : p[1], r % kWarpSize);
+          const float dsr = __shfl_sync(kFull, r < kWarpSize ? ds[0] : ds[1], r % kWarpSize);
+#pragma unroll
+          for (int c = 0; c < kPerLane; ++c) {
+            const int d = lane + c * kWarpSize;
+            if (d < hs) {
+              dv[kk][c] += pr * dys[r * ld + d];
+              dk[kk][c] += dsr * qs[r * ld + d];
+            }
           }
         }
       }
     }
   }
-  T* base = dqkv + b * Tlen * C3 + h * hs;
+  T* base = dqkv + b * Tlen * C3;
 #pragma unroll
   for (int kk = 0; kk < kRowsPerWarp; ++kk) {
     const int key = warp * kRowsPerWarp + kk;
     if (key >= cols) continue;
-    T* dk_row = base + C + (c0 + key) * C3;
-    T* dv_row = base + 2 * C + (c0 + key) * C3;
+    T* dk_row = base + (NH + kv) * hs + (c0 + key) * C3;
+    T* dv_row = base + (NH + NKV + kv) * hs + (c0 + key) * C3;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + c * kWarpSize;
@@ -242,19 +254,23 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 template <typename T, typename A>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
     FlashBackwardQueries(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                         int64_t C, int NH, int hs, float scale) {
+                         QkvRows L, int hs, float scale) {
   extern __shared__ float smem[];
   const int ld = Ld(hs);
   float* qs = smem;
   float* dys = qs + kBlock * ld;
   float* ks = dys + kBlock * ld;
   float* vs = ks + kBlock * ld;
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t i = nb - 1 - int64_t(blockIdx.y);
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int64_t r0 = i * kBlock, C3 = L.qkv;
   const int rows = int(min(int64_t(kBlock), Tlen - r0));
   const A* q = qkv + b * Tlen * C3 + h * hs;
+  const A* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const A* values = keys + int64_t(L.NKV) * hs;
   const T* dy = dout + b * Tlen * C + h * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTile(qs, q + r0 * C3, C3, rows, hs);
@@ -273,8 +289,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     const int64_t c0 = j * kBlock;
     const int cols = int(min(int64_t(kBlock), Tlen - c0));
     __syncthreads();
-    LoadTile(ks, q + C + c0 * C3, C3, cols, hs);
-    LoadTile(vs, q + 2 * C + c0 * C3, C3, cols, hs);
+    LoadTile(ks, keys + c0 * C3, C3, cols, hs);
+    LoadTile(vs, values + c0 * C3, C3, cols, hs);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -340,17 +356,23 @@ size_t TensorCoreSharedBytesLimit() {
   return size_t(bytes);
 }
 
-void CheckHeadSize(int64_t hs) {
-  if (hs >= 1 && hs <= kMaxGpuAttentionHeadSize) return;
-  std::fprintf(stderr, "pstar: CUDA attention takes head sizes 1..%lld, not %lld\n",
-               static_cast<long long>(kMaxGpuAttentionHeadSize), static_cast<long long>(hs));
-  std::abort();
+void CheckShape(const AttentionShape& s) {
+  if (s.hs < 1 || s.hs > kMaxGpuAttentionHeadSize) {
+    std::fprintf(stderr, "pstar: CUDA attention takes head sizes 1..%lld, not %lld\n",
+                 static_cast<long long>(kMaxGpuAttentionHeadSize), static_cast<long long>(s.hs));
+    std::abort();
+  }
+  if (s.NKV < 1 || s.NH % s.NKV != 0) {
+    std::fprintf(stderr, "pstar: CUDA attention takes key/value heads that divide the %lld query heads, not %lld\n",
+                 static_cast<long long>(s.NH), static_cast<long long>(s.NKV));
+    std::abort();
+  }
 }
 
 }  // namespace
 
-int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH, AttentionBackwardKernel kernel) {
-  return GpuAttentionScratchElements(B, T, C, NH,
+int64_t AttentionScratchElements(const AttentionShape& s, AttentionBackwardKernel kernel) {
+  return GpuAttentionScratchElements(s.B, s.T, s.NH * s.hs, s.NH,
                                      kernel == AttentionBackwardKernel::kMmaOnePass ||
                                          kernel == AttentionBackwardKernel::kMmaOnePassOccupancy);
 }
@@ -370,37 +392,37 @@ namespace {
 // room for its tiles (sm_80 or later). False where it does not. One block
 // per (batch, head) and 16 kWarps queries.
 template <typename T, int HS, bool kSharedQ = false, int kWarps = kMmaWarps>
-bool LaunchMmaForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                      cudaStream_t stream) {
+bool LaunchMmaForward(T* out, float* lse, const T* qkv, const AttentionShape& shape, cudaStream_t stream) {
   constexpr size_t smem = MmaForwardSharedBytes<HS, kSharedQ, kWarps>();
   if (smem > TensorCoreSharedBytesLimit()) return false;
   const auto kernel = MmaFlashForward<T, HS, kSharedQ, kWarps>;
   AllowSharedBytes(kernel, smem, "MmaFlashForward shared memory");
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));  // log2(e) / sqrt(hs)
-  const dim3 grid(unsigned(B * NH), unsigned((Tlen + 16 * kWarps - 1) / (16 * kWarps)));
-  kernel<<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), scale_log2);
+  const dim3 grid(unsigned(shape.B * shape.NH), unsigned((shape.T + 16 * kWarps - 1) / (16 * kWarps)));
+  kernel<<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, shape.T, RowsOf(shape), scale_log2);
   CheckLaunch("MmaFlashForward");
   return true;
 }
 
 template <typename T>
-bool TryMmaForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH, int64_t hs,
-                   AttentionForwardKernel kernel, cudaStream_t stream) {
-  if (C % 8 != 0 || reinterpret_cast<uintptr_t>(qkv) % 16 != 0) return false;
+bool TryMmaForward(T* out, float* lse, const T* qkv, const AttentionShape& shape, AttentionForwardKernel kernel,
+                   cudaStream_t stream) {
+  const int64_t hs = shape.hs;
+  if (shape.RowElements() % 8 != 0 || reinterpret_cast<uintptr_t>(qkv) % 16 != 0) return false;
   constexpr int kWide = 2 * kMmaWarps;
   if (hs == 64) {
     return kernel == AttentionForwardKernel::kMmaWide
-               ? LaunchMmaForward<T, 64, false, kWide>(out, lse, qkv, B, Tlen, C, NH, stream)
-               : LaunchMmaForward<T, 64>(out, lse, qkv, B, Tlen, C, NH, stream);
+               ? LaunchMmaForward<T, 64, false, kWide>(out, lse, qkv, shape, stream)
+               : LaunchMmaForward<T, 64>(out, lse, qkv, shape, stream);
   }
   if (hs != 128) return false;
   switch (kernel) {
     case AttentionForwardKernel::kMmaSharedQ:
-      return LaunchMmaForward<T, 128, true>(out, lse, qkv, B, Tlen, C, NH, stream);
+      return LaunchMmaForward<T, 128, true>(out, lse, qkv, shape, stream);
     case AttentionForwardKernel::kMmaWide:
-      return LaunchMmaForward<T, 128, false, kWide>(out, lse, qkv, B, Tlen, C, NH, stream);
+      return LaunchMmaForward<T, 128, false, kWide>(out, lse, qkv, shape, stream);
     default:
-      return LaunchMmaForward<T, 128>(out, lse, qkv, B, Tlen, C, NH, stream);
+      return LaunchMmaForward<T, 128>(out, lse, qkv, shape, stream);
   }
 }
 
@@ -412,12 +434,13 @@ __global__ void ZeroCounts(int* counts, int64_t n) {
 // The five-product pass: the counts zeroed, then one launch (of the
 // kMinBlocks variant).
 template <typename T, int HS, int kMinBlocks = 1>
-bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B,
-                              int64_t Tlen, int64_t C, int64_t NH, dim3 grid, cudaStream_t stream) {
+bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch,
+                              const AttentionShape& shape, cudaStream_t stream) {
   constexpr size_t smem = MmaBackwardKeysSharedBytes<HS, true>();
   if (smem > TensorCoreSharedBytesLimit()) return false;
   // The scratch's parts, as GpuAttentionScratchElements lays them out.
   auto aligned = [](int64_t elements) { return (elements + 3) / 4 * 4; };
+  const int64_t B = shape.B, Tlen = shape.T, NH = shape.NH;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const float* dsum = scratch;
   int* counts = reinterpret_cast<int*>(scratch + aligned(B * NH * Tlen));  // then the ticket counter
@@ -428,8 +451,9 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
   const float scale = 1.0f / std::sqrt(float(HS));
   AllowSharedBytes(MmaFlashBackwardKeys<T, HS, true, kMinBlocks>, smem,
                    "MmaFlashBackwardKeys (one pass) shared memory");
+  const dim3 grid(unsigned(B * shape.NKV), unsigned(nb));  // one (batch, key/value head) a block
   MmaFlashBackwardKeys<T, HS, true, kMinBlocks><<<grid, kMmaWarps * kWarpSize, smem, stream>>>(
-      dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale, dq_sum, counts);
+      dqkv, dout, qkv, lse, dsum, Tlen, RowsOf(shape), scale, dq_sum, counts);
   CheckLaunch("MmaFlashBackwardKeys (one pass)");
   return true;
 }
@@ -438,55 +462,57 @@ bool LaunchMmaBackwardOnePass(T* dqkv, const T* dout, const T* qkv, const float*
 // and dout aligned too). One block per (batch, head) and 16 kWarps keys in
 // the keys pass, as many queries in the queries pass.
 template <typename T, int HS, int kMinBlocks = 1, int kWarps = kMmaWarps>
-bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t B,
-                       int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream) {
+bool LaunchMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum,
+                       const AttentionShape& shape, cudaStream_t stream) {
   constexpr size_t keys = MmaBackwardKeysSharedBytes<HS, false, kWarps>();
   constexpr size_t queries = MmaBackwardQueriesSharedBytes<HS, kWarps>();
   if (std::max(keys, queries) > TensorCoreSharedBytesLimit()) return false;
   const float scale = 1.0f / std::sqrt(float(HS));
-  const dim3 grid(unsigned(B * NH), unsigned((Tlen + 16 * kWarps - 1) / (16 * kWarps)));
+  const unsigned blocks = unsigned((shape.T + 16 * kWarps - 1) / (16 * kWarps));
+  const QkvRows rows = RowsOf(shape);
   const auto keys_pass = MmaFlashBackwardKeys<T, HS, false, kMinBlocks, kWarps>;
   AllowSharedBytes(keys_pass, keys, "MmaFlashBackwardKeys shared memory");
-  keys_pass<<<grid, kWarps * kWarpSize, keys, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale, nullptr,
-                                                        nullptr);
+  keys_pass<<<dim3(unsigned(shape.B * shape.NKV), blocks), kWarps * kWarpSize, keys, stream>>>(
+      dqkv, dout, qkv, lse, dsum, shape.T, rows, scale, nullptr, nullptr);
   CheckLaunch("MmaFlashBackwardKeys");
   const auto queries_pass = MmaFlashBackwardQueries<T, HS, kWarps>;
   AllowSharedBytes(queries_pass, queries, "MmaFlashBackwardQueries shared memory");
-  queries_pass<<<grid, kWarps * kWarpSize, queries, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), scale);
+  queries_pass<<<dim3(unsigned(shape.B * shape.NH), blocks), kWarps * kWarpSize, queries, stream>>>(
+      dqkv, dout, qkv, lse, dsum, shape.T, rows, scale);
   CheckLaunch("MmaFlashBackwardQueries");
   return true;
 }
 
 template <typename T>
-bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch, int64_t B, int64_t Tlen,
-                    int64_t C, int64_t NH, int64_t hs, dim3 grid, AttentionBackwardKernel kernel,
-                    cudaStream_t stream) {
+bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, float* scratch,
+                    const AttentionShape& shape, AttentionBackwardKernel kernel, cudaStream_t stream) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (C % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv) || !aligned(scratch)) return false;
+  const int64_t hs = shape.hs;
+  if (shape.RowElements() % 8 != 0 || (shape.NH * hs) % 8 != 0 || !aligned(qkv) || !aligned(dout) || !aligned(dqkv) || !aligned(scratch)) return false;
 #ifdef PSTAR_ATTENTION_OCCUPANCY_VARIANTS
   if (kernel == AttentionBackwardKernel::kMmaOnePassOccupancy && hs == 64) {
-    return LaunchMmaBackwardOnePass<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+    return LaunchMmaBackwardOnePass<T, 64, 3>(dqkv, dout, qkv, lse, scratch, shape, stream);
   }
   if (kernel == AttentionBackwardKernel::kMmaOccupancy && hs == 64) {
-    return LaunchMmaBackward<T, 64, 3>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
+    return LaunchMmaBackward<T, 64, 3>(dqkv, dout, qkv, lse, scratch, shape, stream);
   }
 #endif
   if (kernel == AttentionBackwardKernel::kMmaOnePass || kernel == AttentionBackwardKernel::kMmaOnePassOccupancy) {
-    if (hs == 64) return LaunchMmaBackwardOnePass<T, 64>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+    if (hs == 64) return LaunchMmaBackwardOnePass<T, 64>(dqkv, dout, qkv, lse, scratch, shape, stream);
     if (hs == 128) {
-      return LaunchMmaBackwardOnePass<T, 128>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, grid, stream);
+      return LaunchMmaBackwardOnePass<T, 128>(dqkv, dout, qkv, lse, scratch, shape, stream);
     }
     return false;
   }
   constexpr int kWide = 2 * kMmaWarps;
   const bool wide = kernel == AttentionBackwardKernel::kMmaWide;
   if (hs == 64) {
-    return wide ? LaunchMmaBackward<T, 64, 1, kWide>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream)
-                : LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
+    return wide ? LaunchMmaBackward<T, 64, 1, kWide>(dqkv, dout, qkv, lse, scratch, shape, stream)
+                : LaunchMmaBackward<T, 64>(dqkv, dout, qkv, lse, scratch, shape, stream);
   }
   if (hs == 128) {
-    return wide ? LaunchMmaBackward<T, 128, 1, kWide>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream)
-                : LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, stream);
+    return wide ? LaunchMmaBackward<T, 128, 1, kWide>(dqkv, dout, qkv, lse, scratch, shape, stream)
+                : LaunchMmaBackward<T, 128>(dqkv, dout, qkv, lse, scratch, shape, stream);
   }
   return false;
 }
@@ -494,41 +520,42 @@ bool TryMmaBackward(T* dqkv, const T* dout, const T* qkv, const float* lse, floa
 }  // namespace
 
 template <typename T>
-void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                      cudaStream_t stream, AttentionForwardKernel kernel) {
-  if (B * Tlen * C == 0) return;
-  const int64_t hs = C / NH;
-  CheckHeadSize(hs);
+void AttentionForward(T* out, float* lse, const T* qkv, const AttentionShape& shape, cudaStream_t stream,
+                      AttentionForwardKernel kernel) {
+  if (shape.B * shape.T * shape.NH * shape.hs == 0) return;
+  CheckShape(shape);
+  const int64_t hs = shape.hs, B = shape.B, Tlen = shape.T, NH = shape.NH;
+  const QkvRows rows = RowsOf(shape);
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const dim3 grid(unsigned(B * NH), unsigned(nb));
   const float scale = 1.0f / std::sqrt(float(hs));
   if constexpr (!std::is_same_v<T, float>) {
     if (kernel != AttentionForwardKernel::kTensorCore &&
-        TryMmaForward(out, lse, qkv, B, Tlen, C, NH, hs, kernel, stream)) {
+        TryMmaForward(out, lse, qkv, shape, kernel, stream)) {
       return;
     }
     const size_t smem = TensorCoreForwardSharedBytes(int(hs), sizeof(T));
     if (hs % kTcTile == 0 && smem <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreFlashForward<T>, smem, "TensorCoreFlashForward shared memory");
-      TensorCoreFlashForward<T><<<grid, kTcWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH),
-                                                                              int(hs), scale);
+      TensorCoreFlashForward<T><<<grid, kTcWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, rows, int(hs),
+                                                                              scale);
       CheckLaunch("TensorCoreFlashForward");
       return;
     }
   }
   const size_t smem = size_t(3 * kBlock * (hs + 1)) * sizeof(float);
   AllowSharedBytes(FlashForward<T>, smem, "FlashForward shared memory");
-  FlashForward<T><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, C, int(NH), int(hs), scale);
+  FlashForward<T><<<grid, kWarps * kWarpSize, smem, stream>>>(out, lse, qkv, Tlen, rows, int(hs), scale);
   CheckLaunch("FlashForward");
 }
 
 template <typename T, typename A>
 void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
-                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream,
-                       AttentionBackwardKernel kernel) {
-  if (B * Tlen * C == 0) return;
-  const int64_t hs = C / NH;
-  CheckHeadSize(hs);
+                       const AttentionShape& shape, cudaStream_t stream, AttentionBackwardKernel kernel) {
+  if (shape.B * shape.T * shape.NH * shape.hs == 0) return;
+  CheckShape(shape);
+  const int64_t hs = shape.hs, B = shape.B, Tlen = shape.T, NH = shape.NH, C = NH * hs;
+  const QkvRows qkv_rows = RowsOf(shape);
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const float scale = 1.0f / std::sqrt(float(hs));
   float* dsum = scratch;
@@ -536,10 +563,12 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
   RowDots<T, A><<<BlocksFor(rows, kWarps), kWarps * kWarpSize, 0, stream>>>(dsum, dout, out, rows, Tlen, C, int(NH),
                                                                         int(hs));
   CheckLaunch("RowDots");
-  const dim3 grid(unsigned(B * NH), unsigned(nb));
+  // The keys passes take one (batch, key/value head) a block, the queries
+  // passes one (batch, query head).
+  const dim3 keys_grid(unsigned(B * shape.NKV), unsigned(nb)), queries_grid(unsigned(B * NH), unsigned(nb));
   if constexpr (std::is_same_v<T, A> && !std::is_same_v<A, float>) {
     if (kernel != AttentionBackwardKernel::kTensorCore &&
-        TryMmaBackward(dqkv, dout, qkv, lse, scratch, B, Tlen, C, NH, hs, grid, kernel, stream)) {
+        TryMmaBackward(dqkv, dout, qkv, lse, scratch, shape, kernel, stream)) {
       return;
     }
   }
@@ -548,33 +577,33 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
     const size_t queries_tc = TensorCoreBackwardQueriesSharedBytes(int(hs), sizeof(A));
     if (hs % kTcTile == 0 && std::max(keys_tc, queries_tc) <= TensorCoreSharedBytesLimit()) {
       AllowSharedBytes(TensorCoreBackwardKeys<T, A>, keys_tc, "TensorCoreBackwardKeys shared memory");
-      TensorCoreBackwardKeys<T, A><<<grid, kTcWarps * kWarpSize, keys_tc, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
-                                                                                   C, int(NH), int(hs), scale);
+      TensorCoreBackwardKeys<T, A><<<keys_grid, kTcWarps * kWarpSize, keys_tc, stream>>>(
+          dqkv, dout, qkv, lse, dsum, Tlen, qkv_rows, int(hs), scale);
       CheckLaunch("TensorCoreBackwardKeys");
       AllowSharedBytes(TensorCoreBackwardQueries<T, A>, queries_tc, "TensorCoreBackwardQueries shared memory");
-      TensorCoreBackwardQueries<T, A><<<grid, kTcWarps * kWarpSize, queries_tc, stream>>>(
-          dqkv, dout, qkv, lse, dsum, Tlen, C, int(NH), int(hs), scale);
+      TensorCoreBackwardQueries<T, A><<<queries_grid, kTcWarps * kWarpSize, queries_tc, stream>>>(
+          dqkv, dout, qkv, lse, dsum, Tlen, qkv_rows, int(hs), scale);
       CheckLaunch("TensorCoreBackwardQueries");
       return;
     }
   }
   const size_t keys_smem = (size_t(4 * kBlock * (hs + 1)) + 2 * kBlock) * sizeof(float);
   AllowSharedBytes(FlashBackwardKeys<T, A>, keys_smem, "FlashBackwardKeys shared memory");
-  FlashBackwardKeys<T, A><<<grid, kWarps * kWarpSize, keys_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, C,
-                                                                       int(NH), int(hs), scale);
+  FlashBackwardKeys<T, A><<<keys_grid, kWarps * kWarpSize, keys_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
+                                                                             qkv_rows, int(hs), scale);
   CheckLaunch("FlashBackwardKeys");
   const size_t queries_smem = size_t(4 * kBlock * (hs + 1)) * sizeof(float);
   AllowSharedBytes(FlashBackwardQueries<T, A>, queries_smem, "FlashBackwardQueries shared memory");
-  FlashBackwardQueries<T, A><<<grid, kWarps * kWarpSize, queries_smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen,
-                                                                             C, int(NH), int(hs), scale);
+  FlashBackwardQueries<T, A><<<queries_grid, kWarps * kWarpSize, queries_smem, stream>>>(
+      dqkv, dout, qkv, lse, dsum, Tlen, qkv_rows, int(hs), scale);
   CheckLaunch("FlashBackwardQueries");
 }
 
 #define PSTAR_INSTANTIATE_ATTENTION(T)                                                                         \
-  template void AttentionForward<T>(T*, float*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, \
+  template void AttentionForward<T>(T*, float*, const T*, const AttentionShape&, cudaStream_t,             \
                                     AttentionForwardKernel);                                                  \
-  template void AttentionBackward<T>(T*, float*, const T*, const T*, const T*, const float*, int64_t, int64_t, \
-                                     int64_t, int64_t, cudaStream_t, AttentionBackwardKernel);
+  template void AttentionBackward<T>(T*, float*, const T*, const T*, const T*, const float*,                  \
+                                     const AttentionShape&, cudaStream_t, AttentionBackwardKernel);
 
 PSTAR_INSTANTIATE_ATTENTION(float)
 PSTAR_INSTANTIATE_ATTENTION(bf16)
@@ -584,10 +613,8 @@ PSTAR_INSTANTIATE_ATTENTION(fp16)
 
 // A 16-bit run's backward: 16-bit activations, fp32 gradients.
 template void AttentionBackward<float, bf16>(float*, float*, const float*, const bf16*, const bf16*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t,
-                                             AttentionBackwardKernel);
+                                             const AttentionShape&, cudaStream_t, AttentionBackwardKernel);
 template void AttentionBackward<float, fp16>(float*, float*, const float*, const fp16*, const fp16*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t,
-                                             AttentionBackwardKernel);
+                                             const AttentionShape&, cudaStream_t, AttentionBackwardKernel);
 
 }  // namespace pstar::kernels::cuda

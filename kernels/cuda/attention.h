@@ -1,10 +1,15 @@
-// Causal multi-head self-attention on the GPU with no T×T storage: the
-// algorithm, blocking and layouts of kernels/attention.h (FlashAttention-2),
-// in fp32 arithmetic on elements of T. qkv (B, T, 3C), out (B, T, C), lse
-// (B, NH, T) in fp32 whatever T is. Head sizes up to kMaxGpuAttentionHeadSize.
+// Causal self-attention on the GPU with no T×T storage: the algorithm,
+// blocking and layouts of kernels/attention.h (FlashAttention-2), in fp32
+// arithmetic on elements of T, with grouped-query heads as the
+// AttentionShape says: qkv (B, T, (NH + 2 NKV) hs), out (B, T, NH hs), lse
+// (B, NH, T) in fp32 whatever T is. Head sizes up to kMaxGpuAttentionHeadSize;
+// NKV divides NH (equal: multi-head attention, whose bits the grouped forms
+// keep).
 //
-// A thread block takes one (batch, head) and one block of kAttentionBlock
-// queries (or keys), its warps a few rows each; the tiles of q, k, v and dout
+// A thread block takes one (batch, query head) and one block of
+// kAttentionBlock queries, or one (batch, key/value head) and one block of
+// keys, whose dK and dV it alone writes, walking the query blocks of each of
+// the group's query heads in turn (no atomics); its warps take a few rows each; the tiles of q, k, v and dout
 // it works on sit in shared memory as fp32. Backward runs two passes that each
 // recompute the probabilities, dk and dv per key block and dq per query block,
 // so every gradient element has one writer and a fixed order of additions: no
@@ -32,8 +37,8 @@ namespace pstar::kernels::cuda {
 enum class AttentionForwardKernel : int { kTensorCore = 0, kMma = 1, kMmaSharedQ = 2, kMmaWide = 3, kCudnn = 4 };
 
 template <typename T>
-void AttentionForward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
-                      cudaStream_t stream, AttentionForwardKernel kernel = AttentionForwardKernel::kTensorCore);
+void AttentionForward(T* out, float* lse, const T* qkv, const AttentionShape& shape, cudaStream_t stream,
+                      AttentionForwardKernel kernel = AttentionForwardKernel::kTensorCore);
 
 // Which backward a 16-bit run with 16-bit gradients takes where more than one
 // applies (the knob attention_backward; the tuner times them all): kMma, the
@@ -69,7 +74,7 @@ bool AttentionOccupancyVariantsBuilt();
 // fp32 elements of scratch the backward pass needs: the rowsums of dout·out,
 // and for kMmaOnePass (at the head sizes it takes) the fp32 dq sums and their
 // counts (kernels::GpuAttentionScratchElements).
-int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH,
+int64_t AttentionScratchElements(const AttentionShape& shape,
                                  AttentionBackwardKernel kernel = AttentionBackwardKernel::kTensorCore);
 
 // dqkv is overwritten; out and lse are the forward's. The forward's tensors
@@ -77,7 +82,7 @@ int64_t AttentionScratchElements(int64_t B, int64_t T, int64_t C, int64_t NH,
 // 16-bit run's activations.
 template <typename T, typename A = T>
 void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, const A* out, const float* lse,
-                       int64_t B, int64_t Tlen, int64_t C, int64_t NH, cudaStream_t stream,
+                       const AttentionShape& shape, cudaStream_t stream,
                        AttentionBackwardKernel kernel = AttentionBackwardKernel::kTensorCore);
 
 }  // namespace pstar::kernels::cuda

@@ -79,7 +79,7 @@ __device__ __forceinline__ void MmaLoadQueryFragments(uint32_t (&qf)[HS / 16][4]
 // cannot see is skipped), so the same bits.
 template <typename T, int HS, bool kSharedQ = false, int kWarps = kMmaWarps>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    MmaFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, float scale_log2) {
+    MmaFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, QkvRows L, float scale_log2) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   static_assert(!kSharedQ || kWarps == kMmaWarps, "the q tile fits a k buffer only at 64 queries");
   constexpr int kQueries = 16 * kWarps;
@@ -92,21 +92,25 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   T* vs = ks + 2 * kBlock * ld;                  // two buffers
   T* qs = kSharedQ ? ks + kBlock * ld : base;
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nq = (Tlen + kQueries - 1) / kQueries;
   const int64_t i = nq - 1 - int64_t(blockIdx.y);  // the longest rows first
-  const int64_t r0 = i * kQueries, C3 = 3 * C;
+  const int64_t r0 = i * kQueries, C3 = L.qkv;
   const int rows = int(min(int64_t(kQueries), Tlen - r0));
   const int64_t last = (r0 + rows - 1) / kBlock;  // the key block of the block's last row
   const T* q = qkv + b * Tlen * C3 + h * HS;
+  const T* keys = qkv + b * Tlen * C3 + (NH + kv) * HS;
+  const T* values = keys + int64_t(L.NKV) * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int g = lane / 4, tq = lane % 4;   // the fragments' row group and thread in the group
   const int mi = lane / 8, mr = lane % 8;  // ldmatrix: the matrix this lane addresses, and its row
 
   MmaLoadTile<HS, kQueries>(qs, q + r0 * C3, C3, rows);
   const int cols0 = int(min(int64_t(kBlock), Tlen));
-  MmaLoadTile<HS>(ks, q + C, C3, cols0);
-  MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
+  MmaLoadTile<HS>(ks, keys, C3, cols0);
+  MmaLoadTile<HS>(vs, values, C3, cols0);
   CpAsyncCommit();
 
   uint32_t qf[kSteps][4];
@@ -127,8 +131,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     if (j < last) {  // the next key block into the other buffer, under this one's products
       const int64_t c1 = (j + 1) * kBlock;
       const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
-      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
-      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, q + 2 * C + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, keys + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, values + c1 * C3, C3, cols1);
       CpAsyncCommit();
       CpAsyncWait<1>();  // all but that group have landed
     } else {
@@ -318,10 +322,11 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
   a[3] = PackPair<T>(acc[2 * kstep + 1][2], acc[2 * kstep + 1][3]);
 }
 
-// With kWithQueries, dq_sum (B*NH x T x HS fp32) and counts (B*NH x blocks,
-// then the ticket counter; all zero at launch) order the dQ additions, and
-// the grid is (B*NH, blocks) as for the other form; otherwise both are
-// unused. kMinBlocks asks the compiler for that many resident blocks per
+// The grid is (B*NKV, key blocks): a block takes one key block of one
+// key/value head and walks the query blocks of each of the group's query
+// heads in turn. With kWithQueries, dq_sum (B*NH x T x HS fp32) and counts
+// (B*NH x blocks, then the ticket counter; all zero at launch) order the dQ
+// additions; otherwise both are unused. kMinBlocks asks the compiler for that many resident blocks per
 // SM (registers capped to fit): the same arithmetic, so the same bits, at
 // another balance of spills and occupancy. kWarps (two passes only): 16
 // keys a warp, 64 or 128 a block; each key meets the same query blocks in
@@ -329,7 +334,7 @@ __device__ __forceinline__ void MmaAccumulatorAsA(uint32_t* a, const float (*acc
 template <typename T, int HS, bool kWithQueries = false, int kMinBlocks = 1, int kWarps = kMmaWarps>
 __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
     MmaFlashBackwardKeys(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                         int64_t C, int NH, float scale, float* dq_sum = nullptr, int* counts = nullptr) {
+                         QkvRows L, float scale, float* dq_sum = nullptr, int* counts = nullptr) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   static_assert(!kWithQueries || kWarps == kMmaWarps, "the one pass orders its dq sums by 64-key blocks");
   constexpr int kKeys = 16 * kWarps;
@@ -344,30 +349,43 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
   float* dsum_s = lse_s + 2 * kBlock;                                   // two buffers
   [[maybe_unused]] T* dst = reinterpret_cast<T*>(dsum_s + 2 * kBlock);  // dS^T (kWithQueries)
 
+  const int NH = L.NH, NKV = L.NKV, group = NH / NKV;
+  const int64_t C = L.out, C3 = L.qkv;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   int64_t linear = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
   if constexpr (kWithQueries) {
     // The work in start order (a ticket), the highest key block first.
     int* ticket = reinterpret_cast<int*>(dst + kBlock * kDsLd);
-    if (threadIdx.x == 0) *ticket = TakeTicket(counts + int64_t(gridDim.x) * nb);
+    if (threadIdx.x == 0) *ticket = TakeTicket(counts + int64_t(gridDim.x) * group * nb);
     __syncthreads();
     linear = *ticket;
   }
-  const int64_t bh = linear % gridDim.x, b = bh / NH, h = bh % NH;
+  // One (batch, key/value head) per blockIdx.x.
+  const int64_t bk = linear % gridDim.x, b = bk / NKV, kv = bk % NKV;
   const int64_t y = linear / gridDim.x;
   const int64_t j = kWithQueries ? nb - 1 - y : y;
-  const int64_t c0 = j * kKeys, C3 = 3 * C;
+  const int64_t c0 = j * kKeys;
   const int cols = int(min(int64_t(kKeys), Tlen - c0));
   const int64_t i0 = c0 / kBlock;  // the query block of the block's first key
-  const T* q = qkv + b * Tlen * C3 + h * HS;
-  const T* dy = dout + b * Tlen * C + h * HS;
+  // Step s of the block's walk: query head kv * group + s / blocks of the
+  // group, its query block i0 + s % blocks (each head's blocks in order,
+  // the heads one after another: one writer per dK and dV element).
+  const int64_t blocks = nb - i0, steps = group * blocks;
+  const T* keys = qkv + b * Tlen * C3 + (NH + kv) * HS;
+  const T* values = keys + int64_t(NKV) * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int g = lane / 4, tq = lane % 4;
   const int64_t key[2] = {c0 + warp * 16 + g, c0 + warp * 16 + g + 8};
   const float scale_log2 = scale * kLog2e;
 
-  // The query block i's tiles and row statistics into buffer `buf`.
-  auto load_queries = [&](int64_t i, int buf) {
+  // Step s's query head (its index in the batch's heads) and query block.
+  auto head_of = [&](int64_t s) { return kv * group + s / blocks; };
+  auto block_of = [&](int64_t s) { return i0 + s % blocks; };
+  // Step s's query tiles and row statistics into buffer `buf`.
+  auto load_queries = [&](int64_t s, int buf) {
+    const int64_t h = head_of(s), bh = b * NH + h, i = block_of(s);
+    const T* q = qkv + b * Tlen * C3 + h * HS;
+    const T* dy = dout + b * Tlen * C + h * HS;
     const int64_t r0 = i * kBlock;
     const int rows = int(min(int64_t(kBlock), Tlen - r0));
     MmaLoadTile<HS>(qs + buf * kBlock * ld, q + r0 * C3, C3, rows);
@@ -377,9 +395,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
       dsum_s[buf * kBlock + r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
     }
   };
-  MmaLoadTile<HS, kKeys>(ks, q + C + c0 * C3, C3, cols);
-  MmaLoadTile<HS, kKeys>(vs, q + 2 * C + c0 * C3, C3, cols);
-  load_queries(i0, 0);
+  MmaLoadTile<HS, kKeys>(ks, keys + c0 * C3, C3, cols);
+  MmaLoadTile<HS, kKeys>(vs, values + c0 * C3, C3, cols);
+  load_queries(0, 0);
   CpAsyncCommit();
 
   float dk[kDimTiles][4], dv[kDimTiles][4];
@@ -388,10 +406,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.0f;
   }
-  for (int64_t i = i0; i < nb; ++i) {
-    const int buf = int((i - i0) & 1);
-    if (i + 1 < nb) {
-      load_queries(i + 1, 1 - buf);
+  for (int64_t s = 0; s < steps; ++s) {
+    [[maybe_unused]] const int64_t h = head_of(s), bh = b * NH + h, i = block_of(s);
+    const int buf = int(s & 1);
+    if (s + 1 < steps) {
+      load_queries(s + 1, 1 - buf);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -538,12 +557,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
       if (j > 0 && threadIdx.x == 0) ReleaseCount(counts + bh * nb + i, int(i - j) + 1);
     }
   }
-  T* base = dqkv + b * Tlen * C3 + h * HS;
+  T* base = dqkv + b * Tlen * C3;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (key[r] >= Tlen) continue;
-    T* dk_row = base + C + key[r] * C3;
-    T* dv_row = base + 2 * C + key[r] * C3;
+    T* dk_row = base + (NH + kv) * HS + key[r] * C3;
+    T* dv_row = base + (NH + NKV + kv) * HS + key[r] * C3;
 #pragma unroll
     for (int dt = 0; dt < kDimTiles; ++dt) {
       dk_row[dt * 8 + 2 * tq] = FromFloat<T>(dk[dt][2 * r]);
@@ -559,7 +578,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
 template <typename T, int HS, int kWarps = kMmaWarps>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     MmaFlashBackwardQueries(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                            int64_t C, int NH, float scale) {
+                            QkvRows L, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kQueries = 16 * kWarps;
   constexpr int ld = MmaLd<HS>();
@@ -570,13 +589,17 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   T* ks = dos + kQueries * ld;   // two buffers
   T* vs = ks + 2 * kBlock * ld;  // two buffers
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nq = (Tlen + kQueries - 1) / kQueries;
   const int64_t i = nq - 1 - int64_t(blockIdx.y);  // the longest rows first
-  const int64_t r0 = i * kQueries, C3 = 3 * C;
+  const int64_t r0 = i * kQueries, C3 = L.qkv;
   const int rows = int(min(int64_t(kQueries), Tlen - r0));
   const int64_t last = (r0 + rows - 1) / kBlock;  // the key block of the block's last row
   const T* q = qkv + b * Tlen * C3 + h * HS;
+  const T* keys = qkv + b * Tlen * C3 + (NH + kv) * HS;
+  const T* values = keys + int64_t(L.NKV) * HS;
   const T* dy = dout + b * Tlen * C + h * HS;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int g = lane / 4, tq = lane % 4;
@@ -592,8 +615,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   MmaLoadTile<HS, kQueries>(qs, q + r0 * C3, C3, rows);
   MmaLoadTile<HS, kQueries>(dos, dy + r0 * C, C, rows);
   const int cols0 = int(min(int64_t(kBlock), Tlen));
-  MmaLoadTile<HS>(ks, q + C, C3, cols0);
-  MmaLoadTile<HS>(vs, q + 2 * C, C3, cols0);
+  MmaLoadTile<HS>(ks, keys, C3, cols0);
+  MmaLoadTile<HS>(vs, values, C3, cols0);
   CpAsyncCommit();
 
   float dq[kDimTiles][4];
@@ -604,8 +627,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     if (j < last) {
       const int64_t c1 = (j + 1) * kBlock;
       const int cols1 = int(min(int64_t(kBlock), Tlen - c1));
-      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, q + C + c1 * C3, C3, cols1);
-      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, q + 2 * C + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(ks + (1 - buf) * kBlock * ld, keys + c1 * C3, C3, cols1);
+      MmaLoadTile<HS>(vs + (1 - buf) * kBlock * ld, values + c1 * C3, C3, cols1);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {

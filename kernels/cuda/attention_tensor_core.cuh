@@ -132,7 +132,7 @@ __device__ void TileProductAccumulate(float* acc_tile, int ld_acc, const A* a, c
 
 template <typename T>
 __global__ void __launch_bounds__(kTcWarps * kWarpSize)
-    TensorCoreFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+    TensorCoreFlashForward(T* out, float* lse, const T* qkv, int64_t Tlen, QkvRows L, int hs, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   unsigned char* tc_smem = TensorCoreSharedMemory();
   const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
@@ -143,12 +143,16 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
   float* ss = os + kBlock * ld_o;
   T* ps = reinterpret_cast<T*>(ss + kBlock * kTcLdS);
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t i = nb - 1 - int64_t(blockIdx.y);
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int64_t r0 = i * kBlock, C3 = L.qkv;
   const int rows = int(min(int64_t(kBlock), Tlen - r0));
   const T* q = qkv + b * Tlen * C3 + h * hs;
+  const T* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const T* values = keys + int64_t(L.NKV) * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
   for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) os[(e / hs) * ld_o + e % hs] = 0.0f;
@@ -167,8 +171,8 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
     const int64_t c0 = j * kBlock;
     const int cols = int(min(int64_t(kBlock), Tlen - c0));
     __syncthreads();  // the previous key block is no longer read
-    LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
-    LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+    LoadTileAs(ks, ld_t, keys + c0 * C3, C3, cols, hs);
+    LoadTileAs(vs, ld_t, values + c0 * C3, C3, cols, hs);
     __syncthreads();
     TileProductNT(sw, qw, ks, ld_t, hs);  // S (16 x 64) = q k^T
     __syncwarp();
@@ -233,7 +237,7 @@ size_t TensorCoreBackwardQueriesSharedBytes(int hs, size_t elem) {
 template <typename T, typename A>
 __global__ void __launch_bounds__(kTcWarps * kWarpSize)
     TensorCoreBackwardKeys(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum, int64_t Tlen,
-                           int64_t C, int NH, int hs, float scale) {
+                           QkvRows L, int hs, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   unsigned char* tc_smem = TensorCoreSharedMemory();
   const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
@@ -248,16 +252,17 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
   float* dks = reinterpret_cast<float*>(ps + kBlock * kTcLdP);
   float* dvs = dks + kBlock * ld_o;
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH, NKV = L.NKV, group = NH / NKV;
+  const int64_t C = L.out, bk = blockIdx.x, b = bk / NKV, kv = bk % NKV;
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t j = int64_t(blockIdx.y);
-  const int64_t c0 = j * kBlock, C3 = 3 * C;
+  const int64_t c0 = j * kBlock, C3 = L.qkv;
   const int cols = int(min(int64_t(kBlock), Tlen - c0));
-  const A* q = qkv + b * Tlen * C3 + h * hs;
-  const T* dy = dout + b * Tlen * C + h * hs;
+  const A* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const A* values = keys + int64_t(NKV) * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
-  LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
-  LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+  LoadTileAs(ks, ld_t, keys + c0 * C3, C3, cols, hs);
+  LoadTileAs(vs, ld_t, values + c0 * C3, C3, cols, hs);
   for (int e = int(threadIdx.x); e < kBlock * hs; e += int(blockDim.x)) {
     dks[(e / hs) * ld_o + e % hs] = 0.0f;
     dvs[(e / hs) * ld_o + e % hs] = 0.0f;
@@ -268,56 +273,63 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
   A* pw = ps + warp * kTcTile * kTcLdP;
   float* dkw = dks + warp * kTcTile * ld_o;
   float* dvw = dvs + warp * kTcTile * ld_o;
-  for (int64_t i = j; i < nb; ++i) {
-    const int64_t r0 = i * kBlock;
-    const int rows = int(min(int64_t(kBlock), Tlen - r0));
-    __syncthreads();
-    LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
-    LoadTileAs(dys, ld_t, dy + r0 * C, C, rows, hs);
-    for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
-      lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
-      dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
-    }
-    __syncthreads();
-    // P^T (16 keys x 64 queries), kept in registers and rounded into pw.
-    TileProductNT(sw, kw, qs, ld_t, hs);
-    __syncwarp();
-    float p[kTcTile][2];
-#pragma unroll
-    for (int kk = 0; kk < kTcTile; ++kk) {
-      const int key = warp * kTcTile + kk;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = lane + half * kWarpSize;
-        const bool live = key < cols && r < rows && r0 + r >= c0 + key;
-        p[kk][half] = live ? expf(sw[kk * kTcLdS + r] * scale - lse_s[r]) : 0.0f;
-        pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half]);
+  // The group's query heads one after another, each over its query blocks:
+  // one writer per dK and dV element, in a fixed order.
+  for (int gq = 0; gq < group; ++gq) {
+    const int64_t h = kv * group + gq, bh = b * NH + h;
+    const A* q = qkv + b * Tlen * C3 + h * hs;
+    const T* dy = dout + b * Tlen * C + h * hs;
+    for (int64_t i = j; i < nb; ++i) {
+      const int64_t r0 = i * kBlock;
+      const int rows = int(min(int64_t(kBlock), Tlen - r0));
+      __syncthreads();
+      LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
+      LoadTileAs(dys, ld_t, dy + r0 * C, C, rows, hs);
+      for (int r = int(threadIdx.x); r < kBlock; r += int(blockDim.x)) {
+        lse_s[r] = r < rows ? lse[bh * Tlen + r0 + r] : 0.0f;
+        dsum_s[r] = r < rows ? dsum[bh * Tlen + r0 + r] : 0.0f;
       }
-    }
-    __syncwarp();
-    TileProductAccumulate(dvw, ld_o, pw, dys, ld_t, hs);  // dV += P^T dout
-    // dP^T (16 x 64) = v dout^T, then dS^T = P^T (dP^T - D) scale into pw.
-    TileProductNT(sw, vw, dys, ld_t, hs);
-    __syncwarp();
+      __syncthreads();
+      // P^T (16 keys x 64 queries), kept in registers and rounded into pw.
+      TileProductNT(sw, kw, qs, ld_t, hs);
+      __syncwarp();
+      float p[kTcTile][2];
 #pragma unroll
-    for (int kk = 0; kk < kTcTile; ++kk) {
+      for (int kk = 0; kk < kTcTile; ++kk) {
+        const int key = warp * kTcTile + kk;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = lane + half * kWarpSize;
-        pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half] * (sw[kk * kTcLdS + r] - dsum_s[r]) * scale);
+        for (int half = 0; half < 2; ++half) {
+          const int r = lane + half * kWarpSize;
+          const bool live = key < cols && r < rows && r0 + r >= c0 + key;
+          p[kk][half] = live ? expf(sw[kk * kTcLdS + r] * scale - lse_s[r]) : 0.0f;
+          pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half]);
+        }
       }
+      __syncwarp();
+      TileProductAccumulate(dvw, ld_o, pw, dys, ld_t, hs);  // dV += P^T dout
+      // dP^T (16 x 64) = v dout^T, then dS^T = P^T (dP^T - D) scale into pw.
+      TileProductNT(sw, vw, dys, ld_t, hs);
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < kTcTile; ++kk) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = lane + half * kWarpSize;
+          pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half] * (sw[kk * kTcLdS + r] - dsum_s[r]) * scale);
+        }
+      }
+      __syncwarp();
+      TileProductAccumulate(dkw, ld_o, pw, qs, ld_t, hs);  // dK += dS^T q
+      __syncwarp();
     }
-    __syncwarp();
-    TileProductAccumulate(dkw, ld_o, pw, qs, ld_t, hs);  // dK += dS^T q
-    __syncwarp();
   }
-  T* base = dqkv + b * Tlen * C3 + h * hs;
+  T* base = dqkv + b * Tlen * C3;
 #pragma unroll
   for (int kk = 0; kk < kTcTile; ++kk) {
     const int key = warp * kTcTile + kk;
     if (key >= cols) continue;  // the whole warp
-    T* dk_row = base + C + (c0 + key) * C3;
-    T* dv_row = base + 2 * C + (c0 + key) * C3;
+    T* dk_row = base + (NH + kv) * hs + (c0 + key) * C3;
+    T* dv_row = base + (NH + NKV + kv) * hs + (c0 + key) * C3;
     for (int d = lane; d < hs; d += kWarpSize) {
       dk_row[d] = FromFloat<T>(dkw[kk * ld_o + d]);
       dv_row[d] = FromFloat<T>(dvw[kk * ld_o + d]);
@@ -329,7 +341,7 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
 template <typename T, typename A>
 __global__ void __launch_bounds__(kTcWarps * kWarpSize)
     TensorCoreBackwardQueries(T* dqkv, const T* dout, const A* qkv, const float* lse, const float* dsum,
-                              int64_t Tlen, int64_t C, int NH, int hs, float scale) {
+                              int64_t Tlen, QkvRows L, int hs, float scale) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   unsigned char* tc_smem = TensorCoreSharedMemory();
   const int ld_t = hs + kTcPad, ld_o = hs + kTcFloatPad;
@@ -341,12 +353,16 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
   A* ps = reinterpret_cast<A*>(ss + kBlock * kTcLdS);
   float* dqs = reinterpret_cast<float*>(ps + kBlock * kTcLdP);
 
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int NH = L.NH;
+  const int64_t C = L.out, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t kv = h / (NH / L.NKV);  // the key/value head h reads
   const int64_t nb = (Tlen + kBlock - 1) / kBlock;
   const int64_t i = nb - 1 - int64_t(blockIdx.y);
-  const int64_t r0 = i * kBlock, C3 = 3 * C;
+  const int64_t r0 = i * kBlock, C3 = L.qkv;
   const int rows = int(min(int64_t(kBlock), Tlen - r0));
   const A* q = qkv + b * Tlen * C3 + h * hs;
+  const A* keys = qkv + b * Tlen * C3 + (NH + kv) * hs;
+  const A* values = keys + int64_t(L.NKV) * hs;
   const T* dy = dout + b * Tlen * C + h * hs;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   LoadTileAs(qs, ld_t, q + r0 * C3, C3, rows, hs);
@@ -368,8 +384,8 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
     const int64_t c0 = j * kBlock;
     const int cols = int(min(int64_t(kBlock), Tlen - c0));
     __syncthreads();
-    LoadTileAs(ks, ld_t, q + C + c0 * C3, C3, cols, hs);
-    LoadTileAs(vs, ld_t, q + 2 * C + c0 * C3, C3, cols, hs);
+    LoadTileAs(ks, ld_t, keys + c0 * C3, C3, cols, hs);
+    LoadTileAs(vs, ld_t, values + c0 * C3, C3, cols, hs);
     __syncthreads();
     TileProductNT(sw, qw, ks, ld_t, hs);  // S (16 queries x 64 keys)
     __syncwarp();

@@ -320,7 +320,6 @@ class CudaModelKernels final : public ModelKernels {
     });
   }
   bool HasLlamaOps() const override { return true; }
-  bool HasGroupedQueryAttention() const override { return false; }
 
   // In a 16-bit run the residual stream, the LayerNorm's output and its
   // weight and bias are all 16-bit: the kernels' all-16-bit forms.
@@ -414,22 +413,23 @@ class CudaModelKernels final : public ModelKernels {
   // A 16-bit run's attention: the all-16-bit forward, and a backward that
   // reads the 16-bit qkv and output beside fp32 gradients.
   void AttentionForward(ActTensor out, float* lse, ActTensor qkv, const kernels::AttentionShape& shape) override {
-    const auto [B, T, C, NH] = MultiHead(shape);
     OpScope op(timer(), ProfileOp::kAttentionForward);
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), B, T, C, NH, stream_);
+      return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), shape, stream_);
     }
     const auto kernel = kc::AttentionForwardKernel(tuning_.attention_forward);
-    if (kernel == kc::AttentionForwardKernel::kCudnn && Cudnn() != nullptr) {
-      if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, B, T, C, NH, stream_, shared_,
-                          size_t(shared_bytes_))) {
+    // cuDNN's graphs take multi-head attention; grouped-query heads run
+    // pstar's kernels (kMma in cuDNN's place).
+    if (kernel == kc::AttentionForwardKernel::kCudnn && shape.NKV == shape.NH && Cudnn() != nullptr) {
+      if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, shape.B, shape.T,
+                          shape.NH * shape.hs, shape.NH, stream_, shared_, size_t(shared_bytes_))) {
         return;
       }
       CudnnFallback(cudnn_forward_fell_back_, "forward");
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), B, T, C, NH, stream_, kernel);
+      kc::AttentionForward(As<H>(out), lse, As<H>(qkv), shape, stream_, kernel);
     });
   }
   // With RoPE, dq and dk are rotated back in place after the kernel (in a
@@ -533,27 +533,25 @@ class CudaModelKernels final : public ModelKernels {
   // The attention backward's kernels: cuDNN's where the tuning picks it, else ours.
   void AttentionBackwardKernels(ActTensor dqkv, ActTensor dout, ActTensor qkv, ActTensor out, const float* lse,
                                 const kernels::AttentionShape& shape) {
-    const auto [B, T, C, NH] = MultiHead(shape);
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
                                                        : kc::AttentionBackwardKernel(tuning_.attention_backward);
-    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
-      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, B, T, C, NH,
-                           stream_, shared_, size_t(shared_bytes_))) {
+    if (kernel == kc::AttentionBackwardKernel::kCudnn && shape.NKV == shape.NH && Cudnn() != nullptr) {
+      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, shape.B,
+                           shape.T, shape.NH * shape.hs, shape.NH, stream_, shared_, size_t(shared_bytes_))) {
         return;
       }
       CudnnFallback(cudnn_backward_fell_back_, "backward");
     }
-    Need(kc::AttentionScratchElements(B, T, C, NH, kernel) * int64_t(sizeof(float)), "AttentionBackward");
+    Need(kc::AttentionScratchElements(shape, kernel) * int64_t(sizeof(float)), "AttentionBackward");
     float* s = Shared<float>();
     if (precision_ == Precision::kFp32) {
-      return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, B, T, C,
-                                   NH, stream_);
+      return kc::AttentionBackward(As<float>(dqkv), s, As<float>(dout), As<float>(qkv), As<float>(out), lse, shape,
+                                   stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, B, T, C, NH, stream_,
-                                  kernel);
+      kc::AttentionBackward<H, H>(As<H>(dqkv), s, As<H>(dout), As<H>(qkv), As<H>(out), lse, shape, stream_, kernel);
     });
   }
   // f(H{}) with H the run's 16-bit type (bf16 or fp16); a 16-bit run only.
@@ -674,15 +672,6 @@ class CudaModelKernels final : public ModelKernels {
       }
     }
     return true;
-  }
-  struct MultiHeadShape {
-    int64_t B, T, C, NH;
-  };
-  // The CUDA attention kernels take multi-head attention only so far; the
-  // model refuses grouped-query shapes on this device (Gpt::Create).
-  static MultiHeadShape MultiHead(const kernels::AttentionShape& s) {
-    if (s.NKV != s.NH) Internal("grouped-query attention on the CUDA kernels");
-    return {s.B, s.T, s.NH * s.hs, s.NH};
   }
   [[noreturn]] static void Internal(const char* what) {
     std::fprintf(stderr, "pstar: internal error: %s\n", what);

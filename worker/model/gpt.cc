@@ -282,13 +282,6 @@ Result<Gpt> Gpt::Create(const GptConfig& config, ParamStore& store, Arena& arena
                                       " architecture runs on runtime.device cpu only in this version (its " +
                                       ComputeDeviceName(kernels->device()) + " kernels are not built yet)");
   }
-  if (config.kv_heads() != config.n_head && !kernels->HasGroupedQueryAttention()) {
-    return Status::FailedPrecondition("grouped-query attention (model.n_kv_head " + std::to_string(config.kv_heads()) +
-                                      " below n_head " + std::to_string(config.n_head) +
-                                      ") runs on runtime.device cpu only in this version (the " +
-                                      ComputeDeviceName(kernels->device()) +
-                                      " attention kernels take n_kv_head = n_head)");
-  }
   Gpt gpt(config, batch, seq, recompute, kernels->compute(), keep_gelu);
   gpt.kernels_ = std::move(kernels);
   gpt.store_ = &store;

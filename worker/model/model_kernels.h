@@ -196,10 +196,8 @@ class ModelKernels {
                                       Param part, int64_t N, int64_t C, int64_t row0, int64_t rows, int64_t Vp);
   // out = x in the run's activation format (rounded once in a 16-bit run).
   virtual void Narrow(ActTensor out, const float* x, int64_t n);
-  // Whether this device has the ops above, and attention with fewer
-  // key/value heads than query heads.
+  // Whether this device has the ops above.
   virtual bool HasLlamaOps() const { return false; }
-  virtual bool HasGroupedQueryAttention() const { return true; }
   virtual void GeluForward(ActTensor out, ActTensor inp, int64_t n) = 0;
   // dinp may alias dout.
   virtual void GeluBackward(ActTensor dinp, ActTensor inp, ActTensor dout, int64_t n) = 0;

@@ -23,14 +23,18 @@ namespace {
 
 namespace mma {
 using namespace emulation;
+using kernels::QkvRows;
 constexpr int kBlock = int(kernels::kAttentionBlock);
 #include "kernels/cuda/attention_mma.cuh"
 }  // namespace mma
 
 using emulation::Bf16;
 
+// NKV key/value heads (0: NH, multi-head attention).
 struct Shape {
-  int64_t B, T, NH;
+  int64_t B, T, NH, NKV = 0;
+  int64_t kv() const { return NKV > 0 ? NKV : NH; }
+  kernels::AttentionShape Of(int64_t hs) const { return {B, T, NH, kv(), hs}; }
 };
 
 // The largest |got - want| over the largest |want| (at least `floor`).
@@ -49,19 +53,22 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
 // and the second and third with the first's bits.
 template <int HS>
 void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
-  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " head size " << HS);
+  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.kv()
+                                  << " head size " << HS);
+  const kernels::AttentionShape shape = s.Of(HS);
   const int64_t C = HS * s.NH;
   std::normal_distribution<float> normal;
-  std::vector<float> qkv(size_t(s.B * s.T * 3 * C));
+  std::vector<float> qkv(size_t(s.B * s.T * shape.RowElements()));
   for (float& x : qkv) x = float(Bf16(2.0f * normal(rng)));  // the values the kernel sees
   std::vector<float> out_cpu(size_t(s.B * s.T * C)), lse_cpu(size_t(s.B * s.NH * s.T));
-  kernels::cpu::AttentionForward(out_cpu.data(), lse_cpu.data(), qkv.data(), s.B, s.T, C, s.NH);
+  kernels::cpu::AttentionForward(out_cpu.data(), lse_cpu.data(), qkv.data(), shape);
 
   std::vector<Bf16> qkv_in;
   for (float x : qkv) qkv_in.push_back(Bf16(x));
   ASSERT_EQ(reinterpret_cast<uintptr_t>(qkv_in.data()) % 16, 0u) << "the kernel's copies need 16-byte rows";
   const float scale_log2 = 1.4426950408889634f / std::sqrt(float(HS));
   constexpr int kWide = 2 * mma::kMmaWarps;
+  const kernels::QkvRows rows = kernels::RowsOf(shape);
   std::vector<float> first_out, first_lse;
   for (int form : {0, 1, 2}) {
     SCOPED_TRACE(form == 0 ? "q in a tile of its own" : form == 1 ? "q in the second k buffer" : "128 queries a block");
@@ -74,12 +81,11 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
                                       : mma::MmaForwardSharedBytes<HS, false, kWide>();
     emulation::RunBlocks({unsigned(s.B * s.NH), blocks, 1}, unsigned(warps * emulation::kWarpSize), shared, [&] {
       if (form == 0) {
-        mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+        mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv_in.data(), s.T, rows, scale_log2);
       } else if (form == 1) {
-        mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH), scale_log2);
+        mma::MmaFlashForward<Bf16, HS, true>(out.data(), lse.data(), qkv_in.data(), s.T, rows, scale_log2);
       } else {
-        mma::MmaFlashForward<Bf16, HS, false, kWide>(out.data(), lse.data(), qkv_in.data(), s.T, C, int(s.NH),
-                                                     scale_log2);
+        mma::MmaFlashForward<Bf16, HS, false, kWide>(out.data(), lse.data(), qkv_in.data(), s.T, rows, scale_log2);
       }
     });
     std::vector<float> got;
@@ -106,15 +112,17 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng) {
 template <int HS>
 void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass = false, unsigned shuffle_seed = 0) {
   SCOPED_TRACE(testing::Message() << (one_pass ? "one-pass " : "") << "backward B=" << s.B << " T=" << s.T
-                                  << " NH=" << s.NH << " head size " << HS);
-  const int64_t C = HS * s.NH, blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
+                                  << " NH=" << s.NH << " NKV=" << s.kv() << " head size " << HS);
+  const kernels::AttentionShape shape = s.Of(HS);
+  const kernels::QkvRows rows = kernels::RowsOf(shape);
+  const int64_t C = HS * s.NH, R = shape.RowElements(), blocks = (s.T + mma::kBlock - 1) / mma::kBlock;
   std::normal_distribution<float> normal;
-  std::vector<float> qkv(size_t(s.B * s.T * 3 * C)), dout(size_t(s.B * s.T * C));
+  std::vector<float> qkv(size_t(s.B * s.T * R)), dout(size_t(s.B * s.T * C));
   for (float& x : qkv) x = float(Bf16(2.0f * normal(rng)));
   for (float& x : dout) x = float(Bf16(normal(rng)));
   std::vector<float> out(dout.size()), lse(size_t(s.B * s.NH * s.T)), dqkv_cpu(qkv.size());
-  kernels::cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, C, s.NH);
-  kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, C, s.NH);
+  kernels::cpu::AttentionForward(out.data(), lse.data(), qkv.data(), shape);
+  kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out.data(), lse.data(), shape);
   std::vector<float> dsum(lse.size());
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.NH; ++h) {
@@ -132,17 +140,20 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass =
   for (float x : qkv) qkv_in.push_back(Bf16(x));
   for (float x : dout) dout_in.push_back(Bf16(x));
   const float scale = 1.0f / std::sqrt(float(HS));
-  const emulation::Dim3 grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
+  // The keys passes take a (batch, key/value head) a block, the queries
+  // pass a (batch, query head).
+  const emulation::Dim3 keys_grid{unsigned(s.B * s.kv()), unsigned(blocks), 1};
+  const emulation::Dim3 queries_grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
   const unsigned threads = mma::kMmaWarps * emulation::kWarpSize;
   if (one_pass) {
     // The sums start as garbage (the first adder stores), the counts at zero.
     std::vector<float> dq_sum(size_t(s.B * s.T * C), NAN);
     std::vector<int> counts(size_t(s.B * s.NH * blocks + 1), 0);  // then the ticket counter
     emulation::RunBlocks(
-        grid, threads, mma::MmaBackwardKeysSharedBytes<HS, true>(),
+        keys_grid, threads, mma::MmaBackwardKeysSharedBytes<HS, true>(),
         [&] {
           mma::MmaFlashBackwardKeys<Bf16, HS, true>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
-                                                    s.T, C, int(s.NH), scale, dq_sum.data(), counts.data());
+                                                    s.T, rows, scale, dq_sum.data(), counts.data());
         },
         shuffle_seed);
     // Every query block but the first got one release per key block above
@@ -150,30 +161,33 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass =
     for (int64_t bh = 0; bh < s.B * s.NH; ++bh) {
       for (int64_t i = 0; i < blocks; ++i) EXPECT_EQ(counts[size_t(bh * blocks + i)], int(i)) << "count " << i;
     }
-    EXPECT_EQ(counts.back(), int(s.B * s.NH * blocks)) << "tickets";
+    EXPECT_EQ(counts.back(), int(s.B * s.kv() * blocks)) << "tickets";
   } else {
-    emulation::RunBlocks(grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
-      mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T, C,
-                                          int(s.NH), scale);
+    emulation::RunBlocks(keys_grid, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
+      mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T,
+                                          rows, scale);
     });
-    emulation::RunBlocks(grid, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
+    emulation::RunBlocks(queries_grid, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
       mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(), s.T,
-                                             C, int(s.NH), scale);
+                                             rows, scale);
     });
     // The two passes on 128 rows a block over 8 warps: each key and each
     // query meets the same blocks in the same order, so the same bits.
     constexpr int kWide = 2 * mma::kMmaWarps;
-    const emulation::Dim3 wide_grid{unsigned(s.B * s.NH), unsigned((s.T + 16 * kWide - 1) / (16 * kWide)), 1};
+    const unsigned wide_blocks = unsigned((s.T + 16 * kWide - 1) / (16 * kWide));
     const unsigned wide_threads = kWide * emulation::kWarpSize;
     std::vector<Bf16> wide(dqkv.size(), Bf16(NAN));
-    emulation::RunBlocks(wide_grid, wide_threads, mma::MmaBackwardKeysSharedBytes<HS, false, kWide>(), [&] {
-      mma::MmaFlashBackwardKeys<Bf16, HS, false, 1, kWide>(wide.data(), dout_in.data(), qkv_in.data(), lse.data(),
-                                                           dsum.data(), s.T, C, int(s.NH), scale);
-    });
-    emulation::RunBlocks(wide_grid, wide_threads, mma::MmaBackwardQueriesSharedBytes<HS, kWide>(), [&] {
-      mma::MmaFlashBackwardQueries<Bf16, HS, kWide>(wide.data(), dout_in.data(), qkv_in.data(), lse.data(), dsum.data(),
-                                                    s.T, C, int(s.NH), scale);
-    });
+    emulation::RunBlocks({unsigned(s.B * s.kv()), wide_blocks, 1}, wide_threads,
+                         mma::MmaBackwardKeysSharedBytes<HS, false, kWide>(), [&] {
+                           mma::MmaFlashBackwardKeys<Bf16, HS, false, 1, kWide>(wide.data(), dout_in.data(),
+                                                                                qkv_in.data(), lse.data(), dsum.data(),
+                                                                                s.T, rows, scale);
+                         });
+    emulation::RunBlocks({unsigned(s.B * s.NH), wide_blocks, 1}, wide_threads,
+                         mma::MmaBackwardQueriesSharedBytes<HS, kWide>(), [&] {
+                           mma::MmaFlashBackwardQueries<Bf16, HS, kWide>(wide.data(), dout_in.data(), qkv_in.data(),
+                                                                         lse.data(), dsum.data(), s.T, rows, scale);
+                         });
     EXPECT_EQ(0, std::memcmp(wide.data(), dqkv.data(), dqkv.size() * sizeof(Bf16))) << "128 rows a block";
   }
   // q, k and v gradients each against their own scale, at least the whole
@@ -181,12 +195,14 @@ void ExpectBackwardMatchesCpu(const Shape& s, std::mt19937& rng, bool one_pass =
   // only rounding is left of them. P, dS and the outputs are rounded to bf16.
   double floor = 0;
   for (float w : dqkv_cpu) floor = std::max(floor, double(std::fabs(w)));
+  const int64_t kv_width = s.kv() * HS;
+  const int64_t first[3] = {0, C, C + kv_width}, width[3] = {C, kv_width, kv_width};
   for (int part = 0; part < 3; ++part) {
     std::vector<float> got, want;
     for (int64_t row = 0; row < s.B * s.T; ++row) {
-      for (int64_t c = 0; c < C; ++c) {
-        got.push_back(float(dqkv[size_t(row * 3 * C + part * C + c)]));
-        want.push_back(dqkv_cpu[size_t(row * 3 * C + part * C + c)]);
+      for (int64_t c = 0; c < width[part]; ++c) {
+        got.push_back(float(dqkv[size_t(row * R + first[part] + c)]));
+        want.push_back(dqkv_cpu[size_t(row * R + first[part] + c)]);
       }
     }
     EXPECT_LT(RelativeError(got, want, floor), 2e-2) << "d"
@@ -238,6 +254,119 @@ TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize128) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 pick(seed);
   ExpectMatchesCpu<128>({1, std::uniform_int_distribution<int64_t>(1, 260)(pick), 1}, rng);
+}
+
+// Grouped-query heads: query head h reads key/value head h / group. Every
+// form at 2, 3, 4, 7 and 8 query heads a key/value head (one is every test
+// above) at head size 64, and at 128 each form at two of them, against the
+// CPU's grouped kernels; two query blocks, so each walk crosses a block.
+TEST(MmaAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernel) {
+  std::mt19937 rng(std::random_device{}());
+  for (const int64_t group : {2, 3, 4, 7, 8}) {
+    const int64_t kv = group <= 3 ? 2 : 1;
+    const Shape s{1, 66, group * kv, kv};
+    ExpectMatchesCpu<64>(s, rng);
+    ExpectBackwardMatchesCpu<64>(s, rng);
+    ExpectBackwardMatchesCpu<64>(s, rng, true);
+  }
+  ExpectMatchesCpu<128>({1, 66, 2, 1}, rng);
+  ExpectBackwardMatchesCpu<128>({1, 66, 2, 1}, rng);
+  ExpectMatchesCpu<128>({1, 66, 8, 1}, rng);
+  ExpectBackwardMatchesCpu<128>({1, 66, 4, 1}, rng, true);
+  ExpectBackwardMatchesCpu<128>({1, 66, 8, 1}, rng, true);
+  // Two sequences, the one pass's blocks started in a shuffled order.
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  ExpectBackwardMatchesCpu<64>({2, 100, 6, 2}, rng, true, seed | 1u);
+}
+
+// A grouped shape computes each query head as the multi-head shape whose
+// key/value heads are copies of its group's: the forward's output and lse
+// and the backward's dq with the same bits (the same arithmetic on the same
+// tiles), dk and dv the sums of the copies' over the group.
+template <int HS>
+void ExpectGroupsGiveTheirCopiesBits(int64_t group, int64_t kv, int64_t T, std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << "group " << group << " kv " << kv << " T=" << T << " head size " << HS);
+  const int64_t NH = group * kv;
+  const kernels::AttentionShape grouped{1, T, NH, kv, HS}, copies{1, T, NH, NH, HS};
+  const int64_t Rg = grouped.RowElements(), Rc = copies.RowElements(), C = NH * HS;
+  std::normal_distribution<float> normal;
+  std::vector<Bf16> qkv_g(size_t(T * Rg)), qkv_c(size_t(T * Rc)), dout(size_t(T * C));
+  for (Bf16& x : qkv_g) x = Bf16(2.0f * normal(rng));
+  for (Bf16& x : dout) x = Bf16(normal(rng));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) qkv_c[size_t(t * Rc + c)] = qkv_g[size_t(t * Rg + c)];  // q
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t d = 0; d < HS; ++d) {
+        const int64_t g = h / group;
+        qkv_c[size_t(t * Rc + (NH + h) * HS + d)] = qkv_g[size_t(t * Rg + (NH + g) * HS + d)];
+        qkv_c[size_t(t * Rc + (2 * NH + h) * HS + d)] = qkv_g[size_t(t * Rg + (NH + kv + g) * HS + d)];
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(float(HS)), scale_log2 = 1.4426950408889634f * scale;
+  const unsigned threads = mma::kMmaWarps * emulation::kWarpSize;
+  const unsigned blocks = unsigned((T + mma::kBlock - 1) / mma::kBlock);
+  auto forward = [&](const kernels::AttentionShape& shape, const std::vector<Bf16>& qkv, std::vector<Bf16>& out,
+                     std::vector<float>& lse) {
+    out.assign(size_t(T * C), Bf16(NAN));
+    lse.assign(size_t(NH * T), NAN);
+    emulation::RunBlocks({unsigned(NH), blocks, 1}, threads, mma::MmaForwardSharedBytes<HS>(), [&] {
+      mma::MmaFlashForward<Bf16, HS>(out.data(), lse.data(), qkv.data(), T, kernels::RowsOf(shape), scale_log2);
+    });
+  };
+  std::vector<Bf16> out_g, out_c;
+  std::vector<float> lse_g, lse_c;
+  forward(grouped, qkv_g, out_g, lse_g);
+  forward(copies, qkv_c, out_c, lse_c);
+  ASSERT_EQ(0, std::memcmp(out_g.data(), out_c.data(), out_g.size() * sizeof(Bf16))) << "out";
+  ASSERT_EQ(0, std::memcmp(lse_g.data(), lse_c.data(), lse_g.size() * sizeof(float))) << "lse";
+  std::vector<float> dsum(size_t(NH * T));
+  for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      float d = 0;
+      for (int64_t e = 0; e < HS; ++e) d += float(dout[size_t(t * C + h * HS + e)]) * float(out_g[size_t(t * C + h * HS + e)]);
+      dsum[size_t(h * T + t)] = d;
+    }
+  }
+  auto backward = [&](const kernels::AttentionShape& shape, const std::vector<Bf16>& qkv) {
+    std::vector<Bf16> dqkv(qkv.size(), Bf16(NAN));
+    const kernels::QkvRows rows = kernels::RowsOf(shape);
+    emulation::RunBlocks({unsigned(shape.NKV), blocks, 1}, threads, mma::MmaBackwardKeysSharedBytes<HS>(), [&] {
+      mma::MmaFlashBackwardKeys<Bf16, HS>(dqkv.data(), dout.data(), qkv.data(), lse_g.data(), dsum.data(), T, rows,
+                                          scale);
+    });
+    emulation::RunBlocks({unsigned(NH), blocks, 1}, threads, mma::MmaBackwardQueriesSharedBytes<HS>(), [&] {
+      mma::MmaFlashBackwardQueries<Bf16, HS>(dqkv.data(), dout.data(), qkv.data(), lse_g.data(), dsum.data(), T, rows,
+                                             scale);
+    });
+    return dqkv;
+  };
+  const std::vector<Bf16> d_g = backward(grouped, qkv_g), d_c = backward(copies, qkv_c);
+  for (int64_t t = 0; t < T; ++t) {
+    ASSERT_EQ(0, std::memcmp(&d_g[size_t(t * Rg)], &d_c[size_t(t * Rc)], size_t(C) * sizeof(Bf16))) << "dq " << t;
+    for (int64_t g = 0; g < kv; ++g) {
+      for (int64_t d = 0; d < HS; ++d) {
+        for (int part = 1; part <= 2; ++part) {
+          double sum = 0, size = 0;
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+            const float x = float(d_c[size_t(t * Rc + (part * NH + h) * HS + d)]);
+            sum += x;
+            size += std::fabs(x);
+          }
+          const float got = float(d_g[size_t(t * Rg + (NH + (part - 1) * kv + g) * HS + d)]);
+          ASSERT_NEAR(got, sum, 2e-2 * size + 1e-6) << (part == 1 ? "dk" : "dv") << " t=" << t << " head " << g;
+        }
+      }
+    }
+  }
+}
+
+TEST(MmaAttentionEmulated, GroupedQueryHeadsComputeEachHeadAsItsCopiesDo) {
+  std::mt19937 rng(std::random_device{}());
+  ExpectGroupsGiveTheirCopiesBits<64>(4, 2, 100, rng);
+  ExpectGroupsGiveTheirCopiesBits<64>(3, 1, 70, rng);
+  ExpectGroupsGiveTheirCopiesBits<128>(2, 1, 65, rng);
 }
 
 }  // namespace

@@ -24,14 +24,18 @@ namespace {
 
 namespace tensor_core {
 using namespace emulation;
+using kernels::QkvRows;
 constexpr int kBlock = int(kernels::kAttentionBlock);
 #include "kernels/cuda/attention_tensor_core.cuh"
 }  // namespace tensor_core
 
 using emulation::Bf16;
 
+// C = NH * head size; NKV key/value heads (0: NH, multi-head attention).
 struct Shape {
-  int64_t B, T, C, NH;
+  int64_t B, T, C, NH, NKV = 0;
+  int64_t kv() const { return NKV > 0 ? NKV : NH; }
+  kernels::AttentionShape Kernel() const { return {B, T, NH, kv(), C / NH}; }
 };
 
 // The largest |got - want| over the largest |want|.
@@ -75,22 +79,23 @@ void RoundTo(std::vector<float>& x) {
 // tile loads go one element at a time.
 template <typename A, typename G>
 void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false) {
-  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
+  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " NKV=" << s.kv()
                                   << (std::is_same_v<A, float> ? " fp32" : " bf16") << " activations, "
                                   << (std::is_same_v<G, float> ? "fp32" : "bf16") << " gradients"
                                   << (misaligned ? ", misaligned" : ""));
   const int64_t hs = s.C / s.NH, blocks = (s.T + tensor_core::kBlock - 1) / tensor_core::kBlock;
   const float scale = 1.0f / std::sqrt(float(hs));
   std::normal_distribution<float> normal;
-  std::vector<float> qkv(size_t(s.B * s.T * 3 * s.C)), dout(size_t(s.B * s.T * s.C));
+  const kernels::AttentionShape shape = s.Kernel();
+  const kernels::QkvRows rows = kernels::RowsOf(shape);
+  std::vector<float> qkv(size_t(s.B * s.T * shape.RowElements())), dout(size_t(s.B * s.T * s.C));
   for (float& x : qkv) x = normal(rng);
   for (float& x : dout) x = normal(rng);
   RoundTo<A>(qkv);
   RoundTo<G>(dout);
   std::vector<float> out_cpu(dout.size()), lse_cpu(size_t(s.B * s.NH * s.T)), dqkv_cpu(qkv.size());
-  kernels::cpu::AttentionForward(out_cpu.data(), lse_cpu.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-  kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out_cpu.data(), lse_cpu.data(), s.B, s.T,
-                                  s.C, s.NH);
+  kernels::cpu::AttentionForward(out_cpu.data(), lse_cpu.data(), qkv.data(), shape);
+  kernels::cpu::AttentionBackward(dqkv_cpu.data(), dout.data(), qkv.data(), out_cpu.data(), lse_cpu.data(), shape);
 
   const size_t shift = misaligned ? 1 : 0;
   std::vector<A> qkv_at = ToElements<A>(qkv);
@@ -100,14 +105,17 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false
   const A* qkv_in = qkv_at.data() + shift;
   const G* dout_in = dout_at.data() + shift;
 
+  // The keys pass takes a (batch, key/value head) a block, the others a
+  // (batch, query head).
   const emulation::Dim3 grid{unsigned(s.B * s.NH), unsigned(blocks), 1};
+  const emulation::Dim3 keys_grid{unsigned(s.B * s.kv()), unsigned(blocks), 1};
   const unsigned threads = tensor_core::kTcWarps * emulation::kWarpSize;
   // NaN wherever the kernels should write.
   std::vector<A> out(dout.size(), A(NAN));
   std::vector<float> lse(lse_cpu.size(), NAN);
   std::vector<G> dqkv(qkv.size(), G(NAN));
   emulation::RunBlocks(grid, threads, tensor_core::TensorCoreForwardSharedBytes(int(hs), sizeof(A)), [&] {
-    tensor_core::TensorCoreFlashForward<A>(out.data(), lse.data(), qkv_in, s.T, s.C, int(s.NH), int(hs), scale);
+    tensor_core::TensorCoreFlashForward<A>(out.data(), lse.data(), qkv_in, s.T, rows, int(hs), scale);
   });
   EXPECT_LT(RelativeError(ToFloats(out.data(), out.size()), out_cpu), kTolerance<A>) << "out";
   // lse's statistics are fp32 whatever A is; only the scores' products differ.
@@ -127,13 +135,13 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false
       }
     }
   }
-  emulation::RunBlocks(grid, threads, tensor_core::TensorCoreBackwardKeysSharedBytes(int(hs), sizeof(A)), [&] {
-    tensor_core::TensorCoreBackwardKeys<G, A>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(), dsum.data(), s.T, s.C,
-                                              int(s.NH), int(hs), scale);
+  emulation::RunBlocks(keys_grid, threads, tensor_core::TensorCoreBackwardKeysSharedBytes(int(hs), sizeof(A)), [&] {
+    tensor_core::TensorCoreBackwardKeys<G, A>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(), dsum.data(), s.T, rows,
+                                              int(hs), scale);
   });
   emulation::RunBlocks(grid, threads, tensor_core::TensorCoreBackwardQueriesSharedBytes(int(hs), sizeof(A)), [&] {
-    tensor_core::TensorCoreBackwardQueries<G, A>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(), dsum.data(), s.T, s.C,
-                                                 int(s.NH), int(hs), scale);
+    tensor_core::TensorCoreBackwardQueries<G, A>(dqkv.data(), dout_in, qkv_in, lse_cpu.data(), dsum.data(), s.T, rows,
+                                                 int(hs), scale);
   });
   EXPECT_LT(RelativeError(ToFloats(dqkv.data(), dqkv.size()), dqkv_cpu), kTolerance<A>) << "dqkv";
 }
@@ -169,6 +177,20 @@ TEST(TensorCoreAttentionEmulated, SixteenBitElementsMatchTheCpuKernels) {
   }
   ExpectMatchesCpu<Bf16, float>({1, 70, 64, 2}, rng, /*misaligned=*/true);
   ExpectMatchesCpu<Bf16, Bf16>({1, 70, 64, 2}, rng, /*misaligned=*/true);
+}
+
+// Grouped-query heads (query head h reads key/value head h / group): 1, 2,
+// 3, 4, 7 and 8 query heads a key/value head, head sizes 64 and 128 and
+// one the mma kernels do not take, fp32 and 16-bit.
+TEST(TensorCoreAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernels) {
+  std::mt19937 rng(std::random_device{}());
+  for (const int64_t group : {1, 2, 3, 4, 7, 8}) {
+    const int64_t kv = group <= 2 ? 2 : 1;
+    ExpectMatchesCpu<float, float>({1, 70, 64 * group * kv, group * kv, kv}, rng);
+    ExpectMatchesCpu<Bf16, Bf16>({1, 70, 64 * group * kv, group * kv, kv}, rng);
+  }
+  for (const int64_t group : {2, 4}) ExpectMatchesCpu<Bf16, float>({1, 129, 128 * group, group, 1}, rng);
+  ExpectMatchesCpu<float, float>({2, 40, 48 * 6, 6, 2}, rng);
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ TYPED_TEST(CudaAttentionTest, ForwardMatchesCpu) {
     std::vector<float> out(size_t(s.B * s.T * s.C), kNaN), lse(size_t(s.B * s.NH * s.T), kNaN);
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_out(ToElements<T>(out));
     DeviceBuffer<float> d_lse(lse);
-    cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream);
+    cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(AllClose(ToFloats(d_out.Download()), out, Element<T>::kTolerance)) << "out";
@@ -79,7 +79,7 @@ TYPED_TEST(CudaAttentionTest, MmaForwardMatchesCpuAndRepeatsBitForBit) {
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_out(ToElements<T>(out));
     DeviceBuffer<float> d_lse(lse);
     auto run = [&](cuda::AttentionForwardKernel kernel) {
-      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream, kernel);
+      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream, kernel);
       return std::make_pair(ToFloats(d_out.Download()), d_lse.Download());
     };
     const auto first = run(cuda::AttentionForwardKernel::kMma);
@@ -133,11 +133,11 @@ TYPED_TEST(CudaAttentionTest, MmaBackwardMatchesCpuAndRepeatsBitForBit) {
       DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
       DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
       // Garbage in the scratch: the one-pass sums' first adder stores.
-      const std::vector<float> scratch(size_t(cuda::AttentionScratchElements(s.B, s.T, s.C, s.NH, kernel)), kNaN);
+      const std::vector<float> scratch(size_t(cuda::AttentionScratchElements(s.Kernel(), kernel)), kNaN);
       DeviceBuffer<float> d_lse(lse), d_scratch(scratch);
       auto run = [&] {
         cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                                   s.B, s.T, s.C, s.NH, kStream, kernel);
+                                   s.Kernel(), kStream, kernel);
         return ToFloats(d_dqkv.Download());
       };
       const auto first = run();
@@ -171,12 +171,12 @@ TYPED_TEST(CudaAttentionTest, BackwardMatchesCpu) {
     out = ToFloats(ToElements<T>(out));
 
     std::vector<float> dqkv(qkv.size(), kNaN);
-    const std::vector<float> scratch(size_t(cuda::AttentionScratchElements(s.B, s.T, s.C, s.NH)), kNaN);
+    const std::vector<float> scratch(size_t(cuda::AttentionScratchElements(s.Kernel())), kNaN);
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
     DeviceBuffer<T> d_dqkv(ToElements<T>(dqkv));
     DeviceBuffer<float> d_lse(lse), d_scratch(scratch);
     cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                               s.B, s.T, s.C, s.NH, kStream);
+                                   s.Kernel(), kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     cpu::AttentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
     ExpectGradientsClose<T>(ToFloats(d_dqkv.Download()), dqkv, s);
@@ -194,11 +194,11 @@ TYPED_TEST(CudaAttentionTest, ForwardThenBackwardMatchesCpuAndRepeatsBitForBit) 
   const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
   const int64_t n = s.B * s.T * s.C;
   DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(n), d_dqkv(3 * n);
-  DeviceBuffer<float> d_lse(s.B * s.NH * s.T), d_scratch(cuda::AttentionScratchElements(s.B, s.T, s.C, s.NH));
+  DeviceBuffer<float> d_lse(s.B * s.NH * s.T), d_scratch(cuda::AttentionScratchElements(s.Kernel()));
   auto run = [&] {
-    cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream);
+    cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream);
     cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                               s.B, s.T, s.C, s.NH, kStream);
+                                   s.Kernel(), kStream);
     return std::make_pair(ToFloats(d_out.Download()), ToFloats(d_dqkv.Download()));
   };
   const auto first = run();
@@ -211,6 +211,64 @@ TYPED_TEST(CudaAttentionTest, ForwardThenBackwardMatchesCpuAndRepeatsBitForBit) 
   cpu::AttentionBackward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
   EXPECT_TRUE(AllClose(first.first, out, Element<T>::kTolerance)) << "out";
   ExpectGradientsClose<T>(first.second, dqkv, s);
+}
+
+// Grouped-query heads (query head h reads key/value head h / (NH / NKV)):
+// every forward and backward kernel against the CPU's grouped forms, the
+// same bits on a second run, the variants with their base kernel's bits;
+// fp32 runs the CUDA-core kernels. A group of one is the multi-head shape.
+TYPED_TEST(CudaAttentionTest, GroupedQueryHeadsMatchCpuInEveryKernel) {
+  PSTAR_REQUIRE_GPU();
+  using T = TypeParam;
+  using Forward = cuda::AttentionForwardKernel;
+  using Backward = cuda::AttentionBackwardKernel;
+  std::mt19937 rng(26);
+  // Llama 3.2 1B's heads (32 of 64, 8 kv), 128-wide heads of 7 per kv head,
+  // one kv head, head sizes the mma kernels do not take.
+  constexpr AttentionShape kGrouped[] = {{1, 130, 2048, 32, 8}, {1, 200, 896, 7, 1}, {2, 70, 512, 4, 2},
+                                         {1, 65, 384, 3, 1},    {1, 90, 96, 3, 1},   {1, 40, 64, 2, 2}};
+  for (const AttentionShape& s : kGrouped) {
+    const kernels::AttentionShape shape = s.Kernel();
+    const auto qkv = RandomValues<T>(size_t(s.B * s.T * s.Row()), rng);
+    const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
+    std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T)), want(qkv.size());
+    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), shape);
+    const std::vector<float> out_t = ToFloats(ToElements<T>(out));
+    cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out_t.data(), lse.data(), shape);
+    DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out_t(ToElements<T>(out_t));
+    std::vector<float> mma_out;
+    for (const Forward kernel : {Forward::kTensorCore, Forward::kMma, Forward::kMmaSharedQ, Forward::kMmaWide}) {
+      SCOPED_TRACE(testing::Message() << Describe(s) << " forward " << int(kernel));
+      DeviceBuffer<T> d_out(ToElements<T>(std::vector<float>(out.size(), kNaN)));
+      DeviceBuffer<float> d_lse(std::vector<float>(lse.size(), kNaN));
+      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), shape, kStream, kernel);
+      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+      const auto got = ToFloats(d_out.Download());
+      EXPECT_TRUE(AllClose(got, out, Element<T>::kTolerance)) << "out";
+      EXPECT_TRUE(AllClose(d_lse.Download(), lse, Element<float>::kTolerance)) << "lse";
+      if (kernel == Forward::kMma) mma_out = got;
+      if (kernel == Forward::kMmaSharedQ || kernel == Forward::kMmaWide) EXPECT_EQ(got, mma_out);
+    }
+    std::vector<float> two_pass;
+    for (const Backward kernel : {Backward::kTensorCore, Backward::kMma, Backward::kMmaOnePass, Backward::kMmaWide}) {
+      SCOPED_TRACE(testing::Message() << Describe(s) << " backward " << int(kernel));
+      DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
+      DeviceBuffer<float> d_lse(lse);
+      DeviceBuffer<float> d_scratch(
+          std::vector<float>(size_t(cuda::AttentionScratchElements(shape, kernel)), kNaN));
+      auto run = [&] {
+        cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out_t.get(),
+                                   d_lse.get(), shape, kStream, kernel);
+        return ToFloats(d_dqkv.Download());
+      };
+      const auto first = run();
+      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+      ExpectGradientsClose<T>(first, want, s);
+      EXPECT_EQ(first, run()) << "the same bits on a second run";
+      if (kernel == Backward::kMma) two_pass = first;
+      if (kernel == Backward::kMmaWide) EXPECT_EQ(first, two_pass) << "the variant changed the bits";
+    }
+  }
 }
 
 }  // namespace

@@ -250,7 +250,8 @@ TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
                                 route->WorkspaceBytes(false, bf16, s.B, s.T, s.C, s.NH));
   ASSERT_GE(need, 0) << route->last_error();
   DeviceBuffer<char> workspace(std::max<int64_t>(need, 16));
-  DeviceBuffer<float> scratch(cuda::AttentionScratchElements(s.B, s.T, s.C, s.NH, cuda::AttentionBackwardKernel::kMma));
+  const kernels::AttentionShape shape = {s.B, s.T, s.NH, s.NH, s.C / s.NH};
+  DeviceBuffer<float> scratch(cuda::AttentionScratchElements(shape, cuda::AttentionBackwardKernel::kMma));
   for (const bool cudnn_forward : {false, true}) {
     SCOPED_TRACE(cudnn_forward ? "cuDNN forward, pstar backward" : "pstar forward, cuDNN backward");
     DeviceBuffer<T> d_out(s.B * s.T * s.C), d_dqkv(s.B * s.T * 3 * s.C);
@@ -259,10 +260,10 @@ TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
       ASSERT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
                                  workspace.get(), size_t(need)))
           << route->last_error();
-      cuda::AttentionBackward<T>(d_dqkv.get(), scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B,
-                                 s.T, s.C, s.NH, kStream, cuda::AttentionBackwardKernel::kMma);
+      cuda::AttentionBackward<T>(d_dqkv.get(), scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), shape,
+                                 kStream, cuda::AttentionBackwardKernel::kMma);
     } else {
-      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
+      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), shape, kStream,
                                 cuda::AttentionForwardKernel::kMma);
       ASSERT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T,
                                   s.C, s.NH, kStream, workspace.get(), size_t(need)))

@@ -140,10 +140,11 @@ TYPED_TEST(CudaNarrowOutputsTest, AttentionForwardAndBackward) {
     const auto dy = RandomValues<float>(static_cast<size_t>(s.B * s.T * C), rng);
     DeviceBuffer<O> dqkv16(ToElements<O>(qkv)), dout(s.B * s.T * C);
     DeviceBuffer<float> ddy(dy), dlse(s.B * s.NH * s.T), ddqkv(s.B * s.T * 3 * C);
-    DeviceBuffer<float> scratch(cuda::AttentionScratchElements(s.B, s.T, C, s.NH));
-    cuda::AttentionForward(dout.get(), dlse.get(), dqkv16.get(), s.B, s.T, C, s.NH, kStream);
-    cuda::AttentionBackward(ddqkv.get(), scratch.get(), ddy.get(), dqkv16.get(), dout.get(), dlse.get(), s.B, s.T,
-                            C, s.NH, kStream);
+    const kernels::AttentionShape shape = {s.B, s.T, s.NH, s.NH, s.hs};
+    DeviceBuffer<float> scratch(cuda::AttentionScratchElements(shape));
+    cuda::AttentionForward(dout.get(), dlse.get(), dqkv16.get(), shape, kStream);
+    cuda::AttentionBackward(ddqkv.get(), scratch.get(), ddy.get(), dqkv16.get(), dout.get(), dlse.get(), shape,
+                            kStream);
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
     std::vector<uint16_t> qkv_bits(qkv.size()), out(static_cast<size_t>(s.B * s.T * C));
     for (size_t i = 0; i < qkv.size(); ++i) {
