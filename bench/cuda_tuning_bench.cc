@@ -30,6 +30,7 @@
 #include "kernels/cuda/classifier.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/pointwise.h"
 #include "kernels/cuda/tuning.h"
@@ -248,30 +249,33 @@ int main(int argc, char** argv) {
         results.push_back({v, ms, Close(got, want, 1e-4)});
       }
     } else if (std::string(knob.name) == "attention_forward" || std::string(knob.name) == "attention_backward") {
-      // GPT-2 124M's attention (batch 32, 12 heads of 64, T 1024) and a
-      // head size of 128 (batch 4, 32 heads, T 2048), summed; forward, or
-      // backward with 16-bit gradients.
+      // GPT-2 124M's attention (batch 32, 12 heads of 64, T 1024), a head
+      // size of 128 (batch 4, 32 heads, T 2048) and Llama 3.2 1B's grouped
+      // heads (batch 4, 32 query heads of 64 on 8 key/value heads, T 2048),
+      // summed; forward, or backward with 16-bit gradients. cuDNN's graphs
+      // take multi-head shapes only: on the grouped one its candidate runs
+      // the mma.sync kernel, as training does.
       struct Case {
-        int64_t B, T, NH, hs;
+        int64_t B, T, NH, NKV, hs;
+        pstar::kernels::AttentionShape shape() const { return {B, T, NH, NKV, hs}; }
       };
-      const Case cases[] = {{32, 1024, 12, 64}, {4, 2048, 32, 128}};
+      const Case cases[] = {{32, 1024, 12, 12, 64}, {4, 2048, 32, 32, 128}, {4, 2048, 32, 8, 64}};
       const bool forward = std::string(knob.name) == "attention_forward";
       std::vector<std::unique_ptr<Device<__nv_bfloat16>>> qkv, out, dout, dqkv;
       std::vector<std::unique_ptr<Device<float>>> lse, scratch;
       for (const Case& c : cases) {
-        const size_t n = size_t(c.B * c.T * c.NH * c.hs);
-        qkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
+        const size_t n = size_t(c.B * c.T * c.NH * c.hs), rows = size_t(c.B * c.T * c.shape().RowElements());
+        qkv.push_back(std::make_unique<Device<__nv_bfloat16>>(rows));
         FillRandom(qkv.back()->p, qkv.back()->n, rng);
         out.push_back(std::make_unique<Device<__nv_bfloat16>>(n));
         lse.push_back(std::make_unique<Device<float>>(size_t(c.B * c.NH * c.T)));
         if (!forward) {
           dout.push_back(std::make_unique<Device<__nv_bfloat16>>(n));
           FillRandom(dout.back()->p, n, rng);
-          dqkv.push_back(std::make_unique<Device<__nv_bfloat16>>(3 * n));
+          dqkv.push_back(std::make_unique<Device<__nv_bfloat16>>(rows));
           scratch.push_back(std::make_unique<Device<float>>(
-              size_t(kc::AttentionScratchElements({c.B, c.T, c.NH, c.NH, c.hs},
-                                                  kc::AttentionBackwardKernel::kMmaOnePass))));
-          kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, {c.B, c.T, c.NH, c.NH, c.hs}, nullptr);
+              size_t(kc::AttentionScratchElements(c.shape(), kc::AttentionBackwardKernel::kMmaOnePass))));
+          kc::AttentionForward(out.back()->p, lse.back()->p, qkv.back()->p, c.shape(), nullptr);
         }
       }
       // cuDNN's graph (attention_forward 4, attention_backward 6) with the
@@ -289,6 +293,16 @@ int main(int argc, char** argv) {
       }
       auto run_cudnn = [&](size_t k) {
         const Case& c = cases[k];
+        if (c.NKV != c.NH) {
+          if (forward) {
+            kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.shape(), nullptr, kc::AttentionForwardKernel::kMma);
+          } else {
+            kc::AttentionBackward<__nv_bfloat16, __nv_bfloat16>(dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p,
+                                                                out[k]->p, lse[k]->p, c.shape(), nullptr,
+                                                                kc::AttentionBackwardKernel::kMma);
+          }
+          return true;
+        }
         return forward ? cudnn->Forward(true, out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
                                         workspace[k]->p, workspace[k]->n)
                        : cudnn->Backward(true, dqkv[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.B, c.T,
@@ -321,12 +335,12 @@ int main(int argc, char** argv) {
                     std::exit(1);
                   }
                 } else if (forward) {
-                  kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, {c.B, c.T, c.NH, c.NH, c.hs}, nullptr,
+                  kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.shape(), nullptr,
                                        kc::AttentionForwardKernel(v));
                 } else {
                   kc::AttentionBackward<__nv_bfloat16, __nv_bfloat16>(
-                      dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p,
-                      {c.B, c.T, c.NH, c.NH, c.hs}, nullptr, kc::AttentionBackwardKernel(v));
+                      dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.shape(), nullptr,
+                      kc::AttentionBackwardKernel(v));
                 }
               }
             });
@@ -371,7 +385,9 @@ int main(int argc, char** argv) {
       }
     } else if (std::string(knob.name) == "layernorm_backward_kernel") {
       // GPT-2 124M's LayerNorm backward at batch 32 x 1024 in bf16: fp32
-      // dinp accumulated, 16-bit dout and input, dinp's 16-bit copy.
+      // dinp accumulated, 16-bit dout and input, dinp's 16-bit copy; and the
+      // RMSNorm backward the knob also picks the row kernel of, at Llama 3.2
+      // 1B's width (2048) over as many elements.
       const int64_t N = 32 * 1024, C = 768;
       Device<__nv_bfloat16> x(size_t(N * C)), dy(size_t(N * C)), copy(size_t(N * C)), h(size_t(N + C));
       FillRandom(x.p, x.n, rng);
@@ -384,9 +400,19 @@ int main(int argc, char** argv) {
         mean_rstd[size_t(i)] = host[size_t(i)], mean_rstd[size_t(N + i)] = 1.5f + 0.5f * host[size_t(i)];
       for (int64_t c = 0; c < C; ++c) weight[size_t(c)] = 1.0f + 0.5f * host[size_t(N + c)];
       Device<float> stats(size_t(2 * N)), w(static_cast<size_t>(C)), dinp(size_t(N * C)), dw(static_cast<size_t>(C)),
-          db(static_cast<size_t>(C)), scratch(size_t(kc::LayerNormBackwardScratchElements(N, C)));
+          db(static_cast<size_t>(C)),
+          scratch(size_t(std::max(kc::LayerNormBackwardScratchElements(N, C),
+                                  kc::RmsNormBackwardScratchElements(32 * 1024 * 768 / 2048, 2048))));
       Check(cudaMemcpy(stats.p, mean_rstd.data(), mean_rstd.size() * 4, cudaMemcpyHostToDevice), "upload");
       Check(cudaMemcpy(w.p, weight.data(), weight.size() * 4, cudaMemcpyHostToDevice), "upload");
+      // RMSNorm's rows over the same elements (its rstd the first kRmsRows of
+      // LayerNorm's), and its weight a repeat of LayerNorm's.
+      constexpr int64_t kRmsWidth = 2048, kRmsRows = 32 * 1024 * 768 / kRmsWidth;
+      std::vector<float> rms_weight(static_cast<size_t>(kRmsWidth));
+      for (int64_t c = 0; c < kRmsWidth; ++c) rms_weight[size_t(c)] = weight[size_t(c % C)];
+      Device<float> rms_w(static_cast<size_t>(kRmsWidth)), rms_dinp(static_cast<size_t>(kRmsRows * kRmsWidth)),
+          rms_dw(static_cast<size_t>(kRmsWidth));
+      Check(cudaMemcpy(rms_w.p, rms_weight.data(), rms_weight.size() * 4, cudaMemcpyHostToDevice), "upload");
       std::vector<float> want;
       const std::vector<int> order = DefaultFirst(knob, defaults);
       for (int v : order) {
@@ -396,16 +422,23 @@ int main(int argc, char** argv) {
               Check(cudaMemset(dinp.p, 0, dinp.n * sizeof(float)), "memset");
               Check(cudaMemset(dw.p, 0, dw.n * sizeof(float)), "memset");
               Check(cudaMemset(db.p, 0, db.n * sizeof(float)), "memset");
+              Check(cudaMemset(rms_dinp.p, 0, rms_dinp.n * sizeof(float)), "memset");
+              Check(cudaMemset(rms_dw.p, 0, rms_dw.n * sizeof(float)), "memset");
             },
             [&] {
               kc::LayerNormBackward<float, __nv_bfloat16, __nv_bfloat16>(dinp.p, dw.p, db.p, scratch.p, dy.p, x.p, w.p,
                                                                          stats.p, stats.p + N, N, C, nullptr, copy.p,
                                                                          kc::LayerNormKernel(v));
+              kc::RmsNormBackward<__nv_bfloat16, __nv_bfloat16>(rms_dinp.p, rms_dw.p, scratch.p, dy.p, x.p, rms_w.p,
+                                                                stats.p + N, kRmsRows, kRmsWidth, nullptr, copy.p,
+                                                                kc::LayerNormKernel(v));
             });
         Check(cudaDeviceSynchronize(), "layernorm backward");
         std::vector<float> got = dinp.Download(size_t(64 * C));
         const std::vector<float> g = dw.Download(dw.n);
         got.insert(got.end(), g.begin(), g.end());
+        const std::vector<float> r = rms_dw.Download(rms_dw.n);
+        got.insert(got.end(), r.begin(), r.end());
         if (want.empty()) want = got;
         results.push_back({v, ms, Close(got, want, 1e-3)});
       }

@@ -3,19 +3,22 @@
 # moves after the first step), seq 1024, bf16: pstar's tokens/s and MFU
 # against PyTorch eager and torch.compile running the same model, optimizer,
 # batch, sequence length and steps (bench/torch_gpt_train.py), in one run on
-# one GPU. Warm-up steps are left out of every rate. A second pstar run of
+# one GPU. The model llama-1b is Llama 3.2 1B (grouped-query attention, RoPE
+# with Llama 3's scaling, SwiGLU, RMSNorm, tied embeddings) at seq 2048, its
+# PyTorch side bench/torch_llama_train.py. Warm-up steps are left out of every rate. A second pstar run of
 # the same steps with --profile prints where its step time goes (each GEMM by
 # layer role and pass, each op by pass, casts, idle) and what profiling costs:
 # its tokens/s against the plain run's (profile_cost, in percent).
 #
-# Usage: bench/gpu_in_memory.sh [--dry-run] [--quick] [--steps N] [--warmup W] [--models "124m 350m"] [--log-dir DIR]
+# Usage: bench/gpu_in_memory.sh [--dry-run] [--quick] [--steps N] [--warmup W] [--models "124m 350m llama-1b"] [--log-dir DIR]
 #   --dry-run  the same plumbing on the CPU with a tiny GPT (fp32, no peak):
 #              checks the scripts, measures nothing about GPUs
 #   --quick    one shape, GPT-2 124M, 20 steps (5 warm-up): pstar, pstar
 #              --profile, PyTorch eager and compiled in under 4 minutes on
-#              an H100 (the ratio and the profile from one call)
+#              an H100 (the ratio and the profile from one call); with
+#              --models, those models at 20 steps
 # Environment: PSTAR_BUILD_DIR, PYTHON, PEAK_FLOPS (see bench/gpu_common.sh);
-#   BATCH_124M, BATCH_350M fix the batch (default: the largest of 32, 16, 8, 4
+#   BATCH_124M, BATCH_350M, BATCH_LLAMA_1B fix the batch (default: the largest of 32, 16, 8, 4
 #   whose all-resident plan fits 0.8 x the GPU's memory); TORCH_TIMEOUT
 #   bounds each PyTorch run in seconds (default 600).
 #
@@ -25,7 +28,7 @@ set -euo pipefail
 # shellcheck source=bench/gpu_common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gpu_common.sh"
 
-dry_run=0 quick=0 steps="" warmup="" models="124m 350m" log_dir=""
+dry_run=0 quick=0 steps="" warmup="" models="" log_dir=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -39,7 +42,8 @@ while [ "$#" -gt 0 ]; do
   esac
   shift
 done
-if [ "$quick" -eq 1 ]; then models=124m steps="${steps:-20}" warmup="${warmup:-5}"; fi
+if [ "$quick" -eq 1 ]; then models="${models:-124m}" steps="${steps:-20}" warmup="${warmup:-5}"; fi
+models="${models:-124m 350m}"
 if [ "$dry_run" -eq 1 ]; then steps="${steps:-4}" warmup="${warmup:-1}"; else steps="${steps:-40}" warmup="${warmup:-10}"; fi
 [ "$steps" -gt "$warmup" ] || die "--steps must exceed --warmup"
 log_dir="${log_dir:-$(mktemp -d)}"
@@ -61,14 +65,23 @@ echo "pstar: $pstar ($("$pstar" info | head -1))"
 if [ -n "$TORCH_VERSION" ]; then echo "pytorch: $TORCH_VERSION ($PYTHON)"; else echo "pytorch: not available: $TORCH_MISSING"; fi
 echo "steps: $steps, the first $warmup left out of tokens/s; logs in $log_dir"
 
-# name -> "preset layers heads embd vocab seq"
+# name -> "preset layers heads embd vocab seq" (width: the attention's, NH x head size)
 shape_of() {
   case "$1" in
     124m) echo "gpt2-124m 12 12 768 50257 1024" ;;
     350m) echo "gpt2-350m 24 16 1024 50257 1024" ;;
+    llama-1b) echo "llama-3.2-1b 16 32 2048 128256 2048" ;;
     tiny-124m) echo "- 2 2 128 512 64" ;;  # dry-run stand-ins
     tiny-350m) echo "- 4 4 128 512 64" ;;
-    *) die "unknown model $1 (124m or 350m)" ;;
+    tiny-llama-1b) echo "llama-tiny 4 4 128 512 64" ;;
+    *) die "unknown model $1 (124m, 350m or llama-1b)" ;;
+  esac
+}
+# The Llama shapes' PyTorch side: bench/torch_llama_train.py's shape flags.
+llama_torch_shape() {
+  case "$1" in
+    llama-1b) echo "--layers 16 --heads 32 --kv-heads 8 --embd 2048 --head-dim 64 --intermediate 8192 --vocab 128256 --tie --rope-factor 32" ;;
+    tiny-llama-1b) echo "--layers 4 --heads 4 --kv-heads 2 --embd 128 --head-dim 32 --intermediate 352 --vocab 512 --theta 10000" ;;
   esac
 }
 
@@ -77,9 +90,14 @@ for name in $models; do
   shape_name="$name"
   [ "$dry_run" -eq 1 ] && shape_name="tiny-$name"
   read -r preset L NH C V T <<<"$(shape_of "$shape_name")"
+  torch_script="$bench_dir/torch_gpt_train.py"
   if [ "$preset" = - ]; then
     model_args=(--set "model={n_layer: $L, n_head: $NH, n_embd: $C, vocab_size: $V, max_seq_len: $T}")
     torch_shape=(--layers "$L" --heads "$NH" --embd "$C" --vocab "$V")
+  elif [ "${name#llama}" != "$name" ]; then
+    model_args=(--set "model.preset=$preset")
+    read -r -a torch_shape <<<"$(llama_torch_shape "$shape_name")"
+    torch_script="$bench_dir/torch_llama_train.py"
   else
     model_args=(--set "model.preset=$preset")
     torch_shape=(--model "$name")
@@ -91,6 +109,7 @@ for name in $models; do
 
   # Batch: given, or the largest whose all-resident plan fits the GPU tier.
   var="BATCH_${name^^}"
+  var="${var//-/_}"
   batch="${!var:-}"
   if [ -z "$batch" ]; then
     if [ "$dry_run" -eq 1 ]; then
@@ -149,11 +168,14 @@ for name in $models; do
            --steps "$steps" --warmup "$warmup")
     [ "$mode" = compile ] && flags+=(--compile)
     set +e
-    timeout "${TORCH_TIMEOUT:-600}" "$PYTHON" "$bench_dir/torch_gpt_train.py" "${flags[@]}" > "$tlog" 2>&1
+    timeout "${TORCH_TIMEOUT:-600}" "$PYTHON" "$torch_script" "${flags[@]}" > "$tlog" 2>&1
     rc=$?
     set -e
     line=$(grep '^torch:' "$tlog" | tail -1 || true)
-    if [ "$rc" -eq 0 ] && [ -n "$line" ]; then
+    if [ "$rc" -eq 0 ] && [ -n "$line" ] && [ "$(field params "$line")" != "$N" ]; then
+      # Not the same model: no ratio from it.
+      echo "  torch $mode: not measured (its model has $(field params "$line") parameters, pstar's $N; log $tlog)"
+    elif [ "$rc" -eq 0 ] && [ -n "$line" ]; then
       torch_tps[$mode]=$(field tokens_per_s "$line")
       echo "  $line"
     else

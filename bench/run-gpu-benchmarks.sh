@@ -12,6 +12,10 @@
 #                      PyTorch eager and compiled (bench/gpu_in_memory.sh) (4-6 min)
 #     step             GPT-2 124M only, 20 steps: the ratio to PyTorch, the
 #                      profile and its cost (gpu_in_memory.sh --quick)   (under 4 min)
+#     llama-step       not by default: Llama 3.2 1B in GPU memory, bf16, seq
+#                      2048, 20 steps: the same against PyTorch running the
+#                      same architecture (gpu_in_memory.sh --quick --models
+#                      llama-1b)                                          (under 5 min)
 #     attention        attention alone, each forward kernel and the backward,
 #                      against PyTorch SDPA's flash and cuDNN backends at head
 #                      sizes 64 and 128 (bench/gpu_attention.sh)          (1 min)
@@ -66,7 +70,7 @@ while [ "$#" -gt 0 ]; do
     --dry-run) dry=(--dry-run) ;;
     --archive) archive="${1:?--archive needs a file}"; shift ;;
     offload) parts+=(offload-plan offload-pstar offload-fsdp offload-compare) ;;
-    env | transfer | in-memory | step | attention | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
+    env | transfer | in-memory | step | llama-step | attention | offload-plan | offload-pstar | overlap | offload-fsdp | offload-compare | \
       offload-waits | offload-sweep | offload-margin | adam | zero-netns | zero-netns-12) parts+=("$a") ;;
     *) die "unknown part $a (try --help)" ;;
   esac
@@ -115,6 +119,7 @@ run_part() {
         transfer) cmd=("$here/chunk_transfer.sh" --skip-overlap --sizes-mib "16,32,64,128,256,1024") ;;
         in-memory) cmd=("$here/gpu_in_memory.sh") ;;
         step) cmd=("$here/gpu_in_memory.sh" --quick) ;;
+        llama-step) cmd=("$here/gpu_in_memory.sh" --quick --models llama-1b) ;;
         attention) cmd=("$here/gpu_attention.sh") ;;
         offload-plan) cmd=("$here/gpu_offload_scale.sh" --part plan) ;;
         offload-pstar) cmd=("$here/gpu_offload_scale.sh" --part pstar) ;;
@@ -138,7 +143,8 @@ run_part() {
     case "$part" in
       env) grep -E '^(gpu|pytorch|cpu|memory):' "$log" ;;
       transfer) grep -E '^(device|summary|skipped|not measured)' "$log" ;;
-      in-memory | step) grep -E '^(in_memory:|[0-9]+m: |DRY RUN)|^  pstar (profile:|--profile:|  op )' "$log" ;;
+      in-memory | step | llama-step)
+        grep -E '^(in_memory:|[0-9a-z-]+: (pstar )?MFU|DRY RUN)|^  pstar (profile:|--profile:|  op )' "$log" ;;
       attention) grep -E '^(attention:|ratio:|DRY RUN|skipped)' "$log" ;;
       offload-plan) grep -E '^(plan:|DRY RUN)' "$log" ;;
       offload-pstar | offload-fsdp) grep -E '^   (tokens/s|[0-9]+ layers:|failed|giving up|not measured)|^-- ' "$log" ;;

@@ -1,29 +1,61 @@
 #!/usr/bin/python3
 """Llama-family training steps in PyTorch, the peer of pstar's Llama benchmarks.
 
-Used by bench/cpu_train_vs_pytorch.sh (CPU, fp32, eager). The model is
-pstar's Llama decoder (Hugging Face's LlamaForCausalLM math): RMSNorm without
-biases, rotate-half RoPE on q and k, grouped-query attention (query head h
-reads kv head h // (heads / kv_heads)), SwiGLU (down(silu(gate) * up)) and an
-untied classifier, no linear biases. AdamW with weight decay on matrices and
-embeddings only, global-norm clipping at 1.0. Tokens come from a random stream
-(the token values do not change the work). Attention is
-scaled_dot_product_attention where this PyTorch has it (its kv heads repeated
-to the query heads), else written out.
+Used by bench/cpu_train_vs_pytorch.sh (CPU, fp32, eager) and
+bench/gpu_in_memory.sh (GPU, bf16 autocast, eager and torch.compile: the
+llama-step benchmark). The model is pstar's Llama decoder (Hugging Face's
+LlamaForCausalLM math): RMSNorm without biases, rotate-half RoPE on q and k
+(with Llama 3's frequency scaling where --rope-factor is given),
+grouped-query attention (query head h reads kv head h // (heads / kv_heads)),
+SwiGLU (down(silu(gate) * up)) and an untied classifier (or, with --tie, the
+token table), no linear biases. AdamW (fused on CUDA where this PyTorch has
+it) with weight decay on matrices and embeddings only, global-norm clipping
+at 1.0, a constant learning rate, as the benchmarks set pstar. Tokens come
+from a random stream (the token values do not change the work). Attention is
+scaled_dot_product_attention where this PyTorch has it, with its grouped
+heads (enable_gqa) where it takes them, else the kv heads repeated to the
+query heads; written out where it has none.
 
 Prints one line:
-  torch: steps=N tokens_per_s=X final_loss=Y mode=eager device=D dtype=T ...
+  torch: steps=N tokens_per_s=X final_loss=Y mode=eager|compile device=D dtype=T ...
 where tokens_per_s covers the steps after the first --warmup steps (1 by
-default, as pstar's summary).
+default, as pstar's summary). When the run cannot be made here (no CUDA
+device, no torch.compile, out of memory) it prints
+  torch: unavailable: REASON      (exit 3)
+  torch: failed: REASON           (exit 4)
+so callers can tell "not measured" from a result.
 """
 import argparse
+import inspect
 import math
 import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+EXIT_UNAVAILABLE = 3
+EXIT_FAILED = 4
+
+
+def sdpa_takes_groups():
+    """Whether scaled_dot_product_attention has enable_gqa (PyTorch 2.5 and later)."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return False
+    try:
+        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: try it
+        try:
+            x = torch.zeros(1, 2, 1, 8)
+            F.scaled_dot_product_attention(x, x[:, :1], x[:, :1], enable_gqa=True)
+            return True
+        except (TypeError, RuntimeError):
+            return False
+
+
+SDPA_GQA = sdpa_takes_groups()
 
 
 class RmsNorm(nn.Module):
@@ -59,13 +91,17 @@ class Block(nn.Module):
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NKV, hs).transpose(1, 2)
         v = v.view(B, T, NKV, hs).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(NH // NKV, dim=1)
-        v = v.repeat_interleave(NH // NKV, dim=1)
-        if hasattr(F, "scaled_dot_product_attention"):
+        q = (q * cos + rotate_half(q) * sin).to(v.dtype)
+        k = (k * cos + rotate_half(k) * sin).to(v.dtype)
+        if SDPA_GQA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=NKV != NH)
+        elif hasattr(F, "scaled_dot_product_attention"):
+            k = k.repeat_interleave(NH // NKV, dim=1)
+            v = v.repeat_interleave(NH // NKV, dim=1)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
+            k = k.repeat_interleave(NH // NKV, dim=1)
+            v = v.repeat_interleave(NH // NKV, dim=1)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
             y = att.masked_fill(~causal, float("-inf")).softmax(dim=-1) @ v
@@ -74,21 +110,34 @@ class Block(nn.Module):
         return x + self.down_proj(F.silu(gate) * up)
 
 
+def inverse_frequencies(hs, theta, factor):
+    """RoPE's inverse frequencies; with a factor, Llama 3's scaling (low 1, high 4, original 8192)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    if not factor:
+        return inv_freq
+    low, high, original = 1.0, 4.0, 8192.0
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (original / wavelen - low) / (high - low)
+    scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    middle = (wavelen <= original / low) & (wavelen >= original / high)
+    return torch.where(middle, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+
+
 class Llama(nn.Module):
-    def __init__(self, L, NH, NKV, C, hs, F_, V, theta, eps=1e-5):
+    def __init__(self, L, NH, NKV, C, hs, F_, V, theta, eps=1e-5, tie=False, rope_factor=0.0):
         super().__init__()
-        self.hs, self.theta = hs, theta
+        self.hs, self.theta, self.rope_factor = hs, theta, rope_factor
         self.embed_tokens = nn.Embedding(V, C)
         self.layers = nn.ModuleList([Block(C, NH, NKV, hs, F_, eps) for _ in range(L)])
         self.norm = RmsNorm(C, eps)
-        self.lm_head = nn.Linear(C, V, bias=False)
+        self.lm_head = None if tie else nn.Linear(C, V, bias=False)
         for p in self.parameters():
             if p.dim() >= 2:
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.hs, 2, dtype=torch.float64) / self.hs))
+        inv_freq = inverse_frequencies(self.hs, self.theta, self.rope_factor)
         angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq
         emb = torch.cat((angles, angles), dim=-1)
         cos = emb.cos().float().to(idx.device)[None, None]
@@ -96,45 +145,106 @@ class Llama(nn.Module):
         x = self.embed_tokens(idx)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        logits = self.lm_head(self.norm(x))
+        x = self.norm(x)
+        logits = x @ self.embed_tokens.weight.T if self.lm_head is None else self.lm_head(x)
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
-def main():
+def make_adamw(model, fused):
+    """AdamW as the benchmarks set pstar; fused on CUDA where this PyTorch has it."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    kwargs = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+    if fused:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs), "fused"
+        except (TypeError, RuntimeError, ValueError):
+            pass
+    return torch.optim.AdamW(groups, **kwargs), "default"
+
+
+def unavailable(reason):
+    print(f"torch: unavailable: {reason}", flush=True)
+    sys.exit(EXIT_UNAVAILABLE)
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for name in ("layers", "heads", "kv-heads", "embd", "head-dim", "intermediate", "vocab", "seq", "batch", "steps"):
         ap.add_argument("--" + name, type=int, required=True)
     ap.add_argument("--theta", type=float, default=500000.0)
+    ap.add_argument("--rope-factor", type=float, default=0.0, help="Llama 3's rope_scaling factor (0: none)")
+    ap.add_argument("--tie", action="store_true", help="the classifier is the token table")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    a = ap.parse_args()
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="bf16: autocast of the matrix work, fp32 weights and optimizer (auto: bf16 on cuda)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    a = ap.parse_args(argv)
     if a.steps <= a.warmup:
         ap.error("--steps must exceed --warmup")
+    if a.heads % a.kv_heads != 0:
+        ap.error("--kv-heads must divide --heads")
+    if a.dtype == "auto":
+        a.dtype = "bf16" if a.device == "cuda" else "fp32"
+    if a.device == "cuda" and not torch.cuda.is_available():
+        unavailable(f"PyTorch {torch.__version__} sees no CUDA device")
+    if a.compile and not hasattr(torch, "compile"):
+        unavailable(f"torch.compile needs PyTorch 2.0 or newer (this is {torch.__version__})")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Llama(a.layers, a.heads, a.kv_heads, a.embd, a.head_dim, a.intermediate, a.vocab, a.theta)
+    dev = torch.device(a.device)
+    model = Llama(a.layers, a.heads, a.kv_heads, a.embd, a.head_dim, a.intermediate, a.vocab, a.theta,
+                  tie=a.tie, rope_factor=a.rope_factor).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
-    data = torch.randint(0, a.vocab, (a.steps, a.batch, a.seq + 1))
-    steady_time, steady_tokens, loss_value = 0.0, 0, 0.0
-    for s in range(a.steps):
-        t0 = time.perf_counter()
+    opt, opt_kind = make_adamw(model, fused=a.device == "cuda")
+    step_model = torch.compile(model) if a.compile else model
+    data = torch.randint(0, a.vocab, (a.steps, a.batch, a.seq + 1), device=dev)
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
+    def step(s):
         opt.zero_grad(set_to_none=True)
-        loss = model(data[s, :, :-1], data[s, :, 1:])
+        x, y = data[s, :, :-1], data[s, :, 1:]
+        if a.dtype == "bf16":
+            with torch.autocast(device_type=a.device, dtype=torch.bfloat16):
+                loss = step_model(x, y)
+        else:
+            loss = step_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_value = loss.item()
-        dt = time.perf_counter() - t0
-        if s >= a.warmup:
-            steady_time += dt
-            steady_tokens += a.batch * a.seq
+        return loss
+
+    steady_time, steady_tokens, loss_value = 0.0, 0, 0.0
+    try:
+        for s in range(a.steps):
+            sync()
+            t0 = time.perf_counter()
+            loss_value = step(s).item()  # waits for the step, as pstar's step does for its loss
+            sync()
+            dt = time.perf_counter() - t0
+            if s >= a.warmup:
+                steady_time += dt
+                steady_tokens += a.batch * a.seq
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        first = str(e).strip().split("\n")[0]
+        print(f"torch: failed: {'out of memory' if 'out of memory' in str(e) else 'error'}: {first[:300]}",
+              flush=True)
+        sys.exit(EXIT_FAILED)
+    extra = ""
+    if a.device == "cuda":
+        extra = (f" peak_mem_gib={torch.cuda.max_memory_allocated() / 2**30:.1f}"
+                 f" gpu={torch.cuda.get_device_name(0).replace(' ', '_')}")
     print(f"torch: steps={a.steps} tokens_per_s={steady_tokens / steady_time:.1f} final_loss={loss_value:.4f} "
-          f"mode=eager device=cpu dtype=fp32 batch={a.batch} seq={a.seq} warmup={a.warmup} params={n_params} "
-          f"version={torch.__version__}", flush=True)
+          f"mode={'compile' if a.compile else 'eager'} device={a.device} dtype={a.dtype} "
+          f"attention={'sdpa-gqa' if SDPA_GQA else 'sdpa' if hasattr(F, 'scaled_dot_product_attention') else 'explicit'} "
+          f"batch={a.batch} seq={a.seq} warmup={a.warmup} params={n_params} adamw={opt_kind} "
+          f"version={torch.__version__}{extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@
 #             kernels/cuda/tuning_table.inc go into the summary and into
 #             this host's copy of the table, and the build is brought up to
 #             date, so the passes after it run the winners (about a minute)
+#   --llama   the Llama family on the GPU: its kernels' and grouped-query
+#             attention's GPU tests, its training tests against the CPU
+#             backend, then Llama 3.2 1B in GPU memory, bf16, seq 2048 against
+#             PyTorch eager and torch.compile running the same architecture
+#             (bench part llama-step), then compute-sanitizer on its kernels'
+#             tests (last: what a deadline cuts first); about 8 minutes with
+#             the build on an H200 host
 #   --bench PART...  GPU benchmarks (bench/run-gpu-benchmarks.sh); PARTs as
 #             there, default "env transfer in-memory adam"; see
 #             bench/README.md for the slices that each fit in one 10-minute
@@ -44,7 +51,7 @@ set -uo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,49p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ "$#" -ge 1 ] || usage
 case "$1" in -h | --help | -*) usage ;; esac
 mkdir -p "$1" && out="$(cd "$1" && pwd)"
@@ -52,7 +59,7 @@ shift
 passes=() dry_run=0 parts=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
-    --quick | --check | --sanitize | --full | --tune | --bench) passes+=("${1#--}") ;;
+    --quick | --check | --sanitize | --full | --tune | --llama | --bench) passes+=("${1#--}") ;;
     --dry-run) dry_run=1 ;;
     -h | --help) usage ;;
     -*) echo "gpu-session: unknown option $1" >&2; usage ;;
@@ -261,6 +268,30 @@ quick_pass() {
     --set train.steps=6 --profile
   sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -24 | sed 's/^/    /' >> "$summary"
 }
+# The Llama family's kernels and grouped-query attention (every form), the
+# encoder's and classifier's row parts and cross-entropy at 128,256 and
+# 151,936 classes; its training tests against the CPU backend; the step
+# benchmark; compute-sanitizer on those kernel tests last.
+llama_kernels='CudaLlamaKernelsTest*:CudaAttentionTest*Grouped*:CudaClassifierTest*:CudaEncoderTest*'
+llama_pass() {
+  step llama-kernels 150 "$bin/kernels_cuda_test" --gtest_brief=1 --gtest_filter="$llama_kernels"
+  step llama-training 200 "$bin/gpu_training_test" --gtest_brief=1 --gtest_filter='GpuTraining.LlamaFamily*'
+  # The bench leaves the sanitizer about two minutes.
+  local bench=$(( $(left) - 120 ))
+  [ "$bench" -ge 90 ] || bench=90
+  step llama-step "$bench" env PSTAR_BUILD_DIR="$build" PART_TIMEOUT=$(( bench - 20 )) \
+    bash "$root/bench/run-gpu-benchmarks.sh" "$logs/llama-bench" env llama-step
+  [ -f "$logs/llama-bench/summary.txt" ] && sed 's/^/    /' "$logs/llama-bench/summary.txt" >> "$summary"
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    local tool
+    for tool in memcheck racecheck; do
+      step "llama-sanitizer-$tool" 55 compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/kernels_cuda_test" \
+        --gtest_brief=1 --gtest_filter="CudaLlamaKernelsTest/bf16.*:CudaAttentionTest/bf16.Grouped*"
+    done
+  else
+    say "sanitizer: compute-sanitizer not on PATH: skipped"
+  fi
+}
 # The tuner's winners into this host's copy of the table, and the build
 # brought up to date (kernels/CMakeLists.txt reads the table), so the passes
 # after --tune run them.
@@ -283,6 +314,7 @@ for pass in "${passes[@]}"; do
       sanitizer_pass
       ;;
     check) quick_pass ;;
+    llama) llama_pass ;;
     sanitize) sanitizer_pass ;;
     full)
       quick_pass

@@ -3,7 +3,9 @@
 // device budget gives the same bits on the GPU as the all-resident run, and
 // a checkpoint saved or resumed with moments homed on the GPU continues it; the
 // gradient norm's sums are those of the CPU kernel wherever a gradient lies;
-// a disk tier gives the bits of the run in memory; two GPUs over NCCL match one. Skipped (with the reason) without a GPU.
+// a disk tier gives the bits of the run in memory; two GPUs over NCCL match one;
+// the Llama family's decoder tracks the CPU backend and keeps its bits at
+// every budget. Skipped (with the reason) without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -342,6 +344,101 @@ TEST(GpuTraining, SixteenBitIsBitIdenticalForEveryDeviceBudget) {
         EXPECT_TRUE(SameBits(r.losses, all.losses)) << what << " " << fraction;
         for (size_t i = 0; i < all.params.size(); ++i) {
           EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << what << " " << fraction << ": tensor " << i;
+        }
+      }
+    }
+  }
+}
+
+// The Llama family's decoder on the CUDA backend: RMSNorm, RoPE with Llama
+// 3's scaling, SwiGLU, grouped-query attention (2 query heads a kv head, and
+// Qwen2's 4 to 1 with its q|k|v biases), the token table and the untied
+// classifier in row parts. Head size 8 takes the CUDA-core attention, 64 the
+// tensor-core kernels in 16 bits.
+const char* const kTinyQwen2Job =
+    "model: {architecture: qwen2, n_layer: 2, n_head: 4, n_kv_head: 1, n_embd: 32, intermediate_size: 48, "
+    "vocab_size: 150, max_seq_len: 12}\n"
+    "optimizer: {type: AdamW, params: {lr: 0.01, weight_decay: 0.1}}\n"
+    "train: {batch_size: 4, seq_len: 8, steps: 4, warmup_steps: 1, grad_clip: 1.0}\n";
+
+// chunk: a chunk size that cuts the model into several chunks.
+struct LlamaCase {
+  const char* name;
+  std::vector<std::string> overrides;
+  bool qwen2;
+  int64_t chunk;
+};
+const std::vector<LlamaCase> kLlamaCases = {
+    {"llama, head size 8", {}, false, 1024},
+    {"llama, head size 64", {"model.head_dim=64"}, false, 8192},
+    {"qwen2, head size 8", {}, true, 4096},
+};
+
+Config LlamaJob(const LlamaCase& c, std::vector<std::string> overrides, bool gpu) {
+  overrides.insert(overrides.begin(), c.overrides.begin(), c.overrides.end());
+  if (gpu) overrides.push_back("runtime.device=cuda");
+  return c.qwen2 ? test::ParseTinyJob(kTinyQwen2Job, overrides) : test::TinyLlamaConfig(overrides);
+}
+
+// fp32 matches the CPU backend to rounding; bf16 tracks the CPU's bf16 run
+// as GPT-2's does (Bf16AndFp16TrainStablyAndTrackTheCpuBackend's bound).
+TEST(GpuTraining, LlamaFamilyTracksTheCpuBackend) {
+  PSTAR_REQUIRE_GPUS(1);
+  for (const LlamaCase& c : kLlamaCases) {
+    SCOPED_TRACE(c.name);
+    auto data = test::RandomTokens(3000, 150, 21);
+    const RunResult cpu = Train(LlamaJob(c, {"train.steps=6"}, false), data);
+    const RunResult gpu = Train(LlamaJob(c, {"train.steps=6", "train.precision=fp32"}, true), data);
+    ASSERT_EQ(cpu.losses.size(), 6u);
+    ASSERT_EQ(gpu.losses.size(), 6u);
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::fabs(cpu.losses[s])) << "fp32 step " << s;
+    }
+    ASSERT_EQ(cpu.params.size(), gpu.params.size());
+    for (size_t i = 0; i < cpu.params.size(); ++i) {
+      EXPECT_LT(RelativeL2(gpu.params[i], cpu.params[i]), 1e-3) << "tensor " << i;
+    }
+    const std::vector<std::string> job = {"train.steps=30", "train.precision=bf16"};
+    const RunResult gpu16 = Train(LlamaJob(c, job, true), data);
+    const RunResult cpu16 = Train(LlamaJob(c, job, false), data);
+    const RunResult cpu32 = Train(LlamaJob(c, {"train.steps=30", "train.precision=fp32"}, false), data);
+    ASSERT_EQ(gpu16.losses.size(), 30u);
+    ASSERT_EQ(cpu16.losses.size(), 30u);
+    double bound = 0.02;
+    for (size_t s = 0; s < cpu16.losses.size(); ++s) {
+      bound = std::max(bound, 1.5 * std::fabs(double(cpu16.losses[s]) - cpu32.losses[s]) / cpu32.losses[s]);
+    }
+    EXPECT_LE(bound, 0.1) << "the job amplifies rounding too much to compare anything";
+    for (size_t s = 0; s < gpu16.losses.size(); ++s) {
+      ASSERT_TRUE(std::isfinite(gpu16.losses[s])) << "bf16 step " << s;
+      EXPECT_NEAR(gpu16.losses[s], cpu16.losses[s], bound * cpu16.losses[s]) << "bf16 step " << s;
+    }
+  }
+}
+
+// Every device budget gives the all-resident run's bits, in fp32 and bf16.
+TEST(GpuTraining, LlamaFamilyIsBitIdenticalForEveryDeviceBudget) {
+  PSTAR_REQUIRE_GPUS(1);
+  for (const LlamaCase& c : kLlamaCases) {
+    auto data = test::RandomTokens(3000, 150, 22);
+    for (const char* precision : {"fp32", "bf16"}) {
+      const std::vector<std::string> job = {std::string("train.precision=") + precision,
+                                            "default_chunk_size=" + std::to_string(c.chunk)};
+      const RunResult all = Train(LlamaJob(c, job, true), data);
+      EXPECT_EQ(all.moved_after_warmup, 0);
+      for (double fraction : {0.5, 0.0}) {
+        const std::string what = std::string(c.name) + ", " + precision + ", fraction " + std::to_string(fraction);
+        auto with_budget = job;
+        with_budget.push_back("runtime.device_memory=" + std::to_string(Budget(LlamaJob(c, job, true), fraction)));
+        const RunResult r = Train(LlamaJob(c, with_budget, true), data);
+        EXPECT_TRUE(SameBits(r.losses, all.losses)) << what;
+        EXPECT_TRUE(SameBits(r.norms, all.norms)) << what;
+        ASSERT_EQ(r.params.size(), all.params.size()) << what;
+        for (size_t i = 0; i < all.params.size(); ++i) {
+          EXPECT_TRUE(SameBits(r.params[i], all.params[i])) << what << ": tensor " << i;
+        }
+        if (fraction == 0.0) {
+          EXPECT_GT(r.moved_after_warmup, 0) << what << ": chunks must move";
         }
       }
     }
