@@ -171,8 +171,8 @@ int Run(const Options& o) {
   std::unique_ptr<kc::CudnnAttention> cudnn = kc::CudnnAttention::Open(&why_not);
   int64_t fwd_ws = -1, bwd_ws = -1;
   if (cudnn != nullptr) {
-    fwd_ws = cudnn->WorkspaceBytes(false, bf16, o.B, o.T, C, o.NH);
-    if (fwd_ws >= 0) bwd_ws = cudnn->WorkspaceBytes(true, bf16, o.B, o.T, C, o.NH);
+    fwd_ws = cudnn->WorkspaceBytes(false, bf16, shape);
+    if (fwd_ws >= 0) bwd_ws = cudnn->WorkspaceBytes(true, bf16, shape);
     if (fwd_ws < 0 || bwd_ws < 0) why_not = cudnn->last_error();
   }
   std::unique_ptr<Device<char>> workspace;
@@ -199,7 +199,7 @@ int Run(const Options& o) {
     const char* name = family.name;
     auto forward = [&] {
       if (family.cudnn) {
-        if (!cudnn->Forward(bf16, out.p, lse.p, qkv.p, o.B, o.T, C, o.NH, nullptr, workspace->p, workspace->n)) {
+        if (!cudnn->Forward(bf16, out.p, lse.p, qkv.p, shape, nullptr, workspace->p, workspace->n)) {
           std::fprintf(stderr, "cuda_attention_bench: %s\n", cudnn->last_error().c_str());
           std::exit(1);
         }
@@ -209,8 +209,7 @@ int Run(const Options& o) {
     };
     auto backward = [&] {
       if (family.cudnn) {
-        if (!cudnn->Backward(bf16, dqkv.p, dout.p, qkv.p, out.p, lse.p, o.B, o.T, C, o.NH, nullptr, workspace->p,
-                             workspace->n)) {
+        if (!cudnn->Backward(bf16, dqkv.p, dout.p, qkv.p, out.p, lse.p, shape, nullptr, workspace->p, workspace->n)) {
           std::fprintf(stderr, "cuda_attention_bench: %s\n", cudnn->last_error().c_str());
           std::exit(1);
         }

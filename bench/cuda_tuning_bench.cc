@@ -252,9 +252,7 @@ int main(int argc, char** argv) {
       // GPT-2 124M's attention (batch 32, 12 heads of 64, T 1024), a head
       // size of 128 (batch 4, 32 heads, T 2048) and Llama 3.2 1B's grouped
       // heads (batch 4, 32 query heads of 64 on 8 key/value heads, T 2048),
-      // summed; forward, or backward with 16-bit gradients. cuDNN's graphs
-      // take multi-head shapes only: on the grouped one its candidate runs
-      // the mma.sync kernel, as training does.
+      // summed; forward, or backward with 16-bit gradients.
       struct Case {
         int64_t B, T, NH, NKV, hs;
         pstar::kernels::AttentionShape shape() const { return {B, T, NH, NKV, hs}; }
@@ -293,20 +291,10 @@ int main(int argc, char** argv) {
       }
       auto run_cudnn = [&](size_t k) {
         const Case& c = cases[k];
-        if (c.NKV != c.NH) {
-          if (forward) {
-            kc::AttentionForward(out[k]->p, lse[k]->p, qkv[k]->p, c.shape(), nullptr, kc::AttentionForwardKernel::kMma);
-          } else {
-            kc::AttentionBackward<__nv_bfloat16, __nv_bfloat16>(dqkv[k]->p, scratch[k]->p, dout[k]->p, qkv[k]->p,
-                                                                out[k]->p, lse[k]->p, c.shape(), nullptr,
-                                                                kc::AttentionBackwardKernel::kMma);
-          }
-          return true;
-        }
-        return forward ? cudnn->Forward(true, out[k]->p, lse[k]->p, qkv[k]->p, c.B, c.T, c.NH * c.hs, c.NH, nullptr,
-                                        workspace[k]->p, workspace[k]->n)
-                       : cudnn->Backward(true, dqkv[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.B, c.T,
-                                         c.NH * c.hs, c.NH, nullptr, workspace[k]->p, workspace[k]->n);
+        return forward ? cudnn->Forward(true, out[k]->p, lse[k]->p, qkv[k]->p, c.shape(), nullptr, workspace[k]->p,
+                                        workspace[k]->n)
+                       : cudnn->Backward(true, dqkv[k]->p, dout[k]->p, qkv[k]->p, out[k]->p, lse[k]->p, c.shape(),
+                                         nullptr, workspace[k]->p, workspace[k]->n);
       };
       if (cudnn != nullptr) {
         for (size_t k = 0; k < std::size(cases) && cudnn != nullptr; ++k) {

@@ -268,11 +268,12 @@ quick_pass() {
     --set train.steps=6 --profile
   sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -24 | sed 's/^/    /' >> "$summary"
 }
-# The Llama family's kernels and grouped-query attention (every form), the
+# The Llama family's kernels and grouped-query attention (every form, cuDNN's
+# route included), the
 # encoder's and classifier's row parts and cross-entropy at 128,256 and
 # 151,936 classes; its training tests against the CPU backend; the step
 # benchmark; compute-sanitizer on those kernel tests last.
-llama_kernels='CudaLlamaKernelsTest*:CudaAttentionTest*Grouped*:CudaClassifierTest*:CudaEncoderTest*'
+llama_kernels='CudaLlamaKernelsTest*:CudaAttentionTest*Grouped*:CudnnAttentionTest*:CudaClassifierTest*:CudaEncoderTest*'
 llama_pass() {
   step llama-kernels 150 "$bin/kernels_cuda_test" --gtest_brief=1 --gtest_filter="$llama_kernels"
   step llama-training 200 "$bin/gpu_training_test" --gtest_brief=1 --gtest_filter='GpuTraining.LlamaFamily*'

@@ -1,5 +1,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 
+#include "kernels/cuda/attention.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -30,19 +32,16 @@ std::unique_ptr<CudnnAttention> CudnnAttention::OpenForDevice(const std::string&
 CudnnAttention::~CudnnAttention() = default;
 int64_t CudnnAttention::version() const { return 0; }
 std::string CudnnAttention::DeviceJson() { return ""; }
-int64_t CudnnAttention::WorkspaceBytes(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t) { return -1; }
-CudnnAttention::Slice CudnnAttention::SliceFor(bool, bool, int64_t, int64_t, int64_t, int64_t, size_t) { return {}; }
-bool CudnnAttention::Forward(bool, void*, float*, const void*, int64_t, int64_t, int64_t, int64_t, cudaStream_t, void*,
-                             size_t) {
+int64_t CudnnAttention::WorkspaceBytes(bool, bool, const AttentionShape&, int64_t) { return -1; }
+CudnnAttention::Slice CudnnAttention::SliceFor(bool, bool, const AttentionShape&, size_t) { return {}; }
+bool CudnnAttention::Forward(bool, void*, float*, const void*, const AttentionShape&, cudaStream_t, void*, size_t) {
   return false;
 }
-bool CudnnAttention::Backward(bool, void*, const void*, const void*, const void*, const float*, int64_t, int64_t,
-                              int64_t, int64_t, cudaStream_t, void*, size_t) {
+bool CudnnAttention::Backward(bool, void*, const void*, const void*, const void*, const float*, const AttentionShape&,
+                              cudaStream_t, void*, size_t) {
   return false;
 }
-const CudnnAttention::Plan* CudnnAttention::PlanFor(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t) {
-  return nullptr;
-}
+const CudnnAttention::Plan* CudnnAttention::PlanFor(bool, bool, const AttentionShape&, int64_t) { return nullptr; }
 
 #else  // PSTAR_WITH_CUDNN
 
@@ -306,18 +305,31 @@ struct CudnnAttention::Plan {
 
 namespace {
 
-// The graph's inputs as strided views of the packed tensors: q and v
-// (B, NH, T, hs) and kᵀ (B, NH, hs, T) of qkv (B, T, 3C), head h at columns
-// h·hs of each third; the scale and the mask's fill by value.
+// One call's view of the shape: B sequences, H query heads (whole groups)
+// and their H / group key/value heads, of the q|k|v rows' `row` elements and
+// the out rows' C.
+struct CallShape {
+  int64_t B, T, H, Hk, hs, row, C;
+};
+
+CallShape CallOf(const AttentionShape& s, int64_t H) {
+  const int64_t group = s.NH / s.NKV;
+  return {s.B, s.T, H, H / group, s.hs, s.RowElements(), s.NH * s.hs};
+}
+
+// The graph's inputs as strided views of the packed tensors: q (B, H, T, hs)
+// and kᵀ (B, Hk, hs, T) of the q|k|v rows, each head at its own columns; the
+// scale and the mask's fill by value. With Hk < H cuDNN's matmuls broadcast
+// each key/value head to its group's query heads.
 struct Inputs {
   cudnnBackendDescriptor_t q, kt, scale, fill;
 };
 
-Inputs MakeInputs(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
-  const int64_t hs = C / NH, row = 3 * C;
+Inputs MakeInputs(GraphBuilder& g, cudnnDataType_t type, const CallShape& c) {
+  const int64_t B = c.B, T = c.T, hs = c.hs, row = c.row;
   Inputs in;
-  in.q = g.Tensor(kQ, type, {B, H, T, hs}, {T * row, hs, row, 1});
-  in.kt = g.Tensor(kK, type, {B, H, hs, T}, {T * row, hs, 1, row});
+  in.q = g.Tensor(kQ, type, {B, c.H, T, hs}, {T * row, hs, row, 1});
+  in.kt = g.Tensor(kK, type, {B, c.Hk, hs, T}, {T * row, hs, 1, row});
   in.scale = g.Tensor(kScale, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, /*by_value=*/true);
   in.fill = g.Tensor(kMaskFill, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, /*by_value=*/true);
   return in;
@@ -352,9 +364,9 @@ cudnnBackendDescriptor_t CausalMask(GraphBuilder& g, const Inputs& in, cudnnBack
 // Forward: the masked scores' row max m and sum z of exp(s - m); lse = m +
 // log z (kStats); o = (exp(s - m) / z) · v, p rounded to the 16-bit type
 // for that product.
-void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
-  const int64_t hs = C / NH, row = 3 * C;
-  const Inputs in = MakeInputs(g, type, B, T, C, NH, H);
+void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, int64_t NH) {
+  const int64_t B = c.B, T = c.T, H = c.H, hs = c.hs, row = c.row, C = c.C;
+  const Inputs in = MakeInputs(g, type, c);
   const auto s = CausalMask(g, in, ScaledScores(g, in, B, T, H), B, T, H);
   const Dims scores = {B, H, T, T}, rows = {B, H, T, 1};
   const auto m = g.Virtual(rows);
@@ -371,7 +383,7 @@ void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, i
   g.Pointwise(CUDNN_POINTWISE_ADD, m, log_z, lse);
   const auto p = g.Virtual(scores, type);
   g.Pointwise(CUDNN_POINTWISE_DIV, e, z, p);
-  const auto v = g.Tensor(kV, type, {B, H, T, hs}, {T * row, hs, row, 1});
+  const auto v = g.Tensor(kV, type, {B, c.Hk, T, hs}, {T * row, hs, row, 1});
   const auto o = g.Tensor(kO, type, {B, H, T, hs}, {T * C, hs, C, 1});
   g.Matmul(p, v, o);
 }
@@ -380,13 +392,15 @@ void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, i
 // the workspace); p = exp(s - lse) under the mask; dv = pᵀ · do;
 // dp = do · vᵀ; ds = scale · p ∘ (dp - dsum); dk = dsᵀ · q; dq = ds · k,
 // written straight to dq (no fp32 dq sum: cuDNN's deterministic form, which
-// keeps dp in its workspace instead).
-void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H) {
-  const int64_t hs = C / NH, row = 3 * C;
-  const Dims scores = {B, H, T, T}, rows = {B, H, T, 1}, heads = {B, H, T, hs};
-  const Dims in_qkv = {T * row, hs, row, 1}, in_out = {T * C, hs, C, 1};
+// keeps dp in its workspace instead). With grouped heads dk and dv are each
+// query head's (B, H, T, hs), packed in the workspace, for the group sums.
+void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, int64_t NH) {
+  const int64_t B = c.B, T = c.T, H = c.H, hs = c.hs, row = c.row, C = c.C;
+  const Dims scores = {B, H, T, T}, rows = {B, H, T, 1}, heads = {B, H, T, hs}, kv_heads = {B, c.Hk, T, hs};
+  const Dims in_qkv = {T * row, hs, row, 1}, in_out = {T * C, hs, C, 1}, packed = {H * T * hs, T * hs, hs, 1};
+  const Dims& grad_kv = c.Hk < H ? packed : in_qkv;
   const Dims transposed = {H * T * T, T * T, 1, T};
-  const Inputs in = MakeInputs(g, type, B, T, C, NH, H);
+  const Inputs in = MakeInputs(g, type, c);
   const auto dout = g.Tensor(kDO, type, heads, in_out);
   const auto o = g.Tensor(kO, type, heads, in_out);
   const auto dout_o = g.Virtual(heads);
@@ -403,10 +417,10 @@ void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, 
   // dv = pᵀ · do.
   const auto pt = g.Tensor(0, type, scores, transposed);
   g.Reshape(p, pt);
-  const auto dv = g.Tensor(kDV, type, heads, in_qkv);
+  const auto dv = g.Tensor(kDV, type, heads, grad_kv);
   g.Matmul(pt, dout, dv);
   // dp = do · vᵀ.
-  const auto vt = g.Tensor(kV, type, {B, H, hs, T}, {T * row, hs, 1, row});
+  const auto vt = g.Tensor(kV, type, {B, c.Hk, hs, T}, {T * row, hs, 1, row});
   const auto dp = g.Virtual(scores);
   g.Matmul(dout, vt, dp);
   const auto centred = g.Virtual(scores);
@@ -418,10 +432,10 @@ void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, int64_t B, int64_t T, 
   // dk = dsᵀ · q.
   const auto dst = g.Tensor(0, type, scores, transposed);
   g.Reshape(ds, dst);
-  const auto dk = g.Tensor(kDK, type, heads, in_qkv);
+  const auto dk = g.Tensor(kDK, type, heads, grad_kv);
   g.Matmul(dst, in.q, dk);
   // dq = ds · k, k the transpose of kᵀ.
-  const auto k = g.Tensor(0, type, heads, in_qkv);
+  const auto k = g.Tensor(0, type, kv_heads, in_qkv);
   g.Reshape(in.kt, k);
   const auto dq = g.Tensor(kDQ, type, heads, in_qkv);
   g.Matmul(ds, k, dq);
@@ -637,9 +651,10 @@ std::string CudnnAttention::DeviceJson() {
   return json;
 }
 
-const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C,
-                                                    int64_t NH, int64_t H) {
-  const PlanKey key = {backward, bf16, B, T, C, NH, H};
+const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, const AttentionShape& shape,
+                                                    int64_t H) {
+  const int64_t B = shape.B, T = shape.T, NH = shape.NH, NKV = shape.NKV, hs = shape.hs;
+  const PlanKey key = {backward, bf16, B, T, NH, NKV, hs, H};
   if (auto it = plans_.find(key); it != plans_.end()) {
     if (it->second == nullptr) last_error_ = refusals_[key];
     return it->second.get();
@@ -648,13 +663,16 @@ const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, in
   const char* direction = backward ? "backward" : "forward";
   auto fail = [&](const std::string& why) -> const Plan* {
     last_error_ = std::string("cuDNN attention ") + direction + " (B " + std::to_string(B) + ", T " +
-                  std::to_string(T) + ", C " + std::to_string(C) + ", NH " + std::to_string(NH) +
+                  std::to_string(T) + ", C " + std::to_string(NH * hs) + ", NH " + std::to_string(NH) +
+                  (NKV != NH ? ", NKV " + std::to_string(NKV) : std::string()) +
                   (H != NH ? ", " + std::to_string(H) + " heads a call" : std::string()) + "): " + why;
     refusals_[key] = last_error_;
     return nullptr;
   };
-  if (NH <= 0 || C % NH != 0 || B <= 0 || T <= 0 || H <= 0 || H > NH) return fail("not an attention shape");
-  const int64_t hs = C / NH;
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || hs <= 0 || B <= 0 || T <= 0 || H <= 0 || H > NH ||
+      H % (NH / NKV) != 0) {
+    return fail("not an attention shape");
+  }
   if (hs % 8 != 0 || hs > 256) return fail("head size " + std::to_string(hs) + " is not a multiple of 8 up to 256");
   const Library& lib = *library_;
   const auto handle = static_cast<cudnnHandle_t>(handle_);
@@ -665,9 +683,9 @@ const CudnnAttention::Plan* CudnnAttention::PlanFor(bool backward, bool bf16, in
   built->builder = std::make_unique<GraphBuilder>(lib, handle);
   GraphBuilder& g = *built->builder;
   if (backward) {
-    BackwardGraph(g, type, B, T, C, NH, H);
+    BackwardGraph(g, type, CallOf(shape, H), NH);
   } else {
-    ForwardGraph(g, type, B, T, C, NH, H);
+    ForwardGraph(g, type, CallOf(shape, H), NH);
   }
   built->graph = g.Finish();
   if (!g.ok()) return fail(g.error());
@@ -728,45 +746,54 @@ namespace {
 
 int64_t AlignUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Backward's rowsums of do ∘ o (kSoftmaxSum) open its workspace; the plan's
-// own workspace follows.
-int64_t SoftmaxSumBytes(bool backward, int64_t B, int64_t T, int64_t NH) {
-  return backward ? AlignUp(B * NH * T * int64_t(sizeof(float))) : 0;
+// Backward's rowsums of do ∘ o (kSoftmaxSum) open its workspace; with
+// grouped heads each query head's dk and dv (16 bits) follow; then the
+// plan's own workspace.
+int64_t SoftmaxSumBytes(bool backward, int64_t B, int64_t T, int64_t H) {
+  return backward ? AlignUp(B * H * T * int64_t(sizeof(float))) : 0;
+}
+int64_t GroupedGradBytes(bool backward, const AttentionShape& s, int64_t B, int64_t H) {
+  return backward && s.NKV < s.NH ? AlignUp(B * H * s.T * s.hs * 2) : 0;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-int64_t CudnnAttention::WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                       int64_t H) {
-  if (H == 0) H = NH;
-  const Plan* plan = PlanFor(backward, bf16, B, T, C, NH, H);
-  return plan != nullptr ? SoftmaxSumBytes(backward, B, T, H) + AlignUp(plan->workspace_bytes) : -1;
+int64_t CudnnAttention::WorkspaceBytes(bool backward, bool bf16, const AttentionShape& shape, int64_t H) {
+  if (H == 0) H = shape.NH;
+  const Plan* plan = PlanFor(backward, bf16, shape, H);
+  return plan != nullptr ? SoftmaxSumBytes(backward, shape.B, shape.T, H) +
+                               2 * GroupedGradBytes(backward, shape, shape.B, H) + AlignUp(plan->workspace_bytes)
+                         : -1;
 }
 
-CudnnAttention::Slice CudnnAttention::SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH,
+CudnnAttention::Slice CudnnAttention::SliceFor(bool backward, bool bf16, const AttentionShape& shape,
                                                size_t workspace_bytes) {
-  const int64_t avail = int64_t(workspace_bytes);
+  const int64_t avail = int64_t(workspace_bytes), B = shape.B, NH = shape.NH, group = NH / std::max<int64_t>(shape.NKV, 1);
+  AttentionShape sequences = shape;
   // Every head, as many sequences as fit: the workspace grows with the
   // batch, so aim at what fits, then below.
   int64_t b = B;
   for (int tries = 0; tries < 8 && b >= 1; ++tries) {
-    const int64_t need = WorkspaceBytes(backward, bf16, b, T, C, NH, NH);
+    sequences.B = b;
+    const int64_t need = WorkspaceBytes(backward, bf16, sequences, NH);
     if (need < 0) return {};
     if (need <= avail) return {b, NH};
     const int64_t aimed = int64_t(double(b) * double(avail) / double(need));
     b = std::min(b - 1, std::max<int64_t>(aimed, 1));
   }
-  // Not every head of one sequence at once: one sequence, the most heads a
-  // call that divide its heads and fit.
-  for (int64_t h = NH - 1; h >= 1; --h) {
+  // Not every head of one sequence at once: one sequence, the most query
+  // heads a call that divide its heads, are whole groups, and fit.
+  sequences.B = 1;
+  for (int64_t h = NH - group; h >= group; h -= group) {
     if (NH % h != 0) continue;
-    const int64_t need = WorkspaceBytes(backward, bf16, 1, T, C, NH, h);
+    const int64_t need = WorkspaceBytes(backward, bf16, sequences, h);
     if (need >= 0 && need <= avail) return {1, h};
   }
   last_error_ = std::string("cuDNN attention ") + (backward ? "backward" : "forward") + " needs more than the " +
-                std::to_string(workspace_bytes) + " bytes of workspace given, even one head of one sequence a call";
+                std::to_string(workspace_bytes) + " bytes of workspace given, even one " +
+                (group > 1 ? "group of heads" : "head") + " of one sequence a call";
   return {};
 }
 
@@ -803,30 +830,35 @@ static bool Run(const CudnnAttention::Library& lib, cudnnHandle_t handle, const 
   return true;
 }
 
-bool CudnnAttention::Forward(bool bf16, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t C,
-                             int64_t NH, cudaStream_t stream, void* workspace, size_t workspace_bytes) {
+bool CudnnAttention::Forward(bool bf16, void* out, float* lse, const void* qkv, const AttentionShape& shape,
+                             cudaStream_t stream, void* workspace, size_t workspace_bytes) {
   if (handle_ == nullptr) {
     last_error_ = "cuDNN attention opened for planning only (no device)";
     return false;
   }
-  if (!Aligned16(out) || !Aligned16(lse) || !Aligned16(qkv) || !Aligned16(workspace) || C % 8 != 0) {
+  const int64_t B = shape.B, T = shape.T, NH = shape.NH, NKV = shape.NKV, hs = shape.hs;
+  if (!Aligned16(out) || !Aligned16(lse) || !Aligned16(qkv) || !Aligned16(workspace) || hs % 8 != 0) {
     last_error_ = "cuDNN attention forward: a tensor is not 16-byte aligned";
     return false;
   }
-  const Slice slice = SliceFor(false, bf16, B, T, C, NH, workspace_bytes);
+  const Slice slice = SliceFor(false, bf16, shape, workspace_bytes);
   if (slice.sequences == 0) return false;
-  const int64_t hs = C / NH, width = C * 2;  // bytes of one third of a qkv row
+  // Bytes of a q|k|v row and of an out row; a query head's and its group's.
+  const int64_t row = shape.RowElements() * 2, width = NH * hs * 2, group = NH / NKV;
   for (int64_t b0 = 0; b0 < B; b0 += slice.sequences) {
-    const int64_t b = std::min(slice.sequences, B - b0);
-    const Plan* plan = PlanFor(false, bf16, b, T, C, NH, slice.heads);
+    AttentionShape call = shape;
+    call.B = std::min(slice.sequences, B - b0);
+    const Plan* plan = PlanFor(false, bf16, call, slice.heads);
     if (plan == nullptr) return false;  // a smaller last slice cuDNN takes no graph for
     for (int64_t h0 = 0; h0 < NH; h0 += slice.heads) {
-      // The call's first element of each tensor: sequence b0, head h0.
-      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * 3 * width + h0 * hs * 2;
+      // The call's first element of each tensor: sequence b0, query head h0
+      // and its key/value head.
+      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * row;
+      const int64_t kv = h0 / group;
       const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill};
-      const std::vector<void*> pointers = {in,
-                                           in + width,
-                                           in + 2 * width,
+      const std::vector<void*> pointers = {in + h0 * hs * 2,
+                                           in + (NH + kv) * hs * 2,
+                                           in + (NH + NKV + kv) * hs * 2,
                                            static_cast<char*>(out) + b0 * T * width + h0 * hs * 2,
                                            lse + (b0 * NH + h0) * T,
                                            const_cast<float*>(&plan->scale),
@@ -841,46 +873,70 @@ bool CudnnAttention::Forward(bool bf16, void* out, float* lse, const void* qkv, 
 }
 
 bool CudnnAttention::Backward(bool bf16, void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
-                              void* workspace, size_t workspace_bytes) {
+                              const float* lse, const AttentionShape& shape, cudaStream_t stream, void* workspace,
+                              size_t workspace_bytes) {
   if (handle_ == nullptr) {
     last_error_ = "cuDNN attention opened for planning only (no device)";
     return false;
   }
+  const int64_t B = shape.B, T = shape.T, NH = shape.NH, NKV = shape.NKV, hs = shape.hs;
   if (!Aligned16(dqkv) || !Aligned16(dout) || !Aligned16(qkv) || !Aligned16(out) || !Aligned16(lse) ||
-      !Aligned16(workspace) || C % 8 != 0) {
+      !Aligned16(workspace) || hs % 8 != 0) {
     last_error_ = "cuDNN attention backward: a tensor is not 16-byte aligned";
     return false;
   }
-  const Slice slice = SliceFor(true, bf16, B, T, C, NH, workspace_bytes);
+  const Slice slice = SliceFor(true, bf16, shape, workspace_bytes);
   if (slice.sequences == 0) return false;
-  const int64_t hs = C / NH, width = C * 2;
+  const int64_t row = shape.RowElements() * 2, width = NH * hs * 2, group = NH / NKV;
+  const bool grouped = NKV < NH;
   auto* sums = static_cast<char*>(workspace);
   for (int64_t b0 = 0; b0 < B; b0 += slice.sequences) {
-    const int64_t b = std::min(slice.sequences, B - b0);
-    const Plan* plan = PlanFor(true, bf16, b, T, C, NH, slice.heads);
+    AttentionShape call = shape;
+    call.B = std::min(slice.sequences, B - b0);
+    const Plan* plan = PlanFor(true, bf16, call, slice.heads);
     if (plan == nullptr) return false;
+    // With grouped heads, each query head's dk and dv after the sums.
+    const int64_t grouped_bytes = GroupedGradBytes(true, shape, call.B, slice.heads);
+    char* dk_heads = sums + SoftmaxSumBytes(true, call.B, T, slice.heads);
+    char* dv_heads = dk_heads + grouped_bytes;
+    char* plan_workspace = dv_heads + grouped_bytes;
     for (int64_t h0 = 0; h0 < NH; h0 += slice.heads) {
-      const int64_t row_offset = b0 * T * 3 * width + h0 * hs * 2;
-      const int64_t out_offset = b0 * T * width + h0 * hs * 2;
-      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + row_offset;
-      auto* grad = static_cast<char*>(dqkv) + row_offset;
+      auto* in = static_cast<char*>(const_cast<void*>(qkv)) + b0 * T * row;
+      auto* grad = static_cast<char*>(dqkv) + b0 * T * row;
+      const int64_t out_offset = b0 * T * width + h0 * hs * 2, kv = h0 / group;
+      char* dk = grad + (NH + kv) * hs * 2;
+      char* dv = grad + (NH + NKV + kv) * hs * 2;
       const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kMaskFill, kDO, kDQ, kDK, kDV, kSoftmaxSum};
-      const std::vector<void*> pointers = {in,
-                                           in + width,
-                                           in + 2 * width,
+      const std::vector<void*> pointers = {in + h0 * hs * 2,
+                                           in + (NH + kv) * hs * 2,
+                                           in + (NH + NKV + kv) * hs * 2,
                                            static_cast<char*>(const_cast<void*>(out)) + out_offset,
                                            const_cast<float*>(lse) + (b0 * NH + h0) * T,
                                            const_cast<float*>(&plan->scale),
                                            const_cast<float*>(&plan->mask_fill),
                                            static_cast<char*>(const_cast<void*>(dout)) + out_offset,
-                                           grad,
-                                           grad + width,
-                                           grad + 2 * width,
+                                           grad + h0 * hs * 2,
+                                           grouped ? dk_heads : dk,
+                                           grouped ? dv_heads : dv,
                                            sums};
-      if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers,
-               sums + SoftmaxSumBytes(true, b, T, slice.heads), &last_error_)) {
+      if (!Run(*library_, static_cast<cudnnHandle_t>(handle_), *plan, stream, uids, pointers, plan_workspace,
+               &last_error_)) {
         return false;
+      }
+      if (grouped) {
+        // Each key/value head's dK and dV: its group's query heads' summed.
+        const int64_t row_elements = shape.RowElements();
+        if (bf16) {
+          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dk), row_elements, reinterpret_cast<const __nv_bfloat16*>(dk_heads), call.B,
+                          slice.heads, T, hs, group, stream);
+          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dv), row_elements, reinterpret_cast<const __nv_bfloat16*>(dv_heads), call.B,
+                          slice.heads, T, hs, group, stream);
+        } else {
+          AddGroupedHeads(reinterpret_cast<__half*>(dk), row_elements, reinterpret_cast<const __half*>(dk_heads), call.B,
+                          slice.heads, T, hs, group, stream);
+          AddGroupedHeads(reinterpret_cast<__half*>(dv), row_elements, reinterpret_cast<const __half*>(dv_heads), call.B,
+                          slice.heads, T, hs, group, stream);
+        }
       }
     }
   }

@@ -1,10 +1,15 @@
 // Causal attention through cuDNN 9's fused flash-attention graphs, built with
 // its backend API: the alternative to kernels/cuda/attention.h that the
 // tuning table picks (attention_forward 4, attention_backward 6) on a GPU
-// kind where it measures faster. Same layouts and semantics: qkv (B, T, 3C),
-// out (B, T, C), lse (B, NH, T) fp32, the natural log-sum-exp of each query's
-// scaled scores (so either route's forward feeds either route's backward);
-// bf16 and fp16 only; dqkv overwritten.
+// kind where it measures faster. Same layouts and semantics, grouped-query
+// heads included (kernels/attention.h's AttentionShape): qkv (B, T,
+// (NH + 2 NKV) hs), out (B, T, NH hs), lse (B, NH, T) fp32, the natural
+// log-sum-exp of each query's scaled scores (so either route's forward feeds
+// either route's backward); bf16 and fp16 only; dqkv overwritten. With
+// grouped heads a call's k and v tensors have the call's key/value heads,
+// which cuDNN's matmuls broadcast to their query heads; its backward writes
+// each query head's dK and dV into the workspace and pstar's kernel
+// (AddGroupedHeads) sums each group in a fixed order into dqkv.
 //
 // The library is loaded at run time (libcudnn.so.9 through the loader's
 // search path, or the file PSTAR_CUDNN_LIBRARY names), so a binary built with
@@ -26,6 +31,8 @@
 #include <map>
 #include <memory>
 #include <string>
+
+#include "kernels/attention.h"
 
 namespace pstar::kernels::cuda {
 
@@ -57,21 +64,22 @@ class CudnnAttention {
   // give one (opened for planning only, or a cuDNN older than 9.8).
   std::string DeviceJson();
 
-  // Bytes of workspace one call over B sequences' first H of NH heads (all
-  // of them by default) needs, building its graph if it is not built yet;
-  // -1 when cuDNN takes no graph for the shape (why: last_error()).
-  // Backward's deterministic form keeps its dp, a 16-bit T×T per head, there
-  // (cuDNN 9.19 asks about 6·B·H·T² bytes).
-  int64_t WorkspaceBytes(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H = 0);
+  // Bytes of workspace one call over the shape's B sequences' first H of NH
+  // query heads (all of them by default; a multiple of NH / NKV) needs,
+  // building its graph if it is not built yet; -1 when cuDNN takes no graph
+  // for the shape (why: last_error()). Backward's deterministic form keeps
+  // its dp, a 16-bit T×T per head, there (cuDNN 9.19 asks about 6·B·H·T²
+  // bytes), and with grouped heads each query head's dK and dV.
+  int64_t WorkspaceBytes(bool backward, bool bf16, const AttentionShape& shape, int64_t H = 0);
 
   // The largest call Forward or Backward makes within `workspace_bytes`:
-  // every head of as many sequences as fit, else the most heads of one
-  // sequence that divide NH; {0, 0} when not even one head fits or cuDNN
-  // takes no graph (why: last_error()).
+  // every head of as many sequences as fit, else the most query heads of one
+  // sequence that divide NH and are whole groups of a key/value head; {0, 0}
+  // when not even one group fits or cuDNN takes no graph (why: last_error()).
   struct Slice {
     int64_t sequences = 0, heads = 0;
   };
-  Slice SliceFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, size_t workspace_bytes);
+  Slice SliceFor(bool backward, bool bf16, const AttentionShape& shape, size_t workspace_bytes);
 
   // Queues the graph on `stream`, in calls small enough for
   // `workspace_bytes`: one where it all fits, else slices of the batch, else
@@ -79,10 +87,10 @@ class CudnnAttention {
   // shape's graph is not supported, a tensor is not 16-byte aligned or not
   // even one head's workspace fits (why: last_error()): the caller then runs
   // its own kernels. `bf16` names the 16-bit format (else fp16).
-  bool Forward(bool bf16, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-               cudaStream_t stream, void* workspace, size_t workspace_bytes);
-  bool Backward(bool bf16, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int64_t B,
-                int64_t T, int64_t C, int64_t NH, cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  bool Forward(bool bf16, void* out, float* lse, const void* qkv, const AttentionShape& shape, cudaStream_t stream,
+               void* workspace, size_t workspace_bytes);
+  bool Backward(bool bf16, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                const AttentionShape& shape, cudaStream_t stream, void* workspace, size_t workspace_bytes);
 
   // Why the last call that failed did, in one line ("" before any).
   const std::string& last_error() const { return last_error_; }
@@ -92,11 +100,11 @@ class CudnnAttention {
 
  private:
   CudnnAttention() = default;
-  // The plan of B sequences' H of NH heads (C/NH each), built on first use;
-  // null when cuDNN takes none.
-  const Plan* PlanFor(bool backward, bool bf16, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t H);
+  // The plan of the shape's B sequences' H of NH query heads, built on
+  // first use; null when cuDNN takes none.
+  const Plan* PlanFor(bool backward, bool bf16, const AttentionShape& shape, int64_t H);
 
-  using PlanKey = std::array<int64_t, 7>;  // backward, bf16, B, T, C, NH, H
+  using PlanKey = std::array<int64_t, 8>;  // backward, bf16, B, T, NH, NKV, hs, H
   std::unique_ptr<Library> library_;
   void* handle_ = nullptr;       // cudnnHandle_t; null when opened for planning only
   void* device_prop_ = nullptr;  // cudnnBackendDescriptor_t, when opened for a described device

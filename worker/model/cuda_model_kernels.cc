@@ -418,11 +418,9 @@ class CudaModelKernels final : public ModelKernels {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), shape, stream_);
     }
     const auto kernel = kc::AttentionForwardKernel(tuning_.attention_forward);
-    // cuDNN's graphs take multi-head attention; grouped-query heads run
-    // pstar's kernels (kMma in cuDNN's place).
-    if (kernel == kc::AttentionForwardKernel::kCudnn && shape.NKV == shape.NH && Cudnn() != nullptr) {
-      if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, shape.B, shape.T,
-                          shape.NH * shape.hs, shape.NH, stream_, shared_, size_t(shared_bytes_))) {
+    if (kernel == kc::AttentionForwardKernel::kCudnn && Cudnn() != nullptr) {
+      if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, shape, stream_, shared_,
+                          size_t(shared_bytes_))) {
         return;
       }
       CudnnFallback(cudnn_forward_fell_back_, "forward");
@@ -536,9 +534,9 @@ class CudaModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
                                                        : kc::AttentionBackwardKernel(tuning_.attention_backward);
-    if (kernel == kc::AttentionBackwardKernel::kCudnn && shape.NKV == shape.NH && Cudnn() != nullptr) {
-      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, shape.B,
-                           shape.T, shape.NH * shape.hs, shape.NH, stream_, shared_, size_t(shared_bytes_))) {
+    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
+      if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, shape, stream_,
+                           shared_, size_t(shared_bytes_))) {
         return;
       }
       CudnnFallback(cudnn_backward_fell_back_, "backward");

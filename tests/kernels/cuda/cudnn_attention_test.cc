@@ -28,6 +28,9 @@ namespace {
 namespace cpu = kernels::cpu;
 namespace cuda = kernels::cuda;
 
+// A multi-head shape of B sequences, T positions, C columns of NH heads.
+kernels::AttentionShape Mha(int64_t B, int64_t T, int64_t C, int64_t NH) { return {B, T, NH, NH, NH > 0 ? C / NH : 0}; }
+
 constexpr cudaStream_t kStream = nullptr;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -84,8 +87,8 @@ TEST(CudnnAttentionOpen, DescribesItsGpuForPlanningWithoutIt) {
   auto planner = cuda::CudnnAttention::OpenForDevice(json, &why);
   ASSERT_NE(planner, nullptr) << why;
   for (const bool backward : {false, true}) {
-    EXPECT_GE(planner->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << planner->last_error();
-    EXPECT_GE(route->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << route->last_error();
+    EXPECT_GE(planner->WorkspaceBytes(backward, true, Mha(8, 1024, 768, 12)), 0) << planner->last_error();
+    EXPECT_GE(route->WorkspaceBytes(backward, true, Mha(8, 1024, 768, 12)), 0) << route->last_error();
   }
 }
 
@@ -108,9 +111,11 @@ using SixteenBitTypes = ::testing::Types<bf16, fp16>;
 TYPED_TEST_SUITE(CudnnAttentionTest, SixteenBitTypes, ElementName);
 
 // Head sizes 64 and 128 (GPT-2's and the large models'), 32 and 96; T on
-// and off the 64-position block, a single position.
-constexpr AttentionShape kShapes[] = {{2, 200, 768, 12}, {1, 129, 256, 2}, {2, 64, 128, 2},
-                                      {2, 70, 96, 3},    {1, 1, 64, 1},    {3, 96, 384, 4}};
+// and off the 64-position block, a single position; grouped-query heads (4
+// of 64 a key/value head, 7 of 128 on one, 2 of 32).
+constexpr AttentionShape kShapes[] = {{2, 200, 768, 12}, {1, 129, 256, 2},    {2, 64, 128, 2},
+                                      {2, 70, 96, 3},    {1, 1, 64, 1},       {3, 96, 384, 4},
+                                      {2, 130, 512, 8, 2}, {1, 200, 896, 7, 1}, {1, 70, 128, 4, 2}};
 
 TYPED_TEST(CudnnAttentionTest, ForwardMatchesCpuAndRepeatsBitForBit) {
   using T = TypeParam;
@@ -119,22 +124,22 @@ TYPED_TEST(CudnnAttentionTest, ForwardMatchesCpuAndRepeatsBitForBit) {
   std::mt19937 rng(31);
   for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
-    const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
+    const auto qkv = RandomValues<T>(size_t(s.B * s.T * s.Row()), rng);
     std::vector<float> out(size_t(s.B * s.T * s.C), kNaN), lse(size_t(s.B * s.NH * s.T), kNaN);
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_out(ToElements<T>(out));
     DeviceBuffer<float> d_lse(lse);
-    const int64_t need = route->WorkspaceBytes(false, bf16, s.B, s.T, s.C, s.NH);
+    const int64_t need = route->WorkspaceBytes(false, bf16, s.Kernel());
     ASSERT_GE(need, 0) << route->last_error();
     DeviceBuffer<char> workspace(std::max<int64_t>(need, 16));
     auto run = [&] {
-      EXPECT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
+      EXPECT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream,
                                  workspace.get(), size_t(workspace.size())))
           << route->last_error();
       return std::make_pair(ToFloats(d_out.Download()), d_lse.Download());
     };
     const auto first = run();
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.Kernel());
     EXPECT_TRUE(AllClose(first.first, out, Element<T>::kTolerance)) << "out";
     // The natural log-sum-exp of the scaled scores, as the CPU kernels keep
     // it (so each route's forward feeds the other's backward).
@@ -154,23 +159,23 @@ TYPED_TEST(CudnnAttentionTest, BackwardMatchesCpuAndRepeatsBitForBit) {
   std::mt19937 rng(32);
   for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
-    const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
+    const auto qkv = RandomValues<T>(size_t(s.B * s.T * s.Row()), rng);
     const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
     std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T));
-    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), s.Kernel());
     out = ToFloats(ToElements<T>(out));
     std::vector<float> want(qkv.size());
-    cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
+    cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.Kernel());
     DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out(ToElements<T>(out));
     DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
     DeviceBuffer<float> d_lse(lse);
-    const int64_t need = route->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH);
+    const int64_t need = route->WorkspaceBytes(true, bf16, s.Kernel());
     ASSERT_GE(need, 0) << route->last_error();
     // NaN in the workspace: nothing may be read before it is written.
     DeviceBuffer<float> workspace(std::vector<float>(size_t(need / 4 + 4), kNaN));
     auto run = [&] {
-      EXPECT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T,
-                                  s.C, s.NH, kStream, workspace.get(), size_t(workspace.size()) * 4))
+      EXPECT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.Kernel(),
+                                  kStream, workspace.get(), size_t(workspace.size()) * 4))
           << route->last_error();
       return ToFloats(d_dqkv.Download());
     };
@@ -194,23 +199,23 @@ TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
   const auto qkv = RandomValues<T>(size_t(s.B * s.T * 3 * s.C), rng);
   const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
   DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout));
-  const int64_t whole = route->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH);
-  const int64_t one = route->WorkspaceBytes(true, bf16, 1, s.T, s.C, s.NH);
+  const int64_t whole = route->WorkspaceBytes(true, bf16, s.Kernel());
+  const int64_t one = route->WorkspaceBytes(true, bf16, Mha(1, s.T, s.C, s.NH));
   ASSERT_GE(whole, 0) << route->last_error();
   ASSERT_GE(one, 0) << route->last_error();
   auto pass = [&](int64_t bytes) {
     DeviceBuffer<T> d_out(s.B * s.T * s.C), d_dqkv(s.B * s.T * 3 * s.C);
     DeviceBuffer<float> d_lse(s.B * s.NH * s.T);
     DeviceBuffer<char> workspace(std::max<int64_t>(bytes, 16));
-    EXPECT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
+    EXPECT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream,
                                workspace.get(), size_t(bytes)))
         << route->last_error();
-    EXPECT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T, s.C,
-                                s.NH, kStream, workspace.get(), size_t(bytes)))
+    EXPECT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                s.Kernel(), kStream, workspace.get(), size_t(bytes)))
         << route->last_error();
     return std::make_pair(ToFloats(d_out.Download()), ToFloats(d_dqkv.Download()));
   };
-  const int64_t half_heads = route->WorkspaceBytes(true, bf16, 1, s.T, s.C, s.NH, s.NH / 2);
+  const int64_t half_heads = route->WorkspaceBytes(true, bf16, Mha(1, s.T, s.C, s.NH), s.NH / 2);
   ASSERT_GE(half_heads, 0) << route->last_error();
   const auto all = pass(whole);
   const auto sliced = pass(one);
@@ -224,8 +229,8 @@ TYPED_TEST(CudnnAttentionTest, RunsInBatchSlicesWhenTheWorkspaceIsShort) {
     DeviceBuffer<T> d_out(s.B * s.T * s.C), d_dqkv(s.B * s.T * 3 * s.C);
     DeviceBuffer<float> d_lse(s.B * s.NH * s.T);
     DeviceBuffer<char> workspace(one);
-    EXPECT_FALSE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T, s.C,
-                                 s.NH, kStream, workspace.get(), size_t(one - 1)));
+    EXPECT_FALSE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                s.Kernel(), kStream, workspace.get(), size_t(one - 1)));
     EXPECT_NE(route->last_error().find("workspace"), std::string::npos) << route->last_error();
   }
 }
@@ -246,8 +251,8 @@ TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
   const std::vector<float> rounded_out = ToFloats(ToElements<T>(out));
   cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), rounded_out.data(), lse.data(), s.B, s.T, s.C, s.NH);
   DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout));
-  const int64_t need = std::max(route->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH),
-                                route->WorkspaceBytes(false, bf16, s.B, s.T, s.C, s.NH));
+  const int64_t need = std::max(route->WorkspaceBytes(true, bf16, s.Kernel()),
+                                route->WorkspaceBytes(false, bf16, s.Kernel()));
   ASSERT_GE(need, 0) << route->last_error();
   DeviceBuffer<char> workspace(std::max<int64_t>(need, 16));
   const kernels::AttentionShape shape = {s.B, s.T, s.NH, s.NH, s.C / s.NH};
@@ -257,7 +262,7 @@ TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
     DeviceBuffer<T> d_out(s.B * s.T * s.C), d_dqkv(s.B * s.T * 3 * s.C);
     DeviceBuffer<float> d_lse(s.B * s.NH * s.T);
     if (cudnn_forward) {
-      ASSERT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, kStream,
+      ASSERT_TRUE(route->Forward(bf16, d_out.get(), d_lse.get(), d_qkv.get(), s.Kernel(), kStream,
                                  workspace.get(), size_t(need)))
           << route->last_error();
       cuda::AttentionBackward<T>(d_dqkv.get(), scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), shape,
@@ -265,8 +270,8 @@ TYPED_TEST(CudnnAttentionTest, MixesWithPstarsKernels) {
     } else {
       cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), shape, kStream,
                                 cuda::AttentionForwardKernel::kMma);
-      ASSERT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T,
-                                  s.C, s.NH, kStream, workspace.get(), size_t(need)))
+      ASSERT_TRUE(route->Backward(bf16, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                s.Kernel(), kStream, workspace.get(), size_t(need)))
           << route->last_error();
     }
     ASSERT_NO_FATAL_FAILURE(SyncOrFail());

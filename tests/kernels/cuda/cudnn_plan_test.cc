@@ -63,6 +63,9 @@ class CudnnPlanTest : public ::testing::Test {
   std::unique_ptr<cuda::CudnnAttention> route_;
 };
 
+// A multi-head shape of B sequences, T positions, C columns of NH heads.
+kernels::AttentionShape Mha(int64_t B, int64_t T, int64_t C, int64_t NH) { return {B, T, NH, NH, NH > 0 ? C / NH : 0}; }
+
 struct Shape {
   int64_t B, T, C, NH;
 };
@@ -80,11 +83,46 @@ TEST_F(CudnnPlanTest, TakesBothGraphsAtEveryShapeTheRouteServes) {
     for (const Shape& s : shapes) {
       SCOPED_TRACE(testing::Message() << (bf16 ? "bf16" : "fp16") << " B=" << s.B << " T=" << s.T << " C=" << s.C
                                       << " NH=" << s.NH);
-      const int64_t forward = route_->WorkspaceBytes(false, bf16, s.B, s.T, s.C, s.NH);
+      const int64_t forward = route_->WorkspaceBytes(false, bf16, Mha(s.B, s.T, s.C, s.NH));
       EXPECT_GE(forward, 0) << route_->last_error();
       EXPECT_LE(forward, 1 << 20);
-      const int64_t backward = route_->WorkspaceBytes(true, bf16, s.B, s.T, s.C, s.NH);
+      const int64_t backward = route_->WorkspaceBytes(true, bf16, Mha(s.B, s.T, s.C, s.NH));
       EXPECT_GE(backward, s.B * s.NH * s.T * s.T * 2) << route_->last_error();
+    }
+  }
+}
+
+// Grouped-query heads (Llama 3.2 1B's 4 a key/value head at head size 64,
+// Qwen2.5 7B's 7 at 128, one key/value head): cuDNN broadcasts each
+// key/value head to its group in both graphs; the backward's workspace also
+// holds every query head's dK and dV for the group sums. Calls slice into
+// whole groups.
+TEST_F(CudnnPlanTest, TakesGroupedQueryHeadsInWholeGroups) {
+  const kernels::AttentionShape shapes[] = {{4, 2048, 32, 8, 64}, {1, 1024, 28, 4, 128}, {2, 200, 6, 1, 64}};
+  for (const kernels::AttentionShape& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV);
+    const int64_t forward = route_->WorkspaceBytes(false, true, s);
+    EXPECT_GE(forward, 0) << route_->last_error();
+    const int64_t backward = route_->WorkspaceBytes(true, true, s);
+    EXPECT_GE(backward, s.B * s.NH * s.T * s.T * 2 + 2 * s.B * s.NH * s.T * s.hs * 2) << route_->last_error();
+    const int64_t group = s.NH / s.NKV;
+    // A call of part of a group is refused; the most whole groups that fit run.
+    if (group > 1) {
+      EXPECT_EQ(route_->WorkspaceBytes(true, true, s, group - 1), -1);
+      EXPECT_NE(route_->last_error().find("not an attention shape"), std::string::npos) << route_->last_error();
+    }
+    kernels::AttentionShape one = s;
+    one.B = 1;
+    const int64_t one_group = route_->WorkspaceBytes(true, true, one, group);
+    ASSERT_GE(one_group, 0) << route_->last_error();
+    const auto slice = route_->SliceFor(true, true, s, size_t(one_group));
+    EXPECT_EQ(slice.sequences, 1);
+    EXPECT_EQ(slice.heads % group, 0);
+    EXPECT_LE(route_->WorkspaceBytes(true, true, one, slice.heads), one_group);
+    const auto none = route_->SliceFor(true, true, s, size_t(one_group - 1));
+    EXPECT_EQ(none.sequences, 0);
+    if (group > 1) {
+      EXPECT_NE(route_->last_error().find("even one group of heads"), std::string::npos) << route_->last_error();
     }
   }
 }
@@ -99,26 +137,27 @@ TEST_F(CudnnPlanTest, SlicesEachCallToTheWorkspaceGiven) {
   for (const Shape& s : shapes) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
     const size_t avail = size_t(kernels::GpuAttentionScratchElements(s.B, s.T, s.C, s.NH, true) * 4);
-    const auto slice = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, avail);
+    const auto slice = route_->SliceFor(true, true, Mha(s.B, s.T, s.C, s.NH), avail);
     ASSERT_GT(slice.sequences, 0) << route_->last_error();
-    EXPECT_LE(route_->WorkspaceBytes(true, true, slice.sequences, s.T, s.C, s.NH, slice.heads), int64_t(avail));
+    EXPECT_LE(route_->WorkspaceBytes(true, true, Mha(slice.sequences, s.T, s.C, s.NH), slice.heads),
+              int64_t(avail));
     if (slice.heads == s.NH) {
       EXPECT_LT(slice.sequences, s.B);
-      EXPECT_GT(route_->WorkspaceBytes(true, true, slice.sequences + 1, s.T, s.C, s.NH), int64_t(avail));
+      EXPECT_GT(route_->WorkspaceBytes(true, true, Mha(slice.sequences + 1, s.T, s.C, s.NH)), int64_t(avail));
     } else {
       EXPECT_EQ(slice.sequences, 1);
       EXPECT_EQ(s.NH % slice.heads, 0);
       int64_t next = slice.heads + 1;
       while (s.NH % next != 0) ++next;
-      EXPECT_GT(route_->WorkspaceBytes(true, true, 1, s.T, s.C, s.NH, next), int64_t(avail));
+      EXPECT_GT(route_->WorkspaceBytes(true, true, Mha(1, s.T, s.C, s.NH), next), int64_t(avail));
     }
     // Everything at once where the workspace is the whole need; nothing
     // where not one head fits.
-    const int64_t whole = route_->WorkspaceBytes(true, true, s.B, s.T, s.C, s.NH);
-    const auto all = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, size_t(whole));
+    const int64_t whole = route_->WorkspaceBytes(true, true, Mha(s.B, s.T, s.C, s.NH));
+    const auto all = route_->SliceFor(true, true, Mha(s.B, s.T, s.C, s.NH), size_t(whole));
     EXPECT_EQ(all.sequences, s.B);
     EXPECT_EQ(all.heads, s.NH);
-    const auto none = route_->SliceFor(true, true, s.B, s.T, s.C, s.NH, 1024);
+    const auto none = route_->SliceFor(true, true, Mha(s.B, s.T, s.C, s.NH), 1024);
     EXPECT_EQ(none.sequences, 0);
     EXPECT_NE(route_->last_error().find("even one head of one sequence"), std::string::npos) << route_->last_error();
   }
@@ -133,28 +172,29 @@ TEST(CudnnPlanDevice, AnA100TakesBothGraphs) {
   if (route == nullptr && why.rfind("cannot load libcudnn.so.9", 0) == 0) GTEST_SKIP() << why;
   ASSERT_NE(route, nullptr) << why;
   for (const bool backward : {false, true}) {
-    EXPECT_GE(route->WorkspaceBytes(backward, true, 8, 1024, 768, 12), 0) << route->last_error();
-    EXPECT_GE(route->WorkspaceBytes(backward, false, 4, 2048, 4096, 32), 0) << route->last_error();
+    EXPECT_GE(route->WorkspaceBytes(backward, true, Mha(8, 1024, 768, 12)), 0) << route->last_error();
+    EXPECT_GE(route->WorkspaceBytes(backward, false, Mha(4, 2048, 4096, 32)), 0) << route->last_error();
   }
 }
 
 // What the route refuses itself, in one line naming the shape and why.
 TEST_F(CudnnPlanTest, RefusesShapesOutsideTheRouteInOneLine) {
-  EXPECT_EQ(route_->WorkspaceBytes(false, true, 2, 64, 12, 3), -1);  // head size 4
+  EXPECT_EQ(route_->WorkspaceBytes(false, true, Mha(2, 64, 12, 3)), -1);  // head size 4
   EXPECT_EQ(route_->last_error(),
             "cuDNN attention forward (B 2, T 64, C 12, NH 3): head size 4 is not a multiple of 8 up to 256");
-  EXPECT_EQ(route_->WorkspaceBytes(true, true, 0, 64, 64, 1), -1);
+  EXPECT_EQ(route_->WorkspaceBytes(true, true, Mha(0, 64, 64, 1)), -1);
   EXPECT_EQ(route_->last_error(), "cuDNN attention backward (B 0, T 64, C 64, NH 1): not an attention shape");
   // A refusal is remembered with its reason.
-  EXPECT_EQ(route_->WorkspaceBytes(false, true, 2, 64, 12, 3), -1);
+  EXPECT_EQ(route_->WorkspaceBytes(false, true, Mha(2, 64, 12, 3)), -1);
   EXPECT_NE(route_->last_error().find("head size 4"), std::string::npos);
 }
 
 // Opened for planning, nothing runs: Forward and Backward refuse in one line.
 TEST_F(CudnnPlanTest, PlanningOnlyRunsNothing) {
-  EXPECT_FALSE(route_->Forward(true, nullptr, nullptr, nullptr, 1, 64, 64, 1, nullptr, nullptr, 0));
+  EXPECT_FALSE(route_->Forward(true, nullptr, nullptr, nullptr, Mha(1, 64, 64, 1), nullptr, nullptr, 0));
   EXPECT_EQ(route_->last_error(), "cuDNN attention opened for planning only (no device)");
-  EXPECT_FALSE(route_->Backward(true, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 64, 64, 1, nullptr, nullptr, 0));
+  EXPECT_FALSE(
+      route_->Backward(true, nullptr, nullptr, nullptr, nullptr, nullptr, Mha(1, 64, 64, 1), nullptr, nullptr, 0));
   EXPECT_EQ(route_->last_error(), "cuDNN attention opened for planning only (no device)");
 }
 
