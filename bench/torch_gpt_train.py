@@ -171,6 +171,54 @@ def unavailable(reason):
     sys.exit(EXIT_UNAVAILABLE)
 
 
+def make_step(model, step_model, opt, data, dtype, device):
+    """Training step s on batch s of data (steps x batch x seq+1 tokens): the
+    loss of step_model (the model, or its torch.compile), bf16 autocast of the
+    matrix work where dtype says so, backward, global-norm clipping at 1.0,
+    the optimizer; returns the loss."""
+    def step(s):
+        opt.zero_grad(set_to_none=True)
+        x, y = data[s, :, :-1], data[s, :, 1:]
+        if dtype == "bf16":
+            with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                loss = step_model(x, y)
+        else:
+            loss = step_model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+    return step
+
+
+def timed_steps(step, steps, warmup, tokens_per_step, device):
+    """Runs step(s) for s < steps, each waited for (its loss read, as pstar's
+    step reads its loss); returns the tokens/s of the steps after the first
+    `warmup` and the last loss. Exits with "torch: failed" on an error of the
+    run (out of memory among them)."""
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    steady_time, steady_tokens, loss_value = 0.0, 0, 0.0
+    try:
+        for s in range(steps):
+            sync()
+            t0 = time.perf_counter()
+            loss_value = step(s).item()
+            sync()
+            dt = time.perf_counter() - t0
+            if s >= warmup:
+                steady_time += dt
+                steady_tokens += tokens_per_step
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        first = str(e).strip().split("\n")[0]
+        print(f"torch: failed: {'out of memory' if 'out of memory' in str(e) else 'error'}: {first[:300]}",
+              flush=True)
+        sys.exit(EXIT_FAILED)
+    return steady_tokens / steady_time, loss_value
+
+
 def main(argv=None):
     a = parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -190,44 +238,12 @@ def main(argv=None):
     step_model = torch.compile(model) if a.compile else model
     data = torch.randint(0, V, (a.steps, a.batch, a.seq + 1), device=dev)
 
-    def sync():
-        if a.device == "cuda":
-            torch.cuda.synchronize()
-
-    def step(s):
-        opt.zero_grad(set_to_none=True)
-        x, y = data[s, :, :-1], data[s, :, 1:]
-        if a.dtype == "bf16":
-            with torch.autocast(device_type=a.device, dtype=torch.bfloat16):
-                loss = step_model(x, y)
-        else:
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss
-
-    steady_time, steady_tokens, loss = 0.0, 0, None
-    try:
-        for s in range(a.steps):
-            sync()
-            t0 = time.perf_counter()
-            loss = step(s)
-            loss_value = loss.item()  # waits for the step, as pstar's step does for its loss
-            sync()
-            dt = time.perf_counter() - t0
-            if s >= a.warmup:
-                steady_time += dt
-                steady_tokens += a.batch * a.seq
-    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
-        first = str(e).strip().split("\n")[0]
-        print(f"torch: failed: {'out of memory' if 'out of memory' in str(e) else 'error'}: {first[:300]}",
-              flush=True)
-        sys.exit(EXIT_FAILED)
+    step = make_step(model, step_model, opt, data, a.dtype, a.device)
+    tokens_per_s, loss_value = timed_steps(step, a.steps, a.warmup, a.batch * a.seq, a.device)
     extra = ""
     if a.device == "cuda":
         extra = f" peak_mem_gib={torch.cuda.max_memory_allocated() / 2**30:.1f} gpu={torch.cuda.get_device_name(0).replace(' ', '_')}"
-    print(f"torch: steps={a.steps} tokens_per_s={steady_tokens / steady_time:.1f} final_loss={loss_value:.4f} "
+    print(f"torch: steps={a.steps} tokens_per_s={tokens_per_s:.1f} final_loss={loss_value:.4f} "
           f"mode={'compile' if a.compile else 'eager'} device={a.device} dtype={a.dtype} attention={a.attention} "
           f"batch={a.batch} seq={a.seq} warmup={a.warmup} params={n_params} adamw={opt_kind} "
           f"version={torch.__version__}{extra}", flush=True)

@@ -36,8 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-EXIT_UNAVAILABLE = 3
-EXIT_FAILED = 4
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_train import make_adamw, make_step, timed_steps, unavailable  # noqa: E402  (the GPT-2 peer's, shared)
 
 
 def sdpa_takes_groups():
@@ -150,25 +150,6 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
-def make_adamw(model, fused):
-    """AdamW as the benchmarks set pstar; fused on CUDA where this PyTorch has it."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    kwargs = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
-    if fused:
-        try:
-            return torch.optim.AdamW(groups, fused=True, **kwargs), "fused"
-        except (TypeError, RuntimeError, ValueError):
-            pass
-    return torch.optim.AdamW(groups, **kwargs), "default"
-
-
-def unavailable(reason):
-    print(f"torch: unavailable: {reason}", flush=True)
-    sys.exit(EXIT_UNAVAILABLE)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for name in ("layers", "heads", "kv-heads", "embd", "head-dim", "intermediate", "vocab", "seq", "batch", "steps"):
@@ -195,52 +176,24 @@ def main(argv=None):
         unavailable(f"torch.compile needs PyTorch 2.0 or newer (this is {torch.__version__})")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    if a.device == "cuda":  # as the GPT-2 peer sets it
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     dev = torch.device(a.device)
     model = Llama(a.layers, a.heads, a.kv_heads, a.embd, a.head_dim, a.intermediate, a.vocab, a.theta,
                   tie=a.tie, rope_factor=a.rope_factor).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    opt, opt_kind = make_adamw(model, fused=a.device == "cuda")
+    opt, opt_kind = make_adamw(model, dev, fused=a.device == "cuda")
     step_model = torch.compile(model) if a.compile else model
     data = torch.randint(0, a.vocab, (a.steps, a.batch, a.seq + 1), device=dev)
 
-    def sync():
-        if a.device == "cuda":
-            torch.cuda.synchronize()
-
-    def step(s):
-        opt.zero_grad(set_to_none=True)
-        x, y = data[s, :, :-1], data[s, :, 1:]
-        if a.dtype == "bf16":
-            with torch.autocast(device_type=a.device, dtype=torch.bfloat16):
-                loss = step_model(x, y)
-        else:
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss
-
-    steady_time, steady_tokens, loss_value = 0.0, 0, 0.0
-    try:
-        for s in range(a.steps):
-            sync()
-            t0 = time.perf_counter()
-            loss_value = step(s).item()  # waits for the step, as pstar's step does for its loss
-            sync()
-            dt = time.perf_counter() - t0
-            if s >= a.warmup:
-                steady_time += dt
-                steady_tokens += a.batch * a.seq
-    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
-        first = str(e).strip().split("\n")[0]
-        print(f"torch: failed: {'out of memory' if 'out of memory' in str(e) else 'error'}: {first[:300]}",
-              flush=True)
-        sys.exit(EXIT_FAILED)
+    step = make_step(model, step_model, opt, data, a.dtype, a.device)
+    tokens_per_s, loss_value = timed_steps(step, a.steps, a.warmup, a.batch * a.seq, a.device)
     extra = ""
     if a.device == "cuda":
         extra = (f" peak_mem_gib={torch.cuda.max_memory_allocated() / 2**30:.1f}"
                  f" gpu={torch.cuda.get_device_name(0).replace(' ', '_')}")
-    print(f"torch: steps={a.steps} tokens_per_s={steady_tokens / steady_time:.1f} final_loss={loss_value:.4f} "
+    print(f"torch: steps={a.steps} tokens_per_s={tokens_per_s:.1f} final_loss={loss_value:.4f} "
           f"mode={'compile' if a.compile else 'eager'} device={a.device} dtype={a.dtype} "
           f"attention={'sdpa-gqa' if SDPA_GQA else 'sdpa' if hasattr(F, 'scaled_dot_product_attention') else 'explicit'} "
           f"batch={a.batch} seq={a.seq} warmup={a.warmup} params={n_params} adamw={opt_kind} "

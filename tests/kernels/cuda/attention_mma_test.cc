@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "tests/kernels/cuda/relative_error.h"
 #include "tests/kernels/cuda/warp_emulation.h"
 
 namespace pstar::test {
@@ -36,17 +37,6 @@ struct Shape {
   int64_t kv() const { return NKV > 0 ? NKV : NH; }
   kernels::AttentionShape Of(int64_t hs) const { return {B, T, NH, kv(), hs}; }
 };
-
-// The largest |got - want| over the largest |want| (at least `floor`).
-double RelativeError(const std::vector<float>& got, const std::vector<float>& want, double floor = 0) {
-  double scale = floor, worst = 0;
-  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / std::max(scale, 1e-30);
-}
 
 // The three forms of the forward (q in a tile of its own, q in the second k
 // buffer, and 128 queries a block on 8 warps): each against the CPU kernel,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "tests/kernels/cuda/relative_error.h"
 
 namespace pstar::test {
 namespace {
@@ -37,17 +38,6 @@ struct Shape {
   int64_t kv() const { return NKV > 0 ? NKV : NH; }
   kernels::AttentionShape Kernel() const { return {B, T, NH, kv(), C / NH}; }
 };
-
-// The largest |got - want| over the largest |want|.
-double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, worst = 0;
-  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / std::max(scale, 1e-30);
-}
 
 // fp32 kernels match to fp32 rounding; 16-bit ones round P, dS and dout to
 // 16 bits for their products (as on a GPU), so to bf16's.

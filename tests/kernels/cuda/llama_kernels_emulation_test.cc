@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/half.h"
+#include "tests/kernels/cuda/relative_error.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -67,17 +68,6 @@ std::vector<float> RoundedBf16(const std::vector<float>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = kernels::BFloat16ToFloat(kernels::FloatToBFloat16(v[i]));
   return out;
-}
-
-// The largest |got - want| over the largest |want|.
-double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, worst = 0;
-  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / std::max(scale, 1e-30);
 }
 
 // fp32 kernels agree to fp32 rounding (other summation orders, expf against
