@@ -248,8 +248,9 @@ TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize128) {
 
 // Grouped-query heads: query head h reads key/value head h / group. Every
 // form at 2, 3, 4, 7 and 8 query heads a key/value head (one is every test
-// above) at head size 64, and at 128 each form at two of them, against the
-// CPU's grouped kernels; two query blocks, so each walk crosses a block.
+// above) at head size 64; at 128 the forward at each and each backward at
+// some, against the CPU's grouped kernels; two query blocks, so each walk
+// crosses a block.
 TEST(MmaAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernel) {
   std::mt19937 rng(std::random_device{}());
   for (const int64_t group : {2, 3, 4, 7, 8}) {
@@ -259,9 +260,10 @@ TEST(MmaAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernel) {
     ExpectBackwardMatchesCpu<64>(s, rng);
     ExpectBackwardMatchesCpu<64>(s, rng, true);
   }
-  ExpectMatchesCpu<128>({1, 66, 2, 1}, rng);
+  for (const int64_t group : {2, 3, 4, 7, 8}) ExpectMatchesCpu<128>({1, 66, group, 1}, rng);
   ExpectBackwardMatchesCpu<128>({1, 66, 2, 1}, rng);
-  ExpectMatchesCpu<128>({1, 66, 8, 1}, rng);
+  ExpectBackwardMatchesCpu<128>({1, 66, 7, 1}, rng);
+  ExpectBackwardMatchesCpu<128>({1, 66, 3, 1}, rng, true);
   ExpectBackwardMatchesCpu<128>({1, 66, 4, 1}, rng, true);
   ExpectBackwardMatchesCpu<128>({1, 66, 8, 1}, rng, true);
   // Two sequences, the one pass's blocks started in a shuffled order.
