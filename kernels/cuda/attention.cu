@@ -602,30 +602,30 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
 namespace {
 
 template <typename T>
-__global__ void AddGroupedHeadsKernel(T* dst, int64_t row, const T* heads, int64_t B, int64_t H, int64_t Tlen,
+__global__ void AddGroupedHeadsKernel(T* dst, int64_t row, const float* heads, int64_t B, int64_t H, int64_t Tlen,
                                       int64_t hs, int64_t group) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, g, t, d)
   const int64_t Hk = H / group;
   if (i >= B * Hk * Tlen * hs) return;
   const int64_t d = i % hs, t = (i / hs) % Tlen, g = (i / (hs * Tlen)) % Hk, b = i / (hs * Tlen * Hk);
   float sum = 0.0f;
-  for (int64_t k = 0; k < group; ++k) sum += ToFloat(heads[((b * H + g * group + k) * Tlen + t) * hs + d]);
+  for (int64_t k = 0; k < group; ++k) sum += heads[((b * H + g * group + k) * Tlen + t) * hs + d];
   dst[(b * Tlen + t) * row + g * hs + d] = FromFloat<T>(sum);
 }
 
 }  // namespace
 
 template <typename T>
-void AddGroupedHeads(T* dst, int64_t row, const T* heads, int64_t B, int64_t H, int64_t Tlen, int64_t hs,
+void AddGroupedHeads(T* dst, int64_t row, const float* heads, int64_t B, int64_t H, int64_t Tlen, int64_t hs,
                      int64_t group, cudaStream_t stream) {
   const int64_t n = B * (H / group) * Tlen * hs;
   if (n <= 0) return;
   AddGroupedHeadsKernel<<<BlocksFor(n, 256), 256, 0, stream>>>(dst, row, heads, B, H, Tlen, hs, group);
   CheckLaunch("AddGroupedHeads");
 }
-template void AddGroupedHeads<bf16>(bf16*, int64_t, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,
+template void AddGroupedHeads<bf16>(bf16*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                     cudaStream_t);
-template void AddGroupedHeads<fp16>(fp16*, int64_t, const fp16*, int64_t, int64_t, int64_t, int64_t, int64_t,
+template void AddGroupedHeads<fp16>(fp16*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                     cudaStream_t);
 
 #define PSTAR_INSTANTIATE_ATTENTION(T)                                                                         \

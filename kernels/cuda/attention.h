@@ -86,13 +86,14 @@ void AttentionBackward(T* dqkv, float* scratch, const T* dout, const A* qkv, con
                        AttentionBackwardKernel kernel = AttentionBackwardKernel::kTensorCore);
 
 // Grouped heads' gradients summed per key/value head (cuDNN's backward
-// writes one per query head): for the B sequences of T positions,
+// writes one per query head, fp32): for the B sequences of T positions,
 // dst[(b T + t) row + g hs + d] = the sum over i < group, in order, of
-// heads[((b H + g group + i) T + t) hs + d], in fp32 and rounded once, for
-// the H / group key/value heads g (overwritten; dst is a q|k|v row's first
-// key or value column of the call's first key/value head, rows `row` apart).
+// heads[((b H + g group + i) T + t) hs + d], in fp32 and rounded once to T,
+// for the H / group key/value heads g (overwritten; dst is a q|k|v row's
+// first key or value column of the call's first key/value head, rows `row`
+// apart).
 template <typename T>
-void AddGroupedHeads(T* dst, int64_t row, const T* heads, int64_t B, int64_t H, int64_t Tlen, int64_t hs,
+void AddGroupedHeads(T* dst, int64_t row, const float* heads, int64_t B, int64_t H, int64_t Tlen, int64_t hs,
                      int64_t group, cudaStream_t stream);
 
 }  // namespace pstar::kernels::cuda

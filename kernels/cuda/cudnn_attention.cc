@@ -393,7 +393,8 @@ void ForwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, int
 // dp = do · vᵀ; ds = scale · p ∘ (dp - dsum); dk = dsᵀ · q; dq = ds · k,
 // written straight to dq (no fp32 dq sum: cuDNN's deterministic form, which
 // keeps dp in its workspace instead). With grouped heads dk and dv are each
-// query head's (B, H, T, hs), packed in the workspace, for the group sums.
+// query head's (B, H, T, hs), fp32 and packed in the workspace, for the group
+// sums (cuDNN refuses a matmul output with fewer heads than its inputs).
 void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, int64_t NH) {
   const int64_t B = c.B, T = c.T, H = c.H, hs = c.hs, row = c.row, C = c.C;
   const Dims scores = {B, H, T, T}, rows = {B, H, T, 1}, heads = {B, H, T, hs}, kv_heads = {B, c.Hk, T, hs};
@@ -417,7 +418,7 @@ void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, in
   // dv = pᵀ · do.
   const auto pt = g.Tensor(0, type, scores, transposed);
   g.Reshape(p, pt);
-  const auto dv = g.Tensor(kDV, type, heads, grad_kv);
+  const auto dv = g.Tensor(kDV, c.Hk < H ? CUDNN_DATA_FLOAT : type, heads, grad_kv);
   g.Matmul(pt, dout, dv);
   // dp = do · vᵀ.
   const auto vt = g.Tensor(kV, type, {B, c.Hk, hs, T}, {T * row, hs, 1, row});
@@ -432,7 +433,7 @@ void BackwardGraph(GraphBuilder& g, cudnnDataType_t type, const CallShape& c, in
   // dk = dsᵀ · q.
   const auto dst = g.Tensor(0, type, scores, transposed);
   g.Reshape(ds, dst);
-  const auto dk = g.Tensor(kDK, type, heads, grad_kv);
+  const auto dk = g.Tensor(kDK, c.Hk < H ? CUDNN_DATA_FLOAT : type, heads, grad_kv);
   g.Matmul(dst, in.q, dk);
   // dq = ds · k, k the transpose of kᵀ.
   const auto k = g.Tensor(0, type, kv_heads, in_qkv);
@@ -747,13 +748,13 @@ namespace {
 int64_t AlignUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Backward's rowsums of do ∘ o (kSoftmaxSum) open its workspace; with
-// grouped heads each query head's dk and dv (16 bits) follow; then the
-// plan's own workspace.
+// grouped heads each query head's dk and dv (fp32) follow; then the plan's
+// own workspace.
 int64_t SoftmaxSumBytes(bool backward, int64_t B, int64_t T, int64_t H) {
   return backward ? AlignUp(B * H * T * int64_t(sizeof(float))) : 0;
 }
 int64_t GroupedGradBytes(bool backward, const AttentionShape& s, int64_t B, int64_t H) {
-  return backward && s.NKV < s.NH ? AlignUp(B * H * s.T * s.hs * 2) : 0;
+  return backward && s.NKV < s.NH ? AlignUp(B * H * s.T * s.hs * int64_t(sizeof(float))) : 0;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -927,14 +928,14 @@ bool CudnnAttention::Backward(bool bf16, void* dqkv, const void* dout, const voi
         // Each key/value head's dK and dV: its group's query heads' summed.
         const int64_t row_elements = shape.RowElements();
         if (bf16) {
-          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dk), row_elements, reinterpret_cast<const __nv_bfloat16*>(dk_heads), call.B,
+          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dk), row_elements, reinterpret_cast<const float*>(dk_heads), call.B,
                           slice.heads, T, hs, group, stream);
-          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dv), row_elements, reinterpret_cast<const __nv_bfloat16*>(dv_heads), call.B,
+          AddGroupedHeads(reinterpret_cast<__nv_bfloat16*>(dv), row_elements, reinterpret_cast<const float*>(dv_heads), call.B,
                           slice.heads, T, hs, group, stream);
         } else {
-          AddGroupedHeads(reinterpret_cast<__half*>(dk), row_elements, reinterpret_cast<const __half*>(dk_heads), call.B,
+          AddGroupedHeads(reinterpret_cast<__half*>(dk), row_elements, reinterpret_cast<const float*>(dk_heads), call.B,
                           slice.heads, T, hs, group, stream);
-          AddGroupedHeads(reinterpret_cast<__half*>(dv), row_elements, reinterpret_cast<const __half*>(dv_heads), call.B,
+          AddGroupedHeads(reinterpret_cast<__half*>(dv), row_elements, reinterpret_cast<const float*>(dv_heads), call.B,
                           slice.heads, T, hs, group, stream);
         }
       }

@@ -8,8 +8,8 @@
 // either route's backward); bf16 and fp16 only; dqkv overwritten. With
 // grouped heads a call's k and v tensors have the call's key/value heads,
 // which cuDNN's matmuls broadcast to their query heads; its backward writes
-// each query head's dK and dV into the workspace and pstar's kernel
-// (AddGroupedHeads) sums each group in a fixed order into dqkv.
+// each query head's dK and dV (fp32) into the workspace and pstar's kernel
+// (AddGroupedHeads) sums each group in a fixed order into dqkv, rounding once.
 //
 // The library is loaded at run time (libcudnn.so.9 through the loader's
 // search path, or the file PSTAR_CUDNN_LIBRARY names), so a binary built with
