@@ -251,21 +251,31 @@ TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize128) {
 // above) at head size 64; at 128 the forward at each and each backward at
 // some, against the CPU's grouped kernels; two query blocks, so each walk
 // crosses a block.
+// Under AddressSanitizer (seven times slower here) each form runs at two of
+// the group sizes: the memory checks need no more; the build without it
+// runs them all.
 TEST(MmaAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernel) {
   std::mt19937 rng(std::random_device{}());
-  for (const int64_t group : {2, 3, 4, 7, 8}) {
+#ifdef PSTAR_EMULATION_ASAN
+  const std::vector<int64_t> groups = {3, 8};
+#else
+  const std::vector<int64_t> groups = {2, 3, 4, 7, 8};
+#endif
+  for (const int64_t group : groups) {
     const int64_t kv = group <= 3 ? 2 : 1;
     const Shape s{1, 66, group * kv, kv};
     ExpectMatchesCpu<64>(s, rng);
     ExpectBackwardMatchesCpu<64>(s, rng);
     ExpectBackwardMatchesCpu<64>(s, rng, true);
   }
-  for (const int64_t group : {2, 3, 4, 7, 8}) ExpectMatchesCpu<128>({1, 66, group, 1}, rng);
+  for (const int64_t group : groups) ExpectMatchesCpu<128>({1, 66, group, 1}, rng);
   ExpectBackwardMatchesCpu<128>({1, 66, 2, 1}, rng);
+  ExpectBackwardMatchesCpu<128>({1, 66, 8, 1}, rng, true);
+#ifndef PSTAR_EMULATION_ASAN
   ExpectBackwardMatchesCpu<128>({1, 66, 7, 1}, rng);
   ExpectBackwardMatchesCpu<128>({1, 66, 3, 1}, rng, true);
   ExpectBackwardMatchesCpu<128>({1, 66, 4, 1}, rng, true);
-  ExpectBackwardMatchesCpu<128>({1, 66, 8, 1}, rng, true);
+#endif
   // Two sequences, the one pass's blocks started in a shuffled order.
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
