@@ -190,7 +190,7 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_CUDA_COMPILER:[A-Z]*=$nvc
 fi
 step configure 120 cmake "${cmake_args[@]}"
 [ "$verdict" = PASSED ] || finish FAILED
-step build "$build_limit" cmake --build "$build" --parallel "$jobs"
+step build "$build_limit" cmake --build "$build" --parallel "$jobs" --target gpu_session
 [ "$verdict" = PASSED ] || finish FAILED
 # The proof that matters is CI's dry run; on a GPU host a failure is reported
 # and the GPU work goes on (the build did succeed).
@@ -305,7 +305,7 @@ apply_tuning_rows() {
   fi
   cat "$rows" >> "$table"
   say "tuning: $(wc -l < "$rows") row(s) applied to this host's table; the passes after it run them"
-  step rebuild "$build_limit" cmake --build "$build" --parallel "$jobs"
+  step rebuild "$build_limit" cmake --build "$build" --parallel "$jobs" --target gpu_session
 }
 bench_started=0
 for pass in "${passes[@]}"; do
