@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: the config parser, token shards,
-# safetensors files, checkpoint manifests, the GPT-2 tokenizer, the rendezvous
-# store's server, the operator's decisions on API objects) with Clang, ASan and UBSan into
+# safetensors files, Hugging Face model directories, checkpoint manifests,
+# the GPT-2 tokenizer, the rendezvous store's server, the operator's
+# decisions on API objects) with Clang, ASan and UBSan into
 # build-fuzz/ (or $PSTAR_FUZZ_BUILD_DIR) and runs each for SECONDS (default
 # 30) from its committed seed corpus. New inputs go to a scratch directory,
 # never into the repository. Exits 1 naming the target and the crashing
@@ -19,7 +20,7 @@ if [ "${1:-}" = --configure-only ]; then configure_only=1; shift; fi
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store job_actions)
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store hf_dir job_actions)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
 
 # -O1 and line tables only: the sanitizers' reports keep file:line, and the

@@ -875,7 +875,8 @@ Status ParseWorker(Fields& spec, JobSpec* s) {
   if (config == nullptr) return Status::InvalidArgument("spec.config is required (the worker's job config)");
   if (!config->is_object()) return Invalid("spec.config", "must be an object, got " + Describe(*config));
   s->config = *config;
-  auto parsed = ParseConfig(config->dump(), "spec.config");
+  // The directories a job imports from lie on the pods' volumes, not here.
+  auto parsed = ParseConfig(config->dump(), "spec.config", {}, ConfigOptions{.read_init_from = false});
   if (!parsed.ok()) return parsed.status();
   // spec.device sets the worker's runtime.device; a config saying otherwise
   // would train on the other device than the pods were sized and given GPUs for.

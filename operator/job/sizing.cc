@@ -203,7 +203,8 @@ std::string HumanBytes(int64_t bytes) {
 
 Result<PodSizing> SizePods(const JobSpec& spec) {
   // What the pods set beyond spec.config, as they set it.
-  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", PlannedOverrides(spec)));
+  PSTAR_ASSIGN_OR_RETURN(Config config, ParseConfig(spec.config.dump(), "spec.config", PlannedOverrides(spec),
+                                                    ConfigOptions{.read_init_from = false}));
   auto planned = PlanMemory(config, spec.world_size());
   if (!planned.ok()) return planned.status().WithPrefix("spec.config");
   const MemoryPlan& plan = *planned;

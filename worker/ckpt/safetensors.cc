@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <utility>
 
 #include "worker/ckpt/crc64.h"
 #include "worker/core/file_util.h"
@@ -23,12 +25,23 @@ Status ParseHeader(const std::string& path, std::string_view json, int64_t data_
                    std::map<std::string, SafetensorsFile::Tensor>* tensors,
                    std::map<std::string, std::string>* metadata) {
   nlohmann::json header;
+  // A name given twice would otherwise keep its last entry silently.
+  std::set<std::string> names;
+  std::string duplicate;
+  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second &&
+        duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(json);
+    header = nlohmann::json::parse(json, note_keys);
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(path + ": bad safetensors header: " + e.what());
   }
   if (!header.is_object()) return Status::DataLoss(path + ": safetensors header is not an object");
+  if (!duplicate.empty()) return Status::DataLoss(path + ": tensor " + duplicate + " is named twice in the header");
   try {
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() == "__metadata__") {
@@ -67,6 +80,19 @@ Status ParseHeader(const std::string& path, std::string_view json, int64_t data_
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(path + ": bad safetensors header: " + e.what());
+  }
+  // No two tensors share a byte (a writer lays them end to end).
+  std::vector<std::pair<int64_t, const std::string*>> by_start;
+  for (const auto& [name, t] : *tensors) {
+    if (t.end > t.begin) by_start.emplace_back(t.begin, &name);
+  }
+  std::sort(by_start.begin(), by_start.end());
+  for (size_t i = 1; i < by_start.size(); ++i) {
+    const SafetensorsFile::Tensor& prev = tensors->at(*by_start[i - 1].second);
+    if (prev.end > by_start[i].first) {
+      return Status::DataLoss(path + ": tensors " + *by_start[i - 1].second + " and " + *by_start[i].second +
+                              " overlap in the file");
+    }
   }
   return Status::Ok();
 }

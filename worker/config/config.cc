@@ -12,6 +12,7 @@
 
 #include "kernels/attention.h"
 #include "worker/core/bytes.h"
+#include "worker/ckpt/hf_config.h"
 #include "worker/core/file_util.h"
 
 namespace pstar {
@@ -174,6 +175,8 @@ struct Pending {
   std::string precision = "auto";          // train.precision as written
   std::string optimizer_overlap = "auto";  // runtime.optimizer_overlap as written
   std::set<std::string> given;             // the keys the config wrote, by path
+  bool read_init_from = true;              // ConfigOptions::read_init_from
+  std::optional<HfModelConfig> imported;   // model.init_from's config.json, once read
 };
 
 // One key of the config. The table (Keys()) lists every key once, in the
@@ -654,6 +657,55 @@ const std::vector<KeyDef>& Keys() {
   return kKeys;
 }
 
+// A key's value as --print-config writes it; "unset" where it is not shown
+// unless `always`.
+std::string EmittedValue(const KeyDef& k, const Config& c, bool always = false) {
+  if (!always && k.shown && !k.shown(c)) return "unset";
+  YAML::Emitter e;
+  k.emit(e, c);
+  return e.c_str();
+}
+
+// model.init_from: the directory's config.json describes the model. A model
+// key the config gives beside it must agree (each key given, and a preset's
+// every key), so nothing trains a model other than the one imported.
+void AdoptImportedModel(Config& c, const Pending& p) {
+  const HfModelConfig& hf = *p.imported;
+  Config theirs = c;
+  theirs.model.gpt = hf.model;
+  theirs.model.gpt.vocab_multiple = c.model.gpt.vocab_multiple;
+  const bool preset = p.given.count("model.preset") > 0;
+  for (const KeyDef& k : Keys()) {
+    if (k.path.rfind("model.", 0) != 0 || k.path == "model.preset" || k.path == "model.init_from") continue;
+    const bool given = p.given.count(k.path) > 0;
+    if (!given && !preset) continue;
+    // A key given is compared as written; a preset's as it prints.
+    const std::string ours = EmittedValue(k, c, given), its = EmittedValue(k, theirs, given);
+    if (ours == its) continue;
+    if (given) {
+      Fail(k.path, "is " + ours + " but " + hf.path + " has " + its + " (model.init_from describes the model: leave " +
+                       k.path + " unset)");
+    }
+    Fail("model.preset", c.model.preset + " is not the model " + hf.path + " describes (its " + k.path.substr(6) +
+                             " is " + ours + ", the directory's " + its + ")");
+  }
+  c.model.gpt = theirs.model.gpt;
+}
+
+// model.init_from, before the model keys' checks: the directory's model, or
+// where it is not read, a model the config describes itself.
+void ResolveImportedModel(const Section& s, Config& c, Pending& p) {
+  if (p.read_init_from && !c.model.init_from.empty()) {
+    Result<HfModelConfig> hf = ReadHfConfig(c.model.init_from);
+    if (!hf.ok()) Fail(s.Key("init_from"), hf.status().message());
+    p.imported = std::move(hf).value();
+    AdoptImportedModel(c, p);
+  } else if (!c.model.init_from.empty() && !p.given.count("model.preset") && !p.given.count("model.n_layer")) {
+    Fail(s.Key("init_from"), "needs model.preset or the model's shape beside it here: this config is read without "
+                             "the directory (the operator sizes the pods before a rank reads it)");
+  }
+}
+
 // The rules between a section's keys, once each key's own checks passed.
 void CheckModel(const Section& s, Config& c, const Pending& p) {
   GptConfig& g = c.model.gpt;
@@ -671,7 +723,7 @@ void CheckModel(const Section& s, Config& c, const Pending& p) {
   std::string missing, stray;
   for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
     const bool given = p.given.count(std::string("model.rope_scaling.") + key) > 0;
-    if (g.rope_scaling.llama3 && !given && !preset_scaling) missing += (missing.empty() ? "" : ", ") + std::string(key);
+    if (g.rope_scaling.llama3 && !given && !preset_scaling && !p.imported) missing += (missing.empty() ? "" : ", ") + std::string(key);
     if (!g.rope_scaling.llama3 && given) stray = key;
   }
   if (!missing.empty()) Fail(s.Key("rope_scaling"), "type llama3 needs " + missing);
@@ -681,9 +733,6 @@ void CheckModel(const Section& s, Config& c, const Pending& p) {
     // Explicit from here on: what --print-config writes and checkpoints record.
     g.n_kv_head = g.kv_heads();
     g.head_dim = g.head_size();
-    if (!c.model.init_from.empty()) {
-      Fail(s.Key("init_from"), "reads Hugging Face GPT-2 directories only; a " + arch + " directory cannot be imported yet");
-    }
   }
   // Each bound alone still allows absurd products: the parameter count, in
   // floating point so that it cannot overflow.
@@ -752,12 +801,20 @@ void CheckRuntime(const Section& s, Config& c, const Pending& p) {
   }
 }
 
-void CheckTrain(const Section& s, Config& c) {
+void CheckTrain(const Section& s, Config& c, const Pending& p) {
   TrainSection& t = c.train;
   const GptConfig& g = c.model.gpt;
   if (t.seq_len == 0) t.seq_len = g.max_seq_len;
   if (t.seq_len > g.max_seq_len) {
     Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " + std::to_string(g.max_seq_len));
+  }
+  // pstar's attention sees the whole sequence: a window only shorter
+  // sequences fit in changes nothing.
+  if (p.imported && p.imported->sliding_window > 0 && t.seq_len > p.imported->sliding_window) {
+    Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds the sliding_window " +
+                               std::to_string(p.imported->sliding_window) + " that " + p.imported->path +
+                               " puts in force; pstar's attention is causal over the whole sequence (set "
+                               "train.seq_len to at most the window)");
   }
   if (t.batch_size * t.seq_len > kMaxMicroBatchTokens) {
     Fail(s.Key("batch_size"), "times seq_len is " + std::to_string(t.batch_size * t.seq_len) +
@@ -781,7 +838,7 @@ void CheckSection(const std::string& path, const Section& s, Config& c, const Pe
   if (path == "model") CheckModel(s, c, p);
   if (path == "data") CheckData(s, c);
   if (path == "runtime") CheckRuntime(s, c, p);
-  if (path == "train") CheckTrain(s, c);
+  if (path == "train") CheckTrain(s, c, p);
 }
 
 // Reads section `s` (dotted path `path`, "" at the top) from the table: its
@@ -809,8 +866,17 @@ void ParseSection(Section& s, const std::string& path, Config& c, Pending& p) {
     ParseSection(sub, prefix + child, c, p);
   }
   s.CheckNoUnknownKeys();
-  for (const auto& [k, key] : leaves) {
-    if (k->check) k->check(key, c);
+  // The directory's model takes the place of the keys' before their checks:
+  // the sizes pstar takes hold for it too.
+  if (path == "model") ResolveImportedModel(s, c, p);
+  const bool imported = path == "model" && p.imported;
+  try {
+    for (const auto& [k, key] : leaves) {
+      if (k->check) k->check(key, c);
+    }
+  } catch (const ConfigError& e) {
+    if (!imported) throw;
+    throw ConfigError{e.message + " (as " + p.imported->path + " gives it)"};
   }
   CheckSection(path, s, c, p);
 }
@@ -860,9 +926,10 @@ void ResolveAndCheck(Config& c, const Pending& p) {
   }
 }
 
-Config ParseRoot(const YAML::Node& root) {
+Config ParseRoot(const YAML::Node& root, const ConfigOptions& options) {
   Config c;
   Pending p;
+  p.read_init_from = options.read_init_from;
   Section s(root, "");
   // Model first: the train section checks seq_len against it.
   if (!s.Has("model")) Fail("model", "section is required");
@@ -912,7 +979,7 @@ std::vector<std::string> Components(const std::string& path) {
 }  // namespace
 
 Result<Config> ParseConfig(const std::string& yaml, const std::string& source_name,
-                           const std::vector<std::string>& overrides) {
+                           const std::vector<std::string>& overrides, const ConfigOptions& options) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml);
@@ -927,7 +994,7 @@ Result<Config> ParseConfig(const std::string& yaml, const std::string& source_na
   }
   try {
     for (const auto& o : overrides) ApplyOverride(root, o);
-    return ParseRoot(root);
+    return ParseRoot(root, options);
   } catch (const ConfigError& e) {
     return Status::InvalidArgument(source_name + ": " + e.message);
   } catch (const YAML::Exception& e) {

@@ -42,8 +42,10 @@ inline constexpr double kMaxActivationBytes = 1125899906842624.0;  // 1 PiB per 
 struct ModelSection {
   std::string preset;  // empty when every shape key is given
   GptConfig gpt;
-  // A Hugging Face GPT-2 directory (model.safetensors + config.json) whose
-  // weights replace the initialization; empty: none.
+  // A Hugging Face model directory (config.json and model.safetensors or
+  // its sharded form) whose weights replace the initialization; its
+  // config.json describes the model (worker/ckpt/hf_config.h), and a model
+  // key given beside it must agree. Empty: none.
   std::string init_from;
 };
 
@@ -216,10 +218,18 @@ struct Config {
   TrainSection train;
 };
 
+struct ConfigOptions {
+  // Whether model.init_from's config.json is read (and describes the model).
+  // Off where the directory is not at hand (the operator, which sizes pods
+  // before a rank reads it): the config must then describe the model itself,
+  // and the worker checks it against the directory.
+  bool read_init_from = true;
+};
+
 // Parses YAML text; `source_name` prefixes every error ("job.yaml: model.n_head: ...").
 // `overrides` are "dotted.key=yaml-value" pairs applied before validation.
 Result<Config> ParseConfig(const std::string& yaml, const std::string& source_name,
-                           const std::vector<std::string>& overrides = {});
+                           const std::vector<std::string>& overrides = {}, const ConfigOptions& options = {});
 
 // Reads and parses a config file.
 Result<Config> LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -159,6 +159,63 @@ Status CheckWritableDirectory(const std::string& dir, const std::string& tag) {
   return Status::Ok();
 }
 
+Result<RandomAccessFile> RandomAccessFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+    return Status::NotFound(path + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(path + ": not a regular file (a directory, FIFO, device or socket cannot be read as data)");
+  }
+  return RandomAccessFile(path, fd, int64_t(st.st_size));
+}
+
+RandomAccessFile::RandomAccessFile(RandomAccessFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+RandomAccessFile& RandomAccessFile::operator=(RandomAccessFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    size_ = other.size_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+RandomAccessFile::~RandomAccessFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RandomAccessFile::ReadAt(int64_t offset, int64_t n, char* dst) const {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, dst, size_t(n), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return Status::DataLoss(path_ + ": read error: " + std::strerror(errno));
+    if (got == 0) return Status::DataLoss(path_ + ": ends before byte " + std::to_string(offset + n) + " (truncated?)");
+    dst += got;
+    offset += got;
+    n -= got;
+  }
+  return Status::Ok();
+}
+
+Result<std::string> RandomAccessFile::ReadAll(int64_t max_bytes) const {
+  if (size_ > max_bytes) {
+    return Status::InvalidArgument(path_ + ": is " + std::to_string(size_) + " bytes, more than the " +
+                                   std::to_string(max_bytes) + " such a file may be");
+  }
+  std::string text(size_t(size_), '\0');
+  PSTAR_RETURN_IF_ERROR(ReadAt(0, size_, text.data()));
+  return text;
+}
+
 Result<std::string> ReadRegularFile(const std::string& path) {
   PSTAR_RETURN_IF_ERROR(CheckRegularFile(path));
   return ReadFile(path);

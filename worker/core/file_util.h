@@ -2,6 +2,7 @@
 // fsync it, rename over the target, fsync the directory.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,34 @@ class AtomicFileWriter {
   std::string path_, tmp_;
   int fd_ = -1;
   std::string buffer_;  // small appends, written in larger blocks
+};
+
+// A regular file opened for reads at any offset (pread), closed on
+// destruction; what streams tensors out of a file much larger than memory.
+class RandomAccessFile {
+ public:
+  // Anything but a regular file is InvalidArgument; never blocks.
+  static Result<RandomAccessFile> Open(const std::string& path);
+  RandomAccessFile(RandomAccessFile&& other) noexcept;
+  RandomAccessFile& operator=(RandomAccessFile&& other) noexcept;
+  RandomAccessFile(const RandomAccessFile&) = delete;
+  RandomAccessFile& operator=(const RandomAccessFile&) = delete;
+  ~RandomAccessFile();
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return size_; }
+  // Bytes [offset, offset + n) into dst; past the end is DataLoss (the file
+  // shrank since it was opened), naming the path.
+  Status ReadAt(int64_t offset, int64_t n, char* dst) const;
+  // The whole file, refused (InvalidArgument) past `max_bytes`: for small
+  // files whose path comes from users (a /proc file may claim terabytes).
+  Result<std::string> ReadAll(int64_t max_bytes) const;
+
+ private:
+  RandomAccessFile(std::string path, int fd, int64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;
 };
 
 // fsyncs a directory, making renames and creations in it durable.

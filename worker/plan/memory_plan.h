@@ -56,7 +56,7 @@ struct MemoryPlan {
   int64_t host_chunk_bytes = 0;       // this rank's home shards of every chunk homed on the host
   std::string grad_home = "fp32";     // the gradients' host format: fp32, bf16 or fp16
   int64_t host_data_bytes = 0;        // the token data held in memory
-  int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate)
+  int64_t host_overhead_bytes = 0;    // code, thread stacks, BLAS buffers (estimate), import buffers
   int64_t host_undo_bytes = 0;        // runtime.undo_memory: speculation's undo copies, when set
   int64_t min_host_bytes = 0;         // everything the host must hold
 

@@ -238,7 +238,7 @@ Status Trainer::CreateStore(std::unique_ptr<DeviceBackend> backend) {
   InitParameters(*store_, config_.train.seed);
   if (!config_.model.init_from.empty()) {
     PSTAR_RETURN_IF_ERROR(
-        ImportHuggingFaceGpt2(config_.model.init_from, config_.model.gpt, *store_).WithPrefix("model.init_from"));
+        ImportHuggingFace(config_.model.init_from, config_.model.gpt, *store_).WithPrefix("model.init_from"));
   }
   return Status::Ok();
 }

@@ -216,13 +216,18 @@ TEST_F(HfImportTest, BadDirectoriesAreOneLineErrors) {
     EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
     EXPECT_EQ(t.status().message().rfind("model.init_from: ", 0), 0u) << t.status().message();
   };
-  // The model's shape differs from the file's.
+  // The model's shape differs from the file's, or there is no file: the
+  // config is refused before any trainer exists.
   auto wide = ParseConfig("model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 70, max_seq_len: 12, init_from: " +
                               Dir("prefixed") + "}\ntrain: {batch_size: 2, seq_len: 10}\n",
                           "test");
-  ASSERT_TRUE(wide.ok());
-  expect(*wide, "n_embd is 16 but model.n_embd is 32");
-  expect(MakeConfig(dir_->path() + "/nowhere"), "nowhere/config.json");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_EQ(wide.status().message(), "test: model.n_embd: is 32 but " + Dir("prefixed") +
+                                         "/config.json has 16 (model.init_from describes the model: leave "
+                                         "model.n_embd unset)");
+  auto nowhere = ParseConfig("model: {init_from: " + dir_->path() + "/nowhere}\n", "test");
+  ASSERT_FALSE(nowhere.ok());
+  EXPECT_EQ(nowhere.status().message(), "test: model.init_from: " + dir_->path() + "/nowhere/config.json: no such file");
   // A tensor missing, an unknown one, a shape that lies, an untied head.
   test::TempDir bad("hf_bad");
   auto in = SafetensorsFile::Read(Dir("prefixed") + "/model.safetensors");
@@ -251,7 +256,7 @@ TEST_F(HfImportTest, BadDirectoriesAreOneLineErrors) {
   write_variant("", "", true, false);
   expect(MakeConfig(bad.path()), "transformer.h.0.mlp.c_fc.weight has shape [64, 16], the model needs [16, 64]");
   write_variant("", "", false, true);
-  expect(MakeConfig(bad.path()), "lm_head.weight differs from wte");
+  expect(MakeConfig(bad.path()), "lm_head.weight differs from transformer.wte.weight");
 }
 
 }  // namespace
