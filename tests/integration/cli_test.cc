@@ -297,8 +297,27 @@ TEST(Cli, LlamaTrainsAndSamplesBytesAndIds) {
                      "model.positions: learned is not llama's positions (llama has rope)");
   ExpectOneLineError(RunProcess({bin, "plan", "--set", "model.preset=llama-tiny", "--set", "model.head_dim=33"}),
                      "model.head_dim: is 33, odd");
-  ExpectOneLineError(RunProcess({bin, "export", "--checkpoint", ckpt, "--output", dir.path() + "/hf"}),
-                     "pstar export writes GPT-2 directories only in this version");
+  // Its checkpoint exports as a Hugging Face directory (BF16, two shards),
+  // which a run then takes its whole model from.
+  auto exported = RunProcess({bin, "export", "--checkpoint", ckpt, "--output", dir.path() + "/hf", "--max-shard-size",
+                              "1MB"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_NE(exported.out.find("exported step 3 ("), std::string::npos) << exported.out;
+  EXPECT_NE(exported.out.find("BF16) to " + dir.path() + "/hf: 2 weight file(s) with model.safetensors.index.json"),
+            std::string::npos)
+      << exported.out;
+  auto from = RunProcess({bin, "train", "--print-config", "--set", "model.init_from=" + dir.path() + "/hf"});
+  ASSERT_EQ(from.exit_code, 0) << from.err;
+  EXPECT_NE(from.out.find("architecture: llama"), std::string::npos) << from.out;
+  EXPECT_NE(from.out.find("n_kv_head: 2"), std::string::npos) << from.out;
+  ExpectOneLineError(RunProcess({bin, "export", "--checkpoint", ckpt, "--output", dir.path() + "/o", "--dtype", "int8"}),
+                     "export: --dtype must be fp32, bf16 or fp16, got 'int8'");
+  ExpectOneLineError(
+      RunProcess({bin, "export", "--checkpoint", ckpt, "--output", dir.path() + "/o", "--max-shard-size", "0"}),
+      "export: --max-shard-size must be a positive byte count");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "model.init_from=" + dir.path() + "/hf", "--set",
+                                 "model.n_layer=7"}),
+                     "model.n_layer: is 7 but " + dir.path() + "/hf/config.json has 4");
   // A CUDA run of this architecture is refused before it starts.
   ExpectOneLineError(
       RunProcess({bin, "train", "--set", "model.preset=llama-tiny", "--set", "runtime.device=cuda"}),

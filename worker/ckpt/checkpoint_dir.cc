@@ -518,6 +518,60 @@ Result<std::vector<std::vector<float>>> LoadWholeParams(const std::string& step_
   return values;
 }
 
+Result<CheckpointParamReader> CheckpointParamReader::Open(const std::string& step_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) return Status::DataLoss(step_dir + ": missing");
+  CheckpointParamReader r;
+  r.step_dir_ = step_dir;
+  PSTAR_ASSIGN_OR_RETURN(r.manifest_, ReadManifest(step_dir));
+  for (size_t i = 0; i < r.manifest_.files.size(); ++i) {
+    const ManifestFile& f = r.manifest_.files[i];
+    const std::string path = JoinPath(step_dir, f.name);
+    PSTAR_RETURN_IF_ERROR(ReadVerifyAndCopy(path, f, {}, nullptr));
+    auto file = RandomAccessFile::Open(path);
+    if (!file.ok()) return Status::DataLoss(file.status().message());
+    auto header = SafetensorsHeader::Read(path);
+    if (!header.ok()) return Status::DataLoss(header.status().message());
+    for (const auto& [name, t] : header->tensors) {
+      StateKind kind;
+      std::string tensor;
+      int64_t begin;
+      if (!ParsePieceName(name, &kind, &tensor, &begin) || t.dtype != Dtype::kF32 || t.shape.size() != 1) {
+        return Status::DataLoss(path + ": unexpected tensor " + name);
+      }
+      if (kind != StateKind::kParam) continue;
+      r.pieces_[tensor].push_back({int(i), begin, begin + t.shape[0], header->data_offset + t.begin});
+    }
+    r.files_.push_back(std::move(file).value());
+  }
+  for (auto& [tensor, pieces] : r.pieces_) {
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  }
+  return r;
+}
+
+Status CheckpointParamReader::Read(const std::string& tensor, int64_t begin, int64_t count, float* dst) const {
+  const int64_t end = begin + count;
+  int64_t reached = begin;
+  auto it = pieces_.find(tensor);
+  if (it != pieces_.end()) {
+    for (const Piece& p : it->second) {
+      if (p.end <= reached) continue;
+      if (p.begin > reached || reached >= end) break;
+      const int64_t hi = std::min(end, p.end);
+      PSTAR_RETURN_IF_ERROR(files_[size_t(p.file)].ReadAt(p.offset + (reached - p.begin) * kFloatBytes,
+                                                          (hi - reached) * kFloatBytes,
+                                                          reinterpret_cast<char*>(dst + (reached - begin))));
+      reached = hi;
+    }
+  }
+  if (reached < end) {
+    return Status::DataLoss(step_dir_ + ": no saved piece holds param/" + tensor + " elements " +
+                            RangeText(reached, end));
+  }
+  return Status::Ok();
+}
+
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir) {
   PSTAR_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
   if (m.state.tokenizer != "gpt2") {

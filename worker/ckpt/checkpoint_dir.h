@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "worker/ckpt/checkpoint.h"
+#include "worker/core/file_util.h"
 #include "worker/core/status.h"
 
 namespace pstar {
@@ -75,6 +77,34 @@ Result<Manifest> ReadManifest(const std::string& step_dir);
 // shapes users see (no vocabulary padding), assembled from whichever rank
 // files hold the pieces. For export and sampling.
 Result<std::vector<std::vector<float>>> LoadWholeParams(const std::string& step_dir, const GptConfig& model);
+
+// A checkpoint's parameters read by element range, for exporting a model
+// far larger than memory: opening verifies every rank file whole (its size
+// and checksum, streamed through a bounded buffer) and indexes the param
+// pieces from the headers; reads then take the bytes they need with pread,
+// from whichever rank files hold them (any world size).
+class CheckpointParamReader {
+ public:
+  // DataLoss names a damaged or missing file.
+  static Result<CheckpointParamReader> Open(const std::string& step_dir);
+
+  const Manifest& manifest() const { return manifest_; }
+  // Elements [begin, begin + count) of param tensor `tensor` (its whole,
+  // visible form, as checkpoints name it) into dst; DataLoss where no piece
+  // holds some of them.
+  Status Read(const std::string& tensor, int64_t begin, int64_t count, float* dst) const;
+
+ private:
+  struct Piece {
+    int file = 0;
+    int64_t begin = 0, end = 0;  // tensor elements
+    int64_t offset = 0;          // file offset of element `begin`
+  };
+  std::string step_dir_;
+  Manifest manifest_;
+  std::vector<RandomAccessFile> files_;
+  std::map<std::string, std::vector<Piece>> pieces_;  // by tensor, sorted by begin
+};
 
 // The GPT-2 tokenizer.json a checkpoint carries, verified against its
 // manifest; NotFound when its tokens were not made by GPT-2's tokenizer.

@@ -2,25 +2,145 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "worker/ckpt/checkpoint_dir.h"
-#include "worker/ckpt/safetensors.h"
 #include "worker/core/file_util.h"
 #include "worker/data/bpe_tokenizer.h"
 #include "worker/model/gpt.h"
+#include "worker/runtime/half_format.h"
 
 namespace pstar {
 
 namespace {
 
+namespace fs = std::filesystem;
+
+constexpr char kIndexName[] = "model.safetensors.index.json";
+constexpr char kSingleName[] = "model.safetensors";
+
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+const char* TorchDtype(Dtype d) { return d == Dtype::kBF16 ? "bfloat16" : d == Dtype::kF16 ? "float16" : "float32"; }
+
+// One tensor of the export: the checkpoint's name and shape, and how the
+// files name and lay it out.
+struct ExportTensor {
+  std::string ours;             // as the checkpoint names it
+  std::string name;             // in the files
+  std::vector<int64_t> shape;   // in the files
+  bool transposed = false;      // GPT-2's Conv1D: the files hold (in, out)
+  int64_t numel = 0;
+};
+
+// Produces a tensor's bytes in the export's dtype, by element range, from
+// the checkpoint: the safetensors writer's Fetch.
+class TensorProducer {
+ public:
+  TensorProducer(const CheckpointParamReader& reader, Dtype dtype) : reader_(reader), dtype_(dtype) {}
+
+  Status Produce(const ExportTensor& t, char* dst, int64_t offset, int64_t bytes) {
+    const int64_t eb = DtypeBytes(dtype_), first = offset / eb, n = bytes / eb;
+    float* values = reinterpret_cast<float*>(dst);
+    if (dtype_ != Dtype::kF32) {
+      floats_.resize(size_t(n));
+      values = floats_.data();
+    }
+    PSTAR_RETURN_IF_ERROR(t.transposed ? ReadTransposed(t, first, n, values) : reader_.Read(t.ours, first, n, values));
+    if (dtype_ != Dtype::kF32) {
+      halves_.resize(size_t(n));
+      NarrowToHalf(halves_.data(), values, n, dtype_ == Dtype::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16);
+      std::copy_n(reinterpret_cast<const char*>(halves_.data()), size_t(bytes), dst);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Elements [first, first + n) of the files' (in, out) = (cols, rows) form
+  // of our (rows, cols) tensor: the columns [c0, c1] they touch, read as
+  // one run per row of ours.
+  Status ReadTransposed(const ExportTensor& t, int64_t first, int64_t n, float* dst) {
+    const int64_t rows = t.shape[1], cols = t.shape[0];
+    const int64_t c0 = first / rows, c1 = (first + n - 1) / rows, w = c1 - c0 + 1;
+    block_.resize(size_t(rows * w));
+    for (int64_t r = 0; r < rows; ++r) PSTAR_RETURN_IF_ERROR(reader_.Read(t.ours, r * cols + c0, w, &block_[size_t(r * w)]));
+    for (int64_t j = first; j < first + n; ++j) dst[j - first] = block_[size_t((j % rows) * w + (j / rows - c0))];
+    return Status::Ok();
+  }
+
+  const CheckpointParamReader& reader_;
+  const Dtype dtype_;
+  std::vector<float> floats_, block_;
+  std::vector<uint16_t> halves_;
+};
+
+std::vector<ExportTensor> ExportTensors(const GptConfig& g) {
+  std::vector<ExportTensor> out;
+  for (const TensorSpec& s : GptVisibleTensorSpecs(g)) {
+    ExportTensor t{s.name, s.name, s.shape, false, s.numel()};
+    if (g.architecture == Architecture::kGpt2 && IsHfConv1DWeight(s.name)) {
+      t.transposed = true;
+      std::swap(t.shape[0], t.shape[1]);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Consecutive tensors, each shard at most `max_bytes` unless one tensor is
+// larger, as transformers splits them.
+std::vector<std::vector<size_t>> Shards(const std::vector<ExportTensor>& tensors, int64_t eb, int64_t max_bytes) {
+  std::vector<std::vector<size_t>> shards;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t b = tensors[i].numel * eb;
+    if (shards.empty() || (bytes > 0 && bytes + b > max_bytes)) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(i);
+    bytes += b;
+  }
+  return shards;
+}
+
+std::string ShardName(size_t k, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return name;
+}
+
+// Weight files a previous export left that this one does not name.
+Status RemoveStaleWeights(const std::string& dir, const std::set<std::string>& keep) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = name.rfind("model-", 0) == 0 && EndsWith(name, ".safetensors") &&
+                       name.find("-of-") != std::string::npos;
+    if ((shard || name == kSingleName || name == kIndexName) && !keep.count(name)) {
+      fs::remove(entry.path(), ec);
+      if (ec) return Status::Internal("cannot remove the stale " + entry.path().string() + ": " + ec.message());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+int64_t HfExportBufferBytes() {
+  // The checksum pass's read block; the writer's staging block, the floats a
+  // 16-bit block is narrowed from (twice its bytes) and the halves (its
+  // bytes); a transposed block a row wider at most (GPT-2's weights, far
+  // smaller).
+  return SafetensorsWriter::kFetchBlockBytes * 5;
+}
 
 bool IsHfConv1DWeight(const std::string& name) {
   return EndsWith(name, ".attn.c_attn.weight") || EndsWith(name, ".attn.c_proj.weight") ||
@@ -58,6 +178,52 @@ std::string HfGpt2ConfigJson(const GptConfig& g, int64_t eot) {
   return j.dump(2) + "\n";
 }
 
+std::string HfLlamaFamilyConfigJson(const GptConfig& g, Dtype dtype) {
+  static constexpr const char* kClass[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM",
+                                           "MistralForCausalLM"};
+  const Architecture a = g.architecture;
+  nlohmann::ordered_json j;
+  j["architectures"] = {kClass[int(a)]};
+  j["model_type"] = ArchitectureName(a);
+  j["vocab_size"] = g.vocab_size;
+  j["hidden_size"] = g.n_embd;
+  j["intermediate_size"] = g.mlp_size();
+  j["num_hidden_layers"] = g.n_layer;
+  j["num_attention_heads"] = g.n_head;
+  j["num_key_value_heads"] = g.kv_heads();
+  j["head_dim"] = g.head_size();
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = g.max_seq_len;
+  j["rms_norm_eps"] = g.norm_eps;
+  j["rope_theta"] = g.rope_theta;
+  if (g.rope_scaling.llama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", g.rope_scaling.factor},
+                         {"low_freq_factor", g.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", g.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", g.rope_scaling.original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["tie_word_embeddings"] = g.tied_embeddings;
+  if (a == Architecture::kLlama) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
+  if (a == Architecture::kQwen2) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = g.max_seq_len;
+    j["max_window_layers"] = g.n_layer;
+  }
+  if (a == Architecture::kMistral) j["sliding_window"] = nullptr;
+  j["attention_dropout"] = 0.0;  // pstar trains without dropout
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  j["torch_dtype"] = TorchDtype(dtype);
+  return j.dump(2) + "\n";
+}
+
 int64_t EndOfTextId(const GptConfig& g) { return g.vocab_size - 1; }
 
 std::string HfGenerationConfigJson(const GptConfig& g, int64_t eot) {
@@ -69,47 +235,63 @@ std::string HfGenerationConfigJson(const GptConfig& g, int64_t eot) {
   return j.dump(2) + "\n";
 }
 
-Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const std::string& output_dir) {
-  PSTAR_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir));  // its model shape is checked there
+Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std::string& output_dir,
+                                          const HfExportOptions& options) {
+  PSTAR_ASSIGN_OR_RETURN(CheckpointParamReader reader, CheckpointParamReader::Open(step_dir));
+  const Manifest& manifest = reader.manifest();
   const GptConfig& g = manifest.state.model;
-  if (g.architecture != Architecture::kGpt2) {
-    return Status::FailedPrecondition(step_dir + ": the checkpoint is a " + ArchitectureName(g.architecture) +
-                                      " model; pstar export writes GPT-2 directories only in this version");
+  const bool gpt2 = g.architecture == Architecture::kGpt2;
+  const Dtype dtype = options.dtype.value_or(gpt2 ? Dtype::kF32 : Dtype::kBF16);
+  if (dtype != Dtype::kF32 && dtype != Dtype::kBF16 && dtype != Dtype::kF16) {
+    return Status::InvalidArgument(std::string("export writes F32, BF16 or F16, not ") + DtypeName(dtype));
   }
+  if (options.max_shard_bytes <= 0) return Status::InvalidArgument("the shard size must be positive");
 
-  const std::vector<TensorSpec> specs = GptVisibleTensorSpecs(g);
-  PSTAR_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, LoadWholeParams(step_dir, g));
-  int64_t parameters = 0;
-  for (const TensorSpec& s : specs) parameters += s.numel();
-
-  SafetensorsWriter writer;
-  writer.SetMetadata("format", "pt");  // what transformers expects of PyTorch weights
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const TensorSpec& s = specs[i];
-    if (!IsHfConv1DWeight(s.name)) {
-      writer.AddView(s.name, Dtype::kF32, s.shape, values[i].data());
-      continue;
-    }
-    // (out, in) -> (in, out), in place of the original.
-    const int64_t rows = s.shape[0], cols = s.shape[1];
-    std::vector<float> t(values[i].size());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = values[i][size_t(r * cols + c)];
-    }
-    values[i] = std::move(t);
-    writer.AddView(s.name, Dtype::kF32, {cols, rows}, values[i].data());
+  const std::vector<ExportTensor> tensors = ExportTensors(g);
+  const int64_t eb = DtypeBytes(dtype);
+  int64_t parameters = 0, total_bytes = 0;
+  for (const ExportTensor& t : tensors) {
+    parameters += t.numel;
+    total_bytes += t.numel * eb;
   }
-
   std::error_code ec;
-  std::filesystem::create_directories(output_dir, ec);
+  fs::create_directories(output_dir, ec);
   if (ec) return Status::InvalidArgument("cannot create " + output_dir + ": " + ec.message());
+
   HfExportSummary summary;
   summary.step = manifest.state.step;
   summary.parameters = parameters;
-  summary.model_path = (std::filesystem::path(output_dir) / "model.safetensors").string();
-  summary.config_path = (std::filesystem::path(output_dir) / "config.json").string();
-  summary.generation_config_path = (std::filesystem::path(output_dir) / "generation_config.json").string();
-  PSTAR_RETURN_IF_ERROR(writer.Write(summary.model_path));
+  summary.dtype = dtype;
+  const auto path_of = [&](const std::string& name) { return (fs::path(output_dir) / name).string(); };
+  TensorProducer producer(reader, dtype);
+  const std::vector<std::vector<size_t>> shards = Shards(tensors, eb, options.max_shard_bytes);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::set<std::string> written;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string name = shards.size() == 1 ? kSingleName : ShardName(k, shards.size());
+    SafetensorsWriter writer;
+    writer.SetMetadata("format", "pt");  // what transformers expects of PyTorch weights
+    for (size_t i : shards[k]) {
+      const ExportTensor& t = tensors[i];
+      writer.AddFetched(t.name, dtype, t.shape, [&producer, &t](char* dst, int64_t offset, int64_t bytes) {
+        return producer.Produce(t, dst, offset, bytes);
+      });
+      weight_map[t.name] = name;
+    }
+    PSTAR_RETURN_IF_ERROR(writer.Write(path_of(name)));
+    summary.weight_paths.push_back(path_of(name));
+    written.insert(name);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    summary.index_path = path_of(kIndexName);
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.index_path, index.dump(2) + "\n"));
+    written.insert(kIndexName);
+  }
+  PSTAR_RETURN_IF_ERROR(RemoveStaleWeights(output_dir, written));
+
+  summary.config_path = path_of("config.json");
+  summary.generation_config_path = path_of("generation_config.json");
   std::optional<BpeTokenizer> tokenizer;
   std::string tokenizer_json;
   if (manifest.state.tokenizer == "gpt2") {
@@ -117,9 +299,21 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
     PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromTokenizerJsonText(tokenizer_json, step_dir + "/tokenizer.json"));
     tokenizer.emplace(std::move(t));
   }
-  const int64_t eot = tokenizer ? tokenizer->eot() : EndOfTextId(g);
-  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfGpt2ConfigJson(g, eot)));
-  PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g, eot)));
+  if (gpt2) {
+    const int64_t eot = tokenizer ? tokenizer->eot() : EndOfTextId(g);
+    std::string config = HfGpt2ConfigJson(g, eot);
+    if (dtype != Dtype::kF32) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(config);
+      j["torch_dtype"] = TorchDtype(dtype);
+      config = j.dump(2) + "\n";
+    }
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, config));
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g, eot)));
+  } else {
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfLlamaFamilyConfigJson(g, dtype)));
+    PSTAR_RETURN_IF_ERROR(
+        WriteFileAtomically(summary.generation_config_path, "{\n  \"_from_model_config\": true\n}\n"));
+  }
   if (tokenizer) {
     const nlohmann::ordered_json tokenizer_config = {
         {"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", g.max_seq_len}, {"add_prefix_space", false},
@@ -128,9 +322,8 @@ Result<HfExportSummary> ExportHuggingFaceGpt2(const std::string& step_dir, const
                                      {"vocab.json", tokenizer->ToVocabJson()},
                                      {"merges.txt", tokenizer->ToMergesTxt()},
                                      {"tokenizer_config.json", tokenizer_config.dump(2) + "\n"}}) {
-      const std::string path = (std::filesystem::path(output_dir) / name).string();
-      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path, text));
-      summary.tokenizer_paths.push_back(path);
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of(name), text));
+      summary.tokenizer_paths.push_back(path_of(name));
     }
   }
   return summary;

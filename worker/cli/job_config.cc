@@ -21,8 +21,17 @@ Result<JobArgs> ParseJobArgs(const std::string& command, const std::vector<std::
 }
 
 Result<Config> LoadJobConfig(const JobArgs& job) {
-  return job.config_path.empty() ? ParseConfig(DefaultConfigYaml(), "default config", job.overrides)
-                                 : LoadConfigFile(job.config_path, job.overrides);
+  if (!job.config_path.empty()) return LoadConfigFile(job.config_path, job.overrides);
+  // The built-in job's model is only a default: a directory given with
+  // --set model.init_from describes the model in its place.
+  std::vector<std::string> overrides = job.overrides;
+  for (const std::string& o : job.overrides) {
+    if (o.rfind("model.init_from=", 0) == 0) {
+      overrides.insert(overrides.begin(), "model.preset=\"\"");
+      break;
+    }
+  }
+  return ParseConfig(DefaultConfigYaml(), "default config", overrides);
 }
 
 }  // namespace pstar::cli

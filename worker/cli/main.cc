@@ -64,11 +64,14 @@ constexpr CommandHelp kCommands[] = {
      "                     <|endoftext|> before every document (each file is one without this)\n"
      "  --threads N        encoding threads (default: every core)\n"
      "  --decode           the reverse: --input is a shard, --output the text it decodes to\n"},
-    {"export", "export --checkpoint ROOT [--step N] --output DIR",
-     "write a checkpoint's weights as a Hugging Face GPT-2 model",
+    {"export", "export --checkpoint ROOT [--step N] --output DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]",
+     "write a checkpoint's weights as a Hugging Face model directory (Llama, Qwen2, Mistral, GPT-2)",
      "  --checkpoint ROOT  a checkpoint directory (checkpoint.dir of the run)\n"
      "  --step N           the step to export (default: the latest)\n"
-     "  --output DIR       where model.safetensors and config.json go\n"},
+     "  --output DIR       where the weights, config.json and generation_config.json go\n"
+     "  --dtype D          the weights' type (default: bf16 for the Llama family, fp32 for GPT-2)\n"
+     "  --max-shard-size B most bytes per weight file (default 5GB); more makes\n"
+     "                     model-0000K-of-0000N.safetensors and model.safetensors.index.json\n"},
     {"sample",
      "sample --checkpoint ROOT [--step N] --prompt TEXT | --prompt-ids IDS [--tokens N] [--temperature T]\n"
      "         [--top-k K] [--seed S] [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]",

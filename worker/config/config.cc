@@ -674,7 +674,7 @@ void AdoptImportedModel(Config& c, const Pending& p) {
   Config theirs = c;
   theirs.model.gpt = hf.model;
   theirs.model.gpt.vocab_multiple = c.model.gpt.vocab_multiple;
-  const bool preset = p.given.count("model.preset") > 0;
+  const bool preset = !c.model.preset.empty();
   for (const KeyDef& k : Keys()) {
     if (k.path.rfind("model.", 0) != 0 || k.path == "model.preset" || k.path == "model.init_from") continue;
     const bool given = p.given.count(k.path) > 0;

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,8 +25,11 @@
 #include "tests/worker/dist/thread_group_communicator.h"
 #include "tests/worker/model/torch_match.h"
 #include "worker/ckpt/hf_config.h"
+#include "worker/ckpt/hf_export.h"
 #include "worker/ckpt/hf_import.h"
+#include "worker/ckpt/hf_weights.h"
 #include "worker/ckpt/safetensors.h"
+#include "worker/core/file_util.h"
 #include "worker/train/trainer.h"
 
 namespace pstar {
@@ -308,7 +313,8 @@ TEST_F(HfFamilyImportTest, PeakMemoryStaysWithinTheBufferForAModelFarLargerThanI
   const std::string dir = root_->path() + "/large", reference = root_->path() + "/large.reference.safetensors";
   Write(spec, dir, reference);
   const int64_t file_bytes = int64_t(fs::file_size(dir + "/model.safetensors"));
-  auto config = Parse(dir, {"train.batch_size=1", "train.seq_len=8"});
+  const std::string ckpt = root_->path() + "/large-ckpt";
+  auto config = Parse(dir, {"train.batch_size=1", "train.seq_len=8", "checkpoint.dir=" + ckpt});
   ASSERT_TRUE(config.ok()) << config.status().message();
   VectorTokenSource data(Tokens(100, 8192));
   auto t = Trainer::Create(*config, data);
@@ -331,6 +337,26 @@ TEST_F(HfFamilyImportTest, PeakMemoryStaysWithinTheBufferForAModelFarLargerThanI
   auto ref = SafetensorsFile::Read(reference);
   ASSERT_TRUE(ref.ok());
   EXPECT_GT(ExpectOwnedSlicesAre(store, *ref), 10000000);
+
+  // The export of its checkpoint, in F32 (42 MB of weights), holds only the
+  // writer's block and the checksum pass's.
+  ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+  HfExportOptions export_options;
+  export_options.dtype = Dtype::kF32;
+  export_options.max_shard_bytes = 16 << 20;
+  const int64_t before_kib = StatusKib("VmRSS:");
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const auto export_start = std::chrono::steady_clock::now();
+  auto e = ExportHuggingFace(ckpt + "/step-00000000", root_->path() + "/large-export", export_options);
+  const double export_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - export_start).count();
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  const int64_t export_growth = (StatusKib("VmHWM:") - before_kib) << 10;
+  int64_t written = 0;
+  for (const std::string& path : e->weight_paths) written += int64_t(fs::file_size(path));
+  std::printf("export of it in F32: %.1f MB in %zu shards, %.3f s, peak RSS grew %.2f MB (buffer %.2f MB)\n",
+              written / 1e6, e->weight_paths.size(), export_seconds, export_growth / 1e6, HfExportBufferBytes() / 1e6);
+  EXPECT_LT(export_growth, HfExportBufferBytes() + (int64_t(4) << 20)) << "exporting " << written << " bytes";
+  EXPECT_GT(written, 40000000);
 }
 
 TEST_F(HfFamilyImportTest, MissingUnknownMisshapenAndUntiedTensorsAreOneLineErrors) {
@@ -380,6 +406,164 @@ TEST_F(HfFamilyImportTest, MissingUnknownMisshapenAndUntiedTensorsAreOneLineErro
   // Tied in config.json, but the file's head is another tensor.
   dir = variant("", "", "", true);
   refused(dir, "lm_head.weight differs from model.embed_tokens.weight but config.json ties them");
+}
+
+
+// Every tensor of directory `got` holds the same bits as `want`'s.
+void ExpectSameWeights(const std::string& got, const std::string& want, size_t tensors) {
+  auto a = HfWeights::Open(got);
+  auto b = HfWeights::Open(want);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(a->tensors().size(), tensors);
+  std::vector<uint16_t> staging(1000);
+  for (const auto& [name, t] : a->tensors()) {
+    const HfWeights::Tensor* u = b->Find(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_EQ(t.dtype, u->dtype) << name;
+    ASSERT_EQ(t.shape, u->shape) << name;
+    std::vector<float> x(size_t(t.numel)), y(size_t(t.numel));
+    ASSERT_TRUE(a->ReadFloats(name, 0, t.numel, x.data(), staging).ok());
+    ASSERT_TRUE(b->ReadFloats(name, 0, t.numel, y.data(), staging).ok());
+    // The 16-bit values widen exactly: equal bits as floats are equal bits.
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name;
+  }
+}
+
+TEST_F(HfFamilyImportTest, ImportThenExportInTheSameDtypeIsBitExactInShardsOfTheSizeAsked) {
+  for (const Fixture& f : Fixtures()) {
+    SCOPED_TRACE(f.name);
+    const std::string ckpt = root_->path() + "/roundtrip-ckpt-" + f.name, out = root_->path() + "/roundtrip-" + f.name;
+    auto c = Parse(Dir(f.name), {"checkpoint.dir=" + ckpt});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    VectorTokenSource data(Tokens(500, f.spec["vocab"].get<int64_t>()));
+    auto t = Trainer::Create(*c, data);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+    const std::string dtype = f.spec["dtype"].get<std::string>();
+    HfExportOptions options;
+    options.dtype = dtype == "BF16" ? Dtype::kBF16 : dtype == "F16" ? Dtype::kF16 : Dtype::kF32;
+    options.max_shard_bytes = 6000;
+    // A previous export's shards that this one does not name go.
+    fs::create_directories(out);
+    std::ofstream(out + "/model-00042-of-00099.safetensors") << "stale";
+    auto e = ExportHuggingFace(ckpt + "/step-00000000", out, options);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    const size_t tensors = GptVisibleTensorSpecs(c->model.gpt).size();
+    ExpectSameWeights(out, Dir(f.name), tensors);
+    EXPECT_FALSE(fs::exists(out + "/model-00042-of-00099.safetensors"));
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+    ASSERT_GT(e->weight_paths.size(), 2u);
+    std::ifstream index_in(e->index_path);
+    const nlohmann::json index = nlohmann::json::parse(index_in);
+    EXPECT_EQ(index["weight_map"].size(), tensors);
+    std::set<std::string> files;
+    std::map<std::string, int> tensors_in;
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      files.insert(file.get<std::string>());
+      ++tensors_in[file.get<std::string>()];
+    }
+    EXPECT_EQ(files.size(), e->weight_paths.size());
+    for (const std::string& path : e->weight_paths) {
+      const std::string name = fs::path(path).filename().string();
+      EXPECT_TRUE(files.count(name)) << name;
+      // Only a tensor larger than the shard size has a larger shard, alone.
+      if (tensors_in[name] > 1) {
+        EXPECT_LE(int64_t(fs::file_size(path)), 6000 + 4096) << name << ": over the shard size (with its header)";
+      }
+      char of[32];
+      std::snprintf(of, sizeof(of), "-of-%05zu.safetensors", files.size());
+      EXPECT_EQ(name.substr(name.size() - std::strlen(of)), of) << name;
+    }
+    // Its config.json describes the same model, in the dtype written.
+    auto hf = ReadHfConfig(out);
+    ASSERT_TRUE(hf.ok()) << hf.status().message();
+    EXPECT_TRUE(SameDescription(hf->model, c->model.gpt));
+    std::ifstream config_in(out + "/config.json");
+    EXPECT_EQ(nlohmann::json::parse(config_in)["torch_dtype"],
+              dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32");
+    // One shard when the size allows: model.safetensors alone, the index gone.
+    options.max_shard_bytes = int64_t(1) << 30;
+    auto one = ExportHuggingFace(ckpt + "/step-00000000", out, options);
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    EXPECT_EQ(one->weight_paths, std::vector<std::string>{out + "/model.safetensors"});
+    EXPECT_TRUE(one->index_path.empty());
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(e->weight_paths[0]));
+    ExpectSameWeights(out, Dir(f.name), tensors);
+  }
+}
+
+TEST_F(HfFamilyImportTest, ATrainedExportGivesPstarsLogitsInTheReference) {
+  const std::string ckpt = root_->path() + "/trained-ckpt";
+  VectorTokenSource data(Tokens(500, 90));
+  std::vector<float> logits;
+  std::vector<int32_t> tokens, targets;
+  const std::string batches = root_->path() + "/trained-batches";
+  fs::create_directories(batches);
+  {
+    auto c = Parse(Dir("llama"), {"checkpoint.dir=" + ckpt, "train.steps=3"});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    auto t = Trainer::Create(*c, data);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step().ok());
+    ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+    test::WriteTorchCase((*t)->store(), data, 1, kBatch, kSeq, batches, &tokens, &targets);
+    logits.resize(size_t(kBatch * kSeq * 90));
+    (*t)->model().Forward(tokens.data(), targets.data(), logits.data());
+    (void)(*t)->model().TakeLoss();
+  }
+  HfExportOptions options;
+  options.dtype = Dtype::kF32;
+  options.max_shard_bytes = 20000;
+  const std::string out = root_->path() + "/trained";
+  auto e = ExportHuggingFace(ckpt + "/step-00000003", out, options);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_GE(e->weight_paths.size(), 3u);
+  const std::string cmd = "/usr/bin/python3 " + test::SourceDir() + "/tests/fixtures/hf_dir_logits.py " + out + " " +
+                          batches + "/batches.safetensors " + batches + "/logits.safetensors";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto ref = SafetensorsFile::Read(batches + "/logits.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const double error = test::RelativeError(logits.data(), *ref->ToDoubles("logits"));
+  std::printf("Llama trained 3 steps, exported in %zu F32 shards, read back by the float64 reference: logits "
+              "relative error %.3g\n", e->weight_paths.size(), error);
+  EXPECT_LT(error, 1e-5);
+}
+
+TEST_F(HfFamilyImportTest, ACheckpointOfAnyWorldSizeExportsTheSameFiles) {
+  VectorTokenSource data(Tokens(500, 300));
+  std::vector<std::vector<std::string>> exported;
+  for (int world = 1; world <= 3; world += 2) {
+    const std::string ckpt = root_->path() + "/world-ckpt-" + std::to_string(world);
+    auto c = Parse(Dir("mistral"), {"checkpoint.dir=" + ckpt, "train.batch_size=1"});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    auto comms = test::MakeThreadGroupCommunicators(world);
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < world; ++r) {
+      ranks.emplace_back([&, r] {
+        auto t = Trainer::Create(*c, data, comms[size_t(r)].get());
+        Status s = t.ok() ? (*t)->SaveCheckpoint() : t.status();
+        if (!s.ok()) errors[size_t(r)] = s.message();
+      });
+    }
+    for (auto& th : ranks) th.join();
+    EXPECT_EQ(errors, std::vector<std::string>(static_cast<size_t>(world))) << "world " << world;
+    HfExportOptions options;
+    options.max_shard_bytes = 10000;  // BF16, the family's default
+    auto e = ExportHuggingFace(ckpt + "/step-00000000", root_->path() + "/world-" + std::to_string(world), options);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ(e->dtype, Dtype::kBF16);
+    exported.emplace_back();
+    for (const std::string& path : e->weight_paths) exported.back().push_back(*ReadFile(path));
+    exported.back().push_back(*ReadFile(e->index_path));
+    exported.back().push_back(*ReadFile(e->config_path));
+  }
+  ASSERT_EQ(exported[0].size(), exported[1].size());
+  for (size_t i = 0; i < exported[0].size(); ++i) {
+    EXPECT_TRUE(exported[0][i] == exported[1][i]) << "file " << i << " differs between 1 and 3 ranks";
+  }
 }
 
 }  // namespace

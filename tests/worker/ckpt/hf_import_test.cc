@@ -141,10 +141,10 @@ TEST_F(HfImportTest, ImportThenExportIsBitIdentical) {
   auto t = Trainer::Create(MakeConfig(Dir("prefixed"), {"checkpoint.dir=" + out.path() + "/ckpt"}), data);
   ASSERT_TRUE(t.ok()) << t.status().message();
   ASSERT_TRUE((*t)->SaveCheckpoint().ok());
-  auto exported = ExportHuggingFaceGpt2(out.path() + "/ckpt/step-00000000", out.path() + "/hf");
+  auto exported = ExportHuggingFace(out.path() + "/ckpt/step-00000000", out.path() + "/hf");
   ASSERT_TRUE(exported.ok()) << exported.status().message();
   auto in = SafetensorsFile::Read(Dir("prefixed") + "/model.safetensors");
-  auto back = SafetensorsFile::Read(exported->model_path);
+  auto back = SafetensorsFile::Read(exported->weight_paths.at(0));
   ASSERT_TRUE(in.ok() && back.ok());
   int compared = 0;
   for (const auto& [name, tensor] : back->tensors()) {

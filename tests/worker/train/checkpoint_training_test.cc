@@ -340,7 +340,7 @@ TEST(CheckpointTraining, PaddedVocabularyTrainsAsUnpaddedAndSavesNoPadding) {
     ASSERT_TRUE(header->tensors.count(piece)) << piece;
     EXPECT_EQ(header->tensors.at(piece).shape, (std::vector<int64_t>{40 * 16})) << piece;
   }
-  ASSERT_TRUE(ExportHuggingFaceGpt2(padded_dir.path() + "/step-00000006", export_dir.path()).ok());
+  ASSERT_TRUE(ExportHuggingFace(padded_dir.path() + "/step-00000006", export_dir.path()).ok());
   auto exported = SafetensorsFile::Read(export_dir.path() + "/model.safetensors");
   ASSERT_TRUE(exported.ok()) << exported.status().message();
   EXPECT_EQ(exported->tensors().at("transformer.wte.weight").shape, (std::vector<int64_t>{40, 16}));
