@@ -67,6 +67,14 @@ struct TrainingState {
   std::string tokenizer = "none";
 };
 
+// A small file a checkpoint carries by name (the imported Hugging Face
+// directory's config.json, generation_config.json and tokenizer files), so
+// that they travel with the run into its exports.
+struct NamedFile {
+  std::string name;      // as in the directory it came from: "tokenizer.json"
+  std::string contents;
+};
+
 // A fingerprint of model shapes: the CRC-64 of every tensor's name and shape,
 // in order ("crc64:..."). Chunk sizes do not enter it: pieces are matched by
 // tensor ranges, so a checkpoint loads under any chunk layout.
@@ -90,10 +98,11 @@ std::string ModelFingerprint(const GptConfig& model);
 // most 4 MiB per rank, never a whole piece at once; the file is the same as
 // for host ranges. A copier error fails the save and publishes nothing.
 // With state.tokenizer "gpt2", `tokenizer_json` (BpeTokenizer::
-// ToTokenizerJson) is saved beside the manifest, checksummed by it.
+// ToTokenizerJson) is saved beside the manifest, checksummed by it; so are
+// `model_files` (the imported Hugging Face directory's own files).
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
                       const TrainingState& state, Communicator& comm, DeviceCopier* device = nullptr,
-                      const std::string& tokenizer_json = "");
+                      const std::string& tokenizer_json = "", const std::vector<NamedFile>& model_files = {});
 
 // Fills `ranges` from the checkpoint `latest` names and returns its state.
 // A damaged checkpoint (missing, truncated or corrupt file, bad manifest, a

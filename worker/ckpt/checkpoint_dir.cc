@@ -34,6 +34,7 @@ namespace {
 constexpr const char* kFormatName = "pstar-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kTokenizerName = "tokenizer.json";
+constexpr const char* kModelFilePrefix = "hf.";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kStagingSuffix = ".tmp";
 constexpr int64_t kFloatBytes = int64_t(sizeof(float));
@@ -73,6 +74,35 @@ bool ParsePieceName(const std::string& name, StateKind* kind, std::string* tenso
   *tensor = name.substr(slash + 1, at - slash - 1);
   *begin = v;
   return true;
+}
+
+// One saved piece as a rank file's header places it.
+struct SavedPiece {
+  StateKind kind;
+  std::string tensor;
+  int64_t begin = 0, end = 0;  // tensor elements
+  int64_t offset = 0;          // file offset of element `begin`
+};
+
+// The pieces a rank file holds, from its header; DataLoss names the file
+// and anything in it that is not a piece.
+Result<std::vector<SavedPiece>> ReadSavedPieces(const std::string& path) {
+  auto header = SafetensorsHeader::Read(path);
+  if (!header.ok()) {
+    if (header.status().code() == StatusCode::kNotFound) return Status::DataLoss(path + ": missing");
+    return Status::DataLoss(header.status().message());
+  }
+  std::vector<SavedPiece> pieces;
+  for (const auto& [name, t] : header->tensors) {
+    SavedPiece p;
+    if (!ParsePieceName(name, &p.kind, &p.tensor, &p.begin) || t.dtype != Dtype::kF32 || t.shape.size() != 1) {
+      return Status::DataLoss(path + ": unexpected tensor " + name);
+    }
+    p.end = p.begin + t.shape[0];
+    p.offset = header->data_offset + t.begin;
+    pieces.push_back(std::move(p));
+  }
+  return pieces;
 }
 
 bool ParseCrc64Text(const std::string& text, uint64_t* value) {
@@ -433,8 +463,21 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
   return WriteFileAtomically(JoinPath(staging_dir, RankSidecarName(rank)), sidecar.dump(2) + "\n");
 }
 
+const std::vector<std::string>& CarriedModelFileNames() {
+  static const std::vector<std::string> kNames = {"config.json",           "generation_config.json",
+                                                  "tokenizer.json",        "tokenizer_config.json",
+                                                  "special_tokens_map.json", "tokenizer.model",
+                                                  "chat_template.jinja"};
+  return kNames;
+}
+
+bool IsCarriedModelFile(const std::string& name) {
+  const std::vector<std::string>& names = CarriedModelFileNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
-                         const std::string& tokenizer_json) {
+                         const std::string& tokenizer_json, const std::vector<NamedFile>& model_files) {
   const std::string staging = StagingDir(root, state.step);
   const std::string final_dir = JoinPath(root, StepDirName(state.step));
 
@@ -481,6 +524,18 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
                          {"checksum", FormatCrc64(Crc64::Of(tokenizer_json))}};
   }
   manifest["tokenizer"] = tokenizer;
+  if (!model_files.empty()) {
+    Json carried = Json::array();
+    for (const NamedFile& f : model_files) {
+      if (!IsCarriedModelFile(f.name)) return Status::Internal("not a model file a checkpoint carries: " + f.name);
+      const std::string name = kModelFilePrefix + f.name;
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, name), f.contents));
+      carried.push_back({{"name", name},
+                         {"bytes", int64_t(f.contents.size())},
+                         {"checksum", FormatCrc64(Crc64::Of(f.contents))}});
+    }
+    manifest["model_files"] = carried;
+  }
   manifest["manifest_checksum"] = ManifestChecksum(manifest);
   PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, kManifestName), manifest.dump(2) + "\n"));
 
@@ -530,17 +585,9 @@ Result<CheckpointParamReader> CheckpointParamReader::Open(const std::string& ste
     PSTAR_RETURN_IF_ERROR(ReadVerifyAndCopy(path, f, {}, nullptr));
     auto file = RandomAccessFile::Open(path);
     if (!file.ok()) return Status::DataLoss(file.status().message());
-    auto header = SafetensorsHeader::Read(path);
-    if (!header.ok()) return Status::DataLoss(header.status().message());
-    for (const auto& [name, t] : header->tensors) {
-      StateKind kind;
-      std::string tensor;
-      int64_t begin;
-      if (!ParsePieceName(name, &kind, &tensor, &begin) || t.dtype != Dtype::kF32 || t.shape.size() != 1) {
-        return Status::DataLoss(path + ": unexpected tensor " + name);
-      }
-      if (kind != StateKind::kParam) continue;
-      r.pieces_[tensor].push_back({int(i), begin, begin + t.shape[0], header->data_offset + t.begin});
+    PSTAR_ASSIGN_OR_RETURN(std::vector<SavedPiece> pieces, ReadSavedPieces(path));
+    for (const SavedPiece& p : pieces) {
+      if (p.kind == StateKind::kParam) r.pieces_[p.tensor].push_back({int(i), p.begin, p.end, p.offset});
     }
     r.files_.push_back(std::move(file).value());
   }
@@ -570,6 +617,21 @@ Status CheckpointParamReader::Read(const std::string& tensor, int64_t begin, int
                             RangeText(reached, end));
   }
   return Status::Ok();
+}
+
+Result<std::vector<NamedFile>> ReadCheckpointModelFiles(const std::string& step_dir) {
+  PSTAR_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
+  std::vector<NamedFile> files;
+  for (const ManifestFile& f : m.model_files) {
+    const std::string path = JoinPath(step_dir, f.name);
+    auto text = ReadRegularFile(path);
+    if (!text.ok()) return Status::DataLoss(text.status().message());
+    if (int64_t(text->size()) != f.bytes || Crc64::Of(*text) != f.crc64) {
+      return Status::DataLoss(path + ": size or checksum differs from the manifest's");
+    }
+    files.push_back({f.name.substr(std::strlen(kModelFilePrefix)), std::move(*text)});
+  }
+  return files;
 }
 
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir) {
@@ -636,6 +698,20 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
         }
       }
     }
+    // Absent in checkpoints from before they were carried: none.
+    if (j.contains("model_files")) {
+      for (const Json& f : j.at("model_files")) {
+        ManifestFile file;
+        file.name = f.at("name").get<std::string>();
+        file.bytes = f.at("bytes").get<int64_t>();
+        const std::string prefix = kModelFilePrefix;
+        if (file.name.rfind(prefix, 0) != 0 || !IsCarriedModelFile(file.name.substr(prefix.size())) || file.bytes < 0 ||
+            !ParseCrc64Text(f.at("checksum").get<std::string>(), &file.crc64)) {
+          return Status::DataLoss(path + ": bad manifest: bad model file entry " + file.name);
+        }
+        m.model_files.push_back(std::move(file));
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(path + ": bad manifest: " + e.what());
   } catch (const std::invalid_argument& e) {
@@ -682,20 +758,8 @@ Result<TrainingState> LoadCheckpointDir(const std::string& step_dir, const std::
       return Status::DataLoss(path + ": " + std::to_string(bytes) + " bytes, the manifest says " +
                               std::to_string(f.bytes) + " (truncated or replaced)");
     }
-    auto header = SafetensorsHeader::Read(path);
-    if (!header.ok()) {
-      if (header.status().code() == StatusCode::kNotFound) return Status::DataLoss(path + ": missing");
-      return header.status();
-    }
-    for (const auto& [name, t] : header->tensors) {
-      StateKind kind;
-      std::string tensor;
-      int64_t begin;
-      if (!ParsePieceName(name, &kind, &tensor, &begin) || t.dtype != Dtype::kF32 || t.shape.size() != 1) {
-        return Status::DataLoss(path + ": unexpected tensor " + name);
-      }
-      index[{int(kind), tensor}].push_back({int(i), begin, begin + t.shape[0], header->data_offset + t.begin});
-    }
+    PSTAR_ASSIGN_OR_RETURN(std::vector<SavedPiece> pieces, ReadSavedPieces(path));
+    for (const SavedPiece& p : pieces) index[{int(p.kind), p.tensor}].push_back({int(i), p.begin, p.end, p.offset});
   }
 
   // What to copy from which file; every owned element must be covered.

@@ -54,8 +54,18 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
 // rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
 // With state.tokenizer "gpt2" it writes `tokenizer_json` as tokenizer.json
 // first, named and checksummed in the manifest.
+// The files of a Hugging Face directory that travel with a run's
+// checkpoints into its exports: config.json, generation_config.json and the
+// tokenizer's (tokenizer.json, tokenizer_config.json with its chat template,
+// special_tokens_map.json, SentencePiece's tokenizer.model, a separate
+// chat_template.jinja).
+const std::vector<std::string>& CarriedModelFileNames();
+bool IsCarriedModelFile(const std::string& name);
+
+// `model_files` are written as "hf.<name>", each named and checksummed in
+// the manifest (names as IsCarriedModelFile takes them).
 Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
-                         const std::string& tokenizer_json = "");
+                         const std::string& tokenizer_json = "", const std::vector<NamedFile>& model_files = {});
 
 struct ManifestFile {
   std::string name;  // within the step directory
@@ -67,6 +77,7 @@ struct Manifest {
   TrainingState state;
   std::vector<ManifestFile> files;  // one per saving rank, in rank order
   ManifestFile tokenizer_file;      // tokenizer.json, when state.tokenizer is gpt2
+  std::vector<ManifestFile> model_files;  // "hf.<name>": the imported directory's own files
 };
 // Reads and verifies step_dir/manifest.json (its own checksum, fields, and
 // that its step matches the directory's name). DataLoss names the problem.
@@ -105,6 +116,11 @@ class CheckpointParamReader {
   std::vector<RandomAccessFile> files_;
   std::map<std::string, std::vector<Piece>> pieces_;  // by tensor, sorted by begin
 };
+
+// The imported Hugging Face directory's files a checkpoint carries, by
+// their names there, each verified against the manifest (DataLoss); none for
+// a run that imported nothing or a checkpoint from before they were carried.
+Result<std::vector<NamedFile>> ReadCheckpointModelFiles(const std::string& step_dir);
 
 // The GPT-2 tokenizer.json a checkpoint carries, verified against its
 // manifest; NotFound when its tokens were not made by GPT-2's tokenizer.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "worker/ckpt/checkpoint_dir.h"
 #include "worker/core/file_util.h"
 
 namespace pstar {
@@ -229,6 +230,19 @@ Result<HfModelConfig> ParseHfConfig(std::string_view text, const std::string& pa
     return Status::InvalidArgument(path + ": " + (key ? key : problem->field.c_str()) + " " + problem->why);
   }
   return out;
+}
+
+Result<std::vector<NamedFile>> ReadHfCarriedFiles(const std::string& dir) {
+  std::vector<NamedFile> files;
+  for (const std::string& name : CarriedModelFileNames()) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;
+    PSTAR_ASSIGN_OR_RETURN(RandomAccessFile file, RandomAccessFile::Open(path));
+    PSTAR_ASSIGN_OR_RETURN(std::string contents, file.ReadAll(kMaxHfFileBytes));
+    files.push_back({name, std::move(contents)});
+  }
+  return files;
 }
 
 Result<HfModelConfig> ReadHfConfig(const std::string& dir) {

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "worker/ckpt/checkpoint.h"
 #include "worker/core/status.h"
 #include "worker/model/gpt_config.h"
 
@@ -29,6 +31,12 @@ struct HfModelConfig {
   // so a run's sequence must fit in it (worker/config checks).
   int64_t sliding_window = 0;
 };
+
+// The files of `dir` that travel with the run's checkpoints into its exports
+// (CarriedModelFileNames: config.json, generation_config.json, the
+// tokenizer's), those present, read whole (each at most kMaxHfFileBytes).
+inline constexpr int64_t kMaxHfFileBytes = int64_t(64) << 20;
+Result<std::vector<NamedFile>> ReadHfCarriedFiles(const std::string& dir);
 
 // Reads DIR/config.json. NotFound names a missing file; InvalidArgument names
 // the file and the key that pstar cannot take.

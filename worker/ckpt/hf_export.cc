@@ -132,6 +132,29 @@ Status RemoveStaleWeights(const std::string& dir, const std::set<std::string>& k
   return Status::Ok();
 }
 
+// The family's config.json: the imported directory's, with the description
+// keys pstar trained (the shape, positions, norm, tying, the dtype written)
+// set to the run's, so what pstar does not describe (token ids, a sliding
+// window the run's sequences fit in, transformers' version) stays as the
+// publisher wrote it.
+Result<std::string> MergedConfigJson(const std::string& ours_text, const std::optional<std::string>& carried) {
+  const nlohmann::ordered_json ours = nlohmann::ordered_json::parse(ours_text);
+  if (!carried) return ours_text;
+  nlohmann::ordered_json merged = nlohmann::ordered_json::parse(*carried, nullptr, /*allow_exceptions=*/false);
+  if (merged.is_discarded() || !merged.is_object()) {
+    return Status::DataLoss("the checkpoint's config.json (carried from the imported directory) is not a JSON object");
+  }
+  static const std::set<std::string> kDescribed = {
+      "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings",
+      "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias",
+      "torch_dtype"};
+  for (const auto& [key, value] : ours.items()) {
+    if (kDescribed.count(key) || !merged.contains(key)) merged[key] = value;
+  }
+  return merged.dump(2) + "\n";
+}
+
 }  // namespace
 
 int64_t HfExportBufferBytes() {
@@ -292,6 +315,18 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
 
   summary.config_path = path_of("config.json");
   summary.generation_config_path = path_of("generation_config.json");
+  PSTAR_ASSIGN_OR_RETURN(std::vector<NamedFile> carried, ReadCheckpointModelFiles(step_dir));
+  std::optional<std::string> carried_config, carried_generation;
+  for (const NamedFile& f : carried) {
+    if (f.name == "config.json") {
+      carried_config = f.contents;
+    } else if (f.name == "generation_config.json") {
+      carried_generation = f.contents;
+    } else {
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of(f.name), f.contents));
+      summary.carried_paths.push_back(path_of(f.name));
+    }
+  }
   std::optional<BpeTokenizer> tokenizer;
   std::string tokenizer_json;
   if (manifest.state.tokenizer == "gpt2") {
@@ -310,9 +345,10 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, config));
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path, HfGenerationConfigJson(g, eot)));
   } else {
-    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, HfLlamaFamilyConfigJson(g, dtype)));
-    PSTAR_RETURN_IF_ERROR(
-        WriteFileAtomically(summary.generation_config_path, "{\n  \"_from_model_config\": true\n}\n"));
+    PSTAR_ASSIGN_OR_RETURN(std::string config, MergedConfigJson(HfLlamaFamilyConfigJson(g, dtype), carried_config));
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.config_path, config));
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path,
+                                              carried_generation.value_or("{\n  \"_from_model_config\": true\n}\n")));
   }
   if (tokenizer) {
     const nlohmann::ordered_json tokenizer_config = {

@@ -1,7 +1,9 @@
 // Hugging Face export: a checkpoint's parameters, from any number of rank
 // files, as a model directory transformers, vLLM and llama.cpp's converters
 // read: config.json (the architecture's own keys and torch_dtype),
-// generation_config.json, and the weights in one model.safetensors or, past
+// generation_config.json, the files of the directory the run imported
+// (tokenizer.json, tokenizer_config.json with its chat template, ...: what
+// the checkpoint carried), and the weights in one model.safetensors or, past
 // the shard size, model-0000K-of-0000N.safetensors shards with
 // model.safetensors.index.json, as save_pretrained writes them. The
 // weights stream: each tensor is read by element range from the checkpoint
@@ -51,6 +53,9 @@ struct HfExportSummary {
   // With GPT-2's tokenizer recorded: tokenizer.json, vocab.json, merges.txt
   // and tokenizer_config.json in DIR; empty otherwise.
   std::vector<std::string> tokenizer_paths;
+  // The imported directory's files the checkpoint carried (the tokenizer's,
+  // its chat template), copied as they were.
+  std::vector<std::string> carried_paths;
 };
 
 // Exports checkpoint directory `step_dir` (root/step-...) into `output_dir`,

@@ -45,6 +45,11 @@ int ExportCommand(const std::vector<std::string>& args) {
               DtypeName(summary->dtype), output.c_str(), summary->weight_paths.size(),
               summary->index_path.empty() ? "" : " with model.safetensors.index.json", summary->config_path.c_str(),
               summary->generation_config_path.c_str());
+  if (!summary->carried_paths.empty()) {
+    std::printf("from the imported directory:");
+    for (const std::string& p : summary->carried_paths) std::printf(" %s", p.c_str());
+    std::printf("\n");
+  }
   if (!summary->tokenizer_paths.empty()) {
     std::printf("tokenizer (GPT-2's, as the run recorded it):");
     for (const std::string& p : summary->tokenizer_paths) std::printf(" %s", p.c_str());

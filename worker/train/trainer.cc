@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <tuple>
 
+#include "worker/ckpt/hf_config.h"
 #include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
 #include "worker/core/file_util.h"
@@ -225,6 +226,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   t->schedule_ = ScheduleFromConfig(config);
   PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
   if (t->tokenizer_ != nullptr) t->tokenizer_json_ = t->tokenizer_->ToTokenizerJson();
+  if (!config.model.init_from.empty()) {
+    auto files = ReadHfCarriedFiles(config.model.init_from);
+    if (!files.ok()) return files.status().WithPrefix("model.init_from");
+    t->model_files_ = std::move(files).value();
+  }
   t->tokens_.resize(size_t(config.train.batch_size * config.train.seq_len));
   t->targets_.resize(size_t(config.train.batch_size * config.train.seq_len));
   return t;
@@ -408,7 +414,7 @@ Status Trainer::SaveCheckpoint() {
   state.tokenizer = config_.data.tokenizer;
   HomedChunkCopier copier(store_->chunks());
   return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_,
-                               &copier, tokenizer_json_)
+                               &copier, tokenizer_json_, model_files_)
       .WithPrefix("checkpoint");
 }
 

@@ -201,6 +201,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> val_loader_;  // null without validation data
   std::unique_ptr<BpeTokenizer> tokenizer_;  // data.tokenizer gpt2's
   std::string tokenizer_json_;               // its tokenizer.json, made once for every checkpoint
+  std::vector<NamedFile> model_files_;       // model.init_from's own files, carried by every checkpoint
   std::unique_ptr<AdamOptimizer> optimizer_;
   // The host's chunk updates under optimizer_overlap pipeline, else null.
   // After the store: destroyed (its updates finished) before it.

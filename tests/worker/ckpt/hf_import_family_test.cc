@@ -566,5 +566,64 @@ TEST_F(HfFamilyImportTest, ACheckpointOfAnyWorldSizeExportsTheSameFiles) {
   }
 }
 
+TEST_F(HfFamilyImportTest, TheDirectorysTokenizerAndConfigTravelThroughCheckpointsIntoTheExport) {
+  // A Mistral v0.1-style directory: a sliding window the run's sequences fit
+  // in, token ids, a chat template, SentencePiece's model.
+  const std::string dir = root_->path() + "/mistral-tokenizer";
+  fs::create_directories(dir);
+  fs::copy_file(Dir("mistral") + "/model.safetensors", dir + "/model.safetensors");
+  std::ifstream in(Dir("mistral") + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["sliding_window"] = 4096;
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = 2;
+  config["transformers_version"] = "4.44.0";
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"tokenizer.json", R"({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": []})"},
+      {"tokenizer_config.json", R"({"chat_template": "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}", "eos_token": "</s>"})"},
+      {"generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [2, 32768], "do_sample": true})"},
+      {"tokenizer.model", std::string("\x0a\x05\x0a\x01\x61\x15\x00\x00\x80\x3f\x00binary", 17)},
+      {"special_tokens_map.json", R"({"bos_token": "<s>", "eos_token": "</s>"})"}};
+  for (const auto& [name, text] : files) std::ofstream(dir + "/" + name, std::ios::binary) << text;
+  // A file that does not travel.
+  std::ofstream(dir + "/README.md") << "# a model card\n";
+
+  const std::string ckpt = root_->path() + "/tokenizer-ckpt";
+  auto c = Parse(dir, {"checkpoint.dir=" + ckpt});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  VectorTokenSource data(Tokens(500, 300));
+  {
+    auto t = Trainer::Create(*c, data);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_TRUE((*t)->Step().ok());
+    ASSERT_TRUE((*t)->SaveCheckpoint().ok());
+  }
+  const std::string out = root_->path() + "/tokenizer-export";
+  auto e = ExportHuggingFace(ckpt + "/step-00000001", out);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  for (const auto& [name, text] : files) {
+    auto got = ReadFile(out + "/" + name);
+    ASSERT_TRUE(got.ok()) << name;
+    EXPECT_TRUE(*got == text) << name << " did not travel as it was";
+  }
+  EXPECT_EQ(e->carried_paths.size(), files.size() - 1) << "generation_config.json is counted apart";
+  EXPECT_FALSE(fs::exists(out + "/README.md"));
+  std::ifstream exported_in(out + "/config.json");
+  const nlohmann::json exported = nlohmann::json::parse(exported_in);
+  EXPECT_EQ(exported["sliding_window"], 4096) << "what pstar does not describe stays the publisher's";
+  EXPECT_EQ(exported["eos_token_id"], 2);
+  EXPECT_EQ(exported["transformers_version"], "4.44.0");
+  EXPECT_EQ(exported["torch_dtype"], "bfloat16") << "what pstar wrote is the run's";
+  EXPECT_EQ(exported["num_key_value_heads"], 2);
+  // A carried file damaged in the checkpoint fails the export, naming it.
+  std::ofstream(ckpt + "/step-00000001/hf.tokenizer.json", std::ios::app) << " ";
+  auto damaged = ExportHuggingFace(ckpt + "/step-00000001", root_->path() + "/tokenizer-export-2");
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find("hf.tokenizer.json: size or checksum differs from the manifest's"),
+            std::string::npos)
+      << damaged.status().message();
+}
+
 }  // namespace
 }  // namespace pstar
