@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "operator/job/desired_objects.h"
 #include "operator/kube/quantity.h"
@@ -712,6 +713,7 @@ const std::vector<std::string>& JobSpecFieldPaths() {
       "config",
       "masterPort",
       "metricsPort",
+      "exportDir",
       "nccl.socketIfname",
       "nccl.ibDisable",
       "nccl.debug",
@@ -938,6 +940,38 @@ Status CheckAgreement(JobSpec* s) {
 
 }  // namespace
 
+// spec.exportDir lies on a volume the worker mounts writable, and the
+// config does not set the key it sets.
+Status CheckExportDir(const JobSpec& s) {
+  if (s.export_dir.empty()) return Status::Ok();
+  const std::string& d = s.export_dir;
+  bool dotdot = false;
+  std::stringstream parts(d);
+  for (std::string part; std::getline(parts, part, '/');) dotdot = dotdot || part == "..";
+  if (d.front() != '/' || d == "/" || dotdot) {
+    return Invalid("spec.exportDir", "must be an absolute path below / without '..', got '" + d + "'");
+  }
+  const Json* checkpoint = s.config.contains("checkpoint") ? &s.config["checkpoint"] : nullptr;
+  if (checkpoint != nullptr && checkpoint->is_object() && checkpoint->contains("export_dir")) {
+    return Invalid("spec.config.checkpoint.export_dir", "is set but spec.exportDir sets it: remove it from the config");
+  }
+  const Json& mounts = s.overrides.volume_mounts;
+  if (mounts.is_array()) {
+    for (const Json& m : mounts) {
+      if (!m.is_object() || !m.contains("mountPath") || !m["mountPath"].is_string()) continue;
+      std::string at = m["mountPath"].get<std::string>();
+      while (at.size() > 1 && at.back() == '/') at.pop_back();
+      if (d != at && d.rfind(at + "/", 0) != 0) continue;
+      if (m.value("readOnly", false)) {
+        return Invalid("spec.exportDir", d + " is on '" + m.value("name", "") + "', which the worker mounts readOnly");
+      }
+      return Status::Ok();
+    }
+  }
+  return Invalid("spec.exportDir", d + " is on no volume the worker container mounts (give the volume and its "
+                                        "volumeMount in spec.template): it would be lost with the pod");
+}
+
 Result<JobSpec> ParseJob(const Json& job) {
   if (!job.is_object()) return Status::InvalidArgument("the job must be an object, got " + Describe(job));
   JobSpec s;
@@ -960,6 +994,8 @@ Result<JobSpec> ParseJob(const Json& job) {
   PSTAR_RETURN_IF_ERROR(CheckEnv(s.env, "spec.env", &env_names));
   PSTAR_RETURN_IF_ERROR(ParseTemplate(spec, &s.overrides, &env_names));
   PSTAR_RETURN_IF_ERROR(CheckDiskTierVolume(&s.disk_tier, s.overrides));
+  PSTAR_RETURN_IF_ERROR(spec.String("exportDir", &s.export_dir));
+  PSTAR_RETURN_IF_ERROR(CheckExportDir(s));
   PSTAR_RETURN_IF_ERROR(CheckAgreement(&s));
   return s;
 }

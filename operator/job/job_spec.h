@@ -123,6 +123,10 @@ struct JobSpec {
   Json config = Json::object();   // the worker's job config (pstar train --config)
   int32_t master_port = 29500;
   int32_t metrics_port = 9400;    // 0 = no metrics endpoint
+  // spec.exportDir: where rank 0 exports the trained model as a Hugging Face
+  // directory (the worker's checkpoint.export_dir); "" = none. It lies on a
+  // volume the worker mounts writable.
+  std::string export_dir;
   NcclSpec nccl;
   HostMemorySpec host_memory;
   DiskTierSpec disk_tier;

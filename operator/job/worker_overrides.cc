@@ -16,6 +16,8 @@ std::vector<WorkerOverride> WorkerOverrides(const JobSpec& spec, const PodSizing
     out.push_back({"runtime.nvme_memory", std::to_string(spec.disk_tier.size_bytes / spec.nproc_per_node)});
     out.push_back({"runtime.nvme_spill", "all", true});
   }
+  // The export's buffers are in the plan.
+  if (!spec.export_dir.empty()) out.push_back({"checkpoint.export_dir", spec.export_dir, true});
   if (spec.metrics_port > 0) {
     out.push_back({"metrics.port", std::to_string(spec.metrics_port)});
     out.push_back({"metrics.bind_address", "$(POD_IP)"});

@@ -24,8 +24,8 @@ struct WorkerOverride {
 
 // spec.device as runtime.device; with spec.diskTier its directory, each
 // rank's share of its size, and every spill placed there; with
-// spec.metricsPort the ranks' endpoint; and, once `sizing` is known (not
-// null), the rank's host budget.
+// spec.exportDir the export's directory; with spec.metricsPort the ranks'
+// endpoint; and, once `sizing` is known (not null), the rank's host budget.
 std::vector<WorkerOverride> WorkerOverrides(const JobSpec& spec, const PodSizing* sizing);
 
 // The planned ones as KEY=VALUE, for ParseConfig.

@@ -157,6 +157,28 @@ TEST(ExamplesTest, GpuExamplesUsePersistentCheckpoints) {
   }
 }
 
+TEST(ExamplesTest, TheLlamaFineTuneImportsFromOneVolumeAndExportsToAnother) {
+  auto spec = ParseJob(LoadExample("llama-3.1-8b-finetune.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->device, JobDevice::kCuda);
+  ExpectCheckpointVolume(*spec);
+  EXPECT_EQ(spec->export_dir, "/exports/llama-3.1-8b-finetuned");
+  const std::string init_from = spec->config["model"].value("init_from", "");
+  bool read_only_models = false;
+  for (const Json& m : spec->overrides.volume_mounts) {
+    if (init_from.rfind(m.value("mountPath", "") + "/", 0) == 0) read_only_models = m.value("readOnly", false);
+  }
+  EXPECT_TRUE(read_only_models) << init_from << " is on a read-only volume";
+  auto sizing = SizePods(*spec);
+  ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+  EXPECT_GT(sizing->parameters, int64_t(8'000'000'000));
+  EXPECT_LT(sizing->parameters, int64_t(8'100'000'000));
+  // The rank-0 pod exports: its worker is told where.
+  const Json pod = DesiredPod(*spec, *sizing, 0, 0);
+  const std::string args = pod["spec"]["containers"][0]["args"].dump();
+  EXPECT_NE(args.find("checkpoint.export_dir=/exports/llama-3.1-8b-finetuned"), std::string::npos) << args;
+}
+
 TEST(ExamplesTest, TenBillionModelIsTenBillion) {
   auto spec = ParseJob(LoadExample("gpt-10b.yaml"));
   ASSERT_TRUE(spec.ok()) << spec.status().message();

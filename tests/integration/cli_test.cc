@@ -318,6 +318,22 @@ TEST(Cli, LlamaTrainsAndSamplesBytesAndIds) {
   ExpectOneLineError(RunProcess({bin, "train", "--set", "model.init_from=" + dir.path() + "/hf", "--set",
                                  "model.n_layer=7"}),
                      "model.n_layer: is 7 but " + dir.path() + "/hf/config.json has 4");
+  // Fine-tuning from that directory exports the result when training ends.
+  auto tuned = RunProcess({bin, "train", "--set", "model.init_from=" + dir.path() + "/hf", "--set", "data.source=text",
+                           "--set", "data.path=" + text, "--set", "train.steps=2", "--set", "train.seq_len=32", "--set",
+                           "train.batch_size=2", "--set", "checkpoint.dir=" + dir.path() + "/tuned-ckpt", "--set",
+                           "checkpoint.export_dir=" + dir.path() + "/tuned", "--set", "checkpoint.export_dtype=fp16"});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  EXPECT_NE(tuned.out.find("export: step 2 ("), std::string::npos) << tuned.out;
+  EXPECT_NE(tuned.out.find("F16) written to " + dir.path() + "/tuned in 1 weight file(s)"), std::string::npos)
+      << tuned.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/tuned/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/tuned/config.json"));
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "checkpoint.export_dir=" + dir.path() + "/x"}),
+                     "checkpoint.export_dir: needs checkpoint.dir: the export is of the final checkpoint");
+  ExpectOneLineError(RunProcess({bin, "train", "--set", "checkpoint.dir=" + dir.path() + "/y", "--set",
+                                 "checkpoint.export_dir=" + dir.path() + "/x", "--set", "checkpoint.export_dtype=int4"}),
+                     "checkpoint.export_dtype: must be");
   // A CUDA run of this architecture is refused before it starts.
   ExpectOneLineError(
       RunProcess({bin, "train", "--set", "model.preset=llama-tiny", "--set", "runtime.device=cuda"}),

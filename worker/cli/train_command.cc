@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "worker/ckpt/checkpoint_dir.h"
+#include "worker/ckpt/hf_export.h"
 #include "worker/config/config.h"
 #include "worker/core/file_util.h"
 
@@ -91,6 +93,23 @@ Status SaveCheckpoint(TrainingRank& rank, const Config& c) {
   Trainer& t = *rank.trainer;
   if (Status saved = t.SaveCheckpoint(); !saved.ok()) return saved;
   if (rank.lead()) std::printf("checkpoint: step %lld saved in %s\n", (long long)t.steps_taken(), c.checkpoint.dir.c_str());
+  return Status::Ok();
+}
+
+// checkpoint.export_dir: rank 0 writes the final checkpoint (step `step`,
+// saved above) as a Hugging Face model directory.
+Status ExportFinalCheckpoint(TrainingRank& rank, const Config& c, int64_t step) {
+  if (c.checkpoint.export_dir.empty() || !rank.lead()) return Status::Ok();
+  HfExportOptions options;
+  const std::string& d = c.checkpoint.export_dtype;
+  if (d != "auto") options.dtype = d == "fp32" ? Dtype::kF32 : d == "bf16" ? Dtype::kBF16 : Dtype::kF16;
+  const auto start = std::chrono::steady_clock::now();
+  auto summary = ExportHuggingFace(c.checkpoint.dir + "/" + StepDirName(step), c.checkpoint.export_dir, options);
+  if (!summary.ok()) return summary.status().WithPrefix("checkpoint.export_dir");
+  std::printf("export: step %lld (%lld parameters, %s) written to %s in %zu weight file(s), %.1f s\n",
+              (long long)summary->step, (long long)summary->parameters, DtypeName(summary->dtype),
+              c.checkpoint.export_dir.c_str(), summary->weight_paths.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return Status::Ok();
 }
 
@@ -283,6 +302,10 @@ int TrainSteps(TrainingRank& rank, const Config& c, const TrainFlags& flags, int
   progress.PrintSummary();
   PrintRunSummary(rank, c, warmup, c.train.steps - first_step);
   PrintProfile(t);
+  if (Status exported = ExportFinalCheckpoint(rank, c, c.train.steps); !exported.ok()) {
+    ReportError(exported);
+    return kExitFailure;
+  }
   if (comm_alone) {
     if (Status replayed = ReplayLastStep(rank, last_step_calls); !replayed.ok()) {
       ReportError(replayed);

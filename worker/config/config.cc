@@ -594,6 +594,10 @@ void AddCheckpointDistMetricsKeys(std::vector<KeyDef>& k) {
                      NonNegative()));
   k.push_back(Scalar("checkpoint.keep", [](Config& c) -> auto& { return c.checkpoint.keep; }, NonNegative()));
   k.push_back(Scalar("checkpoint.resume", [](Config& c) -> auto& { return c.checkpoint.resume; }));
+  k.push_back(StringIfSet("checkpoint.export_dir", [](Config& c) -> auto& { return c.checkpoint.export_dir; }));
+  k.push_back(Scalar("checkpoint.export_dtype", [](Config& c) -> auto& { return c.checkpoint.export_dtype; },
+                     OneOfNames({"auto", "fp32", "bf16", "fp16"})));
+  k.back().shown = [](const Config& c) { return !c.checkpoint.export_dir.empty(); };
 
   k.push_back(Scalar("dist.timeout_seconds", [](Config& c) -> auto& { return c.dist.timeout_seconds; },
                      Positive()));
@@ -833,8 +837,19 @@ void CheckTrain(const Section& s, Config& c, const Pending& p) {
   }
 }
 
+void CheckCheckpoint(const Section& s, const Config& c, const Pending& p) {
+  const CheckpointSection& k = c.checkpoint;
+  if (!k.export_dir.empty() && k.dir.empty()) {
+    Fail(s.Key("export_dir"), "needs checkpoint.dir: the export is of the final checkpoint");
+  }
+  if (k.export_dir.empty() && p.given.count("checkpoint.export_dtype")) {
+    Fail(s.Key("export_dtype"), "is set but checkpoint.export_dir is not");
+  }
+}
+
 // The section rules by section path.
 void CheckSection(const std::string& path, const Section& s, Config& c, const Pending& p) {
+  if (path == "checkpoint") CheckCheckpoint(s, c, p);
   if (path == "model") CheckModel(s, c, p);
   if (path == "data") CheckData(s, c);
   if (path == "runtime") CheckRuntime(s, c, p);

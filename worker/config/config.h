@@ -148,6 +148,11 @@ struct CheckpointSection {
   int64_t every_steps = 0;  // save every N steps (0: only when training ends or stops)
   int64_t keep = 3;         // newest complete checkpoints kept; 0 keeps all
   bool resume = true;       // continue from the newest usable checkpoint in dir
+  // When set, rank 0 exports the final checkpoint there as a Hugging Face
+  // model directory when training ends (worker/ckpt/hf_export.h), in
+  // export_dtype: "auto" (the architecture's default), fp32, bf16 or fp16.
+  std::string export_dir;
+  std::string export_dtype = "auto";
 };
 
 // Data-parallel ranks.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "worker/ckpt/hf_export.h"
 #include "worker/ckpt/hf_import.h"
 #include "worker/core/bytes.h"
 #include "worker/model/gpt.h"
@@ -153,13 +154,15 @@ void PlanHost(const Config& c, int64_t shard, MemoryPlan* p) {
   // Plus, with 16-bit params on a GPU, the pinned buffers they are narrowed
   // into, and with chunks homed in GPU memory the one-chunk buffer the host
   // reads and writes those through (checkpoints, initialization). Plus the
-  // disk tier's windows, and model.init_from's import buffer (it streams the
-  // files through it, worker/ckpt/hf_import.h).
+  // disk tier's windows, and model.init_from's import buffer and
+  // checkpoint.export_dir's export buffers (they stream the files through
+  // them, worker/ckpt/hf_import.h, hf_export.h).
   p->disk_window_bytes = TierLayout::DiskWindowBytes(shard, r);
   p->host_overhead_bytes = kHostOverheadBytes + (r.grad_home.has_value() ? shard : 0) +
                            TierLayout::ParamStagingBytes(shard, r, p->device_is_host_memory) +
                            (!p->device_is_host_memory && p->device_adam_chunks > 0 ? p->chunk_bytes : 0) +
-                           p->disk_window_bytes + (c.model.init_from.empty() ? 0 : HfImportBufferBytes());
+                           p->disk_window_bytes + (c.model.init_from.empty() ? 0 : HfImportBufferBytes()) +
+                           (c.checkpoint.export_dir.empty() ? 0 : HfExportBufferBytes());
   p->host_undo_bytes = c.runtime.undo_memory;
   p->min_host_bytes = p->host_chunk_bytes + p->host_data_bytes + p->host_overhead_bytes + p->host_undo_bytes +
                       (p->device_is_host_memory ? p->device_bytes : 0);

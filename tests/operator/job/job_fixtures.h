@@ -45,6 +45,7 @@ inline Json FullJob() {
                  "checkpoint": {"dir": "/ckpt/full", "every_steps": 50}},
       "masterPort": 23456,
       "metricsPort": 9500,
+      "exportDir": "/ckpt/full-hf",
       "nccl": {"socketIfname": "eth0", "ibDisable": true, "debug": "WARN",
                "env": {"NCCL_P2P_DISABLE": "1", "NCCL_ALGO": "Ring"}},
       "hostMemory": {"request": "40Gi", "limit": "48Gi", "headroomPercent": 25, "shmSize": "2Gi"},

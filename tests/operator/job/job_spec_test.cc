@@ -1,4 +1,5 @@
 #include "operator/job/job_spec.h"
+#include "operator/job/sizing.h"
 
 #include <gtest/gtest.h>
 
@@ -490,4 +491,41 @@ TEST(ParseJobTest, PodTemplateSpecFieldsAreCheckedAndOwnedOnesRefused) {
 }
 
 }  // namespace
+// spec.exportDir: on a volume the worker mounts writable, the config not
+// setting the key itself; the export's buffers count in the pods' memory.
+TEST(ParseJobTest, ExportDirLiesOnAWritableVolume) {
+  auto with_export = [](const std::string& dir, bool read_only) {
+    Json job = MinimalJob();
+    job["spec"]["exportDir"] = dir;
+    job["spec"]["config"]["checkpoint"] = {{"dir", "/out/ckpt"}};
+    job["spec"]["template"] = {
+        {"spec", {{"volumes", Json::parse(R"([{"name": "out", "persistentVolumeClaim": {"claimName": "out"}}])")}}},
+        {"container", {{"volumeMounts", {{{"name", "out"}, {"mountPath", "/out/"}, {"readOnly", read_only}}}}}}};
+    return job;
+  };
+  EXPECT_EQ(MustParse(with_export("/out/llama-ft", false)).export_dir, "/out/llama-ft");
+  EXPECT_EQ(MustParse(with_export("/out", false)).export_dir, "/out");
+  EXPECT_EQ(ErrorOf(with_export("/tmp/llama-ft", false)),
+            "spec.exportDir /tmp/llama-ft is on no volume the worker container mounts (give the volume and its "
+            "volumeMount in spec.template): it would be lost with the pod");
+  EXPECT_EQ(ErrorOf(with_export("/outside", false)).rfind("spec.exportDir /outside is on no volume", 0), 0u);
+  EXPECT_EQ(ErrorOf(with_export("/out/ft", true)), "spec.exportDir /out/ft is on 'out', which the worker mounts readOnly");
+  EXPECT_EQ(ErrorOf(with_export("out/ft", false)),
+            "spec.exportDir must be an absolute path below / without '..', got 'out/ft'");
+  EXPECT_EQ(ErrorOf(with_export("/out/../etc", false)),
+            "spec.exportDir must be an absolute path below / without '..', got '/out/../etc'");
+  Json both = with_export("/out/ft", false);
+  both["spec"]["config"]["checkpoint"]["export_dir"] = "/out/other";
+  EXPECT_EQ(ErrorOf(both),
+            "spec.config.checkpoint.export_dir is set but spec.exportDir sets it: remove it from the config");
+  // The worker's own check: the export is of the final checkpoint.
+  Json no_checkpoint = with_export("/out/ft", false);
+  no_checkpoint["spec"]["config"].erase("checkpoint");
+  const JobSpec spec = MustParse(no_checkpoint);
+  auto sizing = SizePods(spec);
+  ASSERT_FALSE(sizing.ok());
+  EXPECT_NE(sizing.status().message().find("checkpoint.export_dir: needs checkpoint.dir"), std::string::npos)
+      << sizing.status().message();
+}
+
 }  // namespace pstar::op

@@ -53,5 +53,21 @@ TEST(WorkerOverrides, ThePlanSeesWhatThePodsSetOfWhatItDependsOn) {
   EXPECT_GT(sizing->disk_bytes_per_rank, 0);
 }
 
+TEST(WorkerOverrides, AnExportDirIsPlannedSoItsBuffersCountInThePodsMemory) {
+  Json job = test::MinimalJob();
+  job["spec"]["config"]["checkpoint"] = {{"dir", "/out/ckpt"}};
+  job["spec"]["template"] = {
+      {"spec", {{"volumes", Json::parse(R"([{"name": "out", "emptyDir": {}}])")}}},
+      {"container", {{"volumeMounts", Json::parse(R"([{"name": "out", "mountPath": "/out"}])")}}}};
+  const JobSpec without = test::MustParse(job);
+  job["spec"]["exportDir"] = "/out/hf";
+  const JobSpec with = test::MustParse(job);
+  EXPECT_EQ(PlannedOverrides(with),
+            (std::vector<std::string>{"runtime.device=cpu", "checkpoint.export_dir=/out/hf"}));
+  auto a = SizePods(without), b = SizePods(with);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().message() << b.status().message();
+  EXPECT_GT(b->worker_host_budget_bytes, a->worker_host_budget_bytes);
+}
+
 }  // namespace
 }  // namespace pstar::op

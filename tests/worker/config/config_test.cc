@@ -273,6 +273,7 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
       "model: {preset: llama-3.2-1b}\ntrain: {seq_len: 64}\n",
       m + "data: {source: text, path: a.txt, val_path: b.txt, tokenizer: gpt2, vocab: e.json, merges: v.bpe}\n",
       m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
+      m + "checkpoint: {dir: ckpt, export_dir: hf, export_dtype: bf16}\n",
   };
   std::set<std::string> printed;
   for (const std::string& job : jobs) {
