@@ -34,22 +34,35 @@ cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]/%/_fuzz}"
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-status=0
-for t in "${targets[@]}"; do
+# One target's run; its report goes to $scratch/$t.report, a failure also
+# leaves $scratch/$t.failed.
+fuzz_target() {
+  local t=$1 log="$scratch/$1.log"
   mkdir -p "$scratch/$t" "$scratch/$t-artifacts"
-  log="$scratch/$t.log"
   if (cd "$scratch" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       "$build/bin/${t}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       "$( [ "$t" = store ] && echo -detect_leaks=0 || echo -detect_leaks=1)" \
       -artifact_prefix="$scratch/$t-artifacts/" "$scratch/$t" "$root/tests/fuzz/corpus/$t") > "$log" 2>&1; then
     echo "fuzz: $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${seconds} s, no failure"
   else
+    touch "$scratch/$t.failed"
     echo "fuzz: $t: FAILED"
     grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -10
     echo "  the run's last lines:"
     grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse|INITED|RELOAD)|^(INFO|MS):|^"' "$log" | tail -40 | sed 's/^/    /'
     for a in "$scratch/$t-artifacts"/*; do [ -f "$a" ] && echo "  input (base64): $(base64 -w0 "$a" | head -c 2000)"; done
-    status=1
-  fi
+  fi > "$scratch/$t.report"
+}
+# Each fuzzer is one process on one core: as many at once as there are
+# cores, each for its full time; the reports in the targets' order.
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+  fuzz_target "$t" &
+done
+wait || true
+status=0
+for t in "${targets[@]}"; do
+  cat "$scratch/$t.report"
+  if [ -f "$scratch/$t.failed" ]; then status=1; fi
 done
 exit "$status"
