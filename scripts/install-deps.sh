@@ -15,6 +15,7 @@ esac
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
   libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libgloo-dev
+  libpcre2-dev  # the tokenizers' patterns
   libopenblas-dev libopenblas-openmp-dev
 )
 if [ "$level" = all ]; then

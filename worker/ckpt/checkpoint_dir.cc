@@ -34,6 +34,9 @@ namespace {
 constexpr const char* kFormatName = "pstar-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kTokenizerName = "tokenizer.json";
+
+// The tokenizers whose tokenizer.json a checkpoint holds.
+bool TokenizerHasFile(const std::string& tokenizer) { return tokenizer == "gpt2" || tokenizer == "hf"; }
 constexpr const char* kModelFilePrefix = "hf.";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kStagingSuffix = ".tmp";
@@ -516,8 +519,8 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
   manifest["state"] = StateToJson(state);
   manifest["files"] = files;
   Json tokenizer = {{"type", state.tokenizer}};
-  if (state.tokenizer == "gpt2") {
-    if (tokenizer_json.empty()) return Status::Internal("state.tokenizer is gpt2 but no tokenizer.json was given");
+  if (TokenizerHasFile(state.tokenizer)) {
+    if (tokenizer_json.empty()) return Status::Internal("state.tokenizer is " + state.tokenizer + " but no tokenizer.json was given");
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, kTokenizerName), tokenizer_json));
     tokenizer["file"] = {{"name", kTokenizerName},
                          {"bytes", int64_t(tokenizer_json.size())},
@@ -636,8 +639,8 @@ Result<std::vector<NamedFile>> ReadCheckpointModelFiles(const std::string& step_
 
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir) {
   PSTAR_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
-  if (m.state.tokenizer != "gpt2") {
-    return Status::NotFound(step_dir + ": the run's tokens were not made by GPT-2's tokenizer (tokenizer: " +
+  if (!TokenizerHasFile(m.state.tokenizer)) {
+    return Status::NotFound(step_dir + ": the run's tokens were not made by a BPE tokenizer it carries (tokenizer: " +
                             m.state.tokenizer + ")");
   }
   const std::string path = JoinPath(step_dir, m.tokenizer_file.name);
@@ -685,10 +688,10 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
     if (j.contains("tokenizer")) {
       const Json& t = j.at("tokenizer");
       m.state.tokenizer = t.at("type").get<std::string>();
-      if (m.state.tokenizer != "byte" && m.state.tokenizer != "gpt2" && m.state.tokenizer != "none") {
+      if (m.state.tokenizer != "byte" && m.state.tokenizer != "none" && !TokenizerHasFile(m.state.tokenizer)) {
         return Status::DataLoss(path + ": bad manifest: unknown tokenizer '" + m.state.tokenizer + "'");
       }
-      if (m.state.tokenizer == "gpt2") {
+      if (TokenizerHasFile(m.state.tokenizer)) {
         const Json& f = t.at("file");
         m.tokenizer_file.name = f.at("name").get<std::string>();
         m.tokenizer_file.bytes = f.at("bytes").get<int64_t>();

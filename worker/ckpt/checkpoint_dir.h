@@ -52,7 +52,7 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
                      const std::vector<OwnedRange>& ranges, DeviceCopier* device = nullptr);
 // Rank 0, after every rank wrote: the manifest from the sidecars, then the
 // rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
-// With state.tokenizer "gpt2" it writes `tokenizer_json` as tokenizer.json
+// With state.tokenizer "gpt2" or "hf" it writes `tokenizer_json` as tokenizer.json
 // first, named and checksummed in the manifest.
 // The files of a Hugging Face directory that travel with a run's
 // checkpoints into its exports: config.json, generation_config.json and the
@@ -76,7 +76,7 @@ struct Manifest {
   int world_size = 0;
   TrainingState state;
   std::vector<ManifestFile> files;  // one per saving rank, in rank order
-  ManifestFile tokenizer_file;      // tokenizer.json, when state.tokenizer is gpt2
+  ManifestFile tokenizer_file;      // tokenizer.json, when state.tokenizer is gpt2 or hf
   std::vector<ManifestFile> model_files;  // "hf.<name>": the imported directory's own files
 };
 // Reads and verifies step_dir/manifest.json (its own checksum, fields, and
@@ -122,8 +122,9 @@ class CheckpointParamReader {
 // a run that imported nothing or a checkpoint from before they were carried.
 Result<std::vector<NamedFile>> ReadCheckpointModelFiles(const std::string& step_dir);
 
-// The GPT-2 tokenizer.json a checkpoint carries, verified against its
-// manifest; NotFound when its tokens were not made by GPT-2's tokenizer.
+// The tokenizer.json a checkpoint carries (data.tokenizer gpt2 or hf),
+// verified against its manifest; NotFound when its tokens were made
+// otherwise.
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir);
 
 // Fills `ranges` from one checkpoint directory, reading only the rank files

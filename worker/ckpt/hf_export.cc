@@ -329,7 +329,7 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
   }
   std::optional<BpeTokenizer> tokenizer;
   std::string tokenizer_json;
-  if (manifest.state.tokenizer == "gpt2") {
+  if (manifest.state.tokenizer == "gpt2" || manifest.state.tokenizer == "hf") {
     PSTAR_ASSIGN_OR_RETURN(tokenizer_json, ReadCheckpointTokenizer(step_dir));
     PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromTokenizerJsonText(tokenizer_json, step_dir + "/tokenizer.json"));
     tokenizer.emplace(std::move(t));
@@ -350,7 +350,27 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path,
                                               carried_generation.value_or("{\n  \"_from_model_config\": true\n}\n")));
   }
-  if (tokenizer) {
+  if (tokenizer && manifest.state.tokenizer == "hf") {
+    // The model's own tokenizer.json, as the run read it; the imported
+    // directory's tokenizer_config.json (with its chat template) went above,
+    // else a minimal one naming the document and end tokens.
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of("tokenizer.json"), tokenizer_json));
+    summary.tokenizer_paths.push_back(path_of("tokenizer.json"));
+    const bool carried_config = std::any_of(carried.begin(), carried.end(),
+                                            [](const NamedFile& f) { return f.name == "tokenizer_config.json"; });
+    if (!carried_config) {
+      nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", g.max_seq_len}};
+      auto content = [&](int32_t id) { return tokenizer->Decode(std::vector<int32_t>{id}); };
+      if (tokenizer->DocumentStart().size() == 1) {
+        if (auto bos = content(tokenizer->DocumentStart()[0]); bos.ok()) tc["bos_token"] = *bos;
+      }
+      if (tokenizer->eot() >= 0) {
+        if (auto eos = content(tokenizer->eot()); eos.ok()) tc["eos_token"] = *eos;
+      }
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of("tokenizer_config.json"), tc.dump(2) + "\n"));
+      summary.tokenizer_paths.push_back(path_of("tokenizer_config.json"));
+    }
+  } else if (tokenizer) {
     const nlohmann::ordered_json tokenizer_config = {
         {"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", g.max_seq_len}, {"add_prefix_space", false},
         {"bos_token", "<|endoftext|>"},       {"eos_token", "<|endoftext|>"},     {"unk_token", "<|endoftext|>"}};

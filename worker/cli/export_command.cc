@@ -51,7 +51,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   if (!summary->tokenizer_paths.empty()) {
-    std::printf("tokenizer (GPT-2's, as the run recorded it):");
+    std::printf("tokenizer (as the run recorded it):");
     for (const std::string& p : summary->tokenizer_paths) std::printf(" %s", p.c_str());
     std::printf("\n");
   }

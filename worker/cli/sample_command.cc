@@ -143,7 +143,7 @@ int SampleCommand(const std::vector<std::string>& args) {
     auto t = tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(vocab, merges) : BpeTokenizer::FromTokenizerJson(tokenizer_json);
     if (!t.ok()) return ReportError(t.status());
     bpe.emplace(std::move(*t));
-  } else if (manifest->state.tokenizer == "gpt2") {
+  } else if (manifest->state.tokenizer == "gpt2" || manifest->state.tokenizer == "hf") {
     auto text = ReadCheckpointTokenizer(*step_dir);
     if (!text.ok()) return ReportError(text.status());
     auto t = BpeTokenizer::FromTokenizerJsonText(*text, *step_dir + "/tokenizer.json");
@@ -160,8 +160,9 @@ int SampleCommand(const std::vector<std::string>& args) {
                                                " tokens but the model " + std::to_string(g.vocab_size)));
   }
   std::vector<int32_t> ids = bpe ? bpe->Encode(*prompt) : ByteTokenize(*prompt);
-  // GPT-2 starts text after <|endoftext|>: an empty prompt is just that.
-  if (bpe) ids.insert(ids.begin(), bpe->eot());
+  // Text starts after the tokenizer's document start (GPT-2's
+  // <|endoftext|>, Llama's <|begin_of_text|>): an empty prompt is just that.
+  if (bpe) ids.insert(ids.begin(), bpe->DocumentStart().begin(), bpe->DocumentStart().end());
   if (ids.empty()) return UsageError("--prompt is empty, and byte-level text has no start token to begin from");
   options.vocab_limit = tokenizer_vocab;
   options.stop_token = bpe ? bpe->eot() : -1;

@@ -1,5 +1,6 @@
-// pstar tokenize: text to a token shard (byte-level, or GPT-2's BPE), and
-// with --decode a shard back to text.
+// pstar tokenize: text to a token shard (byte-level, GPT-2's BPE from its
+// files, or any supported Hugging Face tokenizer.json), and with --decode a
+// shard back to text.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace {
 struct TokenizeArgs {
   std::vector<std::string> inputs;
   std::string output;
-  std::string tokenizer;  // "byte" or "gpt2"; empty: gpt2 when vocabulary files are given
+  std::string tokenizer;  // "byte", "gpt2" or "hf"; empty: from the files given
   std::string vocab, merges, tokenizer_json;
   std::optional<std::string> separator;
   int threads = 0;
@@ -59,13 +60,19 @@ Result<TokenizeArgs> ParseArgs(const std::vector<std::string>& args) {
   }
   if (a.inputs.empty() || a.output.empty()) return Status::InvalidArgument("tokenize needs --input and --output");
   const bool files_given = !a.vocab.empty() || !a.merges.empty() || !a.tokenizer_json.empty();
-  if (a.tokenizer.empty()) a.tokenizer = files_given ? "gpt2" : "byte";
-  if (a.tokenizer != "byte" && a.tokenizer != "gpt2") {
-    return Status::InvalidArgument("--tokenizer must be byte or gpt2, got '" + a.tokenizer + "'");
+  if (a.tokenizer.empty()) {
+    a.tokenizer = !files_given ? "byte" : a.vocab.empty() && a.merges.empty() ? "hf" : "gpt2";
+  }
+  if (a.tokenizer != "byte" && a.tokenizer != "gpt2" && a.tokenizer != "hf") {
+    return Status::InvalidArgument("--tokenizer must be byte, gpt2 or hf, got '" + a.tokenizer + "'");
   }
   if (a.tokenizer == "byte") {
-    if (files_given) return Status::InvalidArgument("--vocab, --merges and --tokenizer-json need --tokenizer gpt2");
-    if (a.separator) return Status::InvalidArgument("--document-separator needs --tokenizer gpt2 (bytes have no end-of-text token)");
+    if (files_given) return Status::InvalidArgument("--vocab, --merges and --tokenizer-json need --tokenizer gpt2 or hf");
+    if (a.separator) return Status::InvalidArgument("--document-separator needs --tokenizer gpt2 or hf (bytes have no end-of-text token)");
+  } else if (a.tokenizer == "hf") {
+    if (!a.vocab.empty() || !a.merges.empty()) return Status::InvalidArgument("--tokenizer hf reads --tokenizer-json, not --vocab/--merges");
+    if (a.tokenizer_json.empty()) return Status::InvalidArgument("--tokenizer hf needs --tokenizer-json FILE");
+    if (a.separator && a.separator->empty()) return Status::InvalidArgument("--document-separator must not be empty");
   } else {
     const bool gpt2_files = !a.vocab.empty() || !a.merges.empty();
     if (gpt2_files && !a.tokenizer_json.empty()) {
@@ -147,7 +154,7 @@ int Decode(const TokenizeArgs& a) {
   if (Status s = CheckOutputIsNotAnInput(a.output, a.inputs); !s.ok()) return ReportError(s);
   int64_t vocab = 256;
   std::optional<BpeTokenizer> bpe;
-  if (a.tokenizer == "gpt2") {
+  if (a.tokenizer != "byte") {
     auto t = LoadTokenizer(a);
     if (!t.ok()) return ReportError(t.status());
     vocab = t->vocab_size();
@@ -229,8 +236,8 @@ int TokenizeCommand(const std::vector<std::string>& args) {
       EncodeDocuments(*tokenizer, documents, a.threads, [&](int64_t done) { bar.Show(done); });
   bar.Show(total_bytes, /*final=*/true);
   if (Status s = WriteTokenShard(a.output, tokens, uint32_t(tokenizer->vocab_size())); !s.ok()) return ReportError(s);
-  std::printf("wrote %zu tokens (gpt2, vocab %d) from %lld documents, %lld bytes, to %s\n", tokens.size(),
-              tokenizer->vocab_size(), static_cast<long long>(n_documents), static_cast<long long>(total_bytes),
+  std::printf("wrote %zu tokens (%s, vocab %d) from %lld documents, %lld bytes, to %s\n", tokens.size(),
+              a.tokenizer.c_str(), tokenizer->vocab_size(), static_cast<long long>(n_documents), static_cast<long long>(total_bytes),
               a.output.c_str());
   return kExitOk;
 }

@@ -69,12 +69,12 @@ Status OpenData(const Config& c, TrainingRank& rank) {
   return Status::Ok();
 }
 
-// The step's text sample: GPT-2's tokenizer samples after <|endoftext|>
-// until the next; bytes after the prompt.
+// The step's text sample: a BPE tokenizer samples after its document start
+// until its end-of-text token; bytes after the prompt.
 Result<std::string> SampleText(Trainer& t, const Config& c, int64_t step) {
   const BpeTokenizer* bpe = t.tokenizer();
   std::vector<int32_t> prompt = bpe != nullptr ? bpe->Encode(c.train.sample_prompt) : ByteTokenize(c.train.sample_prompt);
-  if (bpe != nullptr) prompt.insert(prompt.begin(), bpe->eot());
+  if (bpe != nullptr) prompt.insert(prompt.begin(), bpe->DocumentStart().begin(), bpe->DocumentStart().end());
   SampleOptions o;
   o.tokens = c.train.sample_tokens;
   o.top_k = 40;

@@ -761,16 +761,23 @@ void CheckData(const Section& s, Config& c) {
     Fail(s.Key("val_path"), "needs data.source text or tokens (the generated corpus has no validation split)");
   }
   if (d.tokenizer.empty()) d.tokenizer = d.source == DataSourceKind::kText ? "byte" : "none";
-  OneOfNames({"byte", "gpt2", "none"})(s.Key("tokenizer"), d.tokenizer);
+  OneOfNames({"byte", "gpt2", "hf", "none"})(s.Key("tokenizer"), d.tokenizer);
   if (d.source == DataSourceKind::kGenerated && d.tokenizer != "none") {
     Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but the generated corpus has no text (leave it unset)");
   }
   if (d.source == DataSourceKind::kText && d.tokenizer == "none") {
-    Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte or gpt2)");
+    Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte, gpt2 or hf)");
   }
   const bool files = !d.vocab.empty() || !d.merges.empty() || !d.tokenizer_json.empty();
-  if (d.tokenizer != "gpt2" && files) {
-    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.vocab, data.merges or data.tokenizer_json is set (they need gpt2)");
+  if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && files) {
+    Fail(s.Key("tokenizer"), "is " + d.tokenizer +
+                                 " but data.vocab, data.merges or data.tokenizer_json is set (they need gpt2 or hf)");
+  }
+  if (d.tokenizer == "hf") {
+    if (!d.vocab.empty() || !d.merges.empty()) {
+      Fail(s.Key("tokenizer"), "is hf, which reads data.tokenizer_json, but data.vocab/data.merges are set (GPT-2's files need gpt2)");
+    }
+    if (d.tokenizer_json.empty()) Fail(s.Key("tokenizer"), "is hf but needs data.tokenizer_json (the model's tokenizer.json)");
   }
   if (d.tokenizer == "gpt2") {
     if (!d.tokenizer_json.empty() && (!d.vocab.empty() || !d.merges.empty())) {
@@ -925,7 +932,7 @@ void ResolveAndCheck(Config& c, const Pending& p) {
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
   if (c.train.sample_every > 0 && c.data.tokenizer == "none") {
-    Fail("train.sample_every", "needs a tokenizer to print the sample (data.tokenizer byte or gpt2)");
+    Fail("train.sample_every", "needs a tokenizer to print the sample (data.tokenizer byte, gpt2 or hf)");
   }
   if (c.train.sample_every > 0 && c.data.tokenizer == "byte" && c.train.sample_prompt.empty()) {
     Fail("train.sample_prompt", "must not be empty with byte-level text (there is no start token)");

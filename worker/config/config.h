@@ -53,9 +53,10 @@ struct DataSection {
   DataSourceKind source = DataSourceKind::kGenerated;
   std::string path;                    // text file, shard file, glob or shard directory
   std::string val_path;                // validation data, read as `path` is; empty: none
-  // What made (text: makes) the tokens: "byte", "gpt2" or "none". After
-  // parsing never empty: unset, byte for text and none otherwise. gpt2 needs
-  // `vocab` + `merges` (GPT-2's encoder.json, vocab.bpe) or `tokenizer_json`.
+  // What made (text: makes) the tokens: "byte", "gpt2", "hf" or "none".
+  // After parsing never empty: unset, byte for text and none otherwise. gpt2
+  // needs `vocab` + `merges` (GPT-2's encoder.json, vocab.bpe) or
+  // `tokenizer_json`; hf needs `tokenizer_json` (any supported model's).
   // Checkpoints record it, for `pstar sample` and `pstar export`.
   std::string tokenizer;
   std::string vocab, merges, tokenizer_json;

@@ -11,6 +11,8 @@
 
 #include "worker/core/file_util.h"
 #include "worker/data/gpt2_pretokenizer.h"
+#include "worker/data/unicode_nfc.h"
+#include "worker/data/utf8.h"
 
 namespace pstar {
 namespace {
@@ -19,6 +21,7 @@ namespace {
 // absurdly large (GPT-2's is 50257; the largest in use are a few 100k).
 constexpr int64_t kMaxVocab = int64_t(1) << 22;
 constexpr char kEndOfText[] = "<|endoftext|>";
+constexpr char kMetaspace[] = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves,
 // the others for 256, 257, ... in byte order. unicode_to_byte is its inverse
@@ -70,66 +73,162 @@ nlohmann::json ParseJsonFile(const std::string& path, const std::string& text, S
   return j;
 }
 
+// "<0xHH>", SentencePiece's byte-fallback token, to its byte (or -1).
+int ByteFallbackValue(const std::string& s) {
+  if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
+  int v = 0;
+  for (int k = 3; k < 5; ++k) {
+    const char c = s[size_t(k)];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+// Whitespace an added token's lstrip/rstrip takes in (ASCII's).
+bool IsStripSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+void ReplaceAll(std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+    out.append(s, pos, hit - pos);
+    out += to;
+  }
+  out.append(s, pos, std::string::npos);
+  s = std::move(out);
+}
+
+std::string TypeOf(const nlohmann::json& j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+}
+
+// The steps of stage `key`: none (null or absent), one, or a Sequence's
+// (whose list is `list`).
+std::vector<nlohmann::json> Steps(const nlohmann::json& j, const char* key, const char* list) {
+  const nlohmann::json stage = j.value(key, nlohmann::json());
+  if (TypeOf(stage) == "Sequence" && stage.contains(list) && stage[list].is_array()) {
+    return std::vector<nlohmann::json>(stage[list].begin(), stage[list].end());
+  }
+  if (stage.is_null()) return {};
+  return {stage};
+}
+
 }  // namespace
 
-Result<BpeTokenizer> BpeTokenizer::Build(const std::vector<std::pair<std::string, int64_t>>& vocab,
-                                         const std::vector<std::pair<std::string, std::string>>& merges,
-                                         const std::string& source) {
-  BpeTokenizer t;
-  t.vocab_strings_ = vocab;
-  t.merge_strings_ = merges;
-  std::unordered_map<std::string, int32_t> id_of;  // token bytes -> id
+Status BpeTokenizer::LoadModel(const std::vector<std::pair<std::string, int64_t>>& vocab,
+                               const std::vector<std::pair<std::string, std::string>>& merges,
+                               std::vector<AddedToken> added, const std::string& source) {
+  const auto bad = [&](const std::string& what) { return Status::InvalidArgument(source + ": " + what); };
   int64_t max_id = -1;
-  for (const auto& [str, id] : vocab) {
+  const auto check_id = [&](const std::string& str, int64_t id) -> Status {
     if (id < 0 || id >= kMaxVocab) {
-      return Status::InvalidArgument(source + ": token '" + str + "' has id " + std::to_string(id) +
-                                     ", outside 0.." + std::to_string(kMaxVocab - 1));
+      return bad("token '" + str + "' has id " + std::to_string(id) + ", outside 0.." + std::to_string(kMaxVocab - 1));
     }
     max_id = std::max(max_id, id);
-  }
-  if (max_id < 0) return Status::InvalidArgument(source + ": the vocabulary is empty");
-  t.token_bytes_.assign(size_t(max_id + 1), std::string());
+    return Status::Ok();
+  };
+  for (const auto& [str, id] : vocab) PSTAR_RETURN_IF_ERROR(check_id(str, id));
+  for (const AddedToken& a : added) PSTAR_RETURN_IF_ERROR(check_id(a.content, a.id));
+  if (max_id < 0) return bad("the vocabulary is empty");
+  token_text_.assign(size_t(max_id + 1), std::string());
+  is_byte_token_.assign(size_t(max_id + 1), false);
   std::vector<bool> seen(size_t(max_id + 1), false);
-  for (const auto& [str, id] : vocab) {
-    if (seen[size_t(id)]) return Status::InvalidArgument(source + ": id " + std::to_string(id) + " is used twice");
-    seen[size_t(id)] = true;
-    if (str == kEndOfText) {
-      t.eot_ = int32_t(id);
-      t.token_bytes_[size_t(id)] = str;
-      continue;
-    }
+  for (int& t : fallback_token_) t = -1;
+  // The symbols a token string stands for: bytes for a byte-level model,
+  // the text itself otherwise.
+  const auto symbols = [&](const std::string& str) -> Result<std::string> {
+    if (!byte_level_) return str;
     auto bytes = TokenStringToBytes(str);
     if (!bytes.ok()) return bytes.status().WithPrefix(source);
-    if (bytes->empty()) return Status::InvalidArgument(source + ": id " + std::to_string(id) + " is an empty token");
-    t.token_bytes_[size_t(id)] = *bytes;
-    id_of.emplace(*bytes, int32_t(id));
-  }
-  if (t.eot_ < 0) return Status::InvalidArgument(source + ": the vocabulary has no " + std::string(kEndOfText) + " token");
-  for (int b = 0; b < 256; ++b) {
-    auto it = id_of.find(std::string(1, char(b)));
-    if (it == id_of.end()) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      return Status::InvalidArgument(source + ": the vocabulary has no token for byte " + hex +
-                                     " (not a byte-level BPE vocabulary)");
+    return bytes;
+  };
+  for (const auto& [str, id] : vocab) {
+    if (seen[size_t(id)]) return bad("id " + std::to_string(id) + " is used twice");
+    seen[size_t(id)] = true;
+    if (byte_level_ && str == kEndOfText) {  // GPT-2's encoder.json lists it among the tokens
+      token_text_[size_t(id)] = str;
+      const std::string& name = str;  // (a structured binding cannot be captured before C++20 in Clang 14)
+      if (std::none_of(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == name; })) {
+        added.push_back({str, int32_t(id), true, false, false});
+      }
+      continue;
     }
-    t.byte_token_[b] = it->second;
+    PSTAR_ASSIGN_OR_RETURN(std::string sym, symbols(str));
+    if (sym.empty()) return bad("id " + std::to_string(id) + " is an empty token");
+    if (!byte_level_) {
+      const int b = ByteFallbackValue(str);
+      if (b >= 0) {
+        fallback_token_[b] = int32_t(id);
+        is_byte_token_[size_t(id)] = true;
+      }
+    }
+    token_text_[size_t(id)] = sym;
+    id_of_.emplace(std::move(sym), int32_t(id));
   }
-  t.merges_.reserve(merges.size());
+  for (const AddedToken& a : added) {
+    if (a.content.empty()) return bad("added token " + std::to_string(a.id) + " is empty");
+    const std::string& have = token_text_[size_t(a.id)];
+    if (seen[size_t(a.id)] && have != a.content && !(byte_level_ && have == a.content)) {
+      // An added token may restate a vocabulary token (Llama 2's <s>), not rename it.
+      auto sym = symbols(a.content);
+      if (!sym.ok() || *sym != have) {
+        return bad("added token '" + a.content + "' has id " + std::to_string(a.id) + ", which the vocabulary gives another token");
+      }
+    }
+    seen[size_t(a.id)] = true;
+    token_text_[size_t(a.id)] = a.content;
+  }
+  // Longest first: the leftmost, longest added token wins, as in Hugging Face's tokenizers.
+  std::stable_sort(added.begin(), added.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  added_ = std::move(added);
+  for (const AddedToken& a : added_) added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
+  // The family's end-of-text token: GPT-2's and Qwen's, Llama 3's, SentencePiece's.
+  for (const char* name : {kEndOfText, "<|end_of_text|>", "</s>"}) {
+    auto it = std::find_if(added_.begin(), added_.end(), [&](const AddedToken& a) { return a.content == name; });
+    if (it != added_.end()) {
+      eot_ = it->id;
+      break;
+    }
+  }
+  if (byte_level_) {
+    for (int b = 0; b < 256; ++b) {
+      auto it = id_of_.find(std::string(1, char(b)));
+      if (it == id_of_.end()) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", b);
+        return bad(std::string("the vocabulary has no token for byte ") + hex + " (not a byte-level BPE vocabulary)");
+      }
+      byte_token_[b] = it->second;
+    }
+  } else if (byte_fallback_) {
+    for (int b = 0; b < 256; ++b) {
+      if (fallback_token_[b] < 0) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        return bad(std::string("model.byte_fallback is true but the vocabulary has no ") + name + " token");
+      }
+    }
+  }
+  merges_.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
-    auto ab = TokenStringToBytes(a), bb = TokenStringToBytes(b);
-    if (!ab.ok()) return ab.status().WithPrefix(source + ": merge " + std::to_string(r + 1));
-    if (!bb.ok()) return bb.status().WithPrefix(source + ": merge " + std::to_string(r + 1));
-    auto ia = id_of.find(*ab), ib = id_of.find(*bb), im = id_of.find(*ab + *bb);
-    if (ia == id_of.end() || ib == id_of.end() || im == id_of.end()) {
-      return Status::InvalidArgument(source + ": merge " + std::to_string(r + 1) + " ('" + a + " " + b +
-                                     "') names a token the vocabulary does not have");
+    auto sa = symbols(a), sb = symbols(b);
+    if (!sa.ok()) return sa.status().WithPrefix("merge " + std::to_string(r + 1));
+    if (!sb.ok()) return sb.status().WithPrefix("merge " + std::to_string(r + 1));
+    auto ia = id_of_.find(*sa), ib = id_of_.find(*sb), im = id_of_.find(*sa + *sb);
+    if (ia == id_of_.end() || ib == id_of_.end() || im == id_of_.end()) {
+      return bad("merge " + std::to_string(r + 1) + " ('" + a + " " + b + "') names a token the vocabulary does not have");
     }
-    // A pair listed twice keeps its first (lowest) rank, as GPT-2's encoder does.
-    t.merges_.emplace(PairKey(ia->second, ib->second), Merge{int32_t(r), im->second});
+    // A pair listed twice keeps its first (lowest) rank, as the reference encoders do.
+    merges_.emplace(PairKey(ia->second, ib->second), Merge{int32_t(r), im->second});
   }
-  return t;
+  return Status::Ok();
 }
 
 Result<BpeTokenizer> BpeTokenizer::FromGpt2Files(const std::string& encoder_json, const std::string& vocab_bpe) {
@@ -165,7 +264,15 @@ Result<BpeTokenizer> BpeTokenizer::FromGpt2Files(const std::string& encoder_json
     }
     merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
-  return Build(vocab, merges, encoder_json + " + " + vocab_bpe);
+  const std::string source = encoder_json + " + " + vocab_bpe;
+  BpeTokenizer t;
+  t.pre_.push_back(PreStep{PreStep::Kind::kByteLevel, std::nullopt, true, false, "", "", false});
+  PSTAR_RETURN_IF_ERROR(t.LoadModel(vocab, merges, {}, source));
+  if (t.eot_ < 0 || t.token_text_[size_t(t.eot_)] != kEndOfText) return Status::InvalidArgument(source + ": the vocabulary has no " + std::string(kEndOfText) + " token");
+  t.document_start_ = {t.eot_};
+  t.vocab_strings_ = std::move(vocab);
+  t.merge_strings_ = std::move(merges);
+  return t;
 }
 
 Result<BpeTokenizer> BpeTokenizer::FromTokenizerJson(const std::string& path) {
@@ -179,35 +286,117 @@ Result<BpeTokenizer> BpeTokenizer::FromTokenizerJsonText(const std::string& text
   PSTAR_RETURN_IF_ERROR(status);
   const auto bad = [&](const std::string& what) { return Status::InvalidArgument(path + ": " + what); };
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) return bad("no \"model\" object");
+  BpeTokenizer t;
+  t.json_text_ = text;
+
+  // normalizer
+  for (const auto& n : Steps(j, "normalizer", "normalizers")) {
+    const std::string type = TypeOf(n);
+    if (type == "NFC") {
+      t.normalizer_.push_back({NormStep::Kind::kNfc, "", ""});
+    } else if (type == "Prepend" && n.contains("prepend") && n["prepend"].is_string()) {
+      t.normalizer_.push_back({NormStep::Kind::kPrepend, n["prepend"].get<std::string>(), ""});
+    } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() && n["pattern"].contains("String") &&
+               n["pattern"]["String"].is_string() && n.contains("content") && n["content"].is_string()) {
+      t.normalizer_.push_back({NormStep::Kind::kReplace, n["pattern"]["String"].get<std::string>(),
+                               n["content"].get<std::string>()});
+    } else {
+      return bad("normalizer " + (type.empty() ? n.dump().substr(0, 80) : type) +
+                 " is not supported (NFC, Prepend, Replace of a string, or a Sequence of them)");
+    }
+  }
+
+  // pre_tokenizer
+  const std::vector<nlohmann::json> pres = Steps(j, "pre_tokenizer", "pretokenizers");
+  bool saw_byte_level = false;
+  for (size_t k = 0; k < pres.size(); ++k) {
+    const nlohmann::json& p = pres[k];
+    const std::string type = TypeOf(p);
+    PreStep step{PreStep::Kind::kSplit, std::nullopt, false, false, "", "", false};
+    if (type == "Split") {
+      if (!p.contains("pattern") || !p["pattern"].is_object() || !p["pattern"].contains("Regex") ||
+          !p["pattern"]["Regex"].is_string()) {
+        return bad("pre_tokenizer Split has no pattern.Regex string (a plain String pattern is not supported)");
+      }
+      if (p.value("behavior", "") != "Isolated" || p.value("invert", false)) {
+        return bad("pre_tokenizer Split has behavior " + p.value("behavior", std::string("?")) +
+                   (p.value("invert", false) ? " inverted" : "") + "; only Isolated, not inverted, is supported");
+      }
+      PSTAR_ASSIGN_OR_RETURN(RegexSplitter r, RegexSplitter::Compile(p["pattern"]["Regex"].get<std::string>(),
+                                                                       path + ": pre_tokenizer Split"));
+      step.regex = std::move(r);
+    } else if (type == "ByteLevel") {
+      step.kind = PreStep::Kind::kByteLevel;
+      step.use_regex = p.value("use_regex", true);
+      step.add_prefix_space = p.value("add_prefix_space", false);
+      if (step.add_prefix_space && k != 0) {
+        return bad("pre_tokenizer ByteLevel with add_prefix_space is supported only as the first step");
+      }
+      saw_byte_level = true;
+    } else if (type == "Metaspace") {
+      step.kind = PreStep::Kind::kMetaspace;
+      step.replacement = p.value("replacement", std::string(kMetaspace));
+      if (p.contains("prepend_scheme") && p["prepend_scheme"].is_string()) {
+        step.prepend_scheme = p["prepend_scheme"].get<std::string>();
+      } else {
+        step.prepend_scheme = p.value("add_prefix_space", true) ? "always" : "never";
+      }
+      if (step.prepend_scheme != "always" && step.prepend_scheme != "first" && step.prepend_scheme != "never") {
+        return bad("pre_tokenizer Metaspace has prepend_scheme '" + step.prepend_scheme + "' (always, first or never)");
+      }
+      step.split = p.value("split", true);
+      if (k != 0) return bad("pre_tokenizer Metaspace is supported only as the first step");
+      if (step.replacement.empty()) return bad("pre_tokenizer Metaspace has an empty replacement");
+    } else {
+      return bad("pre_tokenizer " + (type.empty() ? p.dump().substr(0, 80) : type) +
+                 " is not supported (Split, ByteLevel, Metaspace, or a Sequence of them)");
+    }
+    t.pre_.push_back(std::move(step));
+  }
+  t.byte_level_ = saw_byte_level;
+  t.gpt2_form_ = t.normalizer_.empty() && t.pre_.size() == 1 && t.pre_[0].kind == PreStep::Kind::kByteLevel &&
+                 t.pre_[0].use_regex && !t.pre_[0].add_prefix_space;
+
+  // model
   const nlohmann::json& model = j["model"];
   if (model.contains("type") && model["type"] != "BPE") {
-    return bad("model.type is " + model["type"].dump() + "; only a BPE model (the GPT-2 family) is supported");
+    return bad("model.type is " + model["type"].dump() + "; only BPE models are supported");
   }
-  const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel") {
-    return bad("pre_tokenizer is not ByteLevel; only GPT-2's byte-level pre-tokenization is supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
+      return bad(std::string("model.") + key + " is " + model[key].dump() + "; only none is supported");
+    }
   }
-  if (pre.value("add_prefix_space", false)) {
-    return bad("pre_tokenizer.add_prefix_space is true; GPT-2 encodes text as it is (false)");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0 && model["dropout"] != 0.0) {
+    return bad("model.dropout is " + model["dropout"].dump() + "; BPE dropout is for training tokenizers, not supported");
   }
+  t.ignore_merges_ = model.value("ignore_merges", false);
+  t.byte_fallback_ = model.value("byte_fallback", false);
+  t.fuse_unk_ = model.value("fuse_unk", false);
   if (!model.contains("vocab") || !model["vocab"].is_object()) return bad("model.vocab is not an object");
   if (!model.contains("merges") || !model["merges"].is_array()) return bad("model.merges is not an array");
   std::vector<std::pair<std::string, int64_t>> vocab;
+  vocab.reserve(model["vocab"].size());
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
     if (!it.value().is_number_integer()) return bad("the id of token '" + it.key() + "' is not an integer");
     vocab.emplace_back(it.key(), it.value().get<int64_t>());
   }
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& added : j["added_tokens"]) {
-      if (!added.is_object() || !added.contains("content") || !added["content"].is_string() ||
-          !added.contains("id") || !added["id"].is_number_integer()) {
+  std::vector<AddedToken> added;
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    if (!j["added_tokens"].is_array()) return bad("added_tokens is not an array");
+    for (const auto& a : j["added_tokens"]) {
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id") ||
+          !a["id"].is_number_integer()) {
         return bad("an added_tokens entry lacks a string content or an integer id");
       }
-      const std::string content = added["content"].get<std::string>();
-      if (!model["vocab"].contains(content)) vocab.emplace_back(content, added["id"].get<int64_t>());
+      const std::string content = a["content"].get<std::string>();
+      if (a.value("single_word", false)) return bad("added token '" + content + "' has single_word true, not supported");
+      added.push_back({content, int32_t(a["id"].get<int64_t>()), a.value("special", false), a.value("lstrip", false),
+                       a.value("rstrip", false)});
     }
   }
   std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(model["merges"].size());
   size_t index = 0;
   for (const auto& m : model["merges"]) {
     ++index;
@@ -225,21 +414,123 @@ Result<BpeTokenizer> BpeTokenizer::FromTokenizerJsonText(const std::string& text
       return bad("merge " + std::to_string(index) + " is neither 'LEFT RIGHT' nor [LEFT, RIGHT]");
     }
   }
-  return Build(vocab, merges, path);
+  PSTAR_RETURN_IF_ERROR(t.LoadModel(vocab, merges, std::move(added), path));
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    const auto unk = t.TokenId(model["unk_token"].get<std::string>());
+    if (!unk) return bad("model.unk_token " + model["unk_token"].dump() + " is not in the vocabulary");
+    t.unk_ = *unk;
+  }
+  if (!t.byte_level_ && !t.byte_fallback_ && t.unk_ < 0) {
+    return bad("the model is neither byte-level nor has byte_fallback or an unk_token: some text would not encode");
+  }
+  if (t.gpt2_form_) {
+    t.vocab_strings_ = vocab;
+    t.merge_strings_ = merges;
+  }
+
+  // post_processor: the template's tokens around a single sequence.
+  for (const auto& p : Steps(j, "post_processor", "processors")) {
+    const std::string type = TypeOf(p);
+    if (type == "ByteLevel") continue;  // offsets only
+    if (type != "TemplateProcessing") {
+      return bad("post_processor " + (type.empty() ? p.dump().substr(0, 80) : type) +
+                 " is not supported (TemplateProcessing, ByteLevel, or a Sequence of them)");
+    }
+    if (!p.contains("single") || !p["single"].is_array()) return bad("post_processor TemplateProcessing has no single template");
+    bool after_sequence = false;
+    for (const auto& item : p["single"]) {
+      if (item.contains("Sequence")) {
+        after_sequence = true;
+        continue;
+      }
+      if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") || !item["SpecialToken"]["id"].is_string()) {
+        return bad("post_processor TemplateProcessing has an item that is neither a Sequence nor a SpecialToken");
+      }
+      const std::string name = item["SpecialToken"]["id"].get<std::string>();
+      const nlohmann::json specials = p.value("special_tokens", nlohmann::json::object());
+      std::vector<int32_t> ids;
+      if (specials.contains(name) && specials[name].contains("ids") && specials[name]["ids"].is_array()) {
+        for (const auto& id : specials[name]["ids"]) {
+          if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t.vocab_size()) {
+            return bad("post_processor special token '" + name + "' has an id outside the vocabulary");
+          }
+          ids.push_back(int32_t(id.get<int64_t>()));
+        }
+      } else if (auto id = t.TokenId(name)) {
+        ids.push_back(*id);
+      } else {
+        return bad("post_processor names special token '" + name + "', which the vocabulary does not have");
+      }
+      auto& to = after_sequence ? t.document_end_ : t.document_start_;
+      to.insert(to.end(), ids.begin(), ids.end());
+    }
+  }
+  if (t.document_start_.empty() && t.document_end_.empty() && t.eot_ >= 0) t.document_start_ = {t.eot_};
+  if (t.document_start_.empty() && t.document_end_.empty()) {
+    return bad("neither the post_processor nor an end-of-text token (<|endoftext|>, <|end_of_text|>, </s>) "
+               "gives a token between documents");
+  }
+
+  // decoder
+  const nlohmann::json dec = j.value("decoder", nlohmann::json());
+  if (t.byte_level_) {
+    if (!dec.is_null() && TypeOf(dec) != "ByteLevel") {
+      return bad("decoder " + TypeOf(dec) + " does not match the byte-level pre-tokenizer (ByteLevel)");
+    }
+  } else if (TypeOf(dec) == "Metaspace") {
+    t.decode_strip_leading_space_ = dec.value("prepend_scheme", dec.value("add_prefix_space", true) ? "always" : "never") != "never";
+  } else if (TypeOf(dec) == "Sequence" && dec.contains("decoders") && dec["decoders"].is_array()) {
+    for (const auto& d : dec["decoders"]) {
+      const std::string type = TypeOf(d);
+      if (type == "Replace" && d.contains("pattern") && d["pattern"].value("String", "") == kMetaspace &&
+          d.value("content", "") == " ") {
+        continue;
+      }
+      if (type == "ByteFallback" || type == "Fuse") continue;
+      if (type == "Strip" && d.value("content", "") == " " && d.value("stop", 0) == 0 && d.value("start", 0) <= 1) {
+        t.decode_strip_leading_space_ = d.value("start", 0) == 1;
+        continue;
+      }
+      return bad("decoder step " + (type.empty() ? d.dump().substr(0, 80) : type) +
+                 " is not supported (Replace of \xE2\x96\x81, ByteFallback, Fuse, Strip)");
+    }
+  } else {
+    return bad("decoder " + (TypeOf(dec).empty() ? dec.dump().substr(0, 80) : TypeOf(dec)) +
+               " is not supported for a SentencePiece-style model (Metaspace, or Replace/ByteFallback/Fuse/Strip)");
+  }
+  return t;
 }
 
-void BpeTokenizer::EncodeLongWord(std::string_view word, std::vector<int32_t>& out) const {
-  // The same merges in the same order as EncodeWord (the lowest rank first,
-  // the leftmost of equals), in O(n log n): a min-heap of (rank, left
-  // position) over a linked list of tokens. An entry whose pair has changed
+bool BpeTokenizer::lossless() const {
+  if (!byte_level_ || !normalizer_.empty()) return false;
+  for (const PreStep& p : pre_) {
+    if (p.add_prefix_space) return false;
+  }
+  for (const AddedToken& a : added_) {
+    if (a.lstrip || a.rstrip) return false;
+  }
+  return true;
+}
+
+std::optional<int32_t> BpeTokenizer::TokenId(std::string_view content) const {
+  for (const AddedToken& a : added_) {
+    if (a.content == content) return a.id;
+  }
+  auto it = id_of_.find(std::string(content));
+  if (it != id_of_.end()) return it->second;
+  return std::nullopt;
+}
+
+void BpeTokenizer::MergeLong(std::vector<int32_t>& ids) const {
+  // The same merges in the same order as MergeSymbols (the lowest rank
+  // first, the leftmost of equals), in O(n log n): a min-heap of (rank, left
+  // position) over a linked list of symbols. An entry whose pair has changed
   // since it was pushed is skipped (a rank names one pair, so an unchanged
   // rank means an unchanged pair).
-  const int32_t n = int32_t(word.size());
-  const size_t count = static_cast<size_t>(n);
-  std::vector<int32_t> ids(count), next(count), prev(count);
-  std::vector<bool> alive(count, true);
+  const int32_t n = int32_t(ids.size());
+  std::vector<int32_t> next(ids.size()), prev(ids.size());
+  std::vector<bool> alive(ids.size(), true);
   for (int32_t i = 0; i < n; ++i) {
-    ids[size_t(i)] = byte_token_[static_cast<unsigned char>(word[size_t(i)])];
     next[size_t(i)] = i + 1;
     prev[size_t(i)] = i - 1;
   }
@@ -276,28 +567,29 @@ void BpeTokenizer::EncodeLongWord(std::string_view word, std::vector<int32_t>& o
       if (rr != INT_MAX) heap.emplace(rr, i);
     }
   }
-  for (int32_t i = 0; i < n; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
+  size_t w = 0;
+  for (int32_t i = 0; i < n; i = next[size_t(i)]) ids[w++] = ids[size_t(i)];
+  ids.resize(w);
 }
 
-void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+void BpeTokenizer::MergeSymbols(std::vector<int32_t>& ids) const {
   // Long words (a minified blob, a DNA sequence) would make the simple loop
   // below quadratic: minutes for a megabyte.
-  if (word.size() > kLongWordBytes) return EncodeLongWord(word, out);
-  std::vector<int32_t> ids(word.size());
-  for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_token_[static_cast<unsigned char>(word[i])];
+  if (ids.size() > kLongWordSymbols) return MergeLong(ids);
   const auto rank_at = [&](size_t i, Merge* merge) {
     auto it = merges_.find(PairKey(ids[i], ids[i + 1]));
     if (it == merges_.end()) return INT_MAX;
     if (merge != nullptr) *merge = it->second;
     return it->second.rank;
   };
-  std::vector<int> ranks(ids.size() > 1 ? ids.size() - 1 : 0);
-  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = rank_at(i, nullptr);
+  int ranks[kLongWordSymbols];
+  size_t n_ranks = ids.size() > 1 ? ids.size() - 1 : 0;
+  for (size_t i = 0; i < n_ranks; ++i) ranks[i] = rank_at(i, nullptr);
   // The lowest-ranked pair merges first (the leftmost of equals); only the
   // two pairs beside a merge change rank.
-  while (!ranks.empty()) {
+  while (n_ranks > 0) {
     size_t best = 0;
-    for (size_t i = 1; i < ranks.size(); ++i) {
+    for (size_t i = 1; i < n_ranks; ++i) {
       if (ranks[i] < ranks[best]) best = i;
     }
     if (ranks[best] == INT_MAX) break;
@@ -305,42 +597,186 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) 
     rank_at(best, &merge);
     ids[best] = merge.id;
     ids.erase(ids.begin() + std::ptrdiff_t(best) + 1);
-    ranks.erase(ranks.begin() + std::ptrdiff_t(best));
-    if (best < ranks.size()) ranks[best] = rank_at(best, nullptr);
+    std::copy(ranks + best + 1, ranks + n_ranks, ranks + best);
+    --n_ranks;
+    if (best < n_ranks) ranks[best] = rank_at(best, nullptr);
     if (best > 0) ranks[best - 1] = rank_at(best - 1, nullptr);
   }
+}
+
+void BpeTokenizer::AppendUnknown(std::string_view ch, std::vector<int32_t>& ids) const {
+  if (byte_fallback_) {
+    for (char c : ch) ids.push_back(fallback_token_[static_cast<unsigned char>(c)]);
+    return;
+  }
+  if (fuse_unk_ && !ids.empty() && ids.back() == unk_) return;
+  ids.push_back(unk_);
+}
+
+void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_ || word.size() == 1) {
+    auto it = id_of_.find(std::string(word));
+    if (it != id_of_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(word.size());
+  if (byte_level_) {
+    for (char c : word) ids.push_back(byte_token_[static_cast<unsigned char>(c)]);
+  } else {
+    std::string ch;
+    for (size_t i = 0; i < word.size();) {
+      const Utf8Char c = DecodeUtf8At(word, i);
+      ch.assign(word.substr(i, c.len));
+      i += c.len;
+      auto it = id_of_.find(ch);
+      if (it != id_of_.end()) {
+        ids.push_back(it->second);
+      } else {
+        AppendUnknown(ch, ids);
+      }
+    }
+  }
+  MergeSymbols(ids);
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
-void BpeTokenizer::Encode(std::string_view text, std::vector<int32_t>& out) const {
-  // Words repeat: a cache for this call (bounded, so a text of unique words
+void BpeTokenizer::EncodeStretch(std::string_view text, bool first, std::vector<int32_t>& out,
+                                 WordCache& cache) const {
+  if (text.empty()) return;
+  // Words repeat: a cache for the call (bounded, so a text of unique words
   // cannot grow it without end).
   constexpr size_t kMaxCached = size_t(1) << 16;
-  std::unordered_map<std::string_view, std::pair<size_t, size_t>> cache;  // word -> span of `memo`
-  std::vector<int32_t> memo;
-  for (size_t pos = 0; pos < text.size();) {
-    const size_t end = Gpt2WordEnd(text, pos);
-    const std::string_view word = text.substr(pos, end - pos);
-    pos = end;
-    if (word.size() == 1) {
+  const auto encode_word = [&](std::string_view word) {
+    if (word.size() == 1 && byte_level_) {
       out.push_back(byte_token_[static_cast<unsigned char>(word[0])]);
-      continue;
+      return;
     }
-    auto it = cache.find(word);
-    if (it != cache.end()) {
-      out.insert(out.end(), memo.begin() + std::ptrdiff_t(it->second.first),
-                 memo.begin() + std::ptrdiff_t(it->second.first + it->second.second));
-      continue;
+    auto it = cache.spans.find(word);
+    if (it != cache.spans.end()) {
+      const auto [at, n] = it->second;
+      out.insert(out.end(), cache.ids.begin() + std::ptrdiff_t(at), cache.ids.begin() + std::ptrdiff_t(at + n));
+      return;
     }
     const size_t before = out.size();
     EncodeWord(word, out);
-    if (cache.size() >= kMaxCached) {
-      cache.clear();
-      memo.clear();
+    if (cache.spans.size() >= kMaxCached) {
+      cache.spans.clear();
+      cache.ids.clear();
     }
-    cache.emplace(word, std::make_pair(memo.size(), out.size() - before));
-    memo.insert(memo.end(), out.begin() + std::ptrdiff_t(before), out.end());
+    cache.spans.emplace(std::string(word), std::make_pair(cache.ids.size(), out.size() - before));
+    cache.ids.insert(cache.ids.end(), out.begin() + std::ptrdiff_t(before), out.end());
+  };
+  if (gpt2_form_) {  // GPT-2's pattern straight over the text: no copy
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t end = Gpt2WordEnd(text, pos);
+      encode_word(text.substr(pos, end - pos));
+      pos = end;
+    }
+    return;
   }
+  std::string s(text);
+  for (const NormStep& n : normalizer_) {
+    switch (n.kind) {
+      case NormStep::Kind::kNfc: s = NfcNormalize(s); break;
+      case NormStep::Kind::kPrepend: if (!s.empty()) s.insert(0, n.a); break;
+      case NormStep::Kind::kReplace: ReplaceAll(s, n.a, n.b); break;
+    }
+  }
+  // Steps that rewrite the text come first (checked when the file is read).
+  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kByteLevel && pre_[0].add_prefix_space && !s.empty() &&
+      s[0] != ' ') {
+    s.insert(0, " ");
+  }
+  std::vector<std::string_view> pieces, next;
+  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kMetaspace) {
+    const PreStep& m = pre_[0];
+    ReplaceAll(s, " ", m.replacement);
+    const bool prepend = m.prepend_scheme == "always" || (m.prepend_scheme == "first" && first);
+    if (prepend && s.compare(0, m.replacement.size(), m.replacement) != 0) s.insert(0, m.replacement);
+    if (m.split) {  // each replacement starts a piece
+      size_t begin = 0;
+      for (size_t hit = s.find(m.replacement, 1); hit != std::string::npos; hit = s.find(m.replacement, hit + 1)) {
+        pieces.push_back(std::string_view(s).substr(begin, hit - begin));
+        begin = hit;
+      }
+      pieces.push_back(std::string_view(s).substr(begin));
+    } else {
+      pieces.push_back(s);
+    }
+  } else {
+    pieces.push_back(s);
+  }
+  for (const PreStep& p : pre_) {
+    if (p.kind == PreStep::Kind::kMetaspace) continue;
+    if (p.kind == PreStep::Kind::kByteLevel && !p.use_regex) continue;  // bytes are the model's symbols already
+    next.clear();
+    for (std::string_view piece : pieces) {
+      if (p.kind == PreStep::Kind::kSplit) {
+        p.regex->Split(piece, next);
+      } else {
+        for (size_t pos = 0; pos < piece.size();) {
+          const size_t end = Gpt2WordEnd(piece, pos);
+          next.push_back(piece.substr(pos, end - pos));
+          pos = end;
+        }
+      }
+    }
+    pieces.swap(next);
+  }
+  for (std::string_view word : pieces) encode_word(word);
+}
+
+void BpeTokenizer::Encode(std::string_view text, std::vector<int32_t>& out, bool special) const {
+  WordCache cache;
+  size_t stretch = 0;  // the start of the text not yet encoded
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
+    const AddedToken* hit = nullptr;
+    for (const AddedToken& a : added_) {
+      if ((special || !a.special) && text.compare(i, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    }
+    if (hit == nullptr) continue;
+    size_t begin = i, end = i + hit->content.size();
+    if (hit->lstrip) {
+      while (begin > stretch && IsStripSpace(text[begin - 1])) --begin;
+    }
+    if (hit->rstrip) {
+      while (end < text.size() && IsStripSpace(text[end])) ++end;
+    }
+    EncodeStretch(text.substr(stretch, begin - stretch), stretch == 0, out, cache);
+    out.push_back(hit->id);
+    stretch = end;
+    i = end - 1;
+  }
+  EncodeStretch(text.substr(stretch), stretch == 0, out, cache);
+}
+
+Result<std::string> BpeTokenizer::Decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || token_text_[size_t(id)].empty()) {
+      return Status::InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
+    }
+    const std::string& text = token_text_[size_t(id)];
+    if (byte_level_) {
+      out += text;
+    } else if (is_byte_token_[size_t(id)]) {
+      out.push_back(char(ByteFallbackValue(text)));
+    } else {
+      std::string piece = text;
+      ReplaceAll(piece, kMetaspace, " ");
+      out += piece;
+    }
+  }
+  if (decode_strip_leading_space_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
 }
 
 std::string BpeTokenizer::ToVocabJson() const {
@@ -356,6 +792,7 @@ std::string BpeTokenizer::ToMergesTxt() const {
 }
 
 std::string BpeTokenizer::ToTokenizerJson() const {
+  if (!json_text_.empty()) return json_text_;
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (const auto& [str, id] : vocab_strings_) vocab[str] = id;
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
@@ -379,33 +816,24 @@ std::string BpeTokenizer::ToTokenizerJson() const {
   return j.dump();
 }
 
-Result<std::string> BpeTokenizer::Decode(std::span<const int32_t> ids) const {
-  std::string out;
-  for (const int32_t id : ids) {
-    if (id < 0 || id >= vocab_size() || token_bytes_[size_t(id)].empty()) {
-      return Status::InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
-    }
-    out += token_bytes_[size_t(id)];
-  }
-  return out;
-}
-
 std::vector<int32_t> EncodeDocuments(const BpeTokenizer& tokenizer, const std::vector<std::string_view>& documents,
                                      int threads, const std::function<void(int64_t)>& progress) {
   struct Piece {
     std::string_view text;
-    bool starts_document;
+    bool starts_document, ends_document;
   };
   std::vector<Piece> pieces;
   for (std::string_view doc : documents) {
     size_t begin = 0;
     bool first = true;
-    for (size_t cut : Gpt2SafeCuts(doc, size_t(1) << 20)) {
-      pieces.push_back({doc.substr(begin, cut - begin), first});
-      begin = cut;
-      first = false;
+    if (tokenizer.gpt2_pretokenizer()) {
+      for (size_t cut : Gpt2SafeCuts(doc, size_t(1) << 20)) {
+        pieces.push_back({doc.substr(begin, cut - begin), first, false});
+        begin = cut;
+        first = false;
+      }
     }
-    pieces.push_back({doc.substr(begin), first});
+    pieces.push_back({doc.substr(begin), first, true});
   }
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::vector<int32_t>> encoded(pieces.size());
@@ -429,13 +857,16 @@ std::vector<int32_t> EncodeDocuments(const BpeTokenizer& tokenizer, const std::v
   }
   for (auto& t : pool) t.join();
   if (progress) progress(done_bytes.load());
+  const std::vector<int32_t>& start = tokenizer.DocumentStart();
+  const std::vector<int32_t>& end = tokenizer.DocumentEnd();
   size_t count = 0;
   for (const auto& e : encoded) count += e.size();
   std::vector<int32_t> tokens;
-  tokens.reserve(count + documents.size());
+  tokens.reserve(count + documents.size() * (start.size() + end.size()));
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].starts_document) tokens.push_back(tokenizer.eot());
+    if (pieces[i].starts_document) tokens.insert(tokens.end(), start.begin(), start.end());
     tokens.insert(tokens.end(), encoded[i].begin(), encoded[i].end());
+    if (pieces[i].ends_document) tokens.insert(tokens.end(), end.begin(), end.end());
   }
   return tokens;
 }

@@ -93,12 +93,12 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
 
 Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config) {
   const DataSection& d = config.data;
-  if (d.tokenizer != "gpt2") return std::unique_ptr<BpeTokenizer>();
+  if (d.tokenizer != "gpt2" && d.tokenizer != "hf") return std::unique_ptr<BpeTokenizer>();
   auto t = d.tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(d.vocab, d.merges)
                                     : BpeTokenizer::FromTokenizerJson(d.tokenizer_json);
   if (!t.ok()) return t.status().WithPrefix("data.tokenizer");
   if (t->vocab_size() > config.model.gpt.vocab_size) {
-    return Status::InvalidArgument("data.tokenizer: vocabulary mismatch: the GPT-2 tokenizer has " +
+    return Status::InvalidArgument("data.tokenizer: vocabulary mismatch: the tokenizer has " +
                                    std::to_string(t->vocab_size()) + " tokens but model.vocab_size is " +
                                    std::to_string(config.model.gpt.vocab_size));
   }

@@ -262,6 +262,22 @@ void CollectKeys(const YAML::Node& node, const std::string& prefix, std::set<std
   }
 }
 
+TEST(Config, DataTokenizerHfReadsTheModelsTokenizerJson) {
+  const std::string base = "model: {preset: llama-tiny}\ndata: {source: text, path: a.txt}\n";
+  auto c = ParseConfig(base, "job.yaml", {"data.tokenizer=hf", "data.tokenizer_json=Llama-3.1-8B/tokenizer.json"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->data.tokenizer, "hf");
+  EXPECT_EQ(c->data.tokenizer_json, "Llama-3.1-8B/tokenizer.json");
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=hf"}).find("data.tokenizer: is hf but needs data.tokenizer_json"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=hf", "data.tokenizer_json=t.json", "data.vocab=e.json"})
+                .find("GPT-2's files need gpt2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=byte", "data.tokenizer_json=t.json"}).find("they need gpt2 or hf"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=sentencepiece"}).find("data.tokenizer"), std::string::npos);
+}
+
 // One table drives the parser and --print-config: every key the parser takes
 // is printed by some config (those that apply only with others, with them),
 // in the table's order, and what is printed parses back to the same text.
@@ -273,6 +289,7 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
       "model: {preset: llama-3.2-1b}\ntrain: {seq_len: 64}\n",
       m + "data: {source: text, path: a.txt, val_path: b.txt, tokenizer: gpt2, vocab: e.json, merges: v.bpe}\n",
       m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
+      m + "data: {source: text, path: a.txt, tokenizer: hf, tokenizer_json: t.json}\n",
       m + "checkpoint: {dir: ckpt, export_dir: hf, export_dtype: bf16}\n",
   };
   std::set<std::string> printed;
