@@ -350,10 +350,11 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(summary.generation_config_path,
                                               carried_generation.value_or("{\n  \"_from_model_config\": true\n}\n")));
   }
-  if (tokenizer && manifest.state.tokenizer == "hf") {
+  if (tokenizer && !tokenizer->gpt2_pretokenizer()) {
     // The model's own tokenizer.json, as the run read it; the imported
     // directory's tokenizer_config.json (with its chat template) went above,
-    // else a minimal one naming the document and end tokens.
+    // else a minimal one naming the document and end tokens. (GPT-2's
+    // family, whichever name the run gave it, gets GPT-2's files below.)
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of("tokenizer.json"), tokenizer_json));
     summary.tokenizer_paths.push_back(path_of("tokenizer.json"));
     const bool carried_config = std::any_of(carried.begin(), carried.end(),
