@@ -173,7 +173,7 @@ Status BpeTokenizer::LoadModel(const std::vector<std::pair<std::string, int64_t>
   for (const AddedToken& a : added) {
     if (a.content.empty()) return bad("added token " + std::to_string(a.id) + " is empty");
     const std::string& have = token_text_[size_t(a.id)];
-    if (seen[size_t(a.id)] && have != a.content && !(byte_level_ && have == a.content)) {
+    if (seen[size_t(a.id)] && have != a.content) {
       // An added token may restate a vocabulary token (Llama 2's <s>), not rename it.
       auto sym = symbols(a.content);
       if (!sym.ok() || *sym != have) {
