@@ -17,8 +17,14 @@ namespace pstar::kernels {
 
 // B sequences of T positions; NH query heads and NKV key/value heads (NKV
 // divides NH; equal is multi-head attention) of hs columns each.
+// `positions` (B*T, in the kernels' memory), where rows hold packed
+// examples: each token's position in its example (0 at its first token,
+// so 0 <= positions[b, t] <= t), and a query at t attends to the keys
+// [t - positions[b, t], t] of its own example only (the variable-length form
+// of FlashAttention's, as segment starts). Null: each row is one sequence.
 struct AttentionShape {
   int64_t B = 0, T = 0, NH = 0, NKV = 0, hs = 0;
+  const int32_t* positions = nullptr;
   int64_t RowElements() const { return (NH + 2 * NKV) * hs; }  // one position's q|k|v
 };
 
@@ -30,8 +36,19 @@ struct AttentionShape {
 struct QkvRows {
   int64_t qkv = 0, out = 0;
   int NH = 0, NKV = 0;
+  const int32_t* positions = nullptr;  // AttentionShape::positions
 };
-inline QkvRows RowsOf(const AttentionShape& s) { return {s.RowElements(), s.NH * s.hs, int(s.NH), int(s.NKV)}; }
+inline QkvRows RowsOf(const AttentionShape& s) {
+  return {s.RowElements(), s.NH * s.hs, int(s.NH), int(s.NKV), s.positions};
+}
+
+// The first key the query at position t (< T) of row b sees: its example's
+// first position where rows hold packed examples, else 0. Every kernel
+// masks the keys before it as it masks those after the query. constexpr, so
+// the CUDA kernels call it too (--expt-relaxed-constexpr).
+constexpr int64_t FirstVisibleKey(const int32_t* positions, int64_t b, int64_t T, int64_t t) {
+  return positions != nullptr ? t - positions[b * T + t] : 0;
+}
 
 // The one blocking of both backends (the CUDA kernels tile by it too).
 inline constexpr int64_t kAttentionBlock = 64;

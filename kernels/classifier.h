@@ -17,6 +17,8 @@ namespace pstar::kernels::cpu {
 // losses[i] = log sum_j exp(logits[i, j]) - logits[i, targets[i]] (losses
 // may be null: the gradient only). With `write_dlogits`, then
 // logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss for j < V, 0 after.
+// A negative target marks a position the loss ignores (a prompt's token, a
+// packed row's padding): its loss is 0 and its gradient row all zeros.
 void CrossEntropy(float* losses, float* logits, const int32_t* targets, float dloss, bool write_dlogits,
                   int64_t N, int64_t V, int64_t Vp);
 // The same over 16-bit logits (bf16, or fp16 when !bf16): each row widened

@@ -20,7 +20,7 @@ if [ "${1:-}" = --configure-only ]; then configure_only=1; shift; fi
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store hf_dir job_actions)
+[ "${#targets[@]}" -gt 0 ] || targets=(config token_shard safetensors manifest bpe_tokenizer store hf_dir jsonl_examples job_actions)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is not installed (scripts/install-deps.sh installs it)" >&2; exit 2; }
 
 # -O1 and line tables only: the sanitizers' reports keep file:line, and the

@@ -269,14 +269,15 @@ quick_pass() {
   sed -n '/^profile:/,$p' "$logs/gpt2-profile.log" | head -24 | sed 's/^/    /' >> "$summary"
 }
 # The Llama family's kernels and grouped-query attention (every form, cuDNN's
-# route included), the
+# route included), packed examples in every attention kernel, the
 # encoder's and classifier's row parts and cross-entropy at 128,256 and
 # 151,936 classes; its training tests against the CPU backend; the step
 # benchmark; compute-sanitizer on those kernel tests last.
-llama_kernels='CudaLlamaKernelsTest*:CudaAttentionTest*Grouped*:CudnnAttentionTest*:CudaClassifierTest*:CudaEncoderTest*'
+llama_kernels='CudaLlamaKernelsTest*:CudaAttentionTest*Grouped*:CudaAttentionTest*Packed*:CudnnAttentionTest*:CudaClassifierTest*:CudaEncoderTest*'
 llama_pass() {
   step llama-kernels 150 "$bin/kernels_cuda_test" --gtest_brief=1 --gtest_filter="$llama_kernels"
-  step llama-training 200 "$bin/gpu_training_test" --gtest_brief=1 --gtest_filter='GpuTraining.LlamaFamily*'
+  step llama-training 200 "$bin/gpu_training_test" --gtest_brief=1 \
+    --gtest_filter='GpuTraining.LlamaFamily*:GpuTraining.PackedExamples*'
   # The bench leaves the sanitizer about two minutes.
   local bench=$(( $(left) - 120 ))
   [ "$bench" -ge 90 ] || bench=90

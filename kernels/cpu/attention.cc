@@ -45,13 +45,31 @@ Rows HeadRows(const Q* x, int64_t ld, int64_t r0, int64_t rows, int64_t hs, std:
 
 // S (rows, cols) = scale Q K^T for a block of query rows and a block of key
 // rows of one head; on a diagonal block the keys after each query are -inf.
-void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, float scale, bool diagonal) {
+// With `pos` (the row's positions) so are the keys before each query's
+// example: query r0 + r sees keys from r0 + r - pos[r0 + r] on.
+void Scores(float* s, Rows q, Rows k, int64_t rows, int64_t cols, int64_t hs, float scale, bool diagonal,
+            const int32_t* pos = nullptr, int64_t r0 = 0, int64_t c0 = 0) {
   Gemm(false, true, rows, cols, hs, scale, q.p, q.ld, k.p, k.ld, 0.0f, s, cols);
   if (diagonal) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = r + 1; c < cols; ++c) s[r * cols + c] = kNegInf;
     }
   }
+  if (pos != nullptr) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t first = r0 + r - pos[r0 + r];
+      for (int64_t c = 0; c < cols && c0 + c < first; ++c) s[r * cols + c] = kNegInf;
+    }
+  }
+}
+
+// The first key block any query of block i sees: its queries' examples'
+// first positions, at least 0.
+int64_t FirstKeyBlock(const int32_t* pos, int64_t r0, int64_t rows) {
+  if (pos == nullptr) return 0;
+  int64_t first = r0;
+  for (int64_t r = 0; r < rows; ++r) first = std::min(first, r0 + r - int64_t(pos[r0 + r]));
+  return std::max<int64_t>(first, 0) / kAttentionBlock;
 }
 
 // x[0..n) summed in fixed lanes (RowMax's scheme, kernels/cpu/vector_math.h).
@@ -104,15 +122,20 @@ void Forward(A* out, float* lse, const A* qkv, const AttentionShape& shape, Load
           std::fill(m.begin(), m.end(), kNegInf);
           std::fill(l.begin(), l.end(), 0.0f);
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j <= i; ++j) {
+          const int32_t* pos = shape.positions != nullptr ? shape.positions + b * T : nullptr;
+          for (int64_t j = FirstKeyBlock(pos, r0, rows); j <= i; ++j) {
             const int64_t c0 = j * kBlock, cols = std::min(kBlock, T - c0);
             const Rows kj = HeadRows(k, ld, c0, cols, hs, kbuf, load);
             const Rows vj = HeadRows(v, ld, c0, cols, hs, vbuf, load);
-            Scores(s.data(), qi, kj, rows, cols, hs, scale, i == j);
+            Scores(s.data(), qi, kj, rows, cols, hs, scale, i == j, pos, r0, c0);
             // Online softmax: rescale what the earlier blocks summed to the new row maximum.
             for (int64_t r = 0; r < rows; ++r) {
               float* row = s.data() + r * cols;
               const float mx = RowMax(row, cols, m[size_t(r)]);
+              if (mx == kNegInf) {  // no key of this block in the query's example (yet): nothing to add
+                std::fill_n(row, cols, 0.0f);
+                continue;
+              }
               const float alpha = VecExp(m[size_t(r)] - mx);
 #pragma omp simd
               for (int64_t c = 0; c < cols; ++c) row[c] = VecExp(row[c] - mx);
@@ -167,6 +190,7 @@ void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const 
           const float* dy = dout + b * T * ldo + h * hs;
           const A* y = out + b * T * ldo + h * hs;
           const float* row_lse = lse + (b * NH + h) * T;
+          const int32_t* pos = shape.positions != nullptr ? shape.positions + b * T : nullptr;
           // D = rowsum(dY * Y): the softmax backward's sum_j P_j dP_j per query.
           for (int64_t t = 0; t < T; ++t) {
             float d = 0.0f;
@@ -184,8 +208,9 @@ void Backward(float* dqkv, const float* dout, const A* qkv, const A* out, const 
             const Rows vj = HeadRows(v, ld, c0, cols, hs, vbuf, load);
             for (int64_t i = j; i < nb; ++i) {
               const int64_t r0 = i * kBlock, rows = std::min(kBlock, T - r0);
+              if (FirstKeyBlock(pos, r0, rows) > j) continue;  // no query of block i sees these keys
               const Rows qi = HeadRows(q, ld, r0, rows, hs, qbuf, load);
-              Scores(p.data(), qi, kj, rows, cols, hs, scale, i == j);
+              Scores(p.data(), qi, kj, rows, cols, hs, scale, i == j, pos, r0, c0);
               for (int64_t r = 0; r < rows; ++r) {
                 const float row_lse_r = row_lse[r0 + r];
                 float* prow = p.data() + r * cols;

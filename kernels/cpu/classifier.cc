@@ -1,5 +1,6 @@
 #include "kernels/classifier.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -33,6 +34,10 @@ double SumOfExps(const float* x, int64_t n, float max) {
 // The log-sum-exp is kept in double until the loss; the gradient uses it
 // rounded to fp32, as the GPU's kernel does.
 float RowCrossEntropy(float* x, int32_t target, float dloss, bool write, int64_t V, int64_t Vp) {
+  if (target < 0) {  // an ignored position: no loss, no gradient
+    if (write) std::fill(x, x + Vp, 0.0f);
+    return 0.0f;
+  }
   const float maxv = RowMax(x, V, x[0]);
   const double l = double(maxv) + std::log(SumOfExps(x, V, maxv));
   const float loss = float(l - double(x[target]));

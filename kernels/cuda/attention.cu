@@ -87,14 +87,15 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr;
       if (r >= rows) continue;  // the whole warp
-      const int64_t t = r0 + r;
+      const int64_t t = r0 + r, first = FirstVisibleKey(L.positions, b, Tlen, t);
       float s[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = lane + half * kWarpSize;
-        s[half] = c < cols && c0 + c <= t ? Dot(qs + r * ld, ks + c * ld, hs) * scale : -INFINITY;
+        s[half] = c < cols && c0 + c <= t && c0 + c >= first ? Dot(qs + r * ld, ks + c * ld, hs) * scale : -INFINITY;
       }
       const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
+      if (mx == -INFINITY) continue;  // no key of the query's example so far: nothing to add (the whole warp)
       const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
       const float alpha = expf(m[rr] - mx);
       l[rr] = l[rr] * alpha + WarpSum(p0 + p1);
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
         for (int half = 0; half < 2; ++half) {
           const int r = lane + half * kWarpSize;
           p[half] = ds[half] = 0.0f;
-          if (r < rows && r0 + r >= c0 + key) {
+          if (r < rows && r0 + r >= c0 + key && c0 + key >= FirstVisibleKey(L.positions, b, Tlen, r0 + r)) {
             p[half] = expf(Dot(qs + r * ld, ks + key * ld, hs) * scale - lse_s[r]);
             const float dp = Dot(dys + r * ld, vs + key * ld, hs);
             ds[half] = p[half] * (dp - dsum_s[r]) * scale;
@@ -296,13 +297,13 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr;
       if (r >= rows) continue;  // the whole warp
-      const int64_t t = r0 + r;
+      const int64_t t = r0 + r, first = FirstVisibleKey(L.positions, b, Tlen, t);
       float ds[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = lane + half * kWarpSize;
         ds[half] = 0.0f;
-        if (c < cols && c0 + c <= t) {
+        if (c < cols && c0 + c <= t && c0 + c >= first) {
           const float p = expf(Dot(qs + r * ld, ks + c * ld, hs) * scale - row_lse[rr]);
           const float dp = Dot(dys + r * ld, vs + c * ld, hs);
           ds[half] = p * (dp - row_dsum[rr]) * scale;

@@ -125,6 +125,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8; m in base 2
   const int64_t t_row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
+  const int64_t first_key[2] = {t_row[0] < Tlen ? FirstVisibleKey(L.positions, b, Tlen, t_row[0]) : 0,
+                                t_row[1] < Tlen ? FirstVisibleKey(L.positions, b, Tlen, t_row[1]) : 0};
 
   for (int64_t j = 0; j <= last; ++j) {
     const int buf = int(j & 1);
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t key = c0 + nt * 8 + 2 * tq + (e & 1);
-        const float v = nt < tiles && key <= t_row[e / 2] ? s[nt][e] * scale_log2 : -INFINITY;
+        const float v =
+            nt < tiles && key <= t_row[e / 2] && key >= first_key[e / 2] ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][e] = v;
         mx[e / 2] = fmaxf(mx[e / 2], v);
       }
@@ -181,14 +184,15 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], ShflXor(mx[r], 1));
       mx[r] = fmaxf(mx[r], ShflXor(mx[r], 2));
-      alpha[r] = exp2f(m[r] - mx[r]);
+      // No key of the row's example so far: nothing to add, nothing to rescale.
+      alpha[r] = mx[r] == -INFINITY ? 1.0f : exp2f(m[r] - mx[r]);
       m[r] = mx[r];
     }
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nt][e] - m[e / 2]);
+        const float p = m[e / 2] == -INFINITY ? 0.0f : exp2f(s[nt][e] - m[e / 2]);
         s[nt][e] = p;
         rowsum[e / 2] += p;
       }
@@ -459,7 +463,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, kMinBlocks)
       for (int e = 0; e < 4; ++e) {
         const int col = nt * 8 + 2 * tq + (e & 1);
         const int64_t query = r0 + col;
-        const bool live = nt >= first && query < Tlen && query >= key[e / 2] && key[e / 2] < Tlen;
+        const bool live = nt >= first && query < Tlen && query >= key[e / 2] && key[e / 2] < Tlen &&
+                          key[e / 2] >= FirstVisibleKey(L.positions, b, Tlen, query);
         const float pe = live ? exp2f(p[nt][e] * scale_log2 - lse_t[col]) : 0.0f;
         p[nt][e] = pe;
         dp[nt][e] = pe * (dp[nt][e] - dsum_t[col]) * scale;  // dS^T
@@ -605,8 +610,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int g = lane / 4, tq = lane % 4;
   const int64_t t_row[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};
   float row_lse[2], row_dsum[2];
+  int64_t first_key[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    first_key[r] = t_row[r] < Tlen ? FirstVisibleKey(L.positions, b, Tlen, t_row[r]) : 0;
     row_lse[r] = t_row[r] < Tlen ? lse[bh * Tlen + t_row[r]] * kLog2e : 0.0f;
     row_dsum[r] = t_row[r] < Tlen ? dsum[bh * Tlen + t_row[r]] : 0.0f;
   }
@@ -674,7 +681,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       for (int e = 0; e < 4; ++e) {
         const int64_t k_at = c0 + nt * 8 + 2 * tq + (e & 1);
         const int64_t t = t_row[e / 2];
-        const bool live = nt < tiles && t < Tlen && k_at <= t;
+        const bool live = nt < tiles && t < Tlen && k_at <= t && k_at >= first_key[e / 2];
         const float pe = live ? exp2f(p[nt][e] * scale_log2 - row_lse[e / 2]) : 0.0f;
         ds[nt][e] = pe * (ds[nt][e] - row_dsum[e / 2]) * scale;
       }

@@ -181,15 +181,18 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
 #pragma unroll
     for (int rr = 0; rr < kTcTile; ++rr) {
       const int64_t t = r0 + warp * kTcTile + rr;
+      const int64_t first = t < Tlen ? FirstVisibleKey(L.positions, b, Tlen, t) : 0;
       float s[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = lane + half * kWarpSize;
-        s[half] = c < cols && c0 + c <= t ? sw[rr * kTcLdS + c] * scale : -INFINITY;
+        s[half] = c < cols && c0 + c <= t && c0 + c >= first ? sw[rr * kTcLdS + c] * scale : -INFINITY;
       }
       const float mx = fmaxf(m[rr], WarpMax(fmaxf(s[0], s[1])));
-      const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
-      alpha[rr] = expf(m[rr] - mx);
+      // No key of the query's example so far: nothing to add, nothing to rescale.
+      const bool none = mx == -INFINITY;
+      const float p0 = none ? 0.0f : expf(s[0] - mx), p1 = none ? 0.0f : expf(s[1] - mx);
+      alpha[rr] = none ? 1.0f : expf(m[rr] - mx);
       l[rr] = l[rr] * alpha[rr] + WarpSum(p0 + p1);
       m[rr] = mx;
       pw[rr * kTcLdP + lane] = FromFloat<T>(p0);
@@ -300,7 +303,8 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int r = lane + half * kWarpSize;
-          const bool live = key < cols && r < rows && r0 + r >= c0 + key;
+          const bool live = key < cols && r < rows && r0 + r >= c0 + key &&
+                            c0 + key >= FirstVisibleKey(L.positions, b, Tlen, r0 + r);
           p[kk][half] = live ? expf(sw[kk * kTcLdS + r] * scale - lse_s[r]) : 0.0f;
           pw[kk * kTcLdP + r] = FromFloat<A>(p[kk][half]);
         }
@@ -396,7 +400,8 @@ __global__ void __launch_bounds__(kTcWarps * kWarpSize)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = lane + half * kWarpSize;
-        const bool live = r < rows && c < cols && c0 + c <= r0 + r;
+        const bool live =
+            r < rows && c < cols && c0 + c <= r0 + r && c0 + c >= FirstVisibleKey(L.positions, b, Tlen, r0 + r);
         p[rr][half] = live ? expf(sw[rr * kTcLdS + c] * scale - row_lse[rr]) : 0.0f;
       }
     }

@@ -51,7 +51,7 @@ __device__ float RowLogSumExp(MaxSum acc, float* loss, const T* x, int64_t targe
     if (lane == 0) {
       const float l = acc.max + logf(acc.sum);
       row_lse = l;
-      if (loss != nullptr) *loss = l - ToFloat(x[target]);
+      if (loss != nullptr) *loss = target < 0 ? 0.0f : l - ToFloat(x[target]);
     }
   }
   __syncthreads();
@@ -84,7 +84,7 @@ __global__ void CrossEntropyScalarRows(float* losses, T* logits, const int32_t* 
   if (!write) return;
   for (int64_t j = threadIdx.x; j < Vp; j += threads) {
     float g = 0.0f;
-    if (j < V) g = expf(ToFloat(x[j]) - l) * dloss;
+    if (j < V && target >= 0) g = expf(ToFloat(x[j]) - l) * dloss;
     if (j == target) g -= dloss;
     x[j] = FromFloat<T>(g);
   }
@@ -134,7 +134,7 @@ __global__ void CrossEntropyVectorRows(float* losses, T* logits, const int32_t* 
     for (int i = 0; i < kVec; ++i) {
       const int64_t j = v * kVec + i;
       float g = 0.0f;
-      if (j < V) g = expf(ToFloat(e[i]) - l) * dloss;
+      if (j < V && target >= 0) g = expf(ToFloat(e[i]) - l) * dloss;
       if (j == target) g -= dloss;
       e[i] = FromFloat<T>(g);
     }

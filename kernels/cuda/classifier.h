@@ -13,7 +13,8 @@ namespace pstar::kernels::cuda {
 
 // losses[i] = lse_i - logits[i, targets[i]] (losses may be null); with
 // `write_dlogits`, logits[i, j] <- (softmax_ij - [j == targets[i]]) * dloss
-// for j < V, 0 after. One block of `threads` (a multiple of 32 up to 1024;
+// for j < V, 0 after; a negative target is ignored (loss 0, gradient row
+// 0), as on the CPU. One block of `threads` (a multiple of 32 up to 1024;
 // KernelTuning) per row: the row is read once for its log-sum-exp and once
 // more for the gradient, which is written in T.
 // The kernel (KernelTuning::cross_entropy_kernel): kScalar reads and writes

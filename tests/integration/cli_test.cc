@@ -196,7 +196,7 @@ TEST(Cli, BadInputGetsOneLineAndExitTwo) {
                      "truncated token shard");
   ASSERT_TRUE(WriteTokenShard(dir.path() + "/short.bin", std::vector<int32_t>(10, 3), 256).ok());
   ExpectOneLineError(with(std::string(kTiny) + "data: {source: tokens, path: " + dir.path() + "/short.bin}\n"),
-                     "fewer than one batch needs");
+                     "fewer than one step needs");
 
   ExpectOneLineError(RunProcess({bin, "train", "--bogus"}), "unknown option '--bogus'");
   ExpectOneLineError(RunProcess({bin, "frobnicate"}), "unknown command 'frobnicate'");

@@ -92,7 +92,7 @@ std::vector<float> PstarLogits(Weights& w, const std::vector<int32_t>& tokens) {
   if (!gpt.ok()) return {};
   std::vector<int32_t> targets(tokens.size(), 0);
   std::vector<float> logits(size_t(T * kModel.vocab_size));
-  gpt->Forward(tokens.data(), targets.data(), logits.data());
+  gpt->Forward({tokens.data(), targets.data()}, logits.data());
   return logits;
 }
 

@@ -22,6 +22,7 @@ int InfoCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
 int SampleCommand(const std::vector<std::string>& args);
+int ExamplesCommand(const std::vector<std::string>& args);
 
 // The step directory of checkpoint root `root`: step `step_text` (a number),
 // or the latest when it is empty. NotFound names what is missing;

@@ -88,6 +88,14 @@ constexpr CommandHelp kCommands[] = {
      "  --top-k K          draw from the K most likely tokens only; 0 (default) is all\n"
      "  --seed S           the same seed, checkpoint and prompt give the same text (default 0)\n"
      "  --vocab, --merges, --tokenizer-json  a tokenizer for a checkpoint that recorded none\n"},
+    {"examples", "examples [--config FILE] [--set KEY=VALUE]... [--rows] [--validation]",
+     "print what a data.source jsonl job trains on, one JSON object a line",
+     "  --config FILE      the job's YAML config; default: the built-in default job\n"
+     "  --set KEY=VALUE    override one config key (repeatable)\n"
+     "  (default)          each example of data.path in its chat format: line, format, ids, and counted\n"
+     "                     (1 for each id the loss counts: the answers and the end token after each)\n"
+     "  --rows             the packed rows instead: tokens, targets (-1: not counted) and positions\n"
+     "  --validation       data.val_path's examples or rows\n"},
     {"info", "info", "print the build and the compute devices", ""},
     {"launch",
      "launch --nproc-per-node N [--nnodes M] [--node-rank K] [--master-addr A]\n"
@@ -166,6 +174,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return pstar::cli::PlanCommand(args);
   if (command == "tokenize") return pstar::cli::TokenizeCommand(args);
   if (command == "sample") return pstar::cli::SampleCommand(args);
+  if (command == "examples") return pstar::cli::ExamplesCommand(args);
   if (command == "export") return pstar::cli::ExportCommand(args);
   if (command == "info") return pstar::cli::InfoCommand(args);
   if (command == "launch") return pstar::cli::LaunchCommand(args);

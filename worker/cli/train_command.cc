@@ -55,10 +55,15 @@ Result<std::optional<std::string>> FlagValue(const std::vector<std::string>& arg
 
 // Text with GPT-2's tokenizer is encoded here; shards only record it.
 Status OpenData(const Config& c, TrainingRank& rank) {
-  if (c.data.source == DataSourceKind::kText) {
+  if (c.data.source == DataSourceKind::kText || c.data.source == DataSourceKind::kJsonl) {
     auto loaded = LoadDataTokenizer(c);
     if (!loaded.ok()) return loaded.status();
     rank.text_tokenizer = std::move(*loaded);
+  }
+  if (c.data.source == DataSourceKind::kJsonl) {
+    PSTAR_ASSIGN_OR_RETURN(rank.rows, OpenPackedExamples(c, *rank.text_tokenizer, false, &rank.rows_note));
+    PSTAR_ASSIGN_OR_RETURN(rank.val_rows, OpenPackedExamples(c, *rank.text_tokenizer, true, &rank.val_rows_note));
+    return Status::Ok();
   }
   auto data = OpenDataSource(c, rank.text_tokenizer.get());
   if (!data.ok()) return data.status();
@@ -213,12 +218,12 @@ Result<std::unique_ptr<TrainingRank>> SetUpRank(const Config& c, const TrainFlag
     rank->chunk_events_path = flags.chunk_events_path;
     if (env->world_size > 1) rank->chunk_events_path += ".rank" + std::to_string(env->rank);
   }
-  auto trainer = Trainer::Create(c, *rank->data, rank->comm.get(), env->local_world_size, env->local_rank);
+  auto trainer = Trainer::Create(c, rank->training_data(), rank->comm.get(), env->local_world_size, env->local_rank);
   if (!trainer.ok()) return trainer.status();
   rank->trainer = std::move(*trainer);
   if (rank->chunk_events != nullptr) rank->trainer->SetEventLog(rank->chunk_events.get());
-  if (rank->val_data != nullptr) {
-    if (Status s = rank->trainer->SetValidationData(*rank->val_data); !s.ok()) return s;
+  if (rank->has_validation()) {
+    if (Status s = rank->trainer->SetValidationData(rank->validation_data()); !s.ok()) return s;
   }
   return rank;
 }

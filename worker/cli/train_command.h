@@ -39,9 +39,18 @@ struct TrainingRank {
   std::unique_ptr<WorkerMetrics> metrics;  // null when metrics.port is 0
   DistEnv env;
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<BpeTokenizer> text_tokenizer;  // only for text data
+  std::unique_ptr<BpeTokenizer> text_tokenizer;  // only for text and jsonl data
+  // A token stream (data, val_data: null without data.val_path), or for
+  // data.source jsonl packed examples (rows, val_rows) with a line on them.
   std::unique_ptr<TokenSource> data;
-  std::unique_ptr<TokenSource> val_data;        // null without data.val_path
+  std::unique_ptr<TokenSource> val_data;
+  std::unique_ptr<PackedRows> rows, val_rows;
+  std::string rows_note, val_rows_note;
+  TrainingData training_data() const { return rows != nullptr ? TrainingData(*rows) : TrainingData(*data); }
+  bool has_validation() const { return val_data != nullptr || val_rows != nullptr; }
+  TrainingData validation_data() const {
+    return val_rows != nullptr ? TrainingData(*val_rows) : TrainingData(*val_data);
+  }
   std::unique_ptr<ChunkEventLog> chunk_events;  // null without --chunk-events
   std::string chunk_events_path;                // FILE, or FILE.rank<K> among several ranks
   std::unique_ptr<Trainer> trainer;

@@ -62,6 +62,18 @@ void PrintMemory(const TrainingRank& rank, const Config& c) {
 
 void PrintData(const TrainingRank& rank, const Config& c) {
   const int64_t world = rank.env.world_size;
+  if (rank.rows != nullptr) {
+    std::printf("data: %s | %d ranks x batch %lld x %lld x %lld accum = %lld positions per step, the loss over the "
+                "answers' tokens\n",
+                rank.rows_note.c_str(), rank.env.world_size, (long long)c.train.batch_size, (long long)c.train.seq_len,
+                (long long)c.train.grad_accum_steps,
+                (long long)(world * c.train.batch_size * c.train.seq_len * c.train.grad_accum_steps));
+    if (rank.val_rows != nullptr) {
+      std::printf("validation: %s | %lld batches every %lld steps\n", rank.val_rows_note.c_str(),
+                  (long long)c.train.eval_batches, (long long)c.train.eval_every);
+    }
+    return;
+  }
   std::printf("data: %lld tokens (tokenizer %s) | %d ranks x batch %lld x %lld x %lld accum = %lld tokens per step\n",
               (long long)rank.data->size(), c.data.tokenizer.c_str(), rank.env.world_size,
               (long long)c.train.batch_size, (long long)c.train.seq_len, (long long)c.train.grad_accum_steps,

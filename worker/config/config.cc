@@ -309,7 +309,8 @@ constexpr int64_t kMaxDiskReadAhead = 16;
 constexpr int64_t kMaxDiskIoThreads = 64;
 
 const std::vector<EnumName<DataSourceKind>> kDataSources = {
-    {"generated", DataSourceKind::kGenerated}, {"text", DataSourceKind::kText}, {"tokens", DataSourceKind::kTokens}};
+    {"generated", DataSourceKind::kGenerated}, {"text", DataSourceKind::kText}, {"tokens", DataSourceKind::kTokens},
+    {"jsonl", DataSourceKind::kJsonl}};
 
 std::string DataSourceName(DataSourceKind kind) {
   for (const auto& v : kDataSources) {
@@ -383,6 +384,7 @@ KeyDef OptimizerOverlapKey() {
 }
 
 bool GeneratedData(const Config& c) { return c.data.source == DataSourceKind::kGenerated; }
+bool JsonlData(const Config& c) { return c.data.source == DataSourceKind::kJsonl; }
 
 // model.architecture: the architecture's description (ArchitectureDefaults)
 // under the shape read so far; with a preset, it must be the preset's.
@@ -507,11 +509,17 @@ void AddDataKeys(std::vector<KeyDef>& k) {
   k.push_back(StringIfSet("data.vocab", [](Config& c) -> auto& { return c.data.vocab; }));
   k.push_back(StringIfSet("data.merges", [](Config& c) -> auto& { return c.data.merges; }));
   k.push_back(StringIfSet("data.tokenizer_json", [](Config& c) -> auto& { return c.data.tokenizer_json; }));
+  k.push_back(Scalar("data.chat_format", [](Config& c) -> auto& { return c.data.chat_format; },
+                     OneOfNames({"auto", "llama3", "chatml", "qwen3", "none"})));
+  k.back().shown = JsonlData;
+  k.push_back(Scalar("data.overlong", [](Config& c) -> auto& { return c.data.overlong; },
+                     OneOfNames({"truncate", "error"})));
+  k.back().shown = JsonlData;
   k.push_back(Scalar("data.generated_tokens", [](Config& c) -> auto& { return c.data.generated_tokens; },
                      Positive()));
   k.back().shown = GeneratedData;
   k.push_back(Scalar("data.seed", [](Config& c) -> auto& { return c.data.seed; }));
-  k.back().shown = GeneratedData;
+  k.back().shown = [](const Config& c) { return GeneratedData(c) || JsonlData(c); };
 }
 
 void AddOptimizerKeys(std::vector<KeyDef>& k) {
@@ -748,7 +756,7 @@ void CheckModel(const Section& s, Config& c, const Pending& p) {
   }
 }
 
-void CheckData(const Section& s, Config& c) {
+void CheckData(const Section& s, Config& c, const Pending& p) {
   DataSection& d = c.data;
   const std::string source = DataSourceName(d.source);
   if (d.source != DataSourceKind::kGenerated && d.path.empty()) {
@@ -767,6 +775,14 @@ void CheckData(const Section& s, Config& c) {
   }
   if (d.source == DataSourceKind::kText && d.tokenizer == "none") {
     Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte, gpt2 or hf)");
+  }
+  if (d.source == DataSourceKind::kJsonl && d.tokenizer != "gpt2" && d.tokenizer != "hf") {
+    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.source jsonl needs the model's tokenizer (hf or gpt2)");
+  }
+  if (d.source != DataSourceKind::kJsonl) {
+    for (const char* key : {"chat_format", "overlong"}) {
+      if (p.given.count(std::string("data.") + key)) Fail(s.Key(key), "is for data.source jsonl, not " + source);
+    }
   }
   const bool files = !d.vocab.empty() || !d.merges.empty() || !d.tokenizer_json.empty();
   if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && files) {
@@ -815,6 +831,11 @@ void CheckRuntime(const Section& s, Config& c, const Pending& p) {
 void CheckTrain(const Section& s, Config& c, const Pending& p) {
   TrainSection& t = c.train;
   const GptConfig& g = c.model.gpt;
+  // Packed examples restart positions per example: RoPE's, in this version.
+  if (c.data.source == DataSourceKind::kJsonl && g.positions != PositionKind::kRotary) {
+    Fail("data.source", "jsonl packs examples whose positions restart, which needs rotary positions (the Llama "
+                        "family); GPT-2's learned positions do not take them in this version");
+  }
   if (t.seq_len == 0) t.seq_len = g.max_seq_len;
   if (t.seq_len > g.max_seq_len) {
     Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " + std::to_string(g.max_seq_len));
@@ -858,7 +879,7 @@ void CheckCheckpoint(const Section& s, const Config& c, const Pending& p) {
 void CheckSection(const std::string& path, const Section& s, Config& c, const Pending& p) {
   if (path == "checkpoint") CheckCheckpoint(s, c, p);
   if (path == "model") CheckModel(s, c, p);
-  if (path == "data") CheckData(s, c);
+  if (path == "data") CheckData(s, c, p);
   if (path == "runtime") CheckRuntime(s, c, p);
   if (path == "train") CheckTrain(s, c, p);
 }

@@ -17,7 +17,7 @@
 
 namespace pstar {
 
-enum class DataSourceKind { kGenerated, kText, kTokens };
+enum class DataSourceKind { kGenerated, kText, kTokens, kJsonl };
 
 // What the disk tier homes (runtime.nvme_spill).
 enum class DiskSpill { kAuto, kAll };
@@ -60,8 +60,14 @@ struct DataSection {
   // Checkpoints record it, for `pstar sample` and `pstar export`.
   std::string tokenizer;
   std::string vocab, merges, tokenizer_json;
+  // jsonl (chat and instruction examples, worker/data/chat_examples.h): the
+  // chat format (auto: the one the tokenizer's special tokens name, or
+  // llama3, chatml, qwen3, none) and what an example longer than a row
+  // does (truncate or error).
+  std::string chat_format = "auto";
+  std::string overlong = "truncate";
   int64_t generated_tokens = 1 << 21;  // size of the built-in corpus
-  uint64_t seed = 1234;                // built-in corpus seed
+  uint64_t seed = 1234;                // built-in corpus seed; the packed rows' order for jsonl
 };
 
 struct OptimizerSection {

@@ -644,8 +644,36 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) 
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
+std::string BpeTokenizer::RewriteStretch(std::string_view text, bool first) const {
+  std::string s(text);
+  for (const NormStep& n : normalizer_) {
+    switch (n.kind) {
+      case NormStep::Kind::kNfc: s = NfcNormalize(s); break;
+      case NormStep::Kind::kPrepend: if (!s.empty()) s.insert(0, n.a); break;
+      case NormStep::Kind::kReplace: ReplaceAll(s, n.a, n.b); break;
+    }
+  }
+  // Steps that rewrite the text come first (checked when the file is read).
+  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kByteLevel && pre_[0].add_prefix_space && !s.empty() &&
+      s[0] != ' ') {
+    s.insert(0, " ");
+  }
+  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kMetaspace) {
+    const PreStep& m = pre_[0];
+    ReplaceAll(s, " ", m.replacement);
+    const bool prepend = m.prepend_scheme == "always" || (m.prepend_scheme == "first" && first);
+    if (prepend && s.compare(0, m.replacement.size(), m.replacement) != 0) s.insert(0, m.replacement);
+  }
+  return s;
+}
+
+size_t BpeTokenizer::TokenBytes(int32_t id) const {
+  if (!byte_level_ && is_byte_token_[size_t(id)]) return 1;
+  return token_text_[size_t(id)].size();
+}
+
 void BpeTokenizer::EncodeStretch(std::string_view text, bool first, std::vector<int32_t>& out,
-                                 WordCache& cache) const {
+                                 WordCache& cache, size_t mark, size_t* mark_token) const {
   if (text.empty()) return;
   // Words repeat: a cache for the call (bounded, so a text of unique words
   // cannot grow it without end).
@@ -670,43 +698,47 @@ void BpeTokenizer::EncodeStretch(std::string_view text, bool first, std::vector<
     cache.spans.emplace(std::string(word), std::make_pair(cache.ids.size(), out.size() - before));
     cache.ids.insert(cache.ids.end(), out.begin() + std::ptrdiff_t(before), out.end());
   };
+  // With a mark: its place in the text the words are cut from, and each
+  // word checked against it as it is encoded.
+  std::string s;
+  size_t word_mark = std::string_view::npos;
+  std::string_view base = text;
+  const bool marked = mark < text.size() && mark_token != nullptr;
+  const auto encode_marked = [&](std::string_view word) {
+    const size_t before = out.size();
+    encode_word(word);
+    if (word_mark == std::string_view::npos) return;
+    const size_t begin = size_t(word.data() - base.data()), end = begin + word.size();
+    if (end <= word_mark) return;
+    // The first token of this word whose bytes reach past the mark.
+    size_t at = begin, k = before;
+    while (k + 1 < out.size() && at + TokenBytes(out[k]) <= word_mark) at += TokenBytes(out[k++]);
+    *mark_token = k;
+    word_mark = std::string_view::npos;
+  };
   if (gpt2_form_) {  // GPT-2's pattern straight over the text: no copy
+    if (marked) word_mark = mark;
     for (size_t pos = 0; pos < text.size();) {
       const size_t end = Gpt2WordEnd(text, pos);
-      encode_word(text.substr(pos, end - pos));
+      encode_marked(text.substr(pos, end - pos));
       pos = end;
     }
     return;
   }
-  std::string s(text);
-  for (const NormStep& n : normalizer_) {
-    switch (n.kind) {
-      case NormStep::Kind::kNfc: s = NfcNormalize(s); break;
-      case NormStep::Kind::kPrepend: if (!s.empty()) s.insert(0, n.a); break;
-      case NormStep::Kind::kReplace: ReplaceAll(s, n.a, n.b); break;
-    }
-  }
-  // Steps that rewrite the text come first (checked when the file is read).
-  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kByteLevel && pre_[0].add_prefix_space && !s.empty() &&
-      s[0] != ' ') {
-    s.insert(0, " ");
-  }
+  s = RewriteStretch(text, first);
+  base = s;
+  // The rewrites keep a prefix a prefix (NFC aside, where a mark between a
+  // letter and its combining mark lands on the composed letter).
+  if (marked) word_mark = mark == 0 ? 0 : std::min(RewriteStretch(text.substr(0, mark), first).size(), s.size() - 1);
   std::vector<std::string_view> pieces, next;
-  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kMetaspace) {
+  if (!pre_.empty() && pre_[0].kind == PreStep::Kind::kMetaspace && pre_[0].split) {
     const PreStep& m = pre_[0];
-    ReplaceAll(s, " ", m.replacement);
-    const bool prepend = m.prepend_scheme == "always" || (m.prepend_scheme == "first" && first);
-    if (prepend && s.compare(0, m.replacement.size(), m.replacement) != 0) s.insert(0, m.replacement);
-    if (m.split) {  // each replacement starts a piece
-      size_t begin = 0;
-      for (size_t hit = s.find(m.replacement, 1); hit != std::string::npos; hit = s.find(m.replacement, hit + 1)) {
-        pieces.push_back(std::string_view(s).substr(begin, hit - begin));
-        begin = hit;
-      }
-      pieces.push_back(std::string_view(s).substr(begin));
-    } else {
-      pieces.push_back(s);
+    size_t begin = 0;
+    for (size_t hit = s.find(m.replacement, 1); hit != std::string::npos; hit = s.find(m.replacement, hit + 1)) {
+      pieces.push_back(std::string_view(s).substr(begin, hit - begin));
+      begin = hit;
     }
+    pieces.push_back(std::string_view(s).substr(begin));
   } else {
     pieces.push_back(s);
   }
@@ -727,12 +759,30 @@ void BpeTokenizer::EncodeStretch(std::string_view text, bool first, std::vector<
     }
     pieces.swap(next);
   }
-  for (std::string_view word : pieces) encode_word(word);
+  for (std::string_view word : pieces) encode_marked(word);
 }
 
 void BpeTokenizer::Encode(std::string_view text, std::vector<int32_t>& out, bool special) const {
+  EncodeAll(text, special, out, std::string_view::npos, nullptr);
+}
+
+size_t BpeTokenizer::EncodeMarked(std::string_view text, size_t mark, std::vector<int32_t>& out) const {
+  size_t mark_token = std::string_view::npos;
+  EncodeAll(text, /*special=*/false, out, mark, &mark_token);
+  return mark_token == std::string_view::npos ? out.size() : mark_token;
+}
+
+void BpeTokenizer::EncodeAll(std::string_view text, bool special, std::vector<int32_t>& out, size_t mark,
+                             size_t* mark_token) const {
   WordCache cache;
   size_t stretch = 0;  // the start of the text not yet encoded
+  // The mark in [from, to) of the text about to be encoded: in a stretch,
+  // or on the added token that follows it.
+  const auto stretch_mark = [&](size_t from, size_t to) {
+    return mark_token != nullptr && *mark_token == std::string_view::npos && mark >= from && mark < to
+               ? mark - from
+               : std::string_view::npos;
+  };
   for (size_t i = 0; i < text.size(); ++i) {
     if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
     const AddedToken* hit = nullptr;
@@ -750,12 +800,14 @@ void BpeTokenizer::Encode(std::string_view text, std::vector<int32_t>& out, bool
     if (hit->rstrip) {
       while (end < text.size() && IsStripSpace(text[end])) ++end;
     }
-    EncodeStretch(text.substr(stretch, begin - stretch), stretch == 0, out, cache);
+    EncodeStretch(text.substr(stretch, begin - stretch), stretch == 0, out, cache, stretch_mark(stretch, begin),
+                  mark_token);
+    if (stretch_mark(begin, end) != std::string_view::npos) *mark_token = out.size();
     out.push_back(hit->id);
     stretch = end;
     i = end - 1;
   }
-  EncodeStretch(text.substr(stretch), stretch == 0, out, cache);
+  EncodeStretch(text.substr(stretch), stretch == 0, out, cache, stretch_mark(stretch, text.size()), mark_token);
 }
 
 Result<std::string> BpeTokenizer::Decode(std::span<const int32_t> ids) const {

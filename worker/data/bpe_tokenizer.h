@@ -55,6 +55,13 @@ class BpeTokenizer {
     Encode(text, out, special);
     return out;
   }
+  // Encode(text, out) that also finds where byte `mark` of `text` falls: the
+  // index in `out` of the first token whose text reaches past it (the
+  // token holding that byte, as Hugging Face's char_to_token finds it;
+  // out.size() when the mark is at the end). A chat example's answer starts
+  // at a mark: its tokens from there are the ones the loss counts, even
+  // where one word spans the prompt's end and the answer's start.
+  size_t EncodeMarked(std::string_view text, size_t mark, std::vector<int32_t>& out) const;
   // The text of `ids`, as the file's decoder gives it (added tokens as
   // their content). An id outside the vocabulary is an error naming it.
   Result<std::string> Decode(std::span<const int32_t> ids) const;
@@ -130,8 +137,17 @@ class BpeTokenizer {
     std::vector<int32_t> ids;
   };
   // The ids of one stretch of text between added tokens (`first`: the
-  // text's start).
-  void EncodeStretch(std::string_view text, bool first, std::vector<int32_t>& out, WordCache& cache) const;
+  // text's start). With `mark` < text.size(), *mark_token gets the index in
+  // out of the first token that reaches past byte `mark` (EncodeMarked).
+  void EncodeStretch(std::string_view text, bool first, std::vector<int32_t>& out, WordCache& cache,
+                     size_t mark = std::string_view::npos, size_t* mark_token = nullptr) const;
+  // The text a stretch is split into words from: the normalizer's and the
+  // prefix-adding pre-tokenizers' rewrites of it.
+  std::string RewriteStretch(std::string_view text, bool first) const;
+  // Bytes of the rewritten text token `id` stands for.
+  size_t TokenBytes(int32_t id) const;
+  void EncodeAll(std::string_view text, bool special, std::vector<int32_t>& out, size_t mark,
+                 size_t* mark_token) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
   // The merges over `ids` (the word's first symbols), in place.
   void MergeSymbols(std::vector<int32_t>& ids) const;

@@ -418,7 +418,8 @@ class CudaModelKernels final : public ModelKernels {
       return kc::AttentionForward(As<float>(out), lse, As<float>(qkv), shape, stream_);
     }
     const auto kernel = kc::AttentionForwardKernel(tuning_.attention_forward);
-    if (kernel == kc::AttentionForwardKernel::kCudnn && Cudnn() != nullptr) {
+    // cuDNN's graphs take no segments: packed rows run the own kernels.
+    if (kernel == kc::AttentionForwardKernel::kCudnn && shape.positions == nullptr && Cudnn() != nullptr) {
       if (cudnn_->Forward(precision_ == Precision::kBf16, out.h16, lse, qkv.h16, shape, stream_, shared_,
                           size_t(shared_bytes_))) {
         return;
@@ -534,7 +535,7 @@ class CudaModelKernels final : public ModelKernels {
     OpScope op(timer(), ProfileOp::kAttentionBackward);
     const auto kernel = precision_ == Precision::kFp32 ? kc::AttentionBackwardKernel::kTensorCore
                                                        : kc::AttentionBackwardKernel(tuning_.attention_backward);
-    if (kernel == kc::AttentionBackwardKernel::kCudnn && Cudnn() != nullptr) {
+    if (kernel == kc::AttentionBackwardKernel::kCudnn && shape.positions == nullptr && Cudnn() != nullptr) {
       if (cudnn_->Backward(precision_ == Precision::kBf16, dqkv.h16, dout.h16, qkv.h16, out.h16, lse, shape, stream_,
                            shared_, size_t(shared_bytes_))) {
         return;

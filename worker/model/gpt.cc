@@ -542,21 +542,36 @@ void Gpt::BlockBackward(int64_t l, ActTensor x) {
   NormBackward(t[kNorm1], g.dtmp, x, a.ln1_mean, a.ln1_rstd);
 }
 
-void Gpt::Forward(const int32_t* tokens, const int32_t* targets, float* logits, int64_t logits_rows) {
-  RunForward(tokens, targets, std::nullopt, logits, logits_rows);
+void Gpt::Forward(const MicroBatch& batch, float* logits, int64_t logits_rows) {
+  RunForward(batch, std::nullopt, logits, logits_rows);
 }
 
-void Gpt::TrainForward(const int32_t* tokens, const int32_t* targets, float loss_weight, float* logits) {
-  RunForward(tokens, targets, loss_weight, logits, -1);
+void Gpt::TrainForward(const MicroBatch& batch, float token_weight, float* logits) {
+  RunForward(batch, token_weight, logits, -1);
 }
 
-void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
+void Gpt::RunForward(const MicroBatch& batch, std::optional<float> token_weight, float* logits,
                      int64_t logits_rows) {
   const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;
   const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
   Activations& a = acts_;
-  kernels_->Upload(a.tokens, tokens, BT);
-  kernels_->Upload(a.targets, targets, BT);
+  kernels_->Upload(a.tokens, batch.tokens, BT);
+  kernels_->Upload(a.targets, batch.targets, BT);
+  if (batch.positions != nullptr || packed_) {
+    if (!rotary_) {
+      std::fprintf(stderr, "pstar: internal error: packed examples need rotary positions in this version\n");
+      std::abort();
+    }
+    std::vector<int32_t> rows;
+    const int32_t* positions = batch.positions;
+    if (positions == nullptr) {  // back to each row from 0
+      rows.resize(size_t(BT));
+      for (int64_t i = 0; i < BT; ++i) rows[size_t(i)] = int32_t(i % T_);
+      positions = rows.data();
+    }
+    kernels_->Upload(a.positions, positions, BT);
+    packed_ = batch.positions != nullptr;
+  }
   if (embed_parts_.size() == 1) {
     const TensorId wte = embed_parts_[0].id;
     auto u = store_->Acquire(wpe_ < 0 ? std::vector<TensorId>{wte} : std::vector<TensorId>{wte, wpe_}, Pass::kForward);
@@ -573,9 +588,9 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
   // The loss block by block; in training with the whole micro-batch in one
   // block, dlogits in the same pass (backward then needs no logits again).
   const int64_t R = classifier_rows_;
-  const bool dlogits_now = loss_weight.has_value() && R >= BT;
-  dloss_ = loss_weight.has_value() ? *loss_weight / float(BT) : 0.0f;
-  pending_ = !loss_weight.has_value() ? ClassifierBackward::kNone
+  const bool dlogits_now = token_weight.has_value() && R >= BT;
+  dloss_ = token_weight.value_or(0.0f);
+  pending_ = !token_weight.has_value() ? ClassifierBackward::kNone
              : dlogits_now            ? ClassifierBackward::kDlogitsReady
                                       : ClassifierBackward::kRecompute;
   const int64_t keep = logits_rows < 0 ? BT : std::min(logits_rows, BT);
@@ -599,15 +614,17 @@ void Gpt::RunForward(const int32_t* tokens, const int32_t* targets, std::optiona
     }
   }
   kernels_->AddToLossSum(a.losses, BT);
-  loss_tokens_ += BT;
+  for (int64_t i = 0; i < BT; ++i) loss_tokens_ += batch.targets[i] >= 0 ? 1 : 0;
 }
 
-double Gpt::TakeLoss() { return MeanLoss(kernels_->TakeLossSum()); }
-
-double Gpt::MeanLoss(double loss_sum) {
-  const int64_t tokens = std::exchange(loss_tokens_, 0);
-  return tokens > 0 ? loss_sum / double(tokens) : 0.0;
+double Gpt::TakeLoss() {
+  const LossTotals t = TakeLossTotals();
+  return t.positions > 0 ? t.sum / double(t.positions) : 0.0;
 }
+
+Gpt::LossTotals Gpt::TakeLossTotals() { return LossTotalsOf(kernels_->TakeLossSum()); }
+
+Gpt::LossTotals Gpt::LossTotalsOf(double loss_sum) { return {loss_sum, std::exchange(loss_tokens_, 0)}; }
 
 void Gpt::Backward() {
   const int64_t BT = B_ * T_, C = config_.n_embd, L = config_.n_layer;

@@ -53,6 +53,17 @@ void InitParameters(ParamStore& store, uint64_t seed);
 std::vector<AccessMoment> GptAccessSequence(const GptConfig& config, const ParamLayout& layout, bool recompute,
                                             int64_t tokens);
 
+// One micro-batch in host memory: batch*seq tokens and their next-token
+// targets (a negative target is a position the loss ignores: a prompt's
+// token, a packed row's padding) and, where rows hold packed examples, each
+// token's position in its example (kernels/attention.h: attention stays in
+// the example, RoPE restarts with it); null: each row one sequence from 0.
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  const int32_t* positions = nullptr;
+};
+
 class Gpt {
  public:
   // Bytes of activations and workspaces one micro-batch of (batch, seq) needs
@@ -70,24 +81,31 @@ class Gpt {
   static Result<Gpt> Create(const GptConfig& config, ParamStore& store, Arena& arena, int64_t batch, int64_t seq,
                             bool recompute, std::unique_ptr<ModelKernels> kernels = nullptr, bool keep_gelu = false);
 
-  // One micro-batch of batch*seq tokens and next-token targets, for its loss
-  // only (evaluation, sampling). Its summed loss is added to the loss
-  // accumulator on the device, without waiting. With `logits` (host memory,
-  // batch*seq x vocab_size floats), the logits are also copied out (waiting
-  // for the device): for tests, inspection and sampling; `logits_rows` >= 0
-  // copies only the first that many rows.
-  void Forward(const int32_t* tokens, const int32_t* targets, float* logits = nullptr, int64_t logits_rows = -1);
-  // The same for training: Backward follows, adding d(loss_weight * mean
-  // loss)/d(params). The classifier's loss and dlogits are one pass here
+  // One micro-batch, for its loss only (evaluation, sampling). Its summed
+  // loss is added to the loss accumulator on the device, without waiting.
+  // With `logits` (host memory, batch*seq x vocab_size floats), the logits
+  // are also copied out (waiting for the device): for tests, inspection and
+  // sampling; `logits_rows` >= 0 copies only the first that many rows.
+  void Forward(const MicroBatch& batch, float* logits = nullptr, int64_t logits_rows = -1);
+  // The same for training: Backward follows, adding d(token_weight * the
+  // summed loss of the counted positions)/d(params): 1 / (their count) for
+  // their mean. The classifier's loss and dlogits are one pass here
   // (ClassifierRows: when the micro-batch's logits are kept whole, dlogits
   // are written now). With `logits`, they are copied out first, as above.
-  void TrainForward(const int32_t* tokens, const int32_t* targets, float loss_weight, float* logits = nullptr);
-  // The mean loss per token over the Forwards since the last call (waits for
-  // the device once).
+  void TrainForward(const MicroBatch& batch, float token_weight, float* logits = nullptr);
+  // The mean loss per counted position over the Forwards since the last
+  // call (waits for the device once).
   double TakeLoss();
+  // The summed loss and the counted positions it is over, since the last
+  // call (waits once): what ranks add up before they divide.
+  struct LossTotals {
+    double sum = 0.0;
+    int64_t positions = 0;
+  };
+  LossTotals TakeLossTotals();
   // The same from a loss sum the kernels gave already (a training step takes
   // it with its gradients' sums, ModelKernels::TakeStepSums, in one wait).
-  double MeanLoss(double loss_sum);
+  LossTotals LossTotalsOf(double loss_sum);
   // Adds the gradients of the last TrainForward's micro-batch, weighted as it
   // said, into the gradient chunks. Only after a TrainForward. Where the
   // dlogits are kept whole, the classifier's weight gradient waits for the
@@ -167,7 +185,7 @@ class Gpt {
   // A gradient, or null for id -1.
   static float* G(const ParamStore::Use& u, TensorId id) { return id < 0 ? nullptr : u.grad(id); }
   kernels::AttentionShape Shape() const {
-    return {B_, T_, config_.n_head, config_.kv_heads(), config_.head_size()};
+    return {B_, T_, config_.n_head, config_.kv_heads(), config_.head_size(), packed_ ? acts_.positions : nullptr};
   }
   const RopeTable* Rope() const { return rotary_ ? &rope_ : nullptr; }
   // Norm forward (LayerNorm or RMSNorm) of inp into out, and its backward.
@@ -176,8 +194,7 @@ class Gpt {
   // The MLP's activation of fch into out (GELU or SwiGLU).
   void MlpActivation(ActTensor out, ActTensor fch);
   // Forward for its loss and, with a loss weight, readying Backward.
-  void RunForward(const int32_t* tokens, const int32_t* targets, std::optional<float> loss_weight, float* logits,
-                  int64_t logits_rows);
+  void RunForward(const MicroBatch& batch, std::optional<float> token_weight, float* logits, int64_t logits_rows);
   void BlockForward(int64_t layer, ActTensor x, ActTensor y);
   // The logits of rows [r0, r0 + n) part by part, each part in a use of its
   // own (forward, or a backward use of its values alone).
@@ -194,7 +211,10 @@ class Gpt {
   bool keep_gelu_;  // never with recompute_
   ComputeSpec compute_;
   int64_t classifier_rows_;  // ClassifierRows of the micro-batch
-  int64_t loss_tokens_ = 0;  // tokens in the loss accumulator
+  int64_t loss_tokens_ = 0;  // counted positions in the loss accumulator
+  // The micro-batch under way holds packed examples: acts_.positions holds
+  // its positions (else each row's 0..T-1).
+  bool packed_ = false;
   // What Backward has to do for the classifier: nothing is pending (no
   // TrainForward since the last Backward), dlogits are in the logits buffer,
   // or each block's logits are to be computed again; and d(loss)/d(logit)'s

@@ -92,7 +92,7 @@ Result<std::vector<float>> Sampler::NextLogits(const std::vector<int32_t>& conte
   std::vector<int32_t> tokens(size_t(length_), 0), targets(size_t(length_), 0);
   std::copy(context.begin(), context.end(), tokens.begin());
   std::vector<float> logits(size_t(length_ * config_.vocab_size));
-  model_->Forward(tokens.data(), targets.data(), logits.data());
+  model_->Forward({tokens.data(), targets.data()}, logits.data());
   (void)model_->TakeLoss();
   const auto row = logits.begin() + std::ptrdiff_t((n - 1) * config_.vocab_size);
   return std::vector<float>(row, row + std::ptrdiff_t(config_.vocab_size));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <omp.h>
+#include <thread>
 #include <tuple>
 
 #include "worker/ckpt/hf_config.h"
@@ -142,8 +143,74 @@ Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const 
       if (!r.ok()) return r.status().WithPrefix("data");
       return std::move(r).value();
     }
+    case DataSourceKind::kJsonl:
+      return Status::Internal("data.source jsonl is packed rows (OpenPackedExamples), not a token stream");
   }
   return Status::Internal("unknown data source");
+}
+
+Result<std::unique_ptr<PackedRows>> OpenPackedExamples(const Config& config, const BpeTokenizer& tokenizer,
+                                                       bool validation, std::string* note) {
+  const std::string& path = validation ? config.data.val_path : config.data.path;
+  const std::string key = validation ? "data.val_path" : "data";
+  if (path.empty()) return std::unique_ptr<PackedRows>();
+  auto text = ReadRegularFile(path);
+  if (!text.ok()) return text.status().WithPrefix(key);
+  auto examples = ParseJsonlExamples(*text, path);
+  if (!examples.ok()) return examples.status().WithPrefix(key);
+  ChatFormat format = ChatFormatFor(tokenizer);
+  if (config.data.chat_format != "auto") {
+    PSTAR_ASSIGN_OR_RETURN(format, ParseChatFormat(config.data.chat_format));
+  }
+  // Examples are independent: rendered and tokenized side by side, each
+  // thread a contiguous share, into their own slots (the same ids at any
+  // thread count).
+  std::vector<TokenizedExample> tokenized(examples->size());
+  std::vector<Status> failed(examples->size());
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), 64));
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < threads; ++w) {
+    pool.emplace_back([&, w] {
+      for (size_t i = w; i < examples->size(); i += threads) {
+        auto e = TokenizeExample((*examples)[i], format, tokenizer);
+        if (e.ok()) {
+          tokenized[i] = std::move(e).value();
+        } else {
+          failed[i] = e.status();
+        }
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < failed.size(); ++i) {
+    if (!failed[i].ok()) {
+      return failed[i].WithPrefix(key + ": " + path + " line " + std::to_string((*examples)[i].line));
+    }
+  }
+  const int64_t vocab = config.model.gpt.vocab_size;
+  for (const TokenizedExample& e : tokenized) {
+    for (int32_t id : e.ids) {
+      if (id >= vocab) {
+        return Status::InvalidArgument(key + ": " + path + " line " + std::to_string(e.line) + ": token " +
+                                       std::to_string(id) + " is outside model.vocab_size " + std::to_string(vocab));
+      }
+    }
+  }
+  const OverlongPolicy overlong = config.data.overlong == "error" ? OverlongPolicy::kError : OverlongPolicy::kTruncate;
+  const int32_t pad = tokenizer.eot() >= 0 && tokenizer.eot() < vocab ? tokenizer.eot() : 0;
+  auto rows = PackedRows::Pack(tokenized, config.train.seq_len, overlong, config.data.seed, pad);
+  if (!rows.ok()) return rows.status().WithPrefix(key + ": " + path);
+  if (note != nullptr) {
+    const PackedRows::Counts& n = rows->counts();
+    int64_t counted = 0;
+    for (int64_t r = 0; r < rows->rows(); ++r) counted += rows->Counted(r);
+    *note = path + ": " + std::to_string(n.examples) + " examples (" + ChatFormatName(format) + ") in " +
+            std::to_string(rows->rows()) + " rows of " + std::to_string(config.train.seq_len) + ", " +
+            std::to_string(counted) + " counted tokens";
+    if (n.truncated > 0) *note += ", " + std::to_string(n.truncated) + " truncated";
+    if (n.dropped > 0) *note += ", " + std::to_string(n.dropped) + " left out (nothing counted after truncation)";
+  }
+  return std::make_unique<PackedRows>(std::move(rows).value());
 }
 
 int64_t RankDeviceTierBytes(const Config& config, int local_rank) {
@@ -202,7 +269,7 @@ AdamConfig AdamFromConfig(const OptimizerSection& o) {
 
 }  // namespace
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TokenSource& data,
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, TrainingData data,
                                                  Communicator* comm, int local_ranks, int local_rank) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   const ComputeDevice device = config.runtime.device;
@@ -219,7 +286,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   PSTAR_RETURN_IF_ERROR(CheckBudgets(config, t->plan_, t->host_budget_, local_ranks));
   PSTAR_RETURN_IF_ERROR(t->CreateStore(std::move(backend).value()));
   PSTAR_RETURN_IF_ERROR(t->CreateModel(device));
-  auto loader = BatchLoader::Create(data, config.train.batch_size, config.train.seq_len, comm->rank(), t->world_);
+  auto loader = BatchLoader::Create(data, config.train.batch_size, config.train.seq_len, comm->rank(), t->world_,
+                                    config.train.grad_accum_steps);
   if (!loader.ok()) return loader.status().WithPrefix("data");
   t->loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
   PSTAR_RETURN_IF_ERROR(t->CreateOptimizer());
@@ -233,6 +301,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const Tok
   }
   t->tokens_.resize(size_t(config.train.batch_size * config.train.seq_len));
   t->targets_.resize(size_t(config.train.batch_size * config.train.seq_len));
+  if (t->loader_->packed()) t->positions_.resize(size_t(config.train.batch_size * config.train.seq_len));
   return t;
 }
 
@@ -441,7 +510,7 @@ void Trainer::EnableProfiling(int64_t warmup_steps) {
   store_->chunks().SetMoveObserver(profiler_.get());
 }
 
-Status Trainer::SetValidationData(const TokenSource& data) {
+Status Trainer::SetValidationData(TrainingData data) {
   auto loader = BatchLoader::Create(data, config_.train.batch_size, config_.train.seq_len, comm_->rank(), world_);
   if (!loader.ok()) return loader.status().WithPrefix("data.val_path");
   val_loader_ = std::make_unique<BatchLoader>(std::move(loader).value());
@@ -456,14 +525,16 @@ Result<double> Trainer::Evaluate() {
     // Each forward pass is the first half of a step's access sequence, so the
     // chunk trace's eviction and prefetch choices hold for it.
     store_->BeginStep();
-    val_loader_->Next(tokens_.data(), targets_.data());
-    model_->Forward(tokens_.data(), targets_.data());
+    if (val_loader_->packed()) positions_.resize(tokens_.size());
+    val_loader_->Next(tokens_.data(), targets_.data(), positions_.data());
+    model_->Forward({tokens_.data(), targets_.data(), val_loader_->packed() ? positions_.data() : nullptr});
   }
-  double loss = model_->TakeLoss();
-  if (world_ > 1) {
-    PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(&loss, 1));
-    loss /= double(world_);
-  }
+  // The mean over every rank's counted positions (all of them for a token
+  // stream; the answers' for packed examples).
+  const Gpt::LossTotals totals = model_->TakeLossTotals();
+  double reduced[2] = {totals.sum, double(totals.positions)};
+  if (world_ > 1) PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(reduced, 2));
+  const double loss = reduced[1] > 0 ? reduced[0] / reduced[1] : 0.0;
   PSTAR_RETURN_IF_ERROR(store_->chunks().backend().CheckErrors().WithPrefix("device"));
   return loss;
 }
@@ -485,7 +556,7 @@ Result<std::vector<int32_t>> Trainer::Sample(std::vector<int32_t> context, const
     std::fill(targets_.begin(), targets_.end(), 0);
     std::copy(context.begin(), context.end(), tokens_.begin());
     store_->BeginStep();  // a forward pass, as in Evaluate
-    model_->Forward(tokens_.data(), targets_.data(), logits.data(), T);
+    model_->Forward({tokens_.data(), targets_.data()}, logits.data(), T);
     (void)model_->TakeLoss();
     int32_t next = PickToken(logits.data() + (int64_t(context.size()) - 1) * V, vocab, o, rng);
     // Every rank computed the same logits; rank 0's choice is everyone's.
@@ -520,11 +591,18 @@ void Trainer::RunMicroBatches(float scale) {
   store_->ZeroGrads();
   DeviceBackend& backend = store_->chunks().backend();
   backend.Record(*compute_start_, StreamKind::kCompute);
+  // The step's loss is the mean over every counted position of its
+  // micro-batches on every rank (each of them for a token stream, the
+  // answers' for packed examples); the ranks' gradients are summed and
+  // divided by the world size, hence its factor here.
+  step_counted_ = loader_->CountedAhead(accum);
+  const float token_weight = step_counted_ > 0 ? scale * float(world_) / float(step_counted_) : 0.0f;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    loader_->Next(tokens_.data(), targets_.data());
+    loader_->Next(tokens_.data(), targets_.data(), positions_.data());
     {
       NvtxRange range("forward");
-      model_->TrainForward(tokens_.data(), targets_.data(), scale / float(accum));
+      model_->TrainForward({tokens_.data(), targets_.data(), loader_->packed() ? positions_.data() : nullptr},
+                           token_weight);
       store_->EndPhase(StepPhase::kForward);
     }
     NvtxRange range("backward");
@@ -547,7 +625,7 @@ Status Trainer::ReduceLossAndNorm(float scale, StepStats* stats) {
     OpScope timed(profiler_.get(), ProfileOp::kGradNorm);
     sums = TakeStepSums(*store_, model_->kernels());
   }
-  double loss = model_->MeanLoss(sums.loss_sum);  // the mean over the step's micro-batches
+  double loss = model_->LossTotalsOf(sums.loss_sum).sum;  // this rank's sum over the step's micro-batches
   double squares = sums.grad_squares;
   // The stop vote rides with the loss and the norm: a rank asked to stop
   // makes every rank stop after this step, and one all-reduce carries all
@@ -557,10 +635,11 @@ Status Trainer::ReduceLossAndNorm(float scale, StepStats* stats) {
     NvtxRange range("all_reduce");
     double reduced[3] = {loss, stop, squares};
     PSTAR_RETURN_IF_ERROR(comm_->AllReduceSum(reduced, 3));
-    loss = reduced[0] / double(world_);
+    loss = reduced[0];
     stop = reduced[1];
     squares = reduced[2];
   }
+  loss = step_counted_ > 0 ? loss / double(step_counted_) : 0.0;
   stats->loss = float(loss);
   stats->stop = stop > 0.0;
   DeviceBackend& backend = store_->chunks().backend();

@@ -14,6 +14,8 @@
 #include "worker/core/arena.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/bpe_tokenizer.h"
+#include "worker/data/chat_examples.h"
+#include "worker/data/packed_rows.h"
 #include "worker/data/token_source.h"
 #include "worker/model/gpt.h"
 #include "worker/model/param_store.h"
@@ -30,7 +32,7 @@ namespace pstar {
 
 struct StepStats {
   int64_t step = 0;      // 0-based index of the step just taken
-  float loss = 0.0f;     // mean over the step's micro-batches (and ranks)
+  float loss = 0.0f;     // mean over the step's counted positions, every micro-batch and rank
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping (unscaled; inf when fp16 gradients overflowed)
   float loss_scale = 1.0f;  // the fp16 loss scale the step ran with (1 otherwise)
@@ -74,7 +76,7 @@ class Trainer {
   // `local_ranks` processes share this node's memory: a detected host budget
   // (cgroup or RAM) is split evenly between them. With runtime.device cuda
   // the rank computes on GPU `local_rank`.
-  static Result<std::unique_ptr<Trainer>> Create(const Config& config, const TokenSource& data,
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config, TrainingData data,
                                                  Communicator* comm = nullptr, int local_ranks = 1,
                                                  int local_rank = 0);
 
@@ -93,10 +95,11 @@ class Trainer {
   // Validation data, which must outlive the trainer: each rank reads its
   // slice of the same global batches as in training. Fails when it holds too
   // few tokens for one batch.
-  Status SetValidationData(const TokenSource& data);
-  // The mean loss per token over train.eval_batches micro-batches of the
-  // validation data, from its start (the same batches every time), averaged
-  // over the ranks. Forward passes only: parameters, gradients, the
+  Status SetValidationData(TrainingData data);
+  // The mean loss per counted position (every token of a stream, the
+  // answers' of packed examples) over train.eval_batches micro-batches of
+  // the validation data, from its start (the same batches every time), on
+  // every rank. Forward passes only: parameters, gradients, the
   // optimizer and the training data's cursor are untouched.
   Result<double> Evaluate();
 
@@ -226,6 +229,8 @@ class Trainer {
   LrSchedule schedule_;
   LossScaler scaler_;
   std::vector<int32_t> tokens_, targets_;
+  std::vector<int32_t> positions_;  // packed examples' positions (empty for a token stream)
+  int64_t step_counted_ = 0;        // the step's counted positions, every rank's (BatchLoader::CountedAhead)
   int64_t step_ = 0;
 };
 
@@ -247,6 +252,13 @@ Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config);
 // byte, or encoded by `tokenizer` as one document when data.tokenizer is
 // gpt2) or token shards.
 Result<std::unique_ptr<TokenSource>> OpenDataSource(const Config& config, const BpeTokenizer* tokenizer = nullptr);
+// data.source jsonl: the examples of data.path (`validation`: of
+// data.val_path; null when it is unset) in data.chat_format, tokenized by
+// `tokenizer` and packed into rows of train.seq_len (PackedRows). Any bad
+// line refuses the whole file, naming it. `note` (may be null) gets one line
+// saying what was packed.
+Result<std::unique_ptr<PackedRows>> OpenPackedExamples(const Config& config, const BpeTokenizer& tokenizer,
+                                                       bool validation, std::string* note = nullptr);
 // The validation source (data.val_path, read as data.source says), or null
 // when there is none.
 Result<std::unique_ptr<TokenSource>> OpenValidationSource(const Config& config,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/half.h"
 #include "tests/test_util.h"
 #include "worker/ckpt/safetensors.h"
 
@@ -140,6 +141,105 @@ TEST(AttentionTorch, SameBitsAtOneTwoAndThreeThreads) {
     EXPECT_EQ(runs[i].lse, runs[0].lse) << i + 1 << " threads";
     EXPECT_EQ(runs[i].dqkv, runs[0].dqkv) << i + 1 << " threads";
   }
+}
+
+// Packed examples (AttentionShape::positions): each example of a row gets
+// what it gets alone, as its own row, at every group size and in bf16
+// (where the 16-bit output rounds once either way). The examples straddle
+// the blocks (lengths across and off 64, a one-token example, padding
+// positions each their own example) and rows differ.
+TEST(AttentionSegments, EachPackedExampleAttendsAsIfAlone) {
+  std::mt19937_64 rng(test::RunSeed());
+  SCOPED_TRACE("seed " + std::to_string(test::RunSeed()));
+  const int64_t T = 3 * kAttentionBlock + 9, hs = 16;
+  // Row 2 ends in padding: one-position examples.
+  std::vector<std::vector<int64_t>> rows = {{37, 64, 1, 94, 5}, {T}, {70, 70}};
+  rows[2].resize(size_t(T - 140 + 2), 1);
+  const int64_t B = int64_t(rows.size());
+  std::vector<int32_t> positions(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t t = 0;
+    for (int64_t len : rows[size_t(b)]) {
+      for (int64_t i = 0; i < len && t < T; ++i) positions[size_t(b * T + t++)] = int32_t(i);
+    }
+    ASSERT_EQ(t, T) << "row " << b << " must fill T";
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [NH, NKV] : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {4, 1}, {6, 2}}) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "NH=" << NH << " NKV=" << NKV << (bf16 ? " bf16" : " fp32"));
+      const AttentionShape packed{B, T, NH, NKV, hs, positions.data()};
+      const int64_t ld = packed.RowElements(), ldo = NH * hs;
+      std::vector<float> qkv(size_t(B * T * ld)), dout(size_t(B * T * ldo));
+      for (float& x : qkv) x = bf16 ? BFloat16ToFloat(FloatToBFloat16(normal(rng))) : normal(rng);
+      for (float& x : dout) x = normal(rng);
+      std::vector<uint16_t> qkv16(qkv.size());
+      for (size_t i = 0; i < qkv.size(); ++i) qkv16[i] = FloatToBFloat16(qkv[i]);
+      // out, lse and dqkv of a (Bx, Tx) batch of rows of qkv.
+      auto run = [&](const AttentionShape& s, const float* q, const uint16_t* q16, const float* dy) {
+        Result r{std::vector<float>(size_t(s.B * s.T * ldo)), std::vector<float>(size_t(s.B * NH * s.T)),
+                 std::vector<float>(size_t(s.B * s.T * ld))};
+        if (bf16) {
+          std::vector<uint16_t> out16(r.out.size());
+          AttentionForward(out16.data(), r.lse.data(), q16, true, s);
+          AttentionBackward(r.dqkv.data(), dy, q16, out16.data(), true, r.lse.data(), s);
+          for (size_t i = 0; i < out16.size(); ++i) r.out[i] = BFloat16ToFloat(out16[i]);
+        } else {
+          AttentionForward(r.out.data(), r.lse.data(), q, s);
+          AttentionBackward(r.dqkv.data(), dy, q, r.out.data(), r.lse.data(), s);
+        }
+        return r;
+      };
+      const Result all = run(packed, qkv.data(), qkv16.data(), dout.data());
+      for (int64_t b = 0; b < B; ++b) {
+        int64_t t0 = 0;
+        for (int64_t len : rows[size_t(b)]) {
+          const int64_t at = b * T + t0;
+          const AttentionShape alone{1, len, NH, NKV, hs};
+          const Result one = run(alone, qkv.data() + at * ld, qkv16.data() + at * ld, dout.data() + at * ldo);
+          double worst = 0;
+          auto expect_near = [&](float got, float want, const char* what, int64_t i) {
+            const double err = std::abs(double(got) - double(want)) / std::max(1.0, std::abs(double(want)));
+            worst = std::max(worst, err);
+            // bf16's output may round to the neighbouring value.
+            ASSERT_LE(err, bf16 ? 1e-2 : 2e-5) << what << " row " << b << " example at " << t0 << " (" << len
+                                                << " long), element " << i << ": packed " << got << ", alone "
+                                                << want;
+          };
+          for (int64_t i = 0; i < len * ldo; ++i) expect_near(all.out[size_t(at * ldo + i)], one.out[size_t(i)], "out", i);
+          for (int64_t i = 0; i < len * ld; ++i) expect_near(all.dqkv[size_t(at * ld + i)], one.dqkv[size_t(i)], "dqkv", i);
+          for (int64_t h = 0; h < NH; ++h) {
+            for (int64_t t = 0; t < len; ++t) {
+              expect_near(all.lse[size_t((b * NH + h) * T + t0 + t)], one.lse[size_t(h * len + t)], "lse", t);
+            }
+          }
+          t0 += len;
+        }
+      }
+    }
+  }
+}
+
+// Positions of one sequence from 0 give the bits of no positions.
+TEST(AttentionSegments, OneExampleARowIsTheUnpackedKernelBitForBit) {
+  std::mt19937_64 rng(test::RunSeed());
+  const int64_t B = 2, T = 2 * kAttentionBlock + 3, NH = 4, NKV = 2, hs = 8;
+  std::vector<int32_t> positions(size_t(B * T));
+  for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
+  const AttentionShape plain{B, T, NH, NKV, hs}, with{B, T, NH, NKV, hs, positions.data()};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> qkv(size_t(B * T * plain.RowElements())), dout(size_t(B * T * NH * hs));
+  for (float& x : qkv) x = normal(rng);
+  for (float& x : dout) x = normal(rng);
+  Result a{std::vector<float>(dout.size()), std::vector<float>(size_t(B * NH * T)), std::vector<float>(qkv.size())};
+  Result b = a;
+  AttentionForward(a.out.data(), a.lse.data(), qkv.data(), plain);
+  AttentionBackward(a.dqkv.data(), dout.data(), qkv.data(), a.out.data(), a.lse.data(), plain);
+  AttentionForward(b.out.data(), b.lse.data(), qkv.data(), with);
+  AttentionBackward(b.dqkv.data(), dout.data(), qkv.data(), b.out.data(), b.lse.data(), with);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dqkv, b.dqkv);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ namespace {
 
 namespace tensor_core {
 using namespace emulation;
+using kernels::FirstVisibleKey;
 using kernels::QkvRows;
 constexpr int kBlock = int(kernels::kAttentionBlock);
 #include "kernels/cuda/attention_tensor_core.cuh"
@@ -32,11 +33,16 @@ constexpr int kBlock = int(kernels::kAttentionBlock);
 
 using emulation::Bf16;
 
-// C = NH * head size; NKV key/value heads (0: NH, multi-head attention).
+// C = NH * head size; NKV key/value heads (0: NH, multi-head attention);
+// `positions`, where rows hold packed examples (B*T; empty: one sequence a
+// row).
 struct Shape {
   int64_t B, T, C, NH, NKV = 0;
+  std::vector<int32_t> positions = {};
   int64_t kv() const { return NKV > 0 ? NKV : NH; }
-  kernels::AttentionShape Kernel() const { return {B, T, NH, kv(), C / NH}; }
+  kernels::AttentionShape Kernel() const {
+    return {B, T, NH, NKV > 0 ? NKV : NH, C / NH, positions.empty() ? nullptr : positions.data()};
+  }
 };
 
 // fp32 kernels match to fp32 rounding; 16-bit ones round P, dS and dout to
@@ -72,7 +78,8 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false
   SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " NKV=" << s.kv()
                                   << (std::is_same_v<A, float> ? " fp32" : " bf16") << " activations, "
                                   << (std::is_same_v<G, float> ? "fp32" : "bf16") << " gradients"
-                                  << (misaligned ? ", misaligned" : ""));
+                                  << (misaligned ? ", misaligned" : "")
+                                  << (s.positions.empty() ? "" : ", packed examples"));
   const int64_t hs = s.C / s.NH, blocks = (s.T + tensor_core::kBlock - 1) / tensor_core::kBlock;
   const float scale = 1.0f / std::sqrt(float(hs));
   std::normal_distribution<float> normal;
@@ -134,6 +141,28 @@ void ExpectMatchesCpu(const Shape& s, std::mt19937& rng, bool misaligned = false
                                                  int(hs), scale);
   });
   EXPECT_LT(RelativeError(ToFloats(dqkv.data(), dqkv.size()), dqkv_cpu), kTolerance<A>) << "dqkv";
+}
+
+// Packed examples (AttentionShape::positions): each query sees its own
+// example's keys only, forward and backward, fp32 and bf16, grouped heads,
+// against the CPU kernel with the same positions (examples of 1 to 90
+// positions, starting anywhere in a block).
+TEST(TensorCoreAttentionEmulated, PackedExamplesMatchTheCpuKernels) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  auto packed = [&](Shape s) {
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t t = 0; t < s.T;) {
+        const int64_t len = std::uniform_int_distribution<int64_t>(1, 90)(rng);
+        for (int64_t i = 0; i < len && t < s.T; ++i, ++t) s.positions.push_back(int32_t(i));
+      }
+    }
+    return s;
+  };
+  ExpectMatchesCpu<float, float>(packed({2, 150, 48, 3}), rng);
+  ExpectMatchesCpu<Bf16, float>(packed({1, 200, 64, 4, 2}), rng);
+  ExpectMatchesCpu<Bf16, Bf16>(packed({1, 130, 32, 2, 1}), rng);
 }
 
 TEST(TensorCoreAttentionEmulated, MatchesTheCpuKernels) {

@@ -213,61 +213,88 @@ TYPED_TEST(CudaAttentionTest, ForwardThenBackwardMatchesCpuAndRepeatsBitForBit) 
   ExpectGradientsClose<T>(first.second, dqkv, s);
 }
 
-// Grouped-query heads (query head h reads key/value head h / (NH / NKV)):
-// every forward and backward kernel against the CPU's grouped forms, the
-// same bits on a second run, the variants with their base kernel's bits;
-// fp32 runs the CUDA-core kernels. A group of one is the multi-head shape.
-TYPED_TEST(CudaAttentionTest, GroupedQueryHeadsMatchCpuInEveryKernel) {
-  PSTAR_REQUIRE_GPU();
-  using T = TypeParam;
+// Every forward and backward kernel on shape `s` (with `positions`, rows
+// of packed examples; empty: one sequence a row) against the CPU's forms,
+// the same bits on a second run, the variants with their base kernel's
+// bits; fp32 runs the CUDA-core kernels.
+template <typename T>
+void ExpectEveryKernelMatchesCpu(const AttentionShape& s, const std::vector<int32_t>& positions, std::mt19937& rng) {
   using Forward = cuda::AttentionForwardKernel;
   using Backward = cuda::AttentionBackwardKernel;
+  DeviceBuffer<int32_t> d_positions(positions.empty() ? std::vector<int32_t>(1, 0) : positions);
+  kernels::AttentionShape shape = s.Kernel(), device_shape = s.Kernel();
+  if (!positions.empty()) {
+    shape.positions = positions.data();
+    device_shape.positions = d_positions.get();
+  }
+  const auto qkv = RandomValues<T>(size_t(s.B * s.T * s.Row()), rng);
+  const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
+  std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T)), want(qkv.size());
+  cpu::AttentionForward(out.data(), lse.data(), qkv.data(), shape);
+  const std::vector<float> out_t = ToFloats(ToElements<T>(out));
+  cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out_t.data(), lse.data(), shape);
+  DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out_t(ToElements<T>(out_t));
+  std::vector<float> mma_out;
+  for (const Forward kernel : {Forward::kTensorCore, Forward::kMma, Forward::kMmaSharedQ, Forward::kMmaWide}) {
+    SCOPED_TRACE(testing::Message() << Describe(s) << " forward " << int(kernel));
+    DeviceBuffer<T> d_out(ToElements<T>(std::vector<float>(out.size(), kNaN)));
+    DeviceBuffer<float> d_lse(std::vector<float>(lse.size(), kNaN));
+    cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), device_shape, kStream, kernel);
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    const auto got = ToFloats(d_out.Download());
+    EXPECT_TRUE(AllClose(got, out, Element<T>::kTolerance)) << "out";
+    EXPECT_TRUE(AllClose(d_lse.Download(), lse, Element<float>::kTolerance)) << "lse";
+    if (kernel == Forward::kMma) mma_out = got;
+    if (kernel == Forward::kMmaSharedQ || kernel == Forward::kMmaWide) EXPECT_EQ(got, mma_out);
+  }
+  std::vector<float> two_pass;
+  for (const Backward kernel : {Backward::kTensorCore, Backward::kMma, Backward::kMmaOnePass, Backward::kMmaWide}) {
+    SCOPED_TRACE(testing::Message() << Describe(s) << " backward " << int(kernel));
+    DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
+    DeviceBuffer<float> d_lse(lse);
+    DeviceBuffer<float> d_scratch(std::vector<float>(size_t(cuda::AttentionScratchElements(shape, kernel)), kNaN));
+    auto run = [&] {
+      cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out_t.get(),
+                                 d_lse.get(), device_shape, kStream, kernel);
+      return ToFloats(d_dqkv.Download());
+    };
+    const auto first = run();
+    ASSERT_NO_FATAL_FAILURE(SyncOrFail());
+    ExpectGradientsClose<T>(first, want, s);
+    EXPECT_EQ(first, run()) << "the same bits on a second run";
+    if (kernel == Backward::kMma) two_pass = first;
+    if (kernel == Backward::kMmaWide) EXPECT_EQ(first, two_pass) << "the variant changed the bits";
+  }
+}
+
+// Grouped-query heads (query head h reads key/value head h / (NH / NKV)):
+// every kernel. A group of one is the multi-head shape.
+TYPED_TEST(CudaAttentionTest, GroupedQueryHeadsMatchCpuInEveryKernel) {
+  PSTAR_REQUIRE_GPU();
   std::mt19937 rng(26);
   // Llama 3.2 1B's heads (32 of 64, 8 kv), 128-wide heads of 7 per kv head,
   // one kv head, head sizes the mma kernels do not take.
   constexpr AttentionShape kGrouped[] = {{1, 130, 2048, 32, 8}, {1, 200, 896, 7, 1}, {2, 70, 512, 4, 2},
                                          {1, 65, 384, 3, 1},    {1, 90, 96, 3, 1},   {1, 40, 64, 2, 2}};
-  for (const AttentionShape& s : kGrouped) {
-    const kernels::AttentionShape shape = s.Kernel();
-    const auto qkv = RandomValues<T>(size_t(s.B * s.T * s.Row()), rng);
-    const auto dout = RandomValues<T>(size_t(s.B * s.T * s.C), rng);
-    std::vector<float> out(size_t(s.B * s.T * s.C)), lse(size_t(s.B * s.NH * s.T)), want(qkv.size());
-    cpu::AttentionForward(out.data(), lse.data(), qkv.data(), shape);
-    const std::vector<float> out_t = ToFloats(ToElements<T>(out));
-    cpu::AttentionBackward(want.data(), dout.data(), qkv.data(), out_t.data(), lse.data(), shape);
-    DeviceBuffer<T> d_qkv(ToElements<T>(qkv)), d_dout(ToElements<T>(dout)), d_out_t(ToElements<T>(out_t));
-    std::vector<float> mma_out;
-    for (const Forward kernel : {Forward::kTensorCore, Forward::kMma, Forward::kMmaSharedQ, Forward::kMmaWide}) {
-      SCOPED_TRACE(testing::Message() << Describe(s) << " forward " << int(kernel));
-      DeviceBuffer<T> d_out(ToElements<T>(std::vector<float>(out.size(), kNaN)));
-      DeviceBuffer<float> d_lse(std::vector<float>(lse.size(), kNaN));
-      cuda::AttentionForward<T>(d_out.get(), d_lse.get(), d_qkv.get(), shape, kStream, kernel);
-      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-      const auto got = ToFloats(d_out.Download());
-      EXPECT_TRUE(AllClose(got, out, Element<T>::kTolerance)) << "out";
-      EXPECT_TRUE(AllClose(d_lse.Download(), lse, Element<float>::kTolerance)) << "lse";
-      if (kernel == Forward::kMma) mma_out = got;
-      if (kernel == Forward::kMmaSharedQ || kernel == Forward::kMmaWide) EXPECT_EQ(got, mma_out);
+  for (const AttentionShape& s : kGrouped) ExpectEveryKernelMatchesCpu<TypeParam>(s, {}, rng);
+}
+
+// Rows of packed examples (AttentionShape::positions: each query sees its
+// own example's keys only): every kernel against the CPU's with the same
+// positions, examples of 1 to 90 positions starting anywhere in a block.
+TYPED_TEST(CudaAttentionTest, PackedExamplesMatchCpuInEveryKernel) {
+  PSTAR_REQUIRE_GPU();
+  std::mt19937 rng(27);
+  constexpr AttentionShape kPacked[] = {{2, 200, 512, 8, 2}, {1, 150, 1024, 8, 8}, {1, 90, 96, 3, 1}};
+  for (const AttentionShape& s : kPacked) {
+    std::vector<int32_t> positions;
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t t = 0; t < s.T;) {
+        const int64_t len = std::uniform_int_distribution<int64_t>(1, 90)(rng);
+        for (int64_t i = 0; i < len && t < s.T; ++i, ++t) positions.push_back(int32_t(i));
+      }
     }
-    std::vector<float> two_pass;
-    for (const Backward kernel : {Backward::kTensorCore, Backward::kMma, Backward::kMmaOnePass, Backward::kMmaWide}) {
-      SCOPED_TRACE(testing::Message() << Describe(s) << " backward " << int(kernel));
-      DeviceBuffer<T> d_dqkv(ToElements<T>(std::vector<float>(qkv.size(), kNaN)));
-      DeviceBuffer<float> d_lse(lse);
-      DeviceBuffer<float> d_scratch(
-          std::vector<float>(size_t(cuda::AttentionScratchElements(shape, kernel)), kNaN));
-      auto run = [&] {
-        cuda::AttentionBackward<T>(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out_t.get(),
-                                   d_lse.get(), shape, kStream, kernel);
-        return ToFloats(d_dqkv.Download());
-      };
-      const auto first = run();
-      ASSERT_NO_FATAL_FAILURE(SyncOrFail());
-      ExpectGradientsClose<T>(first, want, s);
-      EXPECT_EQ(first, run()) << "the same bits on a second run";
-      if (kernel == Backward::kMma) two_pass = first;
-      if (kernel == Backward::kMmaWide) EXPECT_EQ(first, two_pass) << "the variant changed the bits";
-    }
+    ExpectEveryKernelMatchesCpu<TypeParam>(s, positions, rng);
   }
 }
 

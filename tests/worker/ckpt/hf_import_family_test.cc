@@ -241,7 +241,7 @@ TEST_F(HfFamilyImportTest, ImportsExactlyAndGivesTheFloat64ReferencesLogitsAndLo
     Gpt& model = trainers[i]->model();
     store.ZeroGrads();
     std::vector<float> logits(size_t(kBatch * kSeq * f.spec["vocab"].get<int64_t>()));
-    model.TrainForward(tokens[i].data(), targets[i].data(), 1.0f, logits.data());
+    model.TrainForward({tokens[i].data(), targets[i].data()}, 1.0f / float(kBatch * kSeq), logits.data());
     const float loss = float(model.TakeLoss());
     model.Backward();
     auto floor = [](const std::string& name) { return name.find("k_proj.bias") != std::string::npos ? 2e-4 : 1e-5; };
@@ -510,7 +510,7 @@ TEST_F(HfFamilyImportTest, ATrainedExportGivesPstarsLogitsInTheReference) {
     ASSERT_TRUE((*t)->SaveCheckpoint().ok());
     test::WriteTorchCase((*t)->store(), data, 1, kBatch, kSeq, batches, &tokens, &targets);
     logits.resize(size_t(kBatch * kSeq * 90));
-    (*t)->model().Forward(tokens.data(), targets.data(), logits.data());
+    (*t)->model().Forward({tokens.data(), targets.data()}, logits.data());
     (void)(*t)->model().TakeLoss();
   }
   HfExportOptions options;

@@ -190,7 +190,7 @@ TEST_F(HfImportTest, GivesPyTorchsLogitsAndTrainsAsPyTorchDoes) {
   ASSERT_TRUE(ref.ok());
 
   std::vector<float> logits(n * size_t(kVocab));
-  (*t)->model().Forward(tokens.data(), targets.data(), logits.data());
+  (*t)->model().Forward({tokens.data(), targets.data()}, logits.data());
   (void)(*t)->model().TakeLoss();
   const std::vector<double> want = *ref->ToDoubles("logits");
   double num = 0, den = 0;

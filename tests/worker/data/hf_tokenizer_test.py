@@ -21,7 +21,6 @@ Usage: hf_tokenizer_test.py PSTAR SOURCE_DIR WORK_DIR
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ import unicodedata
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_tokenizer_test import make_document, read_shard  # noqa: E402  (its varied corpus, its shard reader)
+from gpt2_tokenizer_test import install_refs, make_document, read_shard  # noqa: E402  (its varied corpus, its shard reader)
 
 PSTAR = SOURCE_DIR = WORK_DIR = ""
 SEP = "<<<DOC>>>"
@@ -120,13 +119,7 @@ TOKENIZERS = {
 class HfTokenizerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.refs = os.path.join(WORK_DIR, "npm-refs")
-        r = run(["bash", os.path.join(SOURCE_DIR, "scripts", "npm-refs.sh"), cls.refs])
-        if r.returncode != 0:
-            raise AssertionError("scripts/npm-refs.sh failed:\n" + r.stdout + r.stderr)
-        cls.tmp = os.path.join(WORK_DIR, "hf-tokenizer-test")
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        os.makedirs(cls.tmp)
+        cls.refs, cls.tmp = install_refs(SOURCE_DIR, WORK_DIR, "hf-tokenizer-test")
         seed = int(os.environ.get("PSTAR_TOKENIZER_SEED", time.time()))
         cls.seed = seed
         rng = random.Random(seed)

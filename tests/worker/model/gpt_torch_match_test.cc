@@ -98,7 +98,7 @@ TEST(GptTorchMatch, LogitsLossGradientsAndAdamWTrajectory) {
   Gpt& model = (*trainer)->model();
   store.ZeroGrads();
   std::vector<float> logits(n * size_t(c.vocab));
-  model.TrainForward(tokens.data(), targets.data(), 1.0f, logits.data());
+  model.TrainForward({tokens.data(), targets.data()}, 1.0f / float(n), logits.data());
   const float loss = float(model.TakeLoss());
   model.Backward();
 

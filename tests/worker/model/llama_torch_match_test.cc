@@ -153,7 +153,7 @@ TEST(LlamaTorchMatch, LogitsLossGradientsAndAdamWTrajectoryForEveryQueryHeadGrou
     Gpt& model = p.trainer->model();
     store.ZeroGrads();
     std::vector<float> logits(size_t(c.batch * c.seq * c.vocab));
-    model.TrainForward(p.tokens.data(), p.targets.data(), 1.0f, logits.data());
+    model.TrainForward({p.tokens.data(), p.targets.data()}, 1.0f / float(c.batch * c.seq), logits.data());
     const float loss = float(model.TakeLoss());
     model.Backward();
     // Qwen2's key bias is ill-conditioned: its gradient sums each position's

@@ -5,7 +5,8 @@
 // gradient norm's sums are those of the CPU kernel wherever a gradient lies;
 // a disk tier gives the bits of the run in memory; two GPUs over NCCL match one;
 // the Llama family's decoder tracks the CPU backend and keeps its bits at
-// every budget. Skipped (with the reason) without a GPU.
+// every budget, and so do packed examples. Skipped (with the reason) without
+// a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 #include "kernels/reduce.h"
 #include "tests/test_util.h"
 #include "tests/worker/tiny_gpt_job.h"
+#include "worker/data/packed_rows.h"
 #include "worker/dist/store.h"
 #include "worker/model/model_kernels.h"
 #include "worker/runtime/cuda_backend.h"
@@ -43,7 +45,7 @@ struct RunResult {
 
 int64_t Moved(const ChunkManager& m) { return m.counters().moved_bytes[0] + m.counters().moved_bytes[1]; }
 
-RunResult Train(const Config& config, const TokenSource& data) {
+RunResult Train(const Config& config, TrainingData data) {
   auto t = Trainer::Create(config, data);
   EXPECT_TRUE(t.ok()) << t.status().message();
   if (!t.ok()) return {};
@@ -410,6 +412,52 @@ TEST(GpuTraining, LlamaFamilyTracksTheCpuBackend) {
     const RunResult cpu16 = Train(LlamaJob(c, job, false), data);
     const RunResult cpu32 = Train(LlamaJob(c, {"train.steps=30", "train.precision=fp32"}, false), data);
     ExpectSixteenBitTracks(gpu16, cpu16, cpu32, 30);
+  }
+}
+
+// Packed examples (data.source jsonl's rows): attention kept inside each
+// example in every CUDA kernel the run picks, positions restarting, the
+// loss over the counted targets; fp32 matches the CPU backend to rounding,
+// bf16 tracks the CPU's bf16 run.
+TEST(GpuTraining, PackedExamplesTrackTheCpuBackend) {
+  PSTAR_REQUIRE_GPUS(1);
+  std::mt19937 rng(23);
+  std::vector<TokenizedExample> examples;
+  for (int e = 0; e < 60; ++e) {
+    TokenizedExample x;
+    x.line = e + 1;
+    const int64_t n = std::uniform_int_distribution<int64_t>(3, 70)(rng);
+    for (int64_t i = 0; i < n; ++i) {
+      x.ids.push_back(int32_t(std::uniform_int_distribution<int64_t>(1, 149)(rng)));
+      x.counted.push_back(i >= n / 2 ? 1 : 0);
+    }
+    examples.push_back(std::move(x));
+  }
+  auto rows = PackedRows::Pack(examples, 64, OverlongPolicy::kTruncate, 5, 0);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  for (const LlamaCase& c : {kLlamaCases[0], kLlamaCases[1]}) {
+    SCOPED_TRACE(c.name);
+    const std::vector<std::string> shape = {"model.max_seq_len=64", "train.seq_len=64", "train.batch_size=2",
+                                            "train.steps=6"};
+    std::vector<std::string> fp32 = shape;
+    fp32.push_back("train.precision=fp32");
+    const RunResult cpu = Train(LlamaJob(c, fp32, false), *rows);
+    const RunResult gpu = Train(LlamaJob(c, fp32, true), *rows);
+    ASSERT_EQ(cpu.losses.size(), 6u);
+    ASSERT_EQ(gpu.losses.size(), 6u);
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::fabs(cpu.losses[s])) << "fp32 step " << s;
+    }
+    for (size_t i = 0; i < cpu.params.size(); ++i) {
+      EXPECT_LT(RelativeL2(gpu.params[i], cpu.params[i]), 1e-3) << "tensor " << i;
+    }
+    std::vector<std::string> bf16 = shape;
+    bf16.back() = "train.steps=20";
+    bf16.push_back("train.precision=bf16");
+    std::vector<std::string> cpu_fp32 = bf16;
+    cpu_fp32.back() = "train.precision=fp32";
+    ExpectSixteenBitTracks(Train(LlamaJob(c, bf16, true), *rows), Train(LlamaJob(c, bf16, false), *rows),
+                           Train(LlamaJob(c, cpu_fp32, false), *rows), 20);
   }
 }
 
