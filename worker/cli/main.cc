@@ -92,8 +92,9 @@ constexpr CommandHelp kCommands[] = {
      "print what a data.source jsonl job trains on, one JSON object a line",
      "  --config FILE      the job's YAML config; default: the built-in default job\n"
      "  --set KEY=VALUE    override one config key (repeatable)\n"
-     "  (default)          each example of data.path in its chat format: line, format, ids, and counted\n"
-     "                     (1 for each id the loss counts: the answers and the end token after each)\n"
+     "  (default)          each example of data.path in its chat format: line, format, ids, counted\n"
+     "                     (1 for each id the loss counts: the answers and the end token after each),\n"
+     "                     text (the example as the model reads it) and answers (each counted run's text)\n"
      "  --rows             the packed rows instead: tokens, targets (-1: not counted) and positions\n"
      "  --validation       data.val_path's examples or rows\n"},
     {"info", "info", "print the build and the compute devices", ""},

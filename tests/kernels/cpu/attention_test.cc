@@ -165,7 +165,8 @@ TEST(AttentionSegments, EachPackedExampleAttendsAsIfAlone) {
     ASSERT_EQ(t, T) << "row " << b << " must fill T";
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [NH, NKV] : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {4, 1}, {6, 2}}) {
+  for (const std::pair<int64_t, int64_t>& heads : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {4, 1}, {6, 2}}) {
+    const int64_t NH = heads.first, NKV = heads.second;  // named, not bound: lambdas below capture them
     for (bool bf16 : {false, true}) {
       SCOPED_TRACE(testing::Message() << "NH=" << NH << " NKV=" << NKV << (bf16 ? " bf16" : " fp32"));
       const AttentionShape packed{B, T, NH, NKV, hs, positions.data()};

@@ -123,7 +123,7 @@ class ChatFormatTest(unittest.TestCase):
     def examples(self, tokenizer, path, chat_format):
         r = run([PSTAR, "examples", *self.job(tokenizer, path, chat_format)])
         self.assertEqual(r.returncode, 0, r.stderr)
-        return [json.loads(line) for line in r.stdout.splitlines()]
+        return [json.loads(line) for line in r.stdout.split("\n") if line]  # not splitlines: U+2028 is text
 
     def reference(self, tokenizer, items, template=None):
         spec = os.path.join(self.tmp, "conversations.json")
@@ -187,6 +187,10 @@ class ChatFormatTest(unittest.TestCase):
                     at = e
                 self.assertEqual(len(spans), sum(m["role"] == "assistant" for m in conversations[k]), what)
                 self.expect_counted(tokenizer, text, g["ids"], g["counted"], spans, what)
+                if fmt == "llama3":  # each answer as the loss reads it: the message stripped, its end token
+                    want_answers = [m["content"].strip() + end for m in conversations[k] if m["role"] == "assistant"]
+                    self.assertEqual(g["answers"], want_answers, what)
+                    self.assertEqual(g["text"], w["text"], what)
         print("seed %d: %d conversations in llama3, chatml and qwen3, every id and count as the templates give" %
               (self.seed, len(conversations)))
 
