@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t seq = 1 + data[0] % 64;
   auto rows = pstar::PackedRows::Pack(tokenized, seq, pstar::OverlongPolicy::kTruncate, data[0], 0);
   if (!rows.ok()) std::abort();
-  std::vector<int32_t> tokens(size_t(seq)), targets(size_t(seq)), positions(size_t(seq));
+  std::vector<int32_t> tokens(static_cast<size_t>(seq)), targets(tokens.size()), positions(tokens.size());
   for (int64_t r = 0; r < rows->rows(); ++r) {
     rows->Row(r, tokens.data(), targets.data(), positions.data());
     int64_t counted = 0;
