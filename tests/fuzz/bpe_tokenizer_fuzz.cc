@@ -2,9 +2,12 @@
 // the input is text for small tokenizers made here (GPT-2's form; Llama 3's
 // form, a Split pattern on PCRE2 with added tokens; the same with NFC), and
 // the words must join back into it, Decode(Encode(text)) must equal it (its
-// NFC form with NFC), with special tokens found or not; odd, the rest is a
-// Hugging Face tokenizer.json, refused with a Status or loaded and then used
-// on its own bytes (which must round-trip where the tokenizer is lossless).
+// NFC form with NFC), with special tokens found or not; 5 modulo 8, the rest
+// is a tiktoken rank file, refused with a Status or loaded, used on its own
+// bytes (which must round-trip: a rank file is byte-level) and its
+// tokenizer.json form read back; other odd, the rest is a Hugging Face
+// tokenizer.json, refused with a Status or loaded and then used on its own
+// bytes (which must round-trip where the tokenizer is lossless).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -61,6 +64,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckRoundTrip(Gpt2Form(), rest, rest);
     CheckRoundTrip(Llama3Form(), rest, rest);
     CheckRoundTrip(QwenForm(), rest, pstar::NfcNormalize(rest));
+    return 0;
+  }
+  if (data[0] % 8 == 5) {
+    auto ranks = pstar::BpeTokenizer::FromTiktokenText(rest, "tokenizer.model");
+    if (!ranks.ok()) return 0;
+    for (bool special : {false, true}) {
+      auto back = ranks->Decode(ranks->Encode(rest, special));
+      if (!back.ok() || *back != rest) std::abort();
+    }
+    if (ranks->SavedText() != rest) std::abort();
+    auto json = pstar::BpeTokenizer::FromTokenizerJsonText(ranks->ToTokenizerJson(), "tokenizer.json");
+    if (!json.ok() || json->vocab_size() != ranks->vocab_size()) std::abort();
     return 0;
   }
   auto t = pstar::BpeTokenizer::FromTokenizerJson(pstar::fuzz::WriteInput("tokenizer.json", data + 1, size - 1));

@@ -67,7 +67,7 @@ std::string ModelFingerprint(const GptConfig& g) {
 
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
                       const TrainingState& state, Communicator& comm, DeviceCopier* device,
-                      const std::string& tokenizer_json, const std::vector<NamedFile>& model_files) {
+                      const std::string& tokenizer_file, const std::vector<NamedFile>& model_files) {
   Status valid = CheckState(state);
   if (valid.ok()) valid = CheckOwnedRanges(ranges, device);
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, valid, "arguments"));
@@ -81,7 +81,7 @@ Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<O
   PSTAR_RETURN_IF_ERROR(AgreeAll(comm, written, name + " (writing rank files)"));
 
   Status published =
-      comm.rank() == 0 ? PublishCheckpoint(root, comm.world_size(), state, keep, tokenizer_json, model_files)
+      comm.rank() == 0 ? PublishCheckpoint(root, comm.world_size(), state, keep, tokenizer_file, model_files)
                        : Status::Ok();
   return AgreeAll(comm, published, name + " (publishing)");
 }

@@ -61,8 +61,9 @@ struct TrainingState {
   // The model's description, for `pstar export` and `pstar sample`.
   // Manifests from before the architecture was recorded read as GPT-2.
   GptConfig model;
-  // What made the tokens (data.tokenizer): "byte", "gpt2" or "hf" (their
-  // tokenizer.json is in the checkpoint) or "none". Checkpoints from before
+  // What made the tokens (data.tokenizer): "byte", "gpt2", "hf" (their
+  // tokenizer.json is in the checkpoint), "tiktoken" (its rank file is) or
+  // "none". Checkpoints from before
   // it was recorded read as "byte", the only tokenizer there was.
   std::string tokenizer = "none";
 };
@@ -97,12 +98,12 @@ std::string ModelFingerprint(const GptConfig& model);
 // InvalidArgument otherwise). Their bytes pass through one host buffer of at
 // most 4 MiB per rank, never a whole piece at once; the file is the same as
 // for host ranges. A copier error fails the save and publishes nothing.
-// With state.tokenizer "gpt2" or "hf", `tokenizer_json` (BpeTokenizer::
-// ToTokenizerJson) is saved beside the manifest, checksummed by it; so are
+// With state.tokenizer "gpt2", "hf" or "tiktoken", `tokenizer_file`
+// (BpeTokenizer::SavedText) is saved beside the manifest, checksummed by it; so are
 // `model_files` (the imported Hugging Face directory's own files).
 Status SaveCheckpoint(const std::string& root, int64_t keep, const std::vector<OwnedRange>& ranges,
                       const TrainingState& state, Communicator& comm, DeviceCopier* device = nullptr,
-                      const std::string& tokenizer_json = "", const std::vector<NamedFile>& model_files = {});
+                      const std::string& tokenizer_file = "", const std::vector<NamedFile>& model_files = {});
 
 // Fills `ranges` from the checkpoint `latest` names and returns its state.
 // A damaged checkpoint (missing, truncated or corrupt file, bad manifest, a

@@ -33,10 +33,14 @@ namespace {
 
 constexpr const char* kFormatName = "pstar-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
-constexpr const char* kTokenizerName = "tokenizer.json";
-
-// The tokenizers whose tokenizer.json a checkpoint holds.
-bool TokenizerHasFile(const std::string& tokenizer) { return tokenizer == "gpt2" || tokenizer == "hf"; }
+// The tokenizers whose file a checkpoint holds, and its name: the
+// tokenizer.json (gpt2, hf), or the rank file (tiktoken).
+bool TokenizerHasFile(const std::string& tokenizer) {
+  return tokenizer == "gpt2" || tokenizer == "hf" || tokenizer == "tiktoken";
+}
+std::string TokenizerFileName(const std::string& tokenizer) {
+  return tokenizer == "tiktoken" ? "tokenizer.model" : "tokenizer.json";
+}
 constexpr const char* kModelFilePrefix = "hf.";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kStagingSuffix = ".tmp";
@@ -480,7 +484,7 @@ bool IsCarriedModelFile(const std::string& name) {
 }
 
 Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
-                         const std::string& tokenizer_json, const std::vector<NamedFile>& model_files) {
+                         const std::string& tokenizer_file, const std::vector<NamedFile>& model_files) {
   const std::string staging = StagingDir(root, state.step);
   const std::string final_dir = JoinPath(root, StepDirName(state.step));
 
@@ -520,11 +524,12 @@ Status PublishCheckpoint(const std::string& root, int world_size, const Training
   manifest["files"] = files;
   Json tokenizer = {{"type", state.tokenizer}};
   if (TokenizerHasFile(state.tokenizer)) {
-    if (tokenizer_json.empty()) return Status::Internal("state.tokenizer is " + state.tokenizer + " but no tokenizer.json was given");
-    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, kTokenizerName), tokenizer_json));
-    tokenizer["file"] = {{"name", kTokenizerName},
-                         {"bytes", int64_t(tokenizer_json.size())},
-                         {"checksum", FormatCrc64(Crc64::Of(tokenizer_json))}};
+    const std::string name = TokenizerFileName(state.tokenizer);
+    if (tokenizer_file.empty()) return Status::Internal("state.tokenizer is " + state.tokenizer + " but no " + name + " was given");
+    PSTAR_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(staging, name), tokenizer_file));
+    tokenizer["file"] = {{"name", name},
+                         {"bytes", int64_t(tokenizer_file.size())},
+                         {"checksum", FormatCrc64(Crc64::Of(tokenizer_file))}};
   }
   manifest["tokenizer"] = tokenizer;
   if (!model_files.empty()) {
@@ -695,7 +700,7 @@ Result<Manifest> ReadManifest(const std::string& step_dir) {
         const Json& f = t.at("file");
         m.tokenizer_file.name = f.at("name").get<std::string>();
         m.tokenizer_file.bytes = f.at("bytes").get<int64_t>();
-        if (m.tokenizer_file.name != kTokenizerName || m.tokenizer_file.bytes < 0 ||
+        if (m.tokenizer_file.name != TokenizerFileName(m.state.tokenizer) || m.tokenizer_file.bytes < 0 ||
             !ParseCrc64Text(f.at("checksum").get<std::string>(), &m.tokenizer_file.crc64)) {
           return Status::DataLoss(path + ": bad manifest: bad tokenizer file entry");
         }

@@ -52,8 +52,9 @@ Status WriteRankFile(const std::string& staging_dir, int rank, int world_size, i
                      const std::vector<OwnedRange>& ranges, DeviceCopier* device = nullptr);
 // Rank 0, after every rank wrote: the manifest from the sidecars, then the
 // rename to root/step-<step>, the `latest` pointer, and pruning to `keep`.
-// With state.tokenizer "gpt2" or "hf" it writes `tokenizer_json` as tokenizer.json
-// first, named and checksummed in the manifest.
+// With state.tokenizer "gpt2" or "hf" it writes `tokenizer_file` as
+// tokenizer.json first, with "tiktoken" as tokenizer.model (the rank file),
+// named and checksummed in the manifest.
 // The files of a Hugging Face directory that travel with a run's
 // checkpoints into its exports: config.json, generation_config.json and the
 // tokenizer's (tokenizer.json, tokenizer_config.json with its chat template,
@@ -65,7 +66,7 @@ bool IsCarriedModelFile(const std::string& name);
 // `model_files` are written as "hf.<name>", each named and checksummed in
 // the manifest (names as IsCarriedModelFile takes them).
 Status PublishCheckpoint(const std::string& root, int world_size, const TrainingState& state, int64_t keep,
-                         const std::string& tokenizer_json = "", const std::vector<NamedFile>& model_files = {});
+                         const std::string& tokenizer_file = "", const std::vector<NamedFile>& model_files = {});
 
 struct ManifestFile {
   std::string name;  // within the step directory
@@ -76,7 +77,7 @@ struct Manifest {
   int world_size = 0;
   TrainingState state;
   std::vector<ManifestFile> files;  // one per saving rank, in rank order
-  ManifestFile tokenizer_file;      // tokenizer.json, when state.tokenizer is gpt2 or hf
+  ManifestFile tokenizer_file;      // tokenizer.json (gpt2, hf) or tokenizer.model (tiktoken)
   std::vector<ManifestFile> model_files;  // "hf.<name>": the imported directory's own files
 };
 // Reads and verifies step_dir/manifest.json (its own checksum, fields, and
@@ -122,9 +123,10 @@ class CheckpointParamReader {
 // a run that imported nothing or a checkpoint from before they were carried.
 Result<std::vector<NamedFile>> ReadCheckpointModelFiles(const std::string& step_dir);
 
-// The tokenizer.json a checkpoint carries (data.tokenizer gpt2 or hf),
-// verified against its manifest; NotFound when its tokens were made
-// otherwise.
+// The tokenizer's file a checkpoint carries (data.tokenizer gpt2 or hf: its
+// tokenizer.json; tiktoken: its rank file), verified against its manifest;
+// NotFound when its tokens were made otherwise. BpeTokenizer::FromSaved
+// reads it, given the manifest's state.tokenizer.
 Result<std::string> ReadCheckpointTokenizer(const std::string& step_dir);
 
 // Fills `ranges` from one checkpoint directory, reading only the rank files

@@ -329,9 +329,11 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
   }
   std::optional<BpeTokenizer> tokenizer;
   std::string tokenizer_json;
-  if (manifest.state.tokenizer == "gpt2" || manifest.state.tokenizer == "hf") {
-    PSTAR_ASSIGN_OR_RETURN(tokenizer_json, ReadCheckpointTokenizer(step_dir));
-    PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromTokenizerJsonText(tokenizer_json, step_dir + "/tokenizer.json"));
+  const std::string& kind = manifest.state.tokenizer;
+  if (kind == "gpt2" || kind == "hf" || kind == "tiktoken") {
+    PSTAR_ASSIGN_OR_RETURN(std::string saved, ReadCheckpointTokenizer(step_dir));
+    PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromSaved(kind, saved, step_dir + "/" + manifest.tokenizer_file.name));
+    tokenizer_json = t.ToTokenizerJson();
     tokenizer.emplace(std::move(t));
   }
   if (gpt2) {
@@ -357,6 +359,15 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
     // family, whichever name the run gave it, gets GPT-2's files below.)
     PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of("tokenizer.json"), tokenizer_json));
     summary.tokenizer_paths.push_back(path_of("tokenizer.json"));
+    if (tokenizer->tiktoken()) {
+      // The rank file too, where Meta's Hugging Face directories keep it:
+      // tiktoken (and Meta's own code) read that, not the tokenizer.json.
+      std::error_code ec;
+      fs::create_directories(path_of("original"), ec);
+      if (ec) return Status::InvalidArgument("cannot create " + path_of("original") + ": " + ec.message());
+      PSTAR_RETURN_IF_ERROR(WriteFileAtomically(path_of("original/tokenizer.model"), tokenizer->SavedText()));
+      summary.tokenizer_paths.push_back(path_of("original/tokenizer.model"));
+    }
     const bool carried_config = std::any_of(carried.begin(), carried.end(),
                                             [](const NamedFile& f) { return f.name == "tokenizer_config.json"; });
     if (!carried_config) {

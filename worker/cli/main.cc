@@ -50,17 +50,20 @@ constexpr CommandHelp kCommands[] = {
      "                 --inter-bw Gbit/s (400) --tflops T --pcie-bw GB/s --adam-rate params/s (measured)\n"
      "                 --disk-bw GB/s (2) --gpu-memory BYTES (80GiB) --host-memory BYTES (256GiB per GPU)\n"},
     {"tokenize",
-     "tokenize --input TEXT [--input TEXT]... --output SHARD.bin [--tokenizer byte|gpt2|hf]\n"
-     "         [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE]\n"
+     "tokenize --input TEXT [--input TEXT]... --output SHARD.bin [--tokenizer byte|gpt2|hf|tiktoken]\n"
+     "         [--vocab encoder.json --merges vocab.bpe | --tokenizer-json FILE | --tiktoken FILE]\n"
      "         [--document-separator STRING] [--threads N] [--decode]",
      "write a token shard from text files: bytes, GPT-2's BPE, or a model's tokenizer.json",
      "  --input TEXT       a regular file, or a directory of them (name order); repeatable\n"
      "  --output SHARD     the token shard to write (replaced atomically; never an input)\n"
      "  --tokenizer T      byte (one token per byte, vocabulary 256; the default), gpt2 (GPT-2's\n"
-     "                     files) or hf (a tokenizer.json: Llama 2/3, Qwen2.5/3, Mistral, GPT-2)\n"
+     "                     files), hf (a tokenizer.json: Llama 2/3, Qwen2.5/3, Mistral, GPT-2) or\n"
+     "                     tiktoken (Llama 3's rank file)\n"
      "  --vocab FILE       GPT-2's encoder.json (with --merges; implies --tokenizer gpt2)\n"
      "  --merges FILE      GPT-2's vocab.bpe\n"
      "  --tokenizer-json F a Hugging Face tokenizer.json (implies --tokenizer hf)\n"
+     "  --tiktoken FILE    Llama 3's tiktoken rank file, Meta's original/tokenizer.model\n"
+     "                     (implies --tokenizer tiktoken)\n"
      "  --document-separator S  cut each file into documents at S (dropped); before every\n"
      "                     document goes the tokenizer's start (<|endoftext|>, <|begin_of_text|>,\n"
      "                     <s>); each file is one document without this. A special token's text\n"

@@ -1,6 +1,6 @@
 // pstar tokenize: text to a token shard (byte-level, GPT-2's BPE from its
-// files, or any supported Hugging Face tokenizer.json), and with --decode a
-// shard back to text.
+// files, any supported Hugging Face tokenizer.json, or Llama 3's tiktoken
+// rank file), and with --decode a shard back to text.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,8 +21,8 @@ namespace {
 struct TokenizeArgs {
   std::vector<std::string> inputs;
   std::string output;
-  std::string tokenizer;  // "byte", "gpt2" or "hf"; empty: from the files given
-  std::string vocab, merges, tokenizer_json;
+  std::string tokenizer;  // "byte", "gpt2", "hf" or "tiktoken"; empty: from the files given
+  std::string vocab, merges, tokenizer_json, tiktoken;
   std::optional<std::string> separator;
   int threads = 0;
   bool decode = false;
@@ -37,7 +37,7 @@ Result<TokenizeArgs> ParseArgs(const std::vector<std::string>& args) {
       continue;
     }
     const bool takes_value = flag == "--input" || flag == "--output" || flag == "--tokenizer" || flag == "--vocab" ||
-                             flag == "--merges" || flag == "--tokenizer-json" || flag == "--document-separator" ||
+                             flag == "--merges" || flag == "--tokenizer-json" || flag == "--tiktoken" || flag == "--document-separator" ||
                              flag == "--threads";
     if (!takes_value) return Status::InvalidArgument("tokenize: unknown option '" + flag + "'");
     if (i + 1 >= args.size()) return Status::InvalidArgument(flag + " needs a value");
@@ -48,6 +48,7 @@ Result<TokenizeArgs> ParseArgs(const std::vector<std::string>& args) {
     else if (flag == "--vocab") a.vocab = v;
     else if (flag == "--merges") a.merges = v;
     else if (flag == "--tokenizer-json") a.tokenizer_json = v;
+    else if (flag == "--tiktoken") a.tiktoken = v;
     else if (flag == "--document-separator") a.separator = v;
     else {
       char* end = nullptr;
@@ -61,12 +62,18 @@ Result<TokenizeArgs> ParseArgs(const std::vector<std::string>& args) {
   if (a.inputs.empty() || a.output.empty()) return Status::InvalidArgument("tokenize needs --input and --output");
   const bool files_given = !a.vocab.empty() || !a.merges.empty() || !a.tokenizer_json.empty();
   if (a.tokenizer.empty()) {
-    a.tokenizer = !files_given ? "byte" : a.vocab.empty() && a.merges.empty() ? "hf" : "gpt2";
+    a.tokenizer = !a.tiktoken.empty() ? "tiktoken" : !files_given ? "byte" : a.vocab.empty() && a.merges.empty() ? "hf" : "gpt2";
   }
-  if (a.tokenizer != "byte" && a.tokenizer != "gpt2" && a.tokenizer != "hf") {
-    return Status::InvalidArgument("--tokenizer must be byte, gpt2 or hf, got '" + a.tokenizer + "'");
+  if (a.tokenizer != "byte" && a.tokenizer != "gpt2" && a.tokenizer != "hf" && a.tokenizer != "tiktoken") {
+    return Status::InvalidArgument("--tokenizer must be byte, gpt2, hf or tiktoken, got '" + a.tokenizer + "'");
   }
-  if (a.tokenizer == "byte") {
+  if (a.tokenizer == "tiktoken") {
+    if (files_given) return Status::InvalidArgument("--tokenizer tiktoken reads --tiktoken, not --vocab/--merges/--tokenizer-json");
+    if (a.tiktoken.empty()) return Status::InvalidArgument("--tokenizer tiktoken needs --tiktoken RANK_FILE");
+    if (a.separator && a.separator->empty()) return Status::InvalidArgument("--document-separator must not be empty");
+  } else if (!a.tiktoken.empty()) {
+    return Status::InvalidArgument("--tiktoken needs --tokenizer tiktoken (or no --tokenizer)");
+  } else if (a.tokenizer == "byte") {
     if (files_given) return Status::InvalidArgument("--vocab, --merges and --tokenizer-json need --tokenizer gpt2 or hf");
     if (a.separator) return Status::InvalidArgument("--document-separator needs --tokenizer gpt2 or hf (bytes have no end-of-text token)");
   } else if (a.tokenizer == "hf") {
@@ -121,6 +128,7 @@ Status CheckOutputIsNotAnInput(const std::string& output, const std::vector<std:
 }
 
 Result<BpeTokenizer> LoadTokenizer(const TokenizeArgs& a) {
+  if (!a.tiktoken.empty()) return BpeTokenizer::FromTiktokenFile(a.tiktoken);
   if (!a.tokenizer_json.empty()) return BpeTokenizer::FromTokenizerJson(a.tokenizer_json);
   return BpeTokenizer::FromGpt2Files(a.vocab, a.merges);
 }

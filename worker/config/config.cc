@@ -509,6 +509,7 @@ void AddDataKeys(std::vector<KeyDef>& k) {
   k.push_back(StringIfSet("data.vocab", [](Config& c) -> auto& { return c.data.vocab; }));
   k.push_back(StringIfSet("data.merges", [](Config& c) -> auto& { return c.data.merges; }));
   k.push_back(StringIfSet("data.tokenizer_json", [](Config& c) -> auto& { return c.data.tokenizer_json; }));
+  k.push_back(StringIfSet("data.tokenizer_ranks", [](Config& c) -> auto& { return c.data.tokenizer_ranks; }));
   k.push_back(Scalar("data.chat_format", [](Config& c) -> auto& { return c.data.chat_format; },
                      OneOfNames({"auto", "llama3", "chatml", "qwen3", "none"})));
   k.back().shown = JsonlData;
@@ -769,15 +770,15 @@ void CheckData(const Section& s, Config& c, const Pending& p) {
     Fail(s.Key("val_path"), "needs data.source text or tokens (the generated corpus has no validation split)");
   }
   if (d.tokenizer.empty()) d.tokenizer = d.source == DataSourceKind::kText ? "byte" : "none";
-  OneOfNames({"byte", "gpt2", "hf", "none"})(s.Key("tokenizer"), d.tokenizer);
+  OneOfNames({"byte", "gpt2", "hf", "tiktoken", "none"})(s.Key("tokenizer"), d.tokenizer);
   if (d.source == DataSourceKind::kGenerated && d.tokenizer != "none") {
     Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but the generated corpus has no text (leave it unset)");
   }
   if (d.source == DataSourceKind::kText && d.tokenizer == "none") {
-    Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte, gpt2 or hf)");
+    Fail(s.Key("tokenizer"), "is none but data.source text needs one (byte, gpt2, hf or tiktoken)");
   }
-  if (d.source == DataSourceKind::kJsonl && d.tokenizer != "gpt2" && d.tokenizer != "hf") {
-    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.source jsonl needs the model's tokenizer (hf or gpt2)");
+  if (d.source == DataSourceKind::kJsonl && d.tokenizer != "gpt2" && d.tokenizer != "hf" && d.tokenizer != "tiktoken") {
+    Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.source jsonl needs the model's tokenizer (hf, tiktoken or gpt2)");
   }
   if (d.source != DataSourceKind::kJsonl) {
     for (const char* key : {"chat_format", "overlong"}) {
@@ -785,9 +786,15 @@ void CheckData(const Section& s, Config& c, const Pending& p) {
     }
   }
   const bool files = !d.vocab.empty() || !d.merges.empty() || !d.tokenizer_json.empty();
-  if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && files) {
+  if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && d.tokenizer != "tiktoken" && files) {
     Fail(s.Key("tokenizer"), "is " + d.tokenizer +
                                  " but data.vocab, data.merges or data.tokenizer_json is set (they need gpt2 or hf)");
+  }
+  if (d.tokenizer == "tiktoken") {
+    if (files) Fail(s.Key("tokenizer"), "is tiktoken, which reads data.tokenizer_ranks, but data.vocab, data.merges or data.tokenizer_json is set");
+    if (d.tokenizer_ranks.empty()) Fail(s.Key("tokenizer"), "is tiktoken but needs data.tokenizer_ranks (Llama 3's rank file, original/tokenizer.model)");
+  } else if (!d.tokenizer_ranks.empty()) {
+    Fail(s.Key("tokenizer_ranks"), "is set but data.tokenizer is " + d.tokenizer + " (a rank file needs tiktoken)");
   }
   if (d.tokenizer == "hf") {
     if (!d.vocab.empty() || !d.merges.empty()) {
@@ -953,7 +960,7 @@ void ResolveAndCheck(Config& c, const Pending& p) {
   }
   if (c.optimizer.lr < c.train.min_lr) Fail("train.min_lr", "is larger than optimizer.params.lr");
   if (c.train.sample_every > 0 && c.data.tokenizer == "none") {
-    Fail("train.sample_every", "needs a tokenizer to print the sample (data.tokenizer byte, gpt2 or hf)");
+    Fail("train.sample_every", "needs a tokenizer to print the sample (data.tokenizer byte, gpt2, hf or tiktoken)");
   }
   if (c.train.sample_every > 0 && c.data.tokenizer == "byte" && c.train.sample_prompt.empty()) {
     Fail("train.sample_prompt", "must not be empty with byte-level text (there is no start token)");

@@ -53,13 +53,15 @@ struct DataSection {
   DataSourceKind source = DataSourceKind::kGenerated;
   std::string path;                    // text file, shard file, glob or shard directory
   std::string val_path;                // validation data, read as `path` is; empty: none
-  // What made (text: makes) the tokens: "byte", "gpt2", "hf" or "none".
-  // After parsing never empty: unset, byte for text and none otherwise. gpt2
-  // needs `vocab` + `merges` (GPT-2's encoder.json, vocab.bpe) or
-  // `tokenizer_json`; hf needs `tokenizer_json` (any supported model's).
-  // Checkpoints record it, for `pstar sample` and `pstar export`.
+  // What made (text: makes) the tokens: "byte", "gpt2", "hf", "tiktoken" or
+  // "none". After parsing never empty: unset, byte for text and none
+  // otherwise. gpt2 needs `vocab` + `merges` (GPT-2's encoder.json,
+  // vocab.bpe) or `tokenizer_json`; hf needs `tokenizer_json` (any supported
+  // model's); tiktoken needs `tokenizer_ranks` (Llama 3's rank file, Meta's
+  // original/tokenizer.model). Checkpoints record it, for `pstar sample`
+  // and `pstar export`.
   std::string tokenizer;
-  std::string vocab, merges, tokenizer_json;
+  std::string vocab, merges, tokenizer_json, tokenizer_ranks;
   // jsonl (chat and instruction examples, worker/data/chat_examples.h): the
   // chat format (auto: the one the tokenizer's special tokens name, or
   // llama3, chatml, qwen3, none) and what an example longer than a row

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <thread>
+#include <tuple>
 
 #include "worker/core/file_util.h"
 #include "worker/data/gpt2_pretokenizer.h"
@@ -116,6 +117,75 @@ std::vector<nlohmann::json> Steps(const nlohmann::json& j, const char* key, cons
   }
   if (stage.is_null()) return {};
   return {stage};
+}
+
+// A byte string in GPT-2's byte-to-unicode spelling (UTF-8), the form the
+// tables keep byte-level tokens in.
+std::string BytesToTokenString(std::string_view bytes) {
+  std::string out;
+  const auto& map = ByteMap();
+  for (unsigned char b : bytes) {
+    const char32_t cp = map.byte_to_unicode[b];
+    if (cp < 0x80) {
+      out.push_back(char(cp));
+    } else {
+      out.push_back(char(0xC0 | (cp >> 6)));
+      out.push_back(char(0x80 | (cp & 0x3F)));
+    }
+  }
+  return out;
+}
+
+// Standard base64 (RFC 4648, padded), as tiktoken's rank files spell tokens;
+// nullopt for anything else.
+std::optional<std::string> DecodeBase64(std::string_view s) {
+  if (s.empty() || s.size() % 4 != 0) return std::nullopt;
+  const auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size() / 4 * 3);
+  for (size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=') : 0;
+    uint32_t bits = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int v = k >= 4 - pad ? 0 : value(s[i + size_t(k)]);
+      if (v < 0) return std::nullopt;
+      bits = (bits << 6) | uint32_t(v);
+    }
+    out.push_back(char(bits >> 16));
+    if (pad < 2) out.push_back(char((bits >> 8) & 0xFF));
+    if (pad < 1) out.push_back(char(bits & 0xFF));
+    // The bits padding drops must be zero (one spelling per byte string).
+    if ((pad == 1 && (bits & 0xFF) != 0) || (pad == 2 && (bits & 0xFFFF) != 0)) return std::nullopt;
+  }
+  return out;
+}
+
+// Llama 3's pre-tokenization pattern (Meta's tokenizer, and the Split of the
+// tokenizer.json Hugging Face converted from it).
+constexpr char kLlama3Pattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Llama 3.1's 256 special tokens after the ranks, in id order (the names of
+// Llama 3.1 to 3.3; Llama 3.0 gave the same ids 128004, 128005, 128008 and
+// 128010 on other reserved names: its data, BOS, EOS and chat tokens are the
+// same ids).
+std::vector<std::string> Llama3SpecialTokens() {
+  std::vector<std::string> names = {"<|begin_of_text|>",   "<|end_of_text|>",
+                                    "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+                                    "<|finetune_right_pad_id|>",    "<|reserved_special_token_2|>",
+                                    "<|start_header_id|>", "<|end_header_id|>",
+                                    "<|eom_id|>",          "<|eot_id|>",
+                                    "<|python_tag|>"};
+  for (int i = 3; names.size() < 256; ++i) names.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
+  return names;
 }
 
 }  // namespace
@@ -501,6 +571,88 @@ Result<BpeTokenizer> BpeTokenizer::FromTokenizerJsonText(const std::string& text
   return t;
 }
 
+Result<BpeTokenizer> BpeTokenizer::FromTiktokenFile(const std::string& path) {
+  PSTAR_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path));
+  return FromTiktokenText(text, path);
+}
+
+Result<BpeTokenizer> BpeTokenizer::FromTiktokenText(const std::string& text, const std::string& source) {
+  const auto bad = [&](const std::string& what) { return Status::InvalidArgument(source + ": " + what); };
+  if (text.size() >= 2 && text[0] == '{') return bad("is JSON, not a tiktoken rank file (a tokenizer.json is data.tokenizer hf)");
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::unordered_map<std::string, size_t> line_of;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    const std::string where = "line " + std::to_string(line_no);
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
+      return bad(where + " is not 'BASE64 RANK'");
+    }
+    const std::optional<std::string> bytes = DecodeBase64(line.substr(0, space));
+    if (!bytes) return bad(where + ": '" + std::string(line.substr(0, std::min<size_t>(space, 40))) + "' is not base64");
+    const std::string_view rank_text = line.substr(space + 1);
+    int64_t rank = 0;
+    if (rank_text.empty() || rank_text.size() > 9) return bad(where + ": the rank is not a number below 10^9");
+    for (char c : rank_text) {
+      if (c < '0' || c > '9') return bad(where + ": the rank '" + std::string(rank_text) + "' is not a number");
+      rank = rank * 10 + (c - '0');
+    }
+    auto [it, fresh] = line_of.emplace(*bytes, line_no);
+    if (!fresh) return bad(where + " repeats the token of line " + std::to_string(it->second));
+    vocab.emplace_back(BytesToTokenString(*bytes), rank);
+  }
+  const int64_t n = int64_t(vocab.size());
+  if (n == 0) return bad("holds no ranks");
+  if (n + 256 > kMaxVocab) return bad("holds " + std::to_string(n) + " ranks, more than pstar reads");
+  std::vector<bool> seen(size_t(n), false);
+  for (const auto& [str, rank] : vocab) {
+    if (rank >= n || seen[size_t(rank)]) {
+      return bad("the ranks are not 0.." + std::to_string(n - 1) + " once each (rank " + std::to_string(rank) +
+                 (rank >= n ? " is past the end)" : " is given twice)"));
+    }
+    seen[size_t(rank)] = true;
+  }
+  std::vector<AddedToken> added;
+  const std::vector<std::string> specials = Llama3SpecialTokens();
+  for (size_t k = 0; k < specials.size(); ++k) added.push_back({specials[k], int32_t(n + int64_t(k)), true, false, false});
+
+  BpeTokenizer t;
+  t.tiktoken_ranks_ = text;
+  t.ignore_merges_ = true;  // tiktoken's encoder takes a word that is a token whole
+  t.gpt2_form_ = false;
+  PSTAR_ASSIGN_OR_RETURN(RegexSplitter split, RegexSplitter::Compile(kLlama3Pattern, source + ": Llama 3's pattern"));
+  t.pre_.push_back(PreStep{PreStep::Kind::kSplit, std::move(split), false, false, "", "", false});
+  t.pre_.push_back(PreStep{PreStep::Kind::kByteLevel, std::nullopt, false, false, "", "", false});
+  PSTAR_RETURN_IF_ERROR(t.LoadModel(vocab, {}, std::move(added), source));
+  // tiktoken's merges: any two adjacent parts whose joined bytes are a
+  // token, at that token's rank. Every split of every token into two tokens
+  // is such a pair; a pair joins into one token only, so it has one rank.
+  for (int32_t id = 0; id < int32_t(n); ++id) {
+    const std::string& bytes = t.token_text_[size_t(id)];
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto left = t.id_of_.find(bytes.substr(0, k));
+      if (left == t.id_of_.end()) continue;
+      auto right = t.id_of_.find(bytes.substr(k));
+      if (right == t.id_of_.end()) continue;
+      t.merges_.emplace(PairKey(left->second, right->second), Merge{id, id});
+    }
+  }
+  t.document_start_ = {int32_t(n)};  // <|begin_of_text|>
+  return t;
+}
+
+Result<BpeTokenizer> BpeTokenizer::FromSaved(const std::string& kind, const std::string& text, const std::string& source) {
+  if (kind == "tiktoken") return FromTiktokenText(text, source);
+  return FromTokenizerJsonText(text, source);
+}
+
 bool BpeTokenizer::lossless() const {
   if (!byte_level_ || !normalizer_.empty()) return false;
   for (const PreStep& p : pre_) {
@@ -525,8 +677,9 @@ void BpeTokenizer::MergeLong(std::vector<int32_t>& ids) const {
   // The same merges in the same order as MergeSymbols (the lowest rank
   // first, the leftmost of equals), in O(n log n): a min-heap of (rank, left
   // position) over a linked list of symbols. An entry whose pair has changed
-  // since it was pushed is skipped (a rank names one pair, so an unchanged
-  // rank means an unchanged pair).
+  // since it was pushed is skipped (a rank names one merged token, and no
+  // token is its own part, so an unchanged rank means a pair that still
+  // merges into the same token).
   const int32_t n = int32_t(ids.size());
   std::vector<int32_t> next(ids.size()), prev(ids.size());
   std::vector<bool> alive(ids.size(), true);
@@ -845,6 +998,7 @@ std::string BpeTokenizer::ToMergesTxt() const {
 
 std::string BpeTokenizer::ToTokenizerJson() const {
   if (!json_text_.empty()) return json_text_;
+  if (!tiktoken_ranks_.empty()) return TiktokenAsTokenizerJson();
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (const auto& [str, id] : vocab_strings_) vocab[str] = id;
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
@@ -921,6 +1075,62 @@ std::vector<int32_t> EncodeDocuments(const BpeTokenizer& tokenizer, const std::v
     if (pieces[i].ends_document) tokens.insert(tokens.end(), end.begin(), end.end());
   }
   return tokens;
+}
+
+std::string BpeTokenizer::TiktokenAsTokenizerJson() const {
+  // transformers' conversion of a rank file: the vocabulary in id order;
+  // the merges by the merged token's rank, a token's splits by the ids of
+  // their left, then right, pieces.
+  const int32_t n = document_start_[0];
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (int32_t id = 0; id < n; ++id) vocab[BytesToTokenString(token_text_[size_t(id)])] = id;
+  struct Row {
+    int32_t rank, left, right;
+  };
+  std::vector<Row> rows;
+  rows.reserve(merges_.size());
+  for (const auto& [key, merge] : merges_) rows.push_back({merge.rank, int32_t(key >> 32), int32_t(key & 0xFFFFFFFFu)});
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.rank, a.left, a.right) < std::tie(b.rank, b.left, b.right);
+  });
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (const Row& r : rows) {
+    merges.push_back({BytesToTokenString(token_text_[size_t(r.left)]), BytesToTokenString(token_text_[size_t(r.right)])});
+  }
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  std::vector<const AddedToken*> specials;
+  for (const AddedToken& a : added_) specials.push_back(&a);
+  std::sort(specials.begin(), specials.end(), [](const AddedToken* a, const AddedToken* b) { return a->id < b->id; });
+  for (const AddedToken* a : specials) {
+    added.push_back({{"id", a->id}, {"content", a->content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  const std::string bos = token_text_[size_t(n)];
+  const nlohmann::ordered_json bos_item = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+  nlohmann::ordered_json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {n}}, {"tokens", {bos}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", true},
+        {"vocab", vocab}, {"merges", merges}}}};
+  return j.dump() + "\n";
 }
 
 }  // namespace pstar

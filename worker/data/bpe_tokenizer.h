@@ -43,6 +43,18 @@ class BpeTokenizer {
   static Result<BpeTokenizer> FromTokenizerJson(const std::string& path);
   // The same from its text; `source` names it in errors.
   static Result<BpeTokenizer> FromTokenizerJsonText(const std::string& text, const std::string& source);
+  // A tiktoken rank file as Meta ships Llama 3.x for it (original/
+  // tokenizer.model: each line a token's bytes in base64 and its rank, ranks
+  // 0..N-1), with Llama 3's pattern and its 256 special tokens from id N
+  // (<|begin_of_text|> before every document, <|eot_id|> and the headers of
+  // the chat format). Tokens merge as tiktoken merges them: the adjacent
+  // pair whose joined bytes have the lowest rank, the leftmost of equals; a
+  // word that is itself a token is that token.
+  static Result<BpeTokenizer> FromTiktokenFile(const std::string& path);
+  static Result<BpeTokenizer> FromTiktokenText(const std::string& text, const std::string& source);
+  // What a checkpoint keeps of a tokenizer of kind `kind` ("gpt2", "hf":
+  // its tokenizer.json; "tiktoken": its rank file) read back (SavedText).
+  static Result<BpeTokenizer> FromSaved(const std::string& kind, const std::string& text, const std::string& source);
 
   // Ids for `text`, appended to `out`. Added tokens that are not special
   // are found in it, as Hugging Face's tokenizers find them; a special
@@ -68,8 +80,17 @@ class BpeTokenizer {
 
   // The tokenizer as a Hugging Face tokenizer.json that FromTokenizerJson
   // reads back to the same tokenizer: the file it was read from, verbatim,
-  // or GPT-2's form for GPT-2's own files.
+  // or GPT-2's form for GPT-2's own files. For a tiktoken rank file, the
+  // tokenizer.json transformers' converter makes of it (merges by the
+  // merged token's rank, then by the pieces' ids): Hugging Face's BPE on it
+  // gives tiktoken's ids except where two splits of one token compete in a
+  // word (docs/data.md).
   std::string ToTokenizerJson() const;
+  // The file a checkpoint keeps: the rank file, verbatim, for a tiktoken
+  // tokenizer; ToTokenizerJson() otherwise.
+  std::string SavedText() const { return tiktoken_ranks_.empty() ? ToTokenizerJson() : tiktoken_ranks_; }
+  // Whether it was read from a tiktoken rank file.
+  bool tiktoken() const { return !tiktoken_ranks_.empty(); }
   // GPT-2's vocab.json (= encoder.json) and merges.txt (= vocab.bpe), which
   // transformers' GPT2Tokenizer reads; only for the GPT-2 family.
   std::string ToVocabJson() const;
@@ -144,6 +165,8 @@ class BpeTokenizer {
   // The text a stretch is split into words from: the normalizer's and the
   // prefix-adding pre-tokenizers' rewrites of it.
   std::string RewriteStretch(std::string_view text, bool first) const;
+  // ToTokenizerJson for a tiktoken rank file.
+  std::string TiktokenAsTokenizerJson() const;
   // Bytes of the rewritten text token `id` stands for.
   size_t TokenBytes(int32_t id) const;
   void EncodeAll(std::string_view text, bool special, std::vector<int32_t>& out, size_t mark,
@@ -178,6 +201,7 @@ class BpeTokenizer {
   int32_t eot_ = -1;
 
   std::string json_text_;  // the tokenizer.json read, when read from one
+  std::string tiktoken_ranks_;  // the rank file read, when read from one
   std::vector<std::pair<std::string, int64_t>> vocab_strings_;      // GPT-2 form: as read
   std::vector<std::pair<std::string, std::string>> merge_strings_;  // GPT-2 form: in rank order
 };

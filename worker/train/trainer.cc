@@ -94,9 +94,10 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
 
 Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config) {
   const DataSection& d = config.data;
-  if (d.tokenizer != "gpt2" && d.tokenizer != "hf") return std::unique_ptr<BpeTokenizer>();
-  auto t = d.tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(d.vocab, d.merges)
-                                    : BpeTokenizer::FromTokenizerJson(d.tokenizer_json);
+  if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && d.tokenizer != "tiktoken") return std::unique_ptr<BpeTokenizer>();
+  auto t = d.tokenizer == "tiktoken"     ? BpeTokenizer::FromTiktokenFile(d.tokenizer_ranks)
+           : d.tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(d.vocab, d.merges)
+                                      : BpeTokenizer::FromTokenizerJson(d.tokenizer_json);
   if (!t.ok()) return t.status().WithPrefix("data.tokenizer");
   if (t->vocab_size() > config.model.gpt.vocab_size) {
     return Status::InvalidArgument("data.tokenizer: vocabulary mismatch: the tokenizer has " +
@@ -293,7 +294,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, TrainingD
   PSTAR_RETURN_IF_ERROR(t->CreateOptimizer());
   t->schedule_ = ScheduleFromConfig(config);
   PSTAR_ASSIGN_OR_RETURN(t->tokenizer_, LoadDataTokenizer(config));
-  if (t->tokenizer_ != nullptr) t->tokenizer_json_ = t->tokenizer_->ToTokenizerJson();
+  if (t->tokenizer_ != nullptr) t->tokenizer_file_ = t->tokenizer_->SavedText();
   if (!config.model.init_from.empty()) {
     auto files = ReadHfCarriedFiles(config.model.init_from);
     if (!files.ok()) return files.status().WithPrefix("model.init_from");
@@ -483,7 +484,7 @@ Status Trainer::SaveCheckpoint() {
   state.tokenizer = config_.data.tokenizer;
   HomedChunkCopier copier(store_->chunks());
   return pstar::SaveCheckpoint(config_.checkpoint.dir, config_.checkpoint.keep, CheckpointRanges(), state, *comm_,
-                               &copier, tokenizer_json_, model_files_)
+                               &copier, tokenizer_file_, model_files_)
       .WithPrefix("checkpoint");
 }
 

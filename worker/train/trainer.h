@@ -203,7 +203,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<BatchLoader> val_loader_;  // null without validation data
   std::unique_ptr<BpeTokenizer> tokenizer_;  // data.tokenizer gpt2's
-  std::string tokenizer_json_;               // its tokenizer.json, made once for every checkpoint
+  std::string tokenizer_file_;               // its file (SavedText), made once for every checkpoint
   std::vector<NamedFile> model_files_;       // model.init_from's own files, carried by every checkpoint
   std::unique_ptr<AdamOptimizer> optimizer_;
   // The host's chunk updates under optimizer_overlap pipeline, else null.

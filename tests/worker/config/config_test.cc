@@ -283,6 +283,25 @@ TEST(Config, DataTokenizerHfReadsTheModelsTokenizerJson) {
   EXPECT_NE(ErrorOf(base, {"data.tokenizer=sentencepiece"}).find("data.tokenizer"), std::string::npos);
 }
 
+TEST(Config, DataTokenizerTiktokenReadsARankFile) {
+  const std::string base = "model: {preset: llama-tiny}\ndata: {source: text, path: a.txt}\n";
+  auto c = ParseConfig(base, "job.yaml", {"data.tokenizer=tiktoken", "data.tokenizer_ranks=original/tokenizer.model"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->data.tokenizer, "tiktoken");
+  EXPECT_EQ(c->data.tokenizer_ranks, "original/tokenizer.model");
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=tiktoken"}).find("data.tokenizer: is tiktoken but needs data.tokenizer_ranks"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=tiktoken", "data.tokenizer_ranks=r", "data.tokenizer_json=t.json"})
+                .find("is tiktoken, which reads data.tokenizer_ranks, but"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(base, {"data.tokenizer=hf", "data.tokenizer_json=t.json", "data.tokenizer_ranks=r"})
+                .find("data.tokenizer_ranks: is set but data.tokenizer is hf (a rank file needs tiktoken)"),
+            std::string::npos);
+  auto jsonl = ParseConfig("model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl}\n", "job.yaml",
+                           {"data.tokenizer=tiktoken", "data.tokenizer_ranks=r"});
+  EXPECT_TRUE(jsonl.ok()) << jsonl.status().message();
+}
+
 TEST(Config, DataSourceJsonlTakesTheModelsTokenizerAChatFormatAndAnOverlongRule) {
   const std::string base = "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl}\n";
   const std::vector<std::string> hf = {"data.tokenizer=hf", "data.tokenizer_json=t.json"};
@@ -320,6 +339,7 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
       m + "data: {source: text, path: a.txt, val_path: b.txt, tokenizer: gpt2, vocab: e.json, merges: v.bpe}\n",
       m + "data: {source: tokens, path: shards, tokenizer: gpt2, tokenizer_json: t.json}\n",
       m + "data: {source: text, path: a.txt, tokenizer: hf, tokenizer_json: t.json}\n",
+      m + "data: {source: text, path: a.txt, tokenizer: tiktoken, tokenizer_ranks: tokenizer.model}\n",
       m + "checkpoint: {dir: ckpt, export_dir: hf, export_dtype: bf16}\n",
       "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl, val_path: val.jsonl, tokenizer: hf, "
       "tokenizer_json: t.json, chat_format: qwen3, overlong: error}\n",

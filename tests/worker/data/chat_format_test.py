@@ -35,7 +35,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt2_tokenizer_test import install_refs, make_document  # noqa: E402
-from hf_tokenizer_test import ENGINE_DISAGREES, byte_level_bytes, unicode_document  # noqa: E402
+from hf_tokenizer_test import ENGINE_DISAGREES, byte_level_bytes, tiktoken_ranks, unicode_document  # noqa: E402
 
 PSTAR = SOURCE_DIR = WORK_DIR = ""
 LEAVE_OUT = ENGINE_DISAGREES | {"\u001c", "\u001d", "\u001e", "\u001f"}
@@ -163,6 +163,8 @@ class ChatFormatTest(unittest.TestCase):
             f.write(CHATML)
         for fmt, (tokenizer, header, end) in FORMATS.items():
             got = self.examples(tokenizer, path, fmt)
+            if fmt == "llama3":
+                llama3 = got
             want = self.reference(tokenizer, conversations, chatml if fmt == "chatml" else None)
             self.assertEqual(len(got), len(want))
             for k, (g, w) in enumerate(zip(got, want)):
@@ -191,6 +193,19 @@ class ChatFormatTest(unittest.TestCase):
                     want_answers = [m["content"].strip() + end for m in conversations[k] if m["role"] == "assistant"]
                     self.assertEqual(g["answers"], want_answers, what)
                     self.assertEqual(g["text"], w["text"], what)
+        # Llama 3's tiktoken rank file gives the same examples, its chat
+        # format found from its special tokens.
+        ranks = os.path.join(self.tmp, "tokenizer.model")
+        with open(os.path.join(self.dir("llama3.1"), "tokenizer.json"), encoding="utf-8") as f:
+            rank_text = tiktoken_ranks(json.load(f)["model"]["vocab"])
+        with open(ranks, "w") as f:
+            f.write(rank_text)
+        job = self.job("llama3.1", path, "auto")
+        at = job.index("data.tokenizer=hf")
+        job[at:at + 3] = ["data.tokenizer=tiktoken", "--set", "data.tokenizer_ranks=" + ranks]
+        r = run([PSTAR, "examples", *job])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([json.loads(line) for line in r.stdout.split("\n") if line], llama3)
         print("seed %d: %d conversations in llama3, chatml and qwen3, every id and count as the templates give" %
               (self.seed, len(conversations)))
 

@@ -201,14 +201,33 @@ class HfTokenizerTest(unittest.TestCase):
     def test_llama2_ids_equal_the_reference(self):
         self.check_against_reference("llama2")
 
+    def llama3_ranks(self):
+        """Llama 3's tokenizer as Meta ships it for tiktoken (original/
+        tokenizer.model): each token's bytes in base64, rank = id; made here
+        from the same tokenizer.json."""
+        path = os.path.join(self.tmp, "llama3-tokenizer.model")
+        if not os.path.exists(path):
+            with open(self.path("llama3.1"), encoding="utf-8") as f:
+                tj = json.load(f)
+            with open(path, "w") as f:
+                f.write(tiktoken_ranks(tj["model"]["vocab"]))
+        return path
+
+    def first_difference(self, got, want, what):
+        if got != want:
+            i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+            self.fail("seed %d: %s: first difference at token %d: pstar %s, tiktoken %s" %
+                      (self.seed, what, i, got[i:i + 8], want[i:i + 8]))
+
     def test_llama3_1_ids_equal_tiktokens_with_its_ranks_and_pattern(self):
-        # Llama 3's tokenizer as Meta ships it for tiktoken: a rank file (each
-        # token's bytes in base64, rank = id) and the same pattern; tiktoken
-        # merges by the merged token's rank, Hugging Face by the merges list.
+        # tiktoken merges by the merged token's rank, Hugging Face by the
+        # merges list: pstar reads both forms, and each gives tiktoken's ids
+        # (tiktoken with Llama 3's rank file and pattern, as Meta's code runs it).
         with open(self.path("llama3.1"), encoding="utf-8") as f:
             tj = json.load(f)
-        spec = {"ranks": tiktoken_ranks(tj["model"]["vocab"]),
-                "pattern": tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]}
+        pattern = tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
+        with open(self.llama3_ranks()) as f:
+            spec = {"ranks": f.read(), "pattern": pattern}
         spec_path = os.path.join(self.tmp, "llama3-tiktoken.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
@@ -219,13 +238,78 @@ class HfTokenizerTest(unittest.TestCase):
         want = []
         for ids in json.loads(r.stdout):
             want += [128000] + ids
-        shard = os.path.join(self.tmp, "llama3-vs-tiktoken.bin")
-        self.tokenize("--tokenizer-json", self.path("llama3.1"), "--input", self.corpus, "--output", shard,
-                      "--document-separator", SEP)
-        got, _ = read_shard(shard)
-        if got != want:
-            i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
-            self.fail("seed %d: first difference at token %d: pstar %s, tiktoken %s" % (self.seed, i, got[i:i + 8], want[i:i + 8]))
+        for form, args in (("tokenizer.json", ["--tokenizer-json", self.path("llama3.1")]),
+                           ("rank file", ["--tiktoken", self.llama3_ranks()])):
+            for threads in ("1", "2"):
+                shard = os.path.join(self.tmp, "llama3-vs-tiktoken.bin")
+                self.tokenize(*args, "--input", self.corpus, "--output", shard, "--document-separator", SEP,
+                              "--threads", threads)
+                got, _ = read_shard(shard)
+                self.first_difference(got, want, "%s, %s threads" % (form, threads))
+        # Decoding the rank file's ids gives the text back.
+        back = os.path.join(self.tmp, "llama3-tiktoken.txt")
+        self.tokenize("--tiktoken", self.llama3_ranks(), "--decode", "--input", shard, "--output", back)
+        with open(back, encoding="utf-8", newline="") as f:
+            self.assertEqual(f.read().split("<|begin_of_text|>")[1:], self.docs)
+
+    def test_a_rank_file_trains_and_exports_what_transformers_converts(self):
+        # data.tokenizer tiktoken: the run trains on the rank file's ids, the
+        # checkpoint keeps the file verbatim, pstar sample prints text, and
+        # pstar export writes it as original/tokenizer.model beside the
+        # tokenizer.json transformers' converter makes of it, which is the
+        # tokenizer.json Meta's Hugging Face directory ships: the same
+        # vocabulary and merges, the same pattern.
+        work = os.path.join(self.tmp, "train-tiktoken")
+        os.makedirs(work)
+        ranks = self.llama3_ranks()
+        r = run([PSTAR, "train", "--set", "model.preset=llama-tiny", "--set", "model.vocab_size=128256",
+                 "--set", "data.source=text", "--set", "data.path=" + os.path.join(SOURCE_DIR, "README.md"),
+                 "--set", "data.tokenizer=tiktoken", "--set", "data.tokenizer_ranks=" + ranks,
+                 "--set", "train.steps=2", "--set", "train.batch_size=2", "--set", "checkpoint.dir=ckpt",
+                 "--set", "train.sample_every=2", "--set", "train.sample_tokens=4", "--set", "train.sample_prompt=The",
+                 "--log-format", "json"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        samples = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{") and "sample" in l]
+        self.assertTrue(samples and samples[0]["sample"].startswith("The"), samples)
+        step = os.path.join(work, "ckpt", "step-00000002")
+        with open(os.path.join(step, "tokenizer.model"), "rb") as a, open(ranks, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        o = run([PSTAR, "sample", "--checkpoint", os.path.join(work, "ckpt"), "--prompt", "The chunk", "--tokens", "3"])
+        self.assertEqual(o.returncode, 0, o.stderr)
+        self.assertTrue(o.stdout.startswith("The chunk"), o.stdout)
+        hf = os.path.join(work, "hf")
+        e = run([PSTAR, "export", "--checkpoint", os.path.join(work, "ckpt"), "--output", hf])
+        self.assertEqual(e.returncode, 0, e.stderr)
+        with open(os.path.join(hf, "original", "tokenizer.model"), "rb") as a, open(ranks, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(hf, "tokenizer.json"), encoding="utf-8") as f:
+            exported = json.load(f)
+        with open(self.path("llama3.1"), encoding="utf-8") as f:
+            shipped = json.load(f)
+        self.assertEqual(exported["model"]["vocab"], shipped["model"]["vocab"])
+        as_pairs = lambda merges: [m.split(" ") if isinstance(m, str) else m for m in merges]
+        self.assertEqual(as_pairs(exported["model"]["merges"]), as_pairs(shipped["model"]["merges"]))
+        self.assertEqual(exported["pre_tokenizer"], shipped["pre_tokenizer"])
+        self.assertTrue(exported["model"]["ignore_merges"])
+        # The special tokens: Llama 3.1's names; the ids of the ones Llama 3.0
+        # (this package's file) also names are the same.
+        mine = {a["content"]: a["id"] for a in exported["added_tokens"]}
+        theirs = {a["content"]: a["id"] for a in shipped["added_tokens"]}
+        self.assertEqual(sorted(mine.values()), list(range(128000, 128256)))
+        for name in ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                     "<|reserved_special_token_0|>", "<|reserved_special_token_1|>"):
+            self.assertEqual(mine[name], theirs[name], name)
+        self.assertEqual((mine["<|finetune_right_pad_id|>"], mine["<|eom_id|>"], mine["<|python_tag|>"]),
+                         (128004, 128008, 128010))
+        with open(os.path.join(hf, "tokenizer_config.json")) as f:
+            config = json.load(f)
+        self.assertEqual((config["bos_token"], config["eos_token"]), ("<|begin_of_text|>", "<|end_of_text|>"))
+        # A tokenizer.json given where a rank file goes is refused in one line.
+        bad = run([PSTAR, "tokenize", "--tiktoken", self.path("llama3.1"), "--input", ranks, "--output",
+                   os.path.join(work, "x.bin")])
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("is JSON, not a tiktoken rank file", bad.stderr)
+        self.assertEqual(len(bad.stderr.strip().splitlines()), 1, bad.stderr)
 
     def test_a_llama_run_trains_on_its_tokenizer_and_carries_it(self):
         # data.tokenizer hf on text: the file encoded with Llama 3.1's
