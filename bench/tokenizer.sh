@@ -5,7 +5,8 @@
 #            tiktoken's `gpt2` encoding;
 #   llama3   `pstar tokenize --tokenizer-json` on Llama 3.1's tokenizer.json
 #            against tiktoken with Llama 3's rank file and pattern (made from
-#            the same tokenizer.json, as Meta ships it for tiktoken).
+#            the same tokenizer.json, as Meta ships it for tiktoken); then
+#            `pstar tokenize --tiktoken` on that rank file itself.
 # Both sides use every core: pstar its own threads, tiktoken one process per
 # core on an equal slice (its WASM build runs single-threaded). Wall time
 # includes each side's start-up and loading of the vocabulary.
@@ -130,6 +131,8 @@ for n, b in enumerate(b for b in range(256) if b not in printable):
 ranks = "".join("%s %d\n" % (base64.b64encode(bytes(to_byte[ord(c)] for c in t)).decode(), i)
                 for t, i in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1]))
 json.dump({"ranks": ranks, "pattern": tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]}, open(sys.argv[2], "w"))
+open(sys.argv[2] + ".model", "w").write(ranks)
 PY
   compare llama3 --tokenizer-json "$llama" -- "$work/llama3.json"
+  compare llama3-ranks --tiktoken "$work/llama3.json.model" -- "$work/llama3.json"
 fi
