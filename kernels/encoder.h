@@ -10,22 +10,24 @@
 
 namespace pstar::kernels::cpu {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; a null wpe is no position
-// table (rotary models): out[b,t,:] = wte[tokens[b,t],:].
-void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[pos,:], pos = positions[b*T+t] or,
+// with null positions, t (packed examples restart their positions; each must
+// be below wpe's rows); a null wpe is no position table (rotary models):
+// out[b,t,:] = wte[tokens[b,t],:].
+void EncoderForward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C);
 // The residual stream of a 16-bit run: out in 16 bits (bfloat16 when
 // `bf16`, else IEEE half), the fp32 sum rounded once (nearest even); the
 // tables 16-bit in the same format (16-bit parameter chunks, each value
 // widened exactly as it is read), or fp32.
-void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
-                    int64_t B, int64_t T, int64_t C);
-void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                    int64_t T, int64_t C);
-// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (unless
-// dwpe is null). Deterministic:
-// rows are summed in (b, t) order whatever the thread count.
-void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+void EncoderForward(uint16_t* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                    const uint16_t* wpe, bool bf16, int64_t B, int64_t T, int64_t C);
+void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const int32_t* positions, const float* wte,
+                    const float* wpe, int64_t B, int64_t T, int64_t C);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[pos,:] += dout[b,t,:] (unless
+// dwpe is null; pos as in EncoderForward). Deterministic: rows are summed in
+// (b, t) order whatever the thread count.
+void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
                      int64_t B, int64_t T, int64_t C);
 
 // One row part of a token table with no position table: `part` holds rows

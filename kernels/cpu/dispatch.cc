@@ -131,21 +131,21 @@ void CrossEntropy(float* losses, uint16_t* logits, bool bf16, const int32_t* tar
                   int64_t N, int64_t V, int64_t Vp) {
   PSTAR_CPU_DISPATCH(CrossEntropy(losses, logits, bf16, targets, dloss, write_dlogits, N, V, Vp));
 }
-void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                    int64_t C) {
-  PSTAR_CPU_DISPATCH(EncoderForward(out, tokens, wte, wpe, B, T, C));
-}
-void EncoderForward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, bool bf16,
+void EncoderForward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                     int64_t B, int64_t T, int64_t C) {
-  PSTAR_CPU_DISPATCH(EncoderForward(out, tokens, wte, wpe, bf16, B, T, C));
+  PSTAR_CPU_DISPATCH(EncoderForward(out, tokens, positions, wte, wpe, B, T, C));
 }
-void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                    int64_t T, int64_t C) {
-  PSTAR_CPU_DISPATCH(EncoderForward(out, bf16, tokens, wte, wpe, B, T, C));
+void EncoderForward(uint16_t* out, const int32_t* tokens, const int32_t* positions, const uint16_t* wte,
+                    const uint16_t* wpe, bool bf16, int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderForward(out, tokens, positions, wte, wpe, bf16, B, T, C));
 }
-void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                     int64_t C) {
-  PSTAR_CPU_DISPATCH(EncoderBackward(dwte, dwpe, dout, tokens, B, T, C));
+void EncoderForward(uint16_t* out, bool bf16, const int32_t* tokens, const int32_t* positions, const float* wte,
+                    const float* wpe, int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderForward(out, bf16, tokens, positions, wte, wpe, B, T, C));
+}
+void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
+                     int64_t B, int64_t T, int64_t C) {
+  PSTAR_CPU_DISPATCH(EncoderBackward(dwte, dwpe, dout, tokens, positions, B, T, C));
 }
 void EncoderPartForward(float* out, const int32_t* tokens, const float* part, int64_t row0, int64_t rows, int64_t B,
                         int64_t T, int64_t C) {

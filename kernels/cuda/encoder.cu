@@ -1,7 +1,9 @@
 // Token + position embedding.
 //
 // The backward pass is deterministic without atomics. dwpe: one thread per
-// (t, c) adds dout[b, t, c] for b = 0, 1, ... in order. dwte: the positions
+// (t, c) adds dout[b, t, c] for b = 0, 1, ... in order; with a positions
+// array (packed examples), as dwte below with the positions for tokens.
+// dwte: the positions
 // are sorted by (token, position) on the device, so every token's positions
 // form one run in (b, t) order; the first position of each run then walks the
 // run, adding its dout rows one after the other. Both start from the existing
@@ -45,12 +47,14 @@ bool PackAligned(const T* p) {
 // Each thread computes kPer consecutive elements of the flattened (B*T, C)
 // output, for the tokens in table rows [row0, row0 + rows) (row r of the
 // table at wte + (r - row0) * C); the others' rows are left as they are.
-// wpe null: no position term. `vec`: C is a multiple of kPer and every
+// wpe null: no position term; positions null: row t's position is t. `vec`:
+// C is a multiple of kPer and every
 // pointer is pack-aligned, so a thread's elements are one aligned pack of a
 // single row.
 template <typename T>
-__global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t n,
-                                     int64_t Tlen, int64_t C, int64_t row0, int64_t rows, bool vec) {
+__global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const int32_t* positions, const T* wte,
+                                     const T* wpe, int64_t n, int64_t Tlen, int64_t C, int64_t row0, int64_t rows,
+                                     bool vec) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
   if (i0 >= n) return;
   if (vec) {  // then n is a multiple of kPer too
@@ -60,7 +64,8 @@ __global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte
     const Pack<T> e = *reinterpret_cast<const Pack<T>*>(wte + row * C + c);
     Pack<T> o;
     if (wpe != nullptr) {
-      const Pack<T> p = *reinterpret_cast<const Pack<T>*>(wpe + (bt % Tlen) * C + c);
+      const int64_t pos = positions != nullptr ? int64_t(positions[bt]) : bt % Tlen;
+      const Pack<T> p = *reinterpret_cast<const Pack<T>*>(wpe + pos * C + c);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) o.v[k] = FromFloat<T>(ToFloat(e.v[k]) + ToFloat(p.v[k]));
     } else {
@@ -73,7 +78,8 @@ __global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte
       const int64_t bt = i / C, c = i % C;
       const int64_t row = int64_t(tokens[bt]) - row0;
       if (row < 0 || row >= rows) continue;
-      const float p = wpe != nullptr ? ToFloat(wpe[(bt % Tlen) * C + c]) : 0.0f;
+      const int64_t pos = positions != nullptr ? int64_t(positions[bt]) : bt % Tlen;
+      const float p = wpe != nullptr ? ToFloat(wpe[pos * C + c]) : 0.0f;
       out[i] = wpe != nullptr ? FromFloat<T>(ToFloat(wte[row * C + c]) + p) : wte[row * C + c];
     }
   }
@@ -196,13 +202,13 @@ int64_t SortSize(int64_t n) {
 namespace {
 
 template <typename T>
-void EncoderRows(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t row0, int64_t rows, int64_t B,
-                 int64_t Tlen, int64_t C, cudaStream_t stream, const char* what) {
+void EncoderRows(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe, int64_t row0,
+                 int64_t rows, int64_t B, int64_t Tlen, int64_t C, cudaStream_t stream, const char* what) {
   const int64_t n = B * Tlen * C;
   if (n <= 0) return;
   const bool vec = C % kPer == 0 && PackAligned(out) && PackAligned(wte) && (wpe == nullptr || PackAligned(wpe));
   EncoderForwardKernel<<<BlocksFor((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream>>>(
-      out, tokens, wte, wpe, n, Tlen, C, row0, rows, vec);
+      out, tokens, positions, wte, wpe, n, Tlen, C, row0, rows, vec);
   CheckLaunch(what);
 }
 
@@ -238,16 +244,16 @@ constexpr int64_t kWholeTable = INT64_MAX;
 }  // namespace
 
 template <typename T>
-void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t Tlen, int64_t C,
-                    cudaStream_t stream) {
-  EncoderRows(out, tokens, wte, wpe, 0, kWholeTable, B, Tlen, C, stream, "EncoderForward");
+void EncoderForward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe, int64_t B,
+                    int64_t Tlen, int64_t C, cudaStream_t stream) {
+  EncoderRows(out, tokens, positions, wte, wpe, 0, kWholeTable, B, Tlen, C, stream, "EncoderForward");
 }
 
 template <typename T>
 void EncoderPartForward(T* out, const int32_t* tokens, const T* part, int64_t row0, int64_t rows, int64_t B,
                         int64_t Tlen, int64_t C, cudaStream_t stream) {
-  EncoderRows(out, tokens, part, static_cast<const T*>(nullptr), row0, rows, B, Tlen, C, stream,
-              "EncoderPartForward");
+  EncoderRows(out, tokens, static_cast<const int32_t*>(nullptr), part, static_cast<const T*>(nullptr), row0, rows, B,
+              Tlen, C, stream, "EncoderPartForward");
 }
 
 int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen) {
@@ -257,11 +263,15 @@ int64_t EncoderBackwardScratchElements(int64_t B, int64_t Tlen) {
 }
 
 template <typename T>
-void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const int32_t* tokens, int64_t B,
-                     int64_t Tlen, int64_t C, cudaStream_t stream) {
+void EncoderBackward(T* dwte, T* dwpe, int32_t* scratch, const T* dout, const int32_t* tokens,
+                     const int32_t* positions, int64_t B, int64_t Tlen, int64_t C, cudaStream_t stream) {
   const int64_t n = B * Tlen;
   if (n <= 0 || C <= 0) return;
-  if (dwpe != nullptr) {
+  if (dwpe != nullptr && positions != nullptr) {
+    // Each position's rows in (b, t) order, as the tokens' below (the
+    // scratch is used by one sort after the other, on one stream).
+    TokenGrad(dwpe, scratch, dout, positions, 0, kWholeTable, n, C, stream);
+  } else if (dwpe != nullptr) {
     PositionGradKernel<<<BlocksFor(Tlen * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, Tlen, C);
     CheckLaunch("EncoderBackward (dwpe)");
   }
@@ -277,10 +287,10 @@ void EncoderPartBackward(T* dpart, int32_t* scratch, const T* dout, const int32_
 }
 
 #define PSTAR_ENCODER(T)                                                                                      \
-  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, int64_t,          \
-                                  cudaStream_t);                                                              \
-  template void EncoderBackward<T>(T*, T*, int32_t*, const T*, const int32_t*, int64_t, int64_t, int64_t,     \
-                                   cudaStream_t);                                                              \
+  template void EncoderForward<T>(T*, const int32_t*, const int32_t*, const T*, const T*, int64_t, int64_t,  \
+                                  int64_t, cudaStream_t);                                                     \
+  template void EncoderBackward<T>(T*, T*, int32_t*, const T*, const int32_t*, const int32_t*, int64_t,       \
+                                   int64_t, int64_t, cudaStream_t);                                            \
   template void EncoderPartForward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t,       \
                                       int64_t, cudaStream_t);                                                  \
   template void EncoderPartBackward<T>(T*, int32_t*, const T*, const int32_t*, int64_t, int64_t, int64_t,     \

@@ -838,11 +838,6 @@ void CheckRuntime(const Section& s, Config& c, const Pending& p) {
 void CheckTrain(const Section& s, Config& c, const Pending& p) {
   TrainSection& t = c.train;
   const GptConfig& g = c.model.gpt;
-  // Packed examples restart positions per example: RoPE's, in this version.
-  if (c.data.source == DataSourceKind::kJsonl && g.positions != PositionKind::kRotary) {
-    Fail("data.source", "jsonl packs examples whose positions restart, which needs rotary positions (the Llama "
-                        "family); GPT-2's learned positions do not take them in this version");
-  }
   if (t.seq_len == 0) t.seq_len = g.max_seq_len;
   if (t.seq_len > g.max_seq_len) {
     Fail(s.Key("seq_len"), std::to_string(t.seq_len) + " exceeds model.max_seq_len " + std::to_string(g.max_seq_len));

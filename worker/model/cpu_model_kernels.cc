@@ -89,17 +89,17 @@ class CpuModelKernels final : public ModelKernels {
       for (int64_t i = 0; i < n; ++i) x[i] = pstar::kernels::HalfToFloat(pstar::kernels::FloatToHalf(x[i]));
     }
   }
-  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
-                      int64_t C) override {
+  void EncoderForward(ActTensor out, const int32_t* tokens, const int32_t* positions, Param wte, Param wpe, int64_t B,
+                      int64_t T, int64_t C) override {
     OpScope op(timer(), ProfileOp::kEncoderForward);
-    if (!Is16(out)) return k::EncoderForward(out.f32, tokens, Fp32(wte), Fp32(wpe), B, T, C);
-    if (wte.h16 == nullptr) return k::EncoderForward(out.h16, bf16(), tokens, wte.f32, wpe.f32, B, T, C);
-    k::EncoderForward(out.h16, tokens, Half(wte), wpe.empty() ? nullptr : Half(wpe), bf16(), B, T, C);
+    if (!Is16(out)) return k::EncoderForward(out.f32, tokens, positions, Fp32(wte), Fp32(wpe), B, T, C);
+    if (wte.h16 == nullptr) return k::EncoderForward(out.h16, bf16(), tokens, positions, wte.f32, wpe.f32, B, T, C);
+    k::EncoderForward(out.h16, tokens, positions, Half(wte), wpe.empty() ? nullptr : Half(wpe), bf16(), B, T, C);
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t C) override {
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
+                       int64_t B, int64_t T, int64_t C) override {
     OpScope op(timer(), ProfileOp::kEncoderBackward);
-    k::EncoderBackward(dwte, dwpe, dout, tokens, B, T, C);
+    k::EncoderBackward(dwte, dwpe, dout, tokens, positions, B, T, C);
   }
   void ResidualLayerNormForward(ActTensor res, ActTensor out, float* mean, float* rstd, ActTensor a, const float* b,
                                 Param weight, Param bias, int64_t N, int64_t C) override {

@@ -154,22 +154,23 @@ class CudaModelKernels final : public ModelKernels {
     return loss;
   }
 
-  void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
-                      int64_t C) override {
+  void EncoderForward(ActTensor out, const int32_t* tokens, const int32_t* positions, Param wte, Param wpe, int64_t B,
+                      int64_t T, int64_t C) override {
     OpScope op(timer(), ProfileOp::kEncoderForward);
     if (precision_ == Precision::kFp32) {
-      return kc::EncoderForward(As<float>(out), tokens, wte.f32, wpe.f32, B, T, C, stream_);
+      return kc::EncoderForward(As<float>(out), tokens, positions, wte.f32, wpe.f32, B, T, C, stream_);
     }
     InSixteenBits([&](auto tag) {
       using H = decltype(tag);
-      kc::EncoderForward(As<H>(out), tokens, Half<H>(wte), wpe.empty() ? nullptr : Half<H>(wpe), B, T, C, stream_);
+      kc::EncoderForward(As<H>(out), tokens, positions, Half<H>(wte), wpe.empty() ? nullptr : Half<H>(wpe), B, T, C,
+                         stream_);
     });
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t C) override {
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
+                       int64_t B, int64_t T, int64_t C) override {
     OpScope op(timer(), ProfileOp::kEncoderBackward);
     Need(kc::EncoderBackwardScratchElements(B, T) * int64_t(sizeof(int32_t)), "EncoderBackward");
-    kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, B, T, C, stream_);
+    kc::EncoderBackward(dwte, dwpe, Shared<int32_t>(), dout, tokens, positions, B, T, C, stream_);
   }
   // The Llama family's ops. In a 16-bit run the residual stream, the
   // norm's output and its weight are 16-bit, as LayerNorm's are.

@@ -391,12 +391,11 @@ void Gpt::Lay(Alloc&& alloc) {
   a.dmlp = cfg.mlp == MlpKind::kSwiGlu ? g(BT * F) : ActTensor{};
   a.tokens = static_cast<int32_t*>(alloc(BT));  // int32: same size as float
   a.targets = static_cast<int32_t*>(alloc(BT));
+  a.positions = static_cast<int32_t*>(alloc(BT));
   if (rotary_) {
-    a.positions = static_cast<int32_t*>(alloc(BT));
     a.rope_cos = f(T_ * (cfg.head_size() / 2));
     a.rope_sin = f(T_ * (cfg.head_size() / 2));
   } else {
-    a.positions = nullptr;
     a.rope_cos = a.rope_sin = nullptr;
   }
   const int64_t scratch = KernelScratchBytes(compute_, cfg, B_, T_);
@@ -558,10 +557,6 @@ void Gpt::RunForward(const MicroBatch& batch, std::optional<float> token_weight,
   kernels_->Upload(a.tokens, batch.tokens, BT);
   kernels_->Upload(a.targets, batch.targets, BT);
   if (batch.positions != nullptr || packed_) {
-    if (!rotary_) {
-      std::fprintf(stderr, "pstar: internal error: packed examples need rotary positions in this version\n");
-      std::abort();
-    }
     std::vector<int32_t> rows;
     const int32_t* positions = batch.positions;
     if (positions == nullptr) {  // back to each row from 0
@@ -575,7 +570,8 @@ void Gpt::RunForward(const MicroBatch& batch, std::optional<float> token_weight,
   if (embed_parts_.size() == 1) {
     const TensorId wte = embed_parts_[0].id;
     auto u = store_->Acquire(wpe_ < 0 ? std::vector<TensorId>{wte} : std::vector<TensorId>{wte, wpe_}, Pass::kForward);
-    kernels_->EncoderForward(a.residual[0], a.tokens, P(u, wte), P(u, wpe_), B_, T_, C);
+    kernels_->EncoderForward(a.residual[0], a.tokens, packed_ ? a.positions : nullptr, P(u, wte), P(u, wpe_), B_, T_,
+                             C);
   } else {
     // Part by part, each writing its tokens' rows.
     for (const RowPart& part : embed_parts_) {
@@ -695,7 +691,7 @@ void Gpt::Backward() {
   if (embed_parts_.size() == 1) {
     const TensorId wte = embed_parts_[0].id;
     auto u = store_->AcquireGrads(wpe_ < 0 ? std::vector<TensorId>{wte} : std::vector<TensorId>{wte, wpe_});
-    kernels_->EncoderBackward(u.grad(wte), G(u, wpe_), a.dres, a.tokens, B_, T_, C);
+    kernels_->EncoderBackward(u.grad(wte), G(u, wpe_), a.dres, a.tokens, packed_ ? a.positions : nullptr, B_, T_, C);
   } else {
     for (const RowPart& part : embed_parts_) {
       auto u = store_->AcquireGrads({part.id});

@@ -162,7 +162,9 @@ class Gpt {
     ActTensor dtmp, dqkv, dfch;
     ActTensor dmlp;  // SwiGLU's output gradient (B, T, F); empty with GELU (in place in dfch)
     int32_t *tokens, *targets;
-    // RoPE: each token's position and the cos/sin tables (seq rows); null with learned positions.
+    // Each token's position (RoPE's, the attention mask's and the learned
+    // table's row with packed examples); RoPE's cos/sin tables (seq rows),
+    // null with learned positions.
     int32_t* positions;
     float *rope_cos, *rope_sin;
     void* scratch;  // the kernels' (KernelScratchBytes), null when none

@@ -120,9 +120,13 @@ class ModelKernels {
   // kernels/half.h), in place: gradients kept in 16 bits. Nothing in fp32.
   virtual void RoundToPrecision(float* x, int64_t n) = 0;
 
-  virtual void EncoderForward(ActTensor out, const int32_t* tokens, Param wte, Param wpe, int64_t B, int64_t T,
+  // positions: each row's position-table row (packed examples restart
+  // them); null: t. Ignored without a position table.
+  virtual void EncoderForward(ActTensor out, const int32_t* tokens, const int32_t* positions, Param wte, Param wpe,
+                              int64_t B, int64_t T,
                               int64_t C) = 0;
-  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                               const int32_t* positions, int64_t B,
                                int64_t T, int64_t C) = 0;
   // An ActTensor is in the run's format: fp32, or 16 bits in a 16-bit run.
   virtual void LayerNormForward(ActTensor out, float* mean, float* rstd, ActTensor inp, Param weight,

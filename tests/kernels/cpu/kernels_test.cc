@@ -337,7 +337,7 @@ TEST(Encoder, BackwardSumsRepeatedTokensAndIsThreadCountInvariant) {
   auto run = [&](int threads) {
     omp_set_num_threads(threads);
     std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
-    EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), nullptr, B, T, C);
     return std::make_pair(dwte, dwpe);
   };
   auto one = run(1), two = run(2);
@@ -348,6 +348,69 @@ TEST(Encoder, BackwardSumsRepeatedTokensAndIsThreadCountInvariant) {
   for (int64_t i = 0; i < B * T; ++i)
     for (int64_t c = 0; c < C; ++c) ref[tokens[i] * C + c] += dout[i * C + c];
   EXPECT_LT(MaxRelative(one.first, ref), 1e-5);
+}
+
+// Packed examples' positions: the position table's rows by the positions
+// array (restarting per example), forward and backward, in every precision
+// form; each row's gradient summed in (b, t) order whatever the threads.
+TEST(Encoder, PositionsPickThePositionTablesRows) {
+  std::mt19937 rng(9);
+  const int64_t B = 3, T = 40, C = 19, V = 7, maxT = 45;
+  std::vector<int32_t> tokens(B * T), positions(B * T);
+  for (auto& t : tokens) t = int32_t(rng() % V);
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t p = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (rng() % 5 == 0) p = 0;
+      positions[b * T + t] = p++;
+    }
+  }
+  const auto wte = Random(V * C, rng), wpe = Random(maxT * C, rng);
+  std::vector<float> out(B * T * C);
+  EncoderForward(out.data(), tokens.data(), positions.data(), wte.data(), wpe.data(), B, T, C);
+  for (int64_t i = 0; i < B * T; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      ASSERT_EQ(out[i * C + c], wte[tokens[i] * C + c] + wpe[positions[i] * C + c]) << i << "," << c;
+    }
+  }
+  // The 16-bit forms read the same rows: a table of 16-bit values, fp32 tables.
+  std::vector<uint16_t> wte16(wte.size()), wpe16(wpe.size()), o16(out.size()), o16_wide(out.size());
+  for (size_t i = 0; i < wte.size(); ++i) wte16[i] = kernels::FloatToBFloat16(wte[i]);
+  for (size_t i = 0; i < wpe.size(); ++i) wpe16[i] = kernels::FloatToBFloat16(wpe[i]);
+  EncoderForward(o16.data(), tokens.data(), positions.data(), wte16.data(), wpe16.data(), /*bf16=*/true, B, T, C);
+  EncoderForward(o16_wide.data(), /*bf16=*/true, tokens.data(), positions.data(), wte.data(), wpe.data(), B, T, C);
+  for (int64_t i = 0; i < B * T; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      const float narrow =
+          kernels::BFloat16ToFloat(wte16[tokens[i] * C + c]) + kernels::BFloat16ToFloat(wpe16[positions[i] * C + c]);
+      ASSERT_EQ(o16[i * C + c], kernels::FloatToBFloat16(narrow)) << i << "," << c;
+      ASSERT_EQ(o16_wide[i * C + c], kernels::FloatToBFloat16(out[i * C + c])) << i << "," << c;
+    }
+  }
+  const auto dout = Random(B * T * C, rng);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> dwte(V * C, 0.5f), dwpe(maxT * C, 0.25f);
+    EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), positions.data(), B, T, C);
+    return std::make_pair(dwte, dwpe);
+  };
+  auto one = run(1), two = run(2);
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(one.first, two.first);
+  EXPECT_EQ(one.second, two.second);
+  // The same sums in (b, t) order, in float, from the starting gradient.
+  std::vector<float> want(maxT * C, 0.25f);
+  for (int64_t i = 0; i < B * T; ++i) {
+    for (int64_t c = 0; c < C; ++c) want[positions[i] * C + c] += dout[i * C + c];
+  }
+  EXPECT_EQ(one.second, want);
+  // Positions 0..T-1 in every row are the unpacked pass's bits.
+  std::vector<int32_t> rows(B * T);
+  for (int64_t i = 0; i < B * T; ++i) rows[i] = int32_t(i % T);
+  std::vector<float> a(B * T * C), b(B * T * C);
+  EncoderForward(a.data(), tokens.data(), rows.data(), wte.data(), wpe.data(), B, T, C);
+  EncoderForward(b.data(), tokens.data(), nullptr, wte.data(), wpe.data(), B, T, C);
+  EXPECT_EQ(a, b);
 }
 
 TEST(Adam, MatchesScalarFormula) {

@@ -133,8 +133,8 @@ TEST_P(NarrowOutputs, ResidualAndEncoderRoundTheFp32SumOnce) {
   const auto wte = Random(rng_, V * C), wpe = Random(rng_, T * C);
   const auto wte16 = Narrowed(bf16(), wte), wpe16 = Narrowed(bf16(), wpe);
   std::vector<float> enc(static_cast<size_t>(B * T * C)), enc_wide(static_cast<size_t>(B * T * C));
-  EncoderForward(enc.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  EncoderForward(enc_wide.data(), tokens.data(), Widened(wte16).data(), Widened(wpe16).data(), B, T, C);
+  EncoderForward(enc.data(), tokens.data(), nullptr, wte.data(), wpe.data(), B, T, C);
+  EncoderForward(enc_wide.data(), tokens.data(), nullptr, Widened(wte16).data(), Widened(wpe16).data(), B, T, C);
   AtThreadCounts([&] {
     std::vector<uint16_t> got(static_cast<size_t>(n));
     ResidualForward(got.data(), a16.data(), b.data(), bf16(), n);
@@ -143,9 +143,9 @@ TEST_P(NarrowOutputs, ResidualAndEncoderRoundTheFp32SumOnce) {
     ResidualForward(in_place.data(), in_place.data(), b.data(), bf16(), n);
     EXPECT_EQ(in_place, want);
     std::vector<uint16_t> e16(enc.size());
-    EncoderForward(e16.data(), bf16(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    EncoderForward(e16.data(), bf16(), tokens.data(), nullptr, wte.data(), wpe.data(), B, T, C);
     EXPECT_EQ(e16, Narrowed(bf16(), enc)) << "fp32 tables";
-    EncoderForward(e16.data(), tokens.data(), wte16.data(), wpe16.data(), bf16(), B, T, C);
+    EncoderForward(e16.data(), tokens.data(), nullptr, wte16.data(), wpe16.data(), bf16(), B, T, C);
     EXPECT_EQ(e16, Narrowed(bf16(), enc_wide)) << "16-bit tables";
   });
 }

@@ -215,9 +215,9 @@ TYPED_TEST(CudaLlamaKernelsTest, EncoderRowPartsGiveTheWholeTablesBits) {
   DeviceBuffer<T> dtable(ToElements<T>(table)), whole_out(B * Tlen * C), parts_out(B * Tlen * C);
   DeviceBuffer<int32_t> dtokens(tokens), scratch(cuda::EncoderBackwardScratchElements(B, Tlen));
   DeviceBuffer<float> ddout(dout), whole_grad(dtable0), parts_grad(dtable0);
-  cuda::EncoderForward<T>(whole_out.get(), dtokens.get(), dtable.get(), nullptr, B, Tlen, C, kStream);
-  cuda::EncoderBackward<float>(whole_grad.get(), nullptr, scratch.get(), ddout.get(), dtokens.get(), B, Tlen, C,
-                               kStream);
+  cuda::EncoderForward<T>(whole_out.get(), dtokens.get(), nullptr, dtable.get(), nullptr, B, Tlen, C, kStream);
+  cuda::EncoderBackward<float>(whole_grad.get(), nullptr, scratch.get(), ddout.get(), dtokens.get(), nullptr, B, Tlen,
+                               C, kStream);
   for (int64_t row0 = 0; row0 < V; row0 += part_rows) {
     const int64_t rows = std::min(part_rows, V - row0);
     cuda::EncoderPartForward<T>(parts_out.get(), dtokens.get(), dtable.get() + row0 * C, row0, rows, B, Tlen, C,
@@ -236,7 +236,7 @@ TYPED_TEST(CudaLlamaKernelsTest, EncoderRowPartsGiveTheWholeTablesBits) {
   const auto grad = parts_grad.Download();
   EXPECT_EQ(grad, whole_grad.Download());
   std::vector<float> want = dtable0;
-  cpu::EncoderBackward(want.data(), nullptr, dout.data(), tokens.data(), B, Tlen, C);
+  cpu::EncoderBackward(want.data(), nullptr, dout.data(), tokens.data(), nullptr, B, Tlen, C);
   EXPECT_EQ(grad, want) << "the CPU's bits";
 }
 

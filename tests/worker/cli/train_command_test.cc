@@ -101,7 +101,7 @@ TEST(TrainPhases, AStopRequestEndsTheRunAfterOneStepWithACheckpoint) {
 
 TEST(TrainPhases, TheWarmupSnapshotHoldsTheFirstStepsTraffic) {
   // A device tier smaller than the model: chunks move every step.
-  const Config c = TinyJob({"runtime.device_memory=125056"});
+  const Config c = TinyJob({"runtime.device_memory=125184"});
   TrainFlags flags;
   auto rank = SetUpRank(c, flags);
   ASSERT_TRUE(rank.ok()) << rank.status().message();

@@ -197,7 +197,7 @@ class Gpt2TokenizerTest(unittest.TestCase):
             f.write("hello")
         out = os.path.join(self.tmp, "bad.bin")
         cases = [
-            (["--tokenizer", "sentencepiece", "--input", txt, "--output", out], "--tokenizer must be byte, gpt2 or hf"),
+            (["--tokenizer", "sentencepiece", "--input", txt, "--output", out], "--tokenizer must be byte, gpt2, hf or tiktoken"),
             (["--tokenizer", "gpt2", "--input", txt, "--output", out], "needs --vocab"),
             (["--vocab", self.encoder, "--input", txt, "--output", out], "needs --vocab"),
             (["--vocab", self.encoder, "--merges", self.merges, "--tokenizer-json", self.encoder, "--input", txt,

@@ -82,7 +82,7 @@ TEST(ModelKernels, EncoderRowPartsInTurnGiveTheWholeTablesBits) {
     auto kernels = MakeCpuModelKernels(precision);
     Operand wte = RandomOperand(precision, V * C, 6);
     Operand whole = RandomOperand(precision, B * T * C, 7), parts = RandomOperand(precision, B * T * C, 8);
-    kernels->EncoderForward(whole.act(), tokens.data(), wte.param(), Param{}, B, T, C);
+    kernels->EncoderForward(whole.act(), tokens.data(), nullptr, wte.param(), Param{}, B, T, C);
     int64_t row0 = 0;
     for (int64_t rows : kRows) {
       Param part = wte.param();
@@ -99,7 +99,7 @@ TEST(ModelKernels, EncoderRowPartsInTurnGiveTheWholeTablesBits) {
 
     Operand dout = RandomOperand(Precision::kFp32, B * T * C, 9);
     std::vector<float> dwte(size_t(V * C), 0.25f), dparts = dwte;
-    kernels->EncoderBackward(dwte.data(), nullptr, dout.f32.data(), tokens.data(), B, T, C);
+    kernels->EncoderBackward(dwte.data(), nullptr, dout.f32.data(), tokens.data(), nullptr, B, T, C);
     row0 = 0;
     for (int64_t rows : kRows) {
       kernels->EncoderPartBackward(dparts.data() + row0 * C, dout.f32.data(), tokens.data(), row0, rows, B, T, C);

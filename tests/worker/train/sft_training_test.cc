@@ -235,8 +235,11 @@ TEST(SftTorchMatch, MaskedLossGradientsAndTrajectoryMatchFloat64AtAnyAccumulatio
 
 // A packed row against its examples run alone, each at the start of a row
 // of its own with the rest ignored: the same logits and, summed, the same
-// gradients, to fp32 rounding.
-TEST(SftPacking, APackedRowGivesEachExampleWhatItGetsAlone) {
+// gradients, to fp32 rounding; for both decoders (RoPE's positions, and
+// GPT-2's learned table read and its gradient summed by position).
+class SftPacking : public testing::TestWithParam<test::TinyFamily> {};
+
+TEST_P(SftPacking, APackedRowGivesEachExampleWhatItGetsAlone) {
   std::mt19937_64 rng(test::RunSeed());
   std::vector<TokenizedExample> ex = RandomExamples(rng, 4);
   ex[0].ids.resize(10);
@@ -246,8 +249,8 @@ TEST(SftPacking, APackedRowGivesEachExampleWhatItGetsAlone) {
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   ASSERT_EQ(packed->rows(), 1);
   const int64_t T = packed->seq();
-  const Config config = test::TinyLlamaConfig({"model.max_seq_len=" + std::to_string(T),
-                                               "train.seq_len=" + std::to_string(T), "train.batch_size=1"});
+  const Config config = GetParam().job({"model.max_seq_len=" + std::to_string(T), "train.seq_len=" + std::to_string(T),
+                                       "train.batch_size=1", "model.vocab_size=" + std::to_string(kVocab)});
   std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(tokens.size()), positions(tokens.size());
   packed->Row(0, tokens.data(), targets.data(), positions.data());
   auto t = Trainer::Create(config, *packed);
@@ -290,8 +293,11 @@ TEST(SftPacking, APackedRowGivesEachExampleWhatItGetsAlone) {
     std::vector<double> want(summed[k].values.begin(), summed[k].values.end());
     EXPECT_LE(test::RelativeError(packed_grads[k].values.data(), want), 1e-5) << summed[k].name;
   }
-  std::printf("%lld positions in one row: logits within %.3g of each example alone\n", (long long)T, worst);
+  std::printf("%s: %lld positions in one row: logits within %.3g of each example alone\n", GetParam().name,
+              (long long)T, worst);
 }
+
+INSTANTIATE_TEST_SUITE_P(Decoders, SftPacking, testing::ValuesIn(test::TinyFamilies()), test::TinyFamilyName);
 
 }  // namespace
 }  // namespace pstar
