@@ -45,8 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!examples.ok()) return 0;
   std::vector<pstar::TokenizedExample> tokenized;
   for (const pstar::ChatExample& ex : *examples) {
-    for (pstar::ChatFormat f : {pstar::ChatFormat::kNone, pstar::ChatFormat::kLlama3, pstar::ChatFormat::kChatml,
-                                pstar::ChatFormat::kQwen3}) {
+    for (pstar::ChatFormat f : {pstar::ChatFormat::kNone, pstar::ChatFormat::kLlama3, pstar::ChatFormat::kLlama31,
+                                pstar::ChatFormat::kChatml, pstar::ChatFormat::kQwen25, pstar::ChatFormat::kQwen3}) {
       auto e = pstar::TokenizeExample(ex, f, t);
       if (!e.ok()) {
         if (f != pstar::ChatFormat::kNone || ex.completion) std::abort();  // only messages under none are refused

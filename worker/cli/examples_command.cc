@@ -54,7 +54,7 @@ int ExamplesCommand(const std::vector<std::string>& args) {
       format = *f;
     }
     for (const ChatExample& ex : *examples) {
-      auto e = TokenizeExample(ex, format, t);
+      auto e = TokenizeExample(ex, format, t, c.data.chat_date);
       if (!e.ok()) return ReportError(e.status().WithPrefix(path + " line " + std::to_string(ex.line)));
       // The text, and each run of counted ids as the text it decodes to:
       // what the loss learns, at a glance.

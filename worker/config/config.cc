@@ -511,8 +511,10 @@ void AddDataKeys(std::vector<KeyDef>& k) {
   k.push_back(StringIfSet("data.tokenizer_json", [](Config& c) -> auto& { return c.data.tokenizer_json; }));
   k.push_back(StringIfSet("data.tokenizer_ranks", [](Config& c) -> auto& { return c.data.tokenizer_ranks; }));
   k.push_back(Scalar("data.chat_format", [](Config& c) -> auto& { return c.data.chat_format; },
-                     OneOfNames({"auto", "llama3", "chatml", "qwen3", "none"})));
+                     OneOfNames({"auto", "llama3", "llama3.1", "chatml", "qwen2.5", "qwen3", "none"})));
   k.back().shown = JsonlData;
+  k.push_back(Scalar("data.chat_date", [](Config& c) -> auto& { return c.data.chat_date; }));
+  k.back().shown = [](const Config& c) { return JsonlData(c) && c.data.chat_format == "llama3.1"; };
   k.push_back(Scalar("data.overlong", [](Config& c) -> auto& { return c.data.overlong; },
                      OneOfNames({"truncate", "error"})));
   k.back().shown = JsonlData;
@@ -781,9 +783,15 @@ void CheckData(const Section& s, Config& c, const Pending& p) {
     Fail(s.Key("tokenizer"), "is " + d.tokenizer + " but data.source jsonl needs the model's tokenizer (hf, tiktoken or gpt2)");
   }
   if (d.source != DataSourceKind::kJsonl) {
-    for (const char* key : {"chat_format", "overlong"}) {
+    for (const char* key : {"chat_format", "chat_date", "overlong"}) {
       if (p.given.count(std::string("data.") + key)) Fail(s.Key(key), "is for data.source jsonl, not " + source);
     }
+  } else if (p.given.count("data.chat_date") && d.chat_format != "llama3.1") {
+    Fail(s.Key("chat_date"), "is the date of data.chat_format llama3.1's system block, but the format is " +
+                                 d.chat_format);
+  }
+  if (d.chat_date.empty() || d.chat_date.find_first_of("\r\n") != std::string::npos) {
+    Fail(s.Key("chat_date"), "must be one line of text, like the template's own \"26 Jul 2024\"");
   }
   const bool files = !d.vocab.empty() || !d.merges.empty() || !d.tokenizer_json.empty();
   if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && d.tokenizer != "tiktoken" && files) {

@@ -67,6 +67,9 @@ struct DataSection {
   // llama3, chatml, qwen3, none) and what an example longer than a row
   // does (truncate or error).
   std::string chat_format = "auto";
+  // llama3.1's "Today Date" in the system block: the template's own when a
+  // renderer defines no clock (transformers gives the day it renders).
+  std::string chat_date = "26 Jul 2024";
   std::string overlong = "truncate";
   int64_t generated_tokens = 1 << 21;  // size of the built-in corpus
   uint64_t seed = 1234;                // built-in corpus seed; the packed rows' order for jsonl

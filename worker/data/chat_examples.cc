@@ -107,16 +107,35 @@ class Renderer {
   std::vector<Piece> pieces_;
 };
 
+Status Llama3Turn(Renderer& r, Role role, std::string_view content) {
+  const bool answer = role == Role::kAssistant;
+  PSTAR_RETURN_IF_ERROR(r.Special("<|start_header_id|>"));
+  r.Text(RoleName(role));
+  PSTAR_RETURN_IF_ERROR(r.Special("<|end_header_id|>"));
+  r.Text("\n\n" + std::string(StripPythonWhitespace(content)), answer ? 2 : std::string::npos);
+  return r.Special("<|eot_id|>", answer);
+}
+
 Status RenderLlama3(const ChatExample& ex, Renderer& r) {
-  for (size_t i = 0; i < ex.messages.size(); ++i) {
-    const ChatMessage& m = ex.messages[i];
-    const bool answer = m.role == Role::kAssistant;
-    if (i == 0) PSTAR_RETURN_IF_ERROR(r.Special("<|begin_of_text|>"));
-    PSTAR_RETURN_IF_ERROR(r.Special("<|start_header_id|>"));
-    r.Text(RoleName(m.role));
-    PSTAR_RETURN_IF_ERROR(r.Special("<|end_header_id|>"));
-    r.Text("\n\n" + std::string(StripPythonWhitespace(m.content)), answer ? 2 : std::string::npos);
-    PSTAR_RETURN_IF_ERROR(r.Special("<|eot_id|>", answer));
+  PSTAR_RETURN_IF_ERROR(r.Special("<|begin_of_text|>"));
+  for (const ChatMessage& m : ex.messages) PSTAR_RETURN_IF_ERROR(Llama3Turn(r, m.role, m.content));
+  return Status::Ok();
+}
+
+// Llama 3.1 to 3.3 Instruct's template without tools: a system block always
+// (the knowledge cutoff, the date, then the first message's text when it is
+// a system message, stripped), then every other message as Llama 3's.
+Status RenderLlama31(const ChatExample& ex, Renderer& r, std::string_view date) {
+  PSTAR_RETURN_IF_ERROR(r.Special("<|begin_of_text|>"));
+  PSTAR_RETURN_IF_ERROR(r.Special("<|start_header_id|>"));
+  r.Text("system");
+  PSTAR_RETURN_IF_ERROR(r.Special("<|end_header_id|>"));
+  const bool system_first = ex.messages[0].role == Role::kSystem;
+  const std::string_view system = system_first ? StripPythonWhitespace(ex.messages[0].content) : std::string_view();
+  r.Text("\n\nCutting Knowledge Date: December 2023\nToday Date: " + std::string(date) + "\n\n" + std::string(system));
+  PSTAR_RETURN_IF_ERROR(r.Special("<|eot_id|>"));
+  for (size_t i = system_first ? 1 : 0; i < ex.messages.size(); ++i) {
+    PSTAR_RETURN_IF_ERROR(Llama3Turn(r, ex.messages[i].role, ex.messages[i].content));
   }
   return Status::Ok();
 }
@@ -135,6 +154,16 @@ Status RenderChatml(const ChatExample& ex, Renderer& r) {
     PSTAR_RETURN_IF_ERROR(ChatmlTurn(r, RoleName(m.role), m.content, m.role == Role::kAssistant));
   }
   return Status::Ok();
+}
+
+// Qwen2.5 Instruct's template without tools: ChatML, after its default
+// system message where the first message is not a system message.
+Status RenderQwen25(const ChatExample& ex, Renderer& r) {
+  if (ex.messages[0].role != Role::kSystem) {
+    PSTAR_RETURN_IF_ERROR(
+        ChatmlTurn(r, "system", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false));
+  }
+  return RenderChatml(ex, r);
 }
 
 // Qwen3's template without tools: a leading system message, the questions,
@@ -199,18 +228,22 @@ const char* ChatFormatName(ChatFormat f) {
   switch (f) {
     case ChatFormat::kNone: return "none";
     case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kLlama31: return "llama3.1";
     case ChatFormat::kChatml: return "chatml";
+    case ChatFormat::kQwen25: return "qwen2.5";
     case ChatFormat::kQwen3: return "qwen3";
   }
   return "none";
 }
 
 Result<ChatFormat> ParseChatFormat(std::string_view name) {
-  for (ChatFormat f : {ChatFormat::kNone, ChatFormat::kLlama3, ChatFormat::kChatml, ChatFormat::kQwen3}) {
+  for (ChatFormat f : {ChatFormat::kNone, ChatFormat::kLlama3, ChatFormat::kLlama31, ChatFormat::kChatml,
+                       ChatFormat::kQwen25, ChatFormat::kQwen3}) {
     if (name == ChatFormatName(f)) return f;
   }
-  return Status::InvalidArgument("data.chat_format must be auto, llama3, chatml, qwen3 or none, not '" +
-                                 std::string(name) + "'");
+  return Status::InvalidArgument(
+      "data.chat_format must be auto, llama3, llama3.1, chatml, qwen2.5, qwen3 or none, not '" + std::string(name) +
+      "'");
 }
 
 ChatFormat ChatFormatFor(const BpeTokenizer& t) {
@@ -305,13 +338,16 @@ Result<std::vector<ChatExample>> ParseJsonlExamples(std::string_view text, const
   return out;
 }
 
-Result<TokenizedExample> TokenizeExample(const ChatExample& ex, ChatFormat format, const BpeTokenizer& t) {
+Result<TokenizedExample> TokenizeExample(const ChatExample& ex, ChatFormat format, const BpeTokenizer& t,
+                                         std::string_view date) {
   Renderer r(t);
   Status s;
   switch (format) {
     case ChatFormat::kNone: s = RenderPlain(ex, t, r); break;
     case ChatFormat::kLlama3: s = RenderLlama3(ex, r); break;
+    case ChatFormat::kLlama31: s = RenderLlama31(ex, r, date); break;
     case ChatFormat::kChatml: s = RenderChatml(ex, r); break;
+    case ChatFormat::kQwen25: s = RenderQwen25(ex, r); break;
     case ChatFormat::kQwen3: s = RenderQwen3(ex, r); break;
   }
   if (!s.ok()) return s;

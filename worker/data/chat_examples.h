@@ -17,11 +17,14 @@ namespace pstar {
 
 // How examples become text, as the families' published chat templates
 // render them (docs/data.md gives each): none (the prompt and completion
-// as one document), llama3 (Llama 3's headers and <|eot_id|>), chatml
-// (<|im_start|>role ... <|im_end|>, as Qwen2.5 and many others), qwen3
+// as one document), llama3 (Llama 3's headers and <|eot_id|>), llama3.1
+// (the same after Llama 3.1 to 3.3 Instruct's system block: its knowledge
+// cutoff and date, then any system message), chatml (<|im_start|>role ...
+// <|im_end|>, as many models use it), qwen2.5 (ChatML with Qwen2.5
+// Instruct's default system message where an example has none), qwen3
 // (ChatML with Qwen3's <think> block on the answers after the last
 // question).
-enum class ChatFormat { kNone, kLlama3, kChatml, kQwen3 };
+enum class ChatFormat { kNone, kLlama3, kLlama31, kChatml, kQwen25, kQwen3 };
 const char* ChatFormatName(ChatFormat f);
 // "auto" resolves through ChatFormatFor.
 Result<ChatFormat> ParseChatFormat(std::string_view name);
@@ -63,8 +66,11 @@ struct TokenizedExample {
 // answers' tokens counted from the first token holding their first byte.
 // Fails where the format lacks a token it needs or refuses the example
 // (messages under none).
+// `date` is llama3.1's "Today Date" (the template's own when none is given:
+// kLlama31Date; transformers fills in the day it renders).
+inline constexpr char kLlama31Date[] = "26 Jul 2024";
 Result<TokenizedExample> TokenizeExample(const ChatExample& example, ChatFormat format,
-                                         const BpeTokenizer& tokenizer);
+                                         const BpeTokenizer& tokenizer, std::string_view date = kLlama31Date);
 
 // Python's str.strip() (Jinja's trim in transformers): Unicode whitespace
 // (White_Space, and U+001C..U+001F) at both ends of UTF-8 text.

@@ -173,7 +173,7 @@ Result<std::unique_ptr<PackedRows>> OpenPackedExamples(const Config& config, con
   for (size_t w = 0; w < threads; ++w) {
     pool.emplace_back([&, w] {
       for (size_t i = w; i < examples->size(); i += threads) {
-        auto e = TokenizeExample((*examples)[i], format, tokenizer);
+        auto e = TokenizeExample((*examples)[i], format, tokenizer, config.data.chat_date);
         if (e.ok()) {
           tokenized[i] = std::move(e).value();
         } else {

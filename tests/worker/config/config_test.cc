@@ -319,6 +319,19 @@ TEST(Config, DataSourceJsonlTakesTheModelsTokenizerAChatFormatAndAnOverlongRule)
   EXPECT_NE(with({"data.chat_format=alpaca"}).find("data.chat_format"), std::string::npos);
   EXPECT_NE(with({"data.overlong=drop"}).find("data.overlong"), std::string::npos);
   EXPECT_TRUE(ParseConfig(base, "job.yaml", {"data.tokenizer=hf", "data.tokenizer_json=t.json", "runtime.device=cuda"}).ok());
+  auto dated = ParseConfig(base, "job.yaml", {"data.tokenizer=hf", "data.tokenizer_json=t.json",
+                                             "data.chat_format=llama3.1", "data.chat_date=01 Jan 2025"});
+  ASSERT_TRUE(dated.ok()) << dated.status().message();
+  EXPECT_EQ(dated->data.chat_date, "01 Jan 2025");
+  EXPECT_EQ(ParseConfig(base, "job.yaml", hf)->data.chat_date, "26 Jul 2024");
+  EXPECT_NE(with({"data.chat_format=llama3", "data.chat_date=01 Jan 2025"})
+                .find("data.chat_date: is the date of data.chat_format llama3.1's system block, but the format is llama3"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl, tokenizer: hf, "
+                    "tokenizer_json: t.json, chat_format: llama3.1, chat_date: \"\"}\n",
+                    {})
+                .find("data.chat_date: must be one line"),
+            std::string::npos);
   // GPT-2's learned positions take packed examples too.
   EXPECT_TRUE(ParseConfig("model: {preset: tiny}\ndata: {source: jsonl, path: chat.jsonl, tokenizer: gpt2, "
                           "tokenizer_json: t.json}\n", "job.yaml", {})
@@ -344,6 +357,8 @@ TEST(Config, EveryKeyTheParserTakesIsPrinted) {
       m + "checkpoint: {dir: ckpt, export_dir: hf, export_dtype: bf16}\n",
       "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl, val_path: val.jsonl, tokenizer: hf, "
       "tokenizer_json: t.json, chat_format: qwen3, overlong: error}\n",
+      "model: {preset: llama-tiny}\ndata: {source: jsonl, path: chat.jsonl, tokenizer: hf, tokenizer_json: t.json, "
+      "chat_format: llama3.1, chat_date: 03 Dec 2026}\n",
   };
   std::set<std::string> printed;
   for (const std::string& job : jobs) {

@@ -168,6 +168,44 @@ TEST(ChatFormats, Llama3RendersHeadersTrimsContentAndCountsEachAnswerWithItsEnd)
   EXPECT_EQ(std::count(e->ids.begin(), e->ids.end(), *t.TokenId("<|eot_id|>")), 5);
 }
 
+TEST(ChatFormats, Llama31OpensWithItsSystemBlockAndQwen25WithItsDefaultSystemMessage) {
+  const BpeTokenizer llama = ChatTokenizer(kLlama3);
+  const Rendered with_system = Render(llama, kTwoTurns, ChatFormat::kLlama31);
+  EXPECT_EQ(with_system.text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+            "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nhi <|eot_id|><|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nhello<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nand?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n<think>\nhmm\n</think>\n\nbye<|eot_id|>");
+  EXPECT_EQ(with_system.counted, "hello<|eot_id|><think>\nhmm\n</think>\n\nbye<|eot_id|>");
+  // Without a system message the block is there, empty after the date;
+  // the date is the caller's.
+  const std::string pc = R"({"prompt": "2+2?", "completion": " 4"})";
+  auto ex = ParseJsonlExamples(pc, "chat.jsonl");
+  ASSERT_TRUE(ex.ok());
+  auto e = TokenizeExample((*ex)[0], ChatFormat::kLlama31, llama, "03 Dec 2026");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(*llama.Decode(e->ids),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+            "Today Date: 03 Dec 2026\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|>");
+  const BpeTokenizer qwen = ChatTokenizer(kQwen3);
+  const Rendered q = Render(qwen, pc, ChatFormat::kQwen25);
+  EXPECT_EQ(q.text,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n 4<|im_end|>\n");
+  EXPECT_EQ(q.counted, " 4<|im_end|>");
+  // An example's own system message replaces the default: ChatML's text.
+  EXPECT_EQ(Render(qwen, kTwoTurns, ChatFormat::kQwen25).text, Render(qwen, kTwoTurns, ChatFormat::kChatml).text);
+  for (const char* name : {"llama3.1", "qwen2.5"}) {
+    auto f = ParseChatFormat(name);
+    ASSERT_TRUE(f.ok()) << name;
+    EXPECT_STREQ(ChatFormatName(*f), name);
+  }
+  EXPECT_NE(ParseChatFormat("llama3.2").status().message().find("llama3.1, chatml, qwen2.5"), std::string::npos);
+}
+
 TEST(ChatFormats, ChatmlAndQwen3RenderTheirTurnsAndQwen3ThinksOnlyAfterTheLastQuestion) {
   const BpeTokenizer t = ChatTokenizer(kQwen3);
   EXPECT_EQ(ChatFormatFor(t), ChatFormat::kQwen3);

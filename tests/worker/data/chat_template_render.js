@@ -7,7 +7,8 @@
 // with the tokenizer's own special tokens (its post-processor's BOS).
 // Usage: node chat_template_render.js TOKENIZER_DIR CONVERSATIONS_JSON [TEMPLATE_FILE]
 // TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json (whose
-// chat_template is used unless TEMPLATE_FILE gives another).
+// chat_template is used unless TEMPLATE_FILE gives another). CHAT_DATE, when
+// set, is the templates' date_string (Llama 3.1's "Today Date").
 const fs = require("fs");
 const path = require("path");
 const { Template } = require("@huggingface/jinja");
@@ -32,6 +33,7 @@ const out = conversations.map((messages) => {
     bos_token: config.bos_token || "",
     eos_token: config.eos_token || "",
     add_generation_prompt: false,
+    ...(process.env.CHAT_DATE ? { date_string: process.env.CHAT_DATE } : {}),
   });
   return { text, ids: tokenizer.encode(text, { add_special_tokens: false }) };
 });
