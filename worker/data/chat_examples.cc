@@ -282,6 +282,10 @@ Result<std::vector<ChatExample>> ParseJsonlExamples(std::string_view text, const
       }
       return Status::InvalidArgument(at + "not a JSON object (a syntax error at byte " + std::to_string(e.byte) +
                                      (e.byte >= line.size() ? ": the line ends early)" : ")"));
+    } catch (const nlohmann::json::out_of_range&) {
+      return Status::InvalidArgument(at + "not a JSON object pstar reads (a number too large for a double)");
+    } catch (const nlohmann::json::exception& e) {
+      return Status::InvalidArgument(at + "not a JSON object pstar reads (" + std::string(e.what()) + ")");
     }
     if (!j.is_object()) return Status::InvalidArgument(at + "not a JSON object");
     const bool chat = j.contains("messages"), pc = j.contains("prompt") || j.contains("completion");

@@ -92,6 +92,8 @@ TEST(JsonlExamples, EachHostileLineIsRefusedInOneLineNamingIt) {
       {R"({"messages": []})", "\"messages\" must be a non-empty array"},
       {R"(["prompt", "completion"])", "line 1: not a JSON object"},
       {R"({"prompt": "\ud800", "completion": "b"})", "line 1: an unpaired UTF-16 surrogate escape"},
+      // A number past a double's range (found by the jsonl_examples fuzz target).
+      {R"({"prompt": "a", "completion": "b", "n": 1e999})", "line 1: not a JSON object pstar reads (a number too large"},
       {"", "chat.jsonl: no examples"},
       {"\n  \n", "chat.jsonl: no examples"},
   };
