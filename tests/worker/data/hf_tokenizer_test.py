@@ -252,6 +252,31 @@ class HfTokenizerTest(unittest.TestCase):
         with open(back, encoding="utf-8", newline="") as f:
             self.assertEqual(f.read().split("<|begin_of_text|>")[1:], self.docs)
 
+    def train_sample_export(self, name, *tokenizer):
+        """A two-step llama-tiny run on README.md with `tokenizer`'s
+        settings: its sample at step 2 is text after the prompt, pstar sample
+        prints text from its checkpoint, pstar export writes a directory.
+        Returns (the run's directory, the export's)."""
+        work = os.path.join(self.tmp, name)
+        os.makedirs(work)
+        sets = [a for kv in tokenizer for a in ("--set", kv)]
+        r = run([PSTAR, "train", "--set", "model.preset=llama-tiny", "--set", "model.vocab_size=128256",
+                 "--set", "data.source=text", "--set", "data.path=" + os.path.join(SOURCE_DIR, "README.md"), *sets,
+                 "--set", "train.steps=2", "--set", "train.batch_size=2", "--set", "checkpoint.dir=ckpt",
+                 "--set", "train.sample_every=2", "--set", "train.sample_tokens=4", "--set", "train.sample_prompt=The",
+                 "--log-format", "json"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        samples = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{") and "sample" in l]
+        self.assertEqual([l["step"] for l in samples], [2])
+        self.assertTrue(samples[0]["sample"].startswith("The"), samples)
+        o = run([PSTAR, "sample", "--checkpoint", os.path.join(work, "ckpt"), "--prompt", "The chunk", "--tokens", "3"])
+        self.assertEqual(o.returncode, 0, o.stderr)
+        self.assertTrue(o.stdout.startswith("The chunk"), o.stdout)
+        hf = os.path.join(work, "hf")
+        e = run([PSTAR, "export", "--checkpoint", os.path.join(work, "ckpt"), "--output", hf])
+        self.assertEqual(e.returncode, 0, e.stderr)
+        return work, hf
+
     def test_a_rank_file_trains_and_exports_what_transformers_converts(self):
         # data.tokenizer tiktoken: the run trains on the rank file's ids, the
         # checkpoint keeps the file verbatim, pstar sample prints text, and
@@ -259,27 +284,11 @@ class HfTokenizerTest(unittest.TestCase):
         # tokenizer.json transformers' converter makes of it, which is the
         # tokenizer.json Meta's Hugging Face directory ships: the same
         # vocabulary and merges, the same pattern.
-        work = os.path.join(self.tmp, "train-tiktoken")
-        os.makedirs(work)
         ranks = self.llama3_ranks()
-        r = run([PSTAR, "train", "--set", "model.preset=llama-tiny", "--set", "model.vocab_size=128256",
-                 "--set", "data.source=text", "--set", "data.path=" + os.path.join(SOURCE_DIR, "README.md"),
-                 "--set", "data.tokenizer=tiktoken", "--set", "data.tokenizer_ranks=" + ranks,
-                 "--set", "train.steps=2", "--set", "train.batch_size=2", "--set", "checkpoint.dir=ckpt",
-                 "--set", "train.sample_every=2", "--set", "train.sample_tokens=4", "--set", "train.sample_prompt=The",
-                 "--log-format", "json"], cwd=work)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
-        samples = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{") and "sample" in l]
-        self.assertTrue(samples and samples[0]["sample"].startswith("The"), samples)
+        work, hf = self.train_sample_export("train-tiktoken", "data.tokenizer=tiktoken", "data.tokenizer_ranks=" + ranks)
         step = os.path.join(work, "ckpt", "step-00000002")
         with open(os.path.join(step, "tokenizer.model"), "rb") as a, open(ranks, "rb") as b:
             self.assertEqual(a.read(), b.read())
-        o = run([PSTAR, "sample", "--checkpoint", os.path.join(work, "ckpt"), "--prompt", "The chunk", "--tokens", "3"])
-        self.assertEqual(o.returncode, 0, o.stderr)
-        self.assertTrue(o.stdout.startswith("The chunk"), o.stdout)
-        hf = os.path.join(work, "hf")
-        e = run([PSTAR, "export", "--checkpoint", os.path.join(work, "ckpt"), "--output", hf])
-        self.assertEqual(e.returncode, 0, e.stderr)
         with open(os.path.join(hf, "original", "tokenizer.model"), "rb") as a, open(ranks, "rb") as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(hf, "tokenizer.json"), encoding="utf-8") as f:
@@ -315,25 +324,8 @@ class HfTokenizerTest(unittest.TestCase):
         # data.tokenizer hf on text: the file encoded with Llama 3.1's
         # tokenizer, samples printed as text, the tokenizer.json carried by
         # the checkpoint into pstar sample and pstar export.
-        work = os.path.join(self.tmp, "train")
-        os.makedirs(work)
         tj = self.path("llama3.1")
-        r = run([PSTAR, "train", "--set", "model.preset=llama-tiny", "--set", "model.vocab_size=128256",
-                 "--set", "data.source=text", "--set", "data.path=" + os.path.join(SOURCE_DIR, "README.md"),
-                 "--set", "data.tokenizer=hf", "--set", "data.tokenizer_json=" + tj, "--set", "train.steps=2",
-                 "--set", "train.batch_size=2", "--set", "checkpoint.dir=ckpt", "--set", "train.sample_every=2",
-                 "--set", "train.sample_tokens=4", "--set", "train.sample_prompt=The", "--log-format", "json"],
-                cwd=work)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
-        samples = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{") and "sample" in l]
-        self.assertEqual([l["step"] for l in samples], [2])
-        self.assertTrue(samples[0]["sample"].startswith("The"), samples)
-        o = run([PSTAR, "sample", "--checkpoint", os.path.join(work, "ckpt"), "--prompt", "The chunk", "--tokens", "3"])
-        self.assertEqual(o.returncode, 0, o.stderr)
-        self.assertTrue(o.stdout.startswith("The chunk"), o.stdout)
-        hf = os.path.join(work, "hf")
-        e = run([PSTAR, "export", "--checkpoint", os.path.join(work, "ckpt"), "--output", hf])
-        self.assertEqual(e.returncode, 0, e.stderr)
+        _, hf = self.train_sample_export("train", "data.tokenizer=hf", "data.tokenizer_json=" + tj)
         with open(os.path.join(hf, "tokenizer.json"), "rb") as a, open(tj, "rb") as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(hf, "tokenizer_config.json")) as f:
