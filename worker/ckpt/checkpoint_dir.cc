@@ -22,6 +22,7 @@
 #include "worker/ckpt/safetensors.h"
 #include "worker/config/config.h"
 #include "worker/core/file_util.h"
+#include "worker/data/bpe_tokenizer.h"
 #include "worker/model/gpt.h"
 
 namespace pstar {
@@ -35,9 +36,7 @@ constexpr const char* kFormatName = "pstar-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
 // The tokenizers whose file a checkpoint holds, and its name: the
 // tokenizer.json (gpt2, hf), or the rank file (tiktoken).
-bool TokenizerHasFile(const std::string& tokenizer) {
-  return tokenizer == "gpt2" || tokenizer == "hf" || tokenizer == "tiktoken";
-}
+bool TokenizerHasFile(const std::string& tokenizer) { return BpeTokenizer::IsBpeKind(tokenizer); }
 std::string TokenizerFileName(const std::string& tokenizer) {
   return tokenizer == "tiktoken" ? "tokenizer.model" : "tokenizer.json";
 }

@@ -330,7 +330,7 @@ Result<HfExportSummary> ExportHuggingFace(const std::string& step_dir, const std
   std::optional<BpeTokenizer> tokenizer;
   std::string tokenizer_json;
   const std::string& kind = manifest.state.tokenizer;
-  if (kind == "gpt2" || kind == "hf" || kind == "tiktoken") {
+  if (BpeTokenizer::IsBpeKind(kind)) {
     PSTAR_ASSIGN_OR_RETURN(std::string saved, ReadCheckpointTokenizer(step_dir));
     PSTAR_ASSIGN_OR_RETURN(BpeTokenizer t, BpeTokenizer::FromSaved(kind, saved, step_dir + "/" + manifest.tokenizer_file.name));
     tokenizer_json = t.ToTokenizerJson();

@@ -143,7 +143,7 @@ int SampleCommand(const std::vector<std::string>& args) {
     auto t = tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(vocab, merges) : BpeTokenizer::FromTokenizerJson(tokenizer_json);
     if (!t.ok()) return ReportError(t.status());
     bpe.emplace(std::move(*t));
-  } else if (const std::string& kind = manifest->state.tokenizer; kind == "gpt2" || kind == "hf" || kind == "tiktoken") {
+  } else if (const std::string& kind = manifest->state.tokenizer; BpeTokenizer::IsBpeKind(kind)) {
     auto text = ReadCheckpointTokenizer(*step_dir);
     if (!text.ok()) return ReportError(text.status());
     auto t = BpeTokenizer::FromSaved(kind, *text, *step_dir + "/" + manifest->tokenizer_file.name);

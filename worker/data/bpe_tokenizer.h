@@ -55,6 +55,9 @@ class BpeTokenizer {
   // What a checkpoint keeps of a tokenizer of kind `kind` ("gpt2", "hf":
   // its tokenizer.json; "tiktoken": its rank file) read back (SavedText).
   static Result<BpeTokenizer> FromSaved(const std::string& kind, const std::string& text, const std::string& source);
+  // Whether data.tokenizer `kind` is one of these (gpt2, hf, tiktoken): a
+  // BPE whose file a checkpoint keeps, as opposed to byte or none.
+  static bool IsBpeKind(std::string_view kind) { return kind == "gpt2" || kind == "hf" || kind == "tiktoken"; }
 
   // Ids for `text`, appended to `out`. Added tokens that are not special
   // are found in it, as Hugging Face's tokenizers find them; a special

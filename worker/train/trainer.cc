@@ -94,7 +94,7 @@ Result<std::unique_ptr<DeviceBackend>> MakeBackend(ComputeDevice device, int loc
 
 Result<std::unique_ptr<BpeTokenizer>> LoadDataTokenizer(const Config& config) {
   const DataSection& d = config.data;
-  if (d.tokenizer != "gpt2" && d.tokenizer != "hf" && d.tokenizer != "tiktoken") return std::unique_ptr<BpeTokenizer>();
+  if (!BpeTokenizer::IsBpeKind(d.tokenizer)) return std::unique_ptr<BpeTokenizer>();
   auto t = d.tokenizer == "tiktoken"     ? BpeTokenizer::FromTiktokenFile(d.tokenizer_ranks)
            : d.tokenizer_json.empty() ? BpeTokenizer::FromGpt2Files(d.vocab, d.merges)
                                       : BpeTokenizer::FromTokenizerJson(d.tokenizer_json);
