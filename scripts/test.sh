@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every dependency, builds everything, runs the whole test suite, then the
-# whole suite (but the GPU session's dry run, the container tests and the
-# tokenizers' reference corpora) again under ASan, LSan and
+# whole suite (but the GPU session's dry run, the container tests, the
+# tokenizers' reference corpora and the install page's walk) again under ASan, LSan and
 # UBSan (a Clang build of the CPU configuration) and the fuzz targets from
 # that build for a bounded time (scripts/sanitize.sh).
 set -euo pipefail

@@ -292,13 +292,13 @@ TEST(MmaAttentionEmulated, ForwardMatchesTheCpuKernelAtHeadSize128) {
 // above) at head size 64; at 128 the forward at each and each backward at
 // some, against the CPU's grouped kernels; two query blocks, so each walk
 // crosses a block.
-// Under AddressSanitizer (seven times slower here) each form runs at two of
-// the group sizes: the memory checks need no more; the build without it
-// runs them all.
+// Under AddressSanitizer (seven times slower here) each form runs at one
+// group size of two key/value heads: the memory checks need no more; the
+// build without it runs them all.
 TEST(MmaAttentionEmulated, GroupedQueryHeadsMatchTheCpuKernel) {
   std::mt19937 rng(std::random_device{}());
 #ifdef PSTAR_EMULATION_ASAN
-  const std::vector<int64_t> groups = {3, 8};
+  const std::vector<int64_t> groups = {3};
 #else
   const std::vector<int64_t> groups = {2, 3, 4, 7, 8};
 #endif
@@ -405,10 +405,13 @@ void ExpectGroupsGiveTheirCopiesBits(int64_t group, int64_t kv, int64_t T, std::
   }
 }
 
+// Bits, not memory: under AddressSanitizer one shape a head size.
 TEST(MmaAttentionEmulated, GroupedQueryHeadsComputeEachHeadAsItsCopiesDo) {
   std::mt19937 rng(std::random_device{}());
   ExpectGroupsGiveTheirCopiesBits<64>(4, 2, 100, rng);
+#ifndef PSTAR_EMULATION_ASAN
   ExpectGroupsGiveTheirCopiesBits<64>(3, 1, 70, rng);
+#endif
   ExpectGroupsGiveTheirCopiesBits<128>(2, 1, 65, rng);
 }
 
