@@ -869,12 +869,22 @@ void BpeTokenizer::EncodeStretch(std::string_view text, bool first, std::vector<
     *mark_token = k;
     word_mark = std::string_view::npos;
   };
-  if (gpt2_form_) {  // GPT-2's pattern straight over the text: no copy
-    if (marked) word_mark = mark;
-    for (size_t pos = 0; pos < text.size();) {
-      const size_t end = Gpt2WordEnd(text, pos);
-      encode_marked(text.substr(pos, end - pos));
-      pos = end;
+  // GPT-2's pattern straight over the text: no copy. The loop is compiled
+  // apart for unmarked text (every encode but the chat formats'): the mark's
+  // checks in it cost GPT-2's encoding a tenth of its CPU time.
+  if (gpt2_form_) {
+    const auto each_word = [&](const auto& encode) {
+      for (size_t pos = 0; pos < text.size();) {
+        const size_t end = Gpt2WordEnd(text, pos);
+        encode(text.substr(pos, end - pos));
+        pos = end;
+      }
+    };
+    if (marked) {
+      word_mark = mark;
+      each_word(encode_marked);
+    } else {
+      each_word(encode_word);
     }
     return;
   }
