@@ -356,7 +356,8 @@ TEST_P(AdamSimd, MatchesReferenceBitwise) {
 }
 
 // The largest splits the work among 32 threads; under AddressSanitizer
-// (ten times slower, on every pinned variant) 4, past 65537's 2.
+// (several times slower, and run on every pinned variant) among 4, past
+// 65537's 2.
 INSTANTIATE_TEST_SUITE_P(Sizes, AdamSimd,
                          ::testing::Values(1, 15, 16, 17, 1000, 65537,
                                            (int64_t{1} << (test::kAddressSanitizer ? 17 : 20)) + 3));
